@@ -1,0 +1,33 @@
+# Two commands do everything on a fresh machine: `make demo` and `make test`.
+# Both create .venv when it is missing and (re)install the package editable with the
+# extras they need; the install is skipped while setup.cfg is unchanged.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.mpiopt-installed
+DEMO_DB := build/demo.db
+
+.PHONY: demo test bench venv clean
+
+venv: $(STAMP)
+
+$(STAMP): setup.cfg pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e ".[tensorflow,mpich,dev]"
+	touch $(STAMP)
+
+# The demo study's database is build/demo.db; it is recreated on every `make demo`.
+demo: $(STAMP)
+	mkdir -p build && rm -f $(DEMO_DB) $(DEMO_DB)-wal $(DEMO_DB)-shm
+	$(BIN)/mpiexec -n 5 $(BIN)/mpiopt search examples/digits/spec.yaml --storage sqlite:///$(DEMO_DB)
+	$(BIN)/mpiopt best digits --storage sqlite:///$(DEMO_DB) --top 5
+
+test: $(STAMP)
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -q tests
+
+bench: $(STAMP)
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python benchmarks/run_all.py
+
+clean:
+	rm -rf build dist *.egg-info

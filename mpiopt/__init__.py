@@ -1,0 +1,18 @@
+"""mpiopt: distributed hyperparameter optimization for neural networks under MPI.
+
+Importing mpiopt imports neither mpi4py nor TensorFlow: the query commands and the
+coordinator never pay for them.
+"""
+from mpiopt.trial import FrozenTrial, StudyStatus, TrialStatus
+
+__version__ = "0.1.0"
+
+
+def load_study(name: str, storage: str = "sqlite:///mpiopt.db"):
+    """Open a recorded study for reading: trials, best trials, a table export."""
+    from mpiopt.api import load_study as _load
+
+    return _load(name, storage=storage)
+
+
+__all__ = ["FrozenTrial", "StudyStatus", "TrialStatus", "load_study", "__version__"]

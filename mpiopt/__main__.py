@@ -1,0 +1,3 @@
+from mpiopt.cli.main import main
+
+raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""Command line: a registry of small commands over the public API."""

@@ -1,0 +1,47 @@
+"""Options and output shared by the commands."""
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any, Sequence
+
+DEFAULT_STORAGE = "sqlite:///mpiopt.db"
+
+
+def add_storage_option(parser) -> None:
+    parser.add_argument(
+        "--storage",
+        default=None,
+        help=f"SQLAlchemy URL of the results database (default: {DEFAULT_STORAGE}, "
+        "in the current directory)",
+    )
+
+
+def add_format_option(parser) -> None:
+    parser.add_argument("--format", choices=("table", "json"), default="table")
+
+
+def print_rows(rows: Sequence[dict[str, Any]], fmt: str, columns: Sequence[str] | None = None,
+               out=None) -> None:
+    """Print rows as an aligned table for people or as JSON for scripts."""
+    out = out or sys.stdout
+    if fmt == "json":
+        json.dump(list(rows), out, indent=2, default=str)
+        out.write("\n")
+        return
+    columns = list(columns or (rows[0].keys() if rows else []))
+    cells = [[_cell(r.get(c)) for c in columns] for r in rows]
+    widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(columns)]
+    out.write("  ".join(c.ljust(w) for c, w in zip(columns, widths)).rstrip() + "\n")
+    for row in cells:
+        out.write("  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() + "\n")
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    if isinstance(value, dict):
+        return " ".join(f"{k}={_cell(v)}" for k, v in value.items())
+    return str(value)

@@ -1,0 +1,52 @@
+"""`mpiopt` entry point: a registry of subcommands, each a module with register(subparsers).
+
+Every MpioptError becomes one line on stderr and exit status 2; no traceback.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# Each module defines register(subparsers); its parsers set `func(args) -> int`.
+COMMAND_MODULES = (
+    "mpiopt.cli.validate",
+    "mpiopt.cli.run",
+    "mpiopt.cli.train",
+    "mpiopt.cli.query",
+    "mpiopt.cli.db",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="mpiopt",
+        description="Distributed hyperparameter optimization under MPI.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:  # a command still being built
+            if exc.name != name:
+                raise
+            continue
+        module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    from mpiopt.errors import MpioptError
+
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except MpioptError as exc:
+        print(f"mpiopt: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except BrokenPipeError:  # `mpiopt trials X | head`
+        return 0

@@ -1,0 +1,51 @@
+"""A trial's life, shared by every layer (no SQL, no MPI here)."""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+
+class TrialStatus(str, enum.Enum):
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    COMPLETE = "COMPLETE"
+    PRUNED = "PRUNED"
+    FAILED = "FAILED"
+    INTERRUPTED = "INTERRUPTED"
+
+    def is_finished(self) -> bool:
+        """Finished trials are kept on resume; the others run again."""
+        return self in (TrialStatus.COMPLETE, TrialStatus.PRUNED, TrialStatus.FAILED)
+
+
+class StudyStatus(str, enum.Enum):
+    RUNNING = "RUNNING"
+    COMPLETE = "COMPLETE"
+    INTERRUPTED = "INTERRUPTED"
+    FAILED = "FAILED"
+
+
+@dataclass(frozen=True)
+class FrozenTrial:
+    """A trial as read from storage. Records never change after they are returned."""
+
+    id: int
+    study_id: int
+    number: int
+    status: TrialStatus
+    params: dict[str, Any]
+    value: float | None = None
+    value_std: float | None = None
+    seed: int | None = None
+    attempt: int = 0
+    group: int | None = None
+    host: str | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    duration: float | None = None
+    error: str | None = None
+    metrics: dict[str, float] = field(default_factory=dict)
+    fold_values: list[float] = field(default_factory=list)
+    intermediate: dict[int, float] = field(default_factory=dict)
