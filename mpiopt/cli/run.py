@@ -1,0 +1,69 @@
+"""`mpiopt search SPEC` and `mpiopt resume STUDY`: run a study, under mpirun or alone."""
+from __future__ import annotations
+
+from mpiopt.cli.common import DEFAULT_STORAGE, add_storage_option
+
+
+def register(sub) -> None:
+    p = sub.add_parser("search", help="run a study from a spec (under mpirun: rank 0 coordinates)")
+    p.add_argument("spec", help="the study's YAML spec")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the study of this name if it exists (finished trials are kept)")
+    _common(p)
+    p.set_defaults(func=cmd_search)
+
+    p = sub.add_parser("resume", help="continue a study with the spec stored in the database")
+    p.add_argument("study", help="study name")
+    _common(p)
+    p.set_defaults(func=cmd_resume)
+
+
+def _common(p) -> None:
+    add_storage_option(p)
+    p.add_argument("--group-size", type=int, default=None, help="ranks per group (overrides the spec)")
+    p.add_argument("--trials", type=int, default=None, help="trial budget (overrides the spec)")
+    p.add_argument("--quiet", action="store_true", help="print nothing but errors")
+
+
+def _overrides(args) -> dict:
+    out = {}
+    if args.group_size is not None:
+        out["resources.group_size"] = args.group_size
+    if args.trials is not None:
+        out["search.trials"] = args.trials
+    return out
+
+
+def cmd_search(args) -> int:
+    def prepare():
+        from mpiopt.spec import load_spec
+
+        spec = load_spec(args.spec, overrides=_overrides(args))
+        url = args.storage or spec.storage or DEFAULT_STORAGE
+        return spec, url, args.resume
+
+    from mpiopt.runner import run_study_command
+
+    return run_study_command(prepare, quiet=args.quiet)
+
+
+def cmd_resume(args) -> int:
+    def prepare():
+        from mpiopt.spec import Spec
+        from mpiopt.storage import open_storage
+        from mpiopt.study import stored_spec_dict
+
+        url = args.storage or DEFAULT_STORAGE
+        storage = open_storage(url)
+        try:
+            data = stored_spec_dict(storage, args.study)
+        finally:
+            storage.close()
+        for path, value in _overrides(args).items():
+            section, key = path.split(".")
+            data.setdefault(section, {})[key] = value
+        return Spec.from_dict(data, source=f"{url}#{args.study}"), url, True
+
+    from mpiopt.runner import run_study_command
+
+    return run_study_command(prepare, quiet=args.quiet)

@@ -1,0 +1,263 @@
+"""The coordinator's decisions as a pure state machine: events in, actions out.
+
+No MPI here. The MPI loop (coordinator.py) and the single-process driver (local.py) feed
+it events -- a result, a per-epoch report, a clock tick, a signal -- and carry out the
+actions it returns: send a trial to a group, answer a report, stop a group. Its writes go
+through the storage API in the order that makes a crash harmless: a trial is committed
+RUNNING before its parameters leave, and finished before the searcher is told.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from mpiopt.parallel.protocol import Decision, Report, Result, Trial
+from mpiopt.trial import FrozenTrial, StudyStatus, TrialStatus
+
+
+@dataclass(frozen=True)
+class Dispatch:
+    group: int
+    trial: Trial
+
+
+@dataclass(frozen=True)
+class Answer:
+    group: int
+    decision: Decision
+
+
+@dataclass(frozen=True)
+class StopGroup:
+    group: int
+
+
+def trial_seed(study_seed: int, number: int) -> int:
+    """A trial's seed derives from the study seed and its number only (replayable)."""
+    return int(np.random.SeedSequence([study_seed, number]).generate_state(1)[0] % (2**31 - 1))
+
+
+@dataclass
+class _Running:
+    trial_id: int
+    number: int
+    params: dict[str, Any]
+    group: int
+    started: float
+
+
+class Scheduler:
+    """Dispatch, record, tell, ask ahead. One instance per study run, on rank 0."""
+
+    def __init__(self, *, storage, study_id: int, searcher, direction: str, budget: int,
+                 n_groups: int, seed: int = 0, pruner=None, target: float | None = None,
+                 time_limit: float | None = None, max_initial_failures: int = 5,
+                 existing: list[FrozenTrial] = (), progress=None, clock=time.monotonic):
+        self.storage, self.study_id, self.searcher = storage, study_id, searcher
+        self.sign = -1.0 if direction == "maximize" else 1.0
+        self.budget, self.seed, self.pruner = budget, seed, pruner
+        self.target, self.max_initial_failures = target, max_initial_failures
+        self.clock = clock
+        self.deadline = None if time_limit is None else clock() + time_limit
+        self.progress = progress
+        self.idle: list[int] = list(range(n_groups))
+        self.stopped: set[int] = set()
+        self.running: dict[int, _Running] = {}
+        self.prefetched: dict | None = None
+        self.stop_reason: str | None = None
+        self.message: str | None = None
+        self.best: FrozenTrial | None = None
+        self.history: dict[int, dict[int, float]] = {}
+        self.counts = {s: 0 for s in TrialStatus}
+        self.initial_failures = 0
+        self.last_error: str | None = None
+        self.next_number = 0
+        self.reruns: list[FrozenTrial] = []
+        self._restore(existing)
+
+    # ---- resume -------------------------------------------------------------------
+    def _restore(self, existing) -> None:
+        """Replay finished trials into the searcher; queue unfinished ones to run again."""
+        finished = []
+        for t in sorted(existing, key=lambda t: t.number):
+            self.next_number = max(self.next_number, t.number + 1)
+            if t.status.is_finished():
+                self.counts[t.status] += 1
+                usable = t.status is not TrialStatus.FAILED and _is_number(t.value)
+                finished.append((t.params, self.sign * t.value if usable else None))
+                if usable:
+                    self._consider_best(t)
+                if t.intermediate:
+                    self.history[t.number] = {e: self.sign * v for e, v in t.intermediate.items()}
+            else:
+                self.reruns.append(t)
+        if finished:
+            self.searcher.replay(finished)
+        self.any_success = self.counts[TrialStatus.COMPLETE] + self.counts[TrialStatus.PRUNED] > 0
+        if not self.any_success:
+            self.initial_failures = self.counts[TrialStatus.FAILED]
+
+    # ---- queries ------------------------------------------------------------------
+    @property
+    def finished(self) -> int:
+        return sum(n for s, n in self.counts.items() if s.is_finished())
+
+    @property
+    def done(self) -> bool:
+        return not self.running and not self._can_dispatch()
+
+    def _can_dispatch(self) -> bool:
+        if self.stop_reason is None and self.deadline is not None and self.clock() >= self.deadline:
+            self._stop("time_limit", "time limit reached: running trials finish, no new ones start")
+        return self.stop_reason is None and self.finished + len(self.running) < self.budget
+
+    # ---- events -------------------------------------------------------------------
+    def start(self) -> list:
+        """Dispatch to every idle group at once; stop the groups the budget leaves idle."""
+        return self._fill_idle() + self._stop_idle()
+
+    def on_result(self, group: int, result: Result) -> list:
+        run = self.running.pop(group)
+        status = TrialStatus(result.status)
+        error = result.error
+        self.storage.finish_trial(
+            run.trial_id, status, value=result.value, value_std=result.value_std,
+            fold_values=result.fold_values, metrics=result.metrics, error=error,
+            duration=result.duration)
+        self.counts[status] += 1
+        trial = FrozenTrial(id=run.trial_id, study_id=self.study_id, number=run.number,
+                            status=status, params=run.params, value=result.value,
+                            group=group, duration=result.duration, error=error)
+        self._account(trial)
+        if self.progress:
+            self.progress.trial_finished(trial, self)
+        self.idle.append(group)
+        actions = self._fill_idle()          # the group gets work before the model refits
+        self._teach(trial)
+        return actions + self._stop_idle()
+
+    def on_report(self, group: int, report: Report) -> list:
+        run = self.running.get(group)
+        if run is None or run.trial_id != report.trial_id:
+            return []
+        self.storage.add_intermediate(run.trial_id, report.epoch, report.value)
+        value = self.sign * report.value
+        prune = False
+        if self.pruner is not None and _is_number(value):
+            others = {n: h for n, h in self.history.items() if n != run.number}
+            prune = bool(self.pruner.should_prune(run.number, report.epoch, value, others))
+        self.history.setdefault(run.number, {})[report.epoch] = value
+        return [Answer(group, Decision(report.trial_id, prune))]
+
+    def tick(self) -> list:
+        """Called while waiting: notices the time limit."""
+        self._can_dispatch()
+        return self._stop_idle()
+
+    def interrupt(self) -> list:
+        """SIGINT/SIGTERM: running trials become INTERRUPTED; they run again on resume."""
+        self._stop("interrupted", "interrupted: running trials are marked INTERRUPTED")
+        self.storage.interrupt_running(self.study_id)
+        for run in self.running.values():
+            self.searcher.forget(run.params)
+        self.running.clear()
+        self.storage.set_study_status(self.study_id, StudyStatus.INTERRUPTED)
+        return self._stop_idle()
+
+    def prefetch(self) -> bool:
+        """Ask ahead while groups are busy, so a finishing group need not wait for a fit."""
+        if self.prefetched is not None or self.reruns or self.idle:
+            return False
+        if not self.running or self.finished + len(self.running) >= self.budget:
+            return False
+        if self.stop_reason is not None:
+            return False
+        self.prefetched = self.searcher.ask()
+        return True
+
+    def finish(self) -> StudyStatus:
+        """Close the study record once done; returns its final status."""
+        if self.prefetched is not None:
+            self.searcher.forget(self.prefetched)
+            self.prefetched = None
+        status = {"interrupted": StudyStatus.INTERRUPTED,
+                  "failures": StudyStatus.FAILED}.get(self.stop_reason, StudyStatus.COMPLETE)
+        self.storage.set_study_status(self.study_id, status)
+        return status
+
+    def stop_all(self) -> list:
+        """STOP for every group not yet stopped (the end of the study)."""
+        fresh = [g for g in self.idle if g not in self.stopped]
+        self.stopped.update(fresh)
+        return [StopGroup(g) for g in fresh]
+
+    # ---- internals ----------------------------------------------------------------
+    def _fill_idle(self) -> list:
+        actions = []
+        while self.idle and self._can_dispatch():
+            actions.append(self._dispatch(self.idle.pop(0)))
+        return actions
+
+    def _dispatch(self, group: int) -> Dispatch:
+        if self.reruns:
+            old = self.reruns.pop(0)
+            rec = self.storage.restart_trial(old.id, group=group)
+            params = old.params
+        else:
+            params, self.prefetched = (self.prefetched or self.searcher.ask()), None
+            number = self.next_number
+            rec = self.storage.create_trial(self.study_id, params, seed=trial_seed(self.seed, number),
+                                            group=group)
+        self.next_number = max(self.next_number, rec.number + 1)
+        self.running[group] = _Running(rec.id, rec.number, params, group, self.clock())
+        seed = rec.seed if rec.seed is not None else trial_seed(self.seed, rec.number)
+        return Dispatch(group, Trial(rec.id, rec.number, params, seed, rec.attempt))
+
+    def _stop_idle(self) -> list:
+        if self._can_dispatch():
+            return []
+        fresh = [g for g in self.idle if g not in self.stopped]
+        self.stopped.update(fresh)
+        return [StopGroup(g) for g in fresh]
+
+    def _account(self, trial: FrozenTrial) -> None:
+        if trial.status is not TrialStatus.FAILED:
+            self.any_success = True
+        if trial.status is TrialStatus.COMPLETE:
+            self._consider_best(trial)
+            if self.target is not None and self.sign * trial.value <= self.sign * self.target:
+                self._stop("target", f"target {self.target} reached by trial {trial.number}")
+        elif trial.status is TrialStatus.FAILED:
+            self.last_error = (trial.error or "").splitlines()[0] if trial.error else None
+            if not self.any_success:
+                self.initial_failures += 1
+                if self.initial_failures >= self.max_initial_failures:
+                    self._stop("failures", f"stopping: the first {self.initial_failures} trials "
+                               f"all failed (search.max_initial_failures); last error: "
+                               f"{self.last_error}")
+
+    def _teach(self, trial: FrozenTrial) -> None:
+        """Tell the searcher; it never sees a non-finite value or a failed trial's params."""
+        usable = trial.status is not TrialStatus.FAILED and _is_number(trial.value)
+        if usable:
+            self.searcher.tell(trial.params, self.sign * trial.value)
+        else:
+            self.searcher.forget(trial.params)
+
+    def _consider_best(self, trial: FrozenTrial) -> None:
+        if trial.status is not TrialStatus.COMPLETE:
+            return
+        if self.best is None or self.sign * trial.value < self.sign * self.best.value:
+            self.best = trial
+
+    def _stop(self, reason: str, message: str) -> None:
+        if self.stop_reason is None:
+            self.stop_reason, self.message = reason, message
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

@@ -1,0 +1,64 @@
+"""What a running study prints: a line per finished trial and a summary at the end.
+
+Each line carries the whole state (done/budget, running, failed, best so far), so the
+output of a batch job read hours later still tells the story. --quiet silences it.
+"""
+from __future__ import annotations
+
+import sys
+import time
+
+from mpiopt.trial import FrozenTrial, TrialStatus
+
+
+def format_params(params: dict) -> str:
+    return " ".join(f"{k}={_fmt(v)}" for k, v in params.items())
+
+
+def _fmt(v) -> str:
+    return f"{v:.5g}" if isinstance(v, float) else str(v)
+
+
+class Progress:
+    def __init__(self, budget: int, out=None, quiet: bool = False):
+        self.budget, self.quiet = budget, quiet
+        self.out = out or sys.stdout
+        self.started = time.monotonic()
+        self._best_shown: int | None = None
+
+    def say(self, text: str) -> None:
+        if not self.quiet:
+            print(text, file=self.out, flush=True)
+
+    def trial_finished(self, trial: FrozenTrial, sched) -> None:
+        if self.quiet:
+            return
+        counts = sched.counts
+        done = sched.finished
+        width = len(str(self.budget))
+        value = "-" if trial.value is None else f"{trial.value:.6g}"
+        line = (f"[{done:>{width}}/{self.budget}] trial {trial.number:<4} group {trial.group:<3} "
+                f"{trial.duration or 0:7.2f}s  {trial.status.value:<8} value={value:<12}")
+        if sched.best is not None:
+            line += f" best={sched.best.value:.6g} (#{sched.best.number})"
+        line += f"  running={len(sched.running)} failed={counts[TrialStatus.FAILED]}"
+        self.say(line)
+        if trial.status is TrialStatus.FAILED and trial.error:
+            self.say(f"    error: {trial.error.splitlines()[0]}")
+        if sched.best is not None and sched.best.number != self._best_shown:
+            self._best_shown = sched.best.number
+            self.say(f"    new best: {format_params(sched.best.params)}")
+
+    def summary(self, sched, status) -> None:
+        if self.quiet:
+            return
+        c = sched.counts
+        parts = [f"{c[s]} {s.value.lower()}" for s in TrialStatus if c[s] and s.is_finished()]
+        wall = time.monotonic() - self.started
+        self.say(f"study {status.value.lower()}: {sched.finished} trials ({', '.join(parts) or 'none'}) "
+                 f"in {wall:.1f}s")
+        if sched.message:
+            self.say(sched.message)
+        if sched.best is not None:
+            self.say(f"best value {sched.best.value:.6g} (trial {sched.best.number}): "
+                     f"{format_params(sched.best.params)}")

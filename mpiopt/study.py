@@ -1,0 +1,85 @@
+"""Create or resume a study record before any trial runs (rank 0 only).
+
+All refusals happen here, before a single trial is written: an existing study without
+--resume, a resumed study whose spec changed in more than its budget, an unknown study.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import yaml
+
+from mpiopt.errors import ResumeError, UnknownStudyError
+from mpiopt.trial import FrozenTrial, StudyStatus
+
+# Keys that may change when a study is resumed: they decide how long it runs, not what
+# a trial means. Everything else must match the stored spec.
+RESUMABLE_CHANGES = (
+    "storage", "study.description", "search.trials", "search.time_limit", "search.target",
+    "search.max_initial_failures", "resources.group_size",
+)
+
+
+@dataclass
+class OpenedStudy:
+    storage: object
+    study_id: int
+    existing: list[FrozenTrial]
+    resumed: bool
+
+
+def spec_text(spec) -> str:
+    return yaml.safe_dump(spec.to_dict(), sort_keys=False)
+
+
+def stored_spec_dict(storage, name: str) -> dict:
+    return yaml.safe_load(storage.get_study(name).spec_text)
+
+
+def open_study(storage, spec, resume: bool, url: str) -> OpenedStudy:
+    name = spec.study.name
+    try:
+        record = storage.get_study(name)
+    except UnknownStudyError:
+        record = None
+    if record is None:
+        study_id = storage.create_study(
+            name, spec.objective.direction, spec.objective.metric, spec_text(spec),
+            spec.fingerprint(), json.dumps(spec.space.to_dict()))
+        return OpenedStudy(storage, study_id, [], False)
+    if not resume:
+        raise ResumeError(
+            f"study '{name}' already exists in {url}: continue it with `mpiopt search SPEC "
+            f"--resume` or `mpiopt resume {name}`, or give study.name a new name")
+    changes = spec_changes(yaml.safe_load(record.spec_text), spec.to_dict())
+    if changes:
+        raise ResumeError(f"study '{name}' was started with a different spec; only "
+                          f"{', '.join(RESUMABLE_CHANGES)} may change on resume: " + "; ".join(changes))
+    storage.update_study_spec(record.id, spec_text(spec))
+    storage.set_study_status(record.id, StudyStatus.RUNNING)
+    return OpenedStudy(storage, record.id, storage.get_trials(record.id), True)
+
+
+def spec_changes(old: dict, new: dict) -> list[str]:
+    """Dotted paths whose values differ, other than the resumable ones."""
+    out = []
+    old, new = _flatten(old), _flatten(new)
+    for path in sorted(set(old) | set(new)):
+        if any(path == key or path.startswith(key + ".") for key in RESUMABLE_CHANGES):
+            continue
+        a, b = old.get(path, "<absent>"), new.get(path, "<absent>")
+        if a != b:
+            out.append(f"{path}: {a!r} -> {b!r}")
+    return out
+
+
+def _flatten(d, prefix: str = "") -> dict:
+    flat = {}
+    for key, value in (d or {}).items():
+        path = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            flat.update(_flatten(value, path + "."))
+        else:
+            flat[path] = value
+    return flat
