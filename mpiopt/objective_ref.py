@@ -1,0 +1,132 @@
+"""References of the form ``path/to/file.py:name`` to user code (objectives, models, loaders).
+
+Two levels of checking, because they run in different places:
+
+- :func:`check_ref` is static: it reads the file's syntax tree and looks for a top-level
+  definition of ``name``. Nothing of the user's is executed, so loading a spec on every MPI
+  rank, or for a query, never imports TensorFlow or runs side effects.
+- :func:`load_callable` imports the file (under a module name unique to its absolute path,
+  so two ``model.py`` files never collide) and returns the object.
+
+Both raise SpecError with the usual one line ``FILE: field: message``.
+"""
+from __future__ import annotations
+
+import ast
+import hashlib
+import importlib.util
+import sys
+from pathlib import Path
+from typing import Callable
+
+from mpiopt.errors import SpecError
+
+
+def split_ref(ref: object, source: str = "<spec>", field: str = "objective.function") -> tuple[str, str]:
+    """``"dir/file.py:name"`` -> ``("dir/file.py", "name")``, or SpecError saying the form."""
+    if not isinstance(ref, str) or ":" not in ref:
+        raise SpecError(f"{source}: {field}: expected 'file.py:name', got {ref!r}")
+    path, name = ref.rsplit(":", 1)
+    if not path.endswith(".py") or not name.isidentifier():
+        raise SpecError(f"{source}: {field}: expected 'file.py:name', got {ref!r}")
+    return path, name
+
+
+def resolve_ref(ref: object, base_dir: Path | str | None, source: str = "<spec>",
+                field: str = "objective.function") -> tuple[Path, str]:
+    """The absolute file path (relative paths count from base_dir) and the name."""
+    path, name = split_ref(ref, source, field)
+    file = Path(path).expanduser()
+    if not file.is_absolute():
+        file = Path(base_dir or ".") / file
+    return file.resolve(), name
+
+
+def _top_level_names(tree: ast.Module) -> tuple[set[str], bool]:
+    """Names bound at module level (defs, classes, assignments, imports), including inside
+    top-level if/try blocks; and whether a star import makes the answer unknowable."""
+    names: set[str] = set()
+    star = False
+    stack = list(tree.body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            for alias in node.names:
+                if alias.name == "*":
+                    star = True
+                names.add(alias.asname or alias.name.split(".")[0])
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                names.update(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
+        elif isinstance(node, (ast.If, ast.Try, ast.With)):
+            for part in ("body", "orelse", "finalbody", "handlers"):
+                stack.extend(getattr(node, part, []) or [])
+        elif isinstance(node, ast.ExceptHandler):
+            stack.extend(node.body)
+    return names, star
+
+
+def check_ref(ref: object, base_dir: Path | str | None, source: str = "<spec>",
+              field: str = "objective.function") -> str:
+    """Check statically that the file exists, parses and defines the name.
+
+    Returns the reference with an absolute path, the form stored in a resolved spec."""
+    file, name = resolve_ref(ref, base_dir, source, field)
+    if not file.is_file():
+        raise SpecError(f"{source}: {field}: file not found: {file}")
+    try:
+        tree = ast.parse(file.read_text(), filename=str(file))
+    except SyntaxError as exc:
+        raise SpecError(f"{source}: {field}: {file.name} line {exc.lineno}: {exc.msg}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError(f"{source}: {field}: cannot read {file}: {exc}") from None
+    names, star = _top_level_names(tree)
+    if name not in names and not star:
+        raise SpecError(f"{source}: {field}: {file.name} does not define '{name}'")
+    return f"{file}:{name}"
+
+
+def _module_name(file: Path) -> str:
+    digest = hashlib.sha256(str(file).encode()).hexdigest()[:12]
+    stem = "".join(c if c.isalnum() else "_" for c in file.stem)
+    return f"mpiopt_user_{stem}_{digest}"
+
+
+def load_callable(ref: str, base_dir: Path | str | None = None, source: str = "<spec>",
+                  field: str = "objective.function") -> Callable:
+    """Import the file once per process and return the callable it defines under name.
+
+    The file's directory goes on sys.path so it can import its sibling modules."""
+    file, name = resolve_ref(ref, base_dir, source, field)
+    if not file.is_file():
+        raise SpecError(f"{source}: {field}: file not found: {file}")
+    module_name = _module_name(file)
+    module = sys.modules.get(module_name)
+    if module is None:
+        module = _import_file(file, module_name, source, field)
+    obj = getattr(module, name, None)
+    if obj is None:
+        raise SpecError(f"{source}: {field}: {file.name} does not define '{name}'")
+    if not callable(obj):
+        raise SpecError(f"{source}: {field}: '{name}' in {file.name} is not callable")
+    return obj
+
+
+def _import_file(file: Path, module_name: str, source: str, field: str):
+    folder = str(file.parent)
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    spec = importlib.util.spec_from_file_location(module_name, file)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module  # before exec: dataclasses and pickle look it up
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:  # the user's module failed; say where, in one line
+        del sys.modules[module_name]
+        lines = str(exc).strip().splitlines()
+        what = f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+        raise SpecError(f"{source}: {field}: importing {file.name} failed: {what}") from exc
+    return module

@@ -1,0 +1,401 @@
+"""Search-space dimensions and the conversions every searcher needs.
+
+One parameter set is always a plain ``dict`` of native Python values (``float``, ``int``,
+``str``, ``bool``), because it travels through MPI, JSON and SQLite. This module turns such
+dicts into scikit-optimize points and into bounded ``[0, 1]`` genomes for DEAP, and back,
+so the searchers never deal with priors, rounding or numpy scalars themselves.
+
+Genome encoding, one gene per dimension in declaration order:
+
+- real: linear position between low and high (in log space for a log-uniform prior);
+- integer: the integer is widened to the interval ``[low - 0.5, high + 0.5]`` (log space for
+  a log prior) so every integer owns an equally wide bin; decoding rounds to the nearest
+  integer and clips to ``[low, high]``;
+- categorical: ``n`` equal bins, one per choice; a choice encodes to its bin's centre.
+
+Uniform random genes therefore decode to samples that respect the priors, which is how
+:meth:`Space.sample` works.
+
+>>> import numpy as np
+>>> space = Space([Real("lr", 1e-4, 1e-1, "log-uniform"), Integer("units", 8, 512),
+...                Categorical("act", ["relu", "tanh"])])
+>>> p = space.sample(np.random.default_rng(0))
+>>> space.from_genome(space.to_genome(p)) == p
+True
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass
+from typing import Any, Iterable, Sequence, Union
+
+PRIORS = ("uniform", "log-uniform")
+CHOICE_TYPES = (str, int, float, bool)
+
+
+class SpaceError(ValueError):
+    """An invalid dimension or parameter. ``field`` is the dotted place it concerns
+    (``"lr.low"``), so the spec loader can prefix the file and section."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+def _is_number(value: Any) -> bool:
+    """bool is an int in Python but never a number in a search space."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _is_integer(value: Any) -> bool:
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int):
+        return True
+    return type(value).__module__ == "numpy" and hasattr(value, "dtype") and value.dtype.kind in "iu"
+
+
+def _is_real(value: Any) -> bool:
+    """A Python or numpy int/float, never a bool."""
+    if _is_number(value) or _is_integer(value):
+        return True
+    return type(value).__module__ == "numpy" and hasattr(value, "dtype") and value.dtype.kind == "f"
+
+
+def _native(value: Any) -> Any:
+    """numpy scalars become the Python scalar they hold (JSON and SQLite need these)."""
+    return value.item() if hasattr(value, "item") and hasattr(value, "dtype") else value
+
+
+def _clip01(g: float) -> float:
+    g = float(g)
+    if math.isnan(g):
+        return 0.5
+    return min(1.0, max(0.0, g))
+
+
+def _check_bounds(name: str, low: Any, high: Any, prior: str, integer: bool) -> None:
+    ok = _is_integer if integer else _is_number
+    what = "an integer" if integer else "a number"
+    for key, value in (("low", low), ("high", high)):
+        if not ok(value):
+            raise SpaceError(f"{name}.{key}", f"expected {what}, got {value!r}")
+        if not math.isfinite(value):
+            raise SpaceError(f"{name}.{key}", f"expected a finite number, got {value!r}")
+    if prior not in PRIORS:
+        raise SpaceError(f"{name}.prior", f"expected one of {', '.join(PRIORS)}, got {prior!r}")
+    if low >= high:
+        raise SpaceError(f"{name}.low", f"low ({low}) must be less than high ({high})")
+    if prior == "log-uniform" and low <= 0:
+        raise SpaceError(f"{name}.low", f"a log-uniform prior needs low > 0, got {low}")
+
+
+@dataclass(frozen=True)
+class Real:
+    """A float between low and high (both included)."""
+
+    name: str
+    low: float
+    high: float
+    prior: str = "uniform"
+
+    def __post_init__(self):
+        _check_bounds(self.name, self.low, self.high, self.prior, integer=False)
+        object.__setattr__(self, "low", float(self.low))
+        object.__setattr__(self, "high", float(self.high))
+
+    @property
+    def is_log(self) -> bool:
+        return self.prior == "log-uniform"
+
+    def _scale(self, x: float) -> float:
+        return math.log(x) if self.is_log else x
+
+    def _unscale(self, u: float) -> float:
+        return math.exp(u) if self.is_log else u
+
+    def encode(self, value: Any) -> float:
+        lo, hi = self._scale(self.low), self._scale(self.high)
+        return _clip01((self._scale(value) - lo) / (hi - lo))
+
+    def decode(self, gene: float) -> float:
+        lo, hi = self._scale(self.low), self._scale(self.high)
+        value = self._unscale(lo + _clip01(gene) * (hi - lo))
+        return min(self.high, max(self.low, value))
+
+    def validate(self, value: Any) -> None:
+        if not _is_real(value):
+            raise SpaceError(self.name, f"expected a number, got {value!r}")
+        if not self.low <= value <= self.high:
+            raise SpaceError(self.name, f"{value!r} is outside [{self.low}, {self.high}]")
+
+    def native(self, value: Any) -> float:
+        return float(value)
+
+    def scaled_distance(self, a: Any, b: Any) -> float:
+        lo, hi = self._scale(self.low), self._scale(self.high)
+        return min(1.0, abs(self._scale(a) - self._scale(b)) / (hi - lo))
+
+    def to_dict(self) -> dict:
+        return {"type": "real", "low": self.low, "high": self.high, "prior": self.prior}
+
+    def to_skopt(self):
+        from skopt.space import Real as SkReal
+
+        return SkReal(self.low, self.high, prior=self.prior, name=self.name)
+
+
+@dataclass(frozen=True)
+class Integer:
+    """An integer between low and high (both included)."""
+
+    name: str
+    low: int
+    high: int
+    prior: str = "uniform"
+
+    def __post_init__(self):
+        _check_bounds(self.name, self.low, self.high, self.prior, integer=True)
+        object.__setattr__(self, "low", int(self.low))
+        object.__setattr__(self, "high", int(self.high))
+
+    @property
+    def is_log(self) -> bool:
+        return self.prior == "log-uniform"
+
+    def _scale(self, x: float) -> float:
+        return math.log(x) if self.is_log else x
+
+    def _edges(self) -> tuple[float, float]:
+        """The widened interval: each integer owns a bin of equal width (in prior scale)."""
+        return self._scale(self.low - 0.5), self._scale(self.high + 0.5)
+
+    def encode(self, value: Any) -> float:
+        lo, hi = self._edges()
+        return _clip01((self._scale(value) - lo) / (hi - lo))
+
+    def decode(self, gene: float) -> int:
+        lo, hi = self._edges()
+        u = lo + _clip01(gene) * (hi - lo)
+        x = math.exp(u) if self.is_log else u
+        return min(self.high, max(self.low, math.floor(x + 0.5)))
+
+    def validate(self, value: Any) -> None:
+        if not _is_integer(value):
+            raise SpaceError(self.name, f"expected an integer, got {value!r}")
+        if not self.low <= value <= self.high:
+            raise SpaceError(self.name, f"{value!r} is outside [{self.low}, {self.high}]")
+
+    def native(self, value: Any) -> int:
+        return int(value)
+
+    def scaled_distance(self, a: Any, b: Any) -> float:
+        lo, hi = self._scale(self.low), self._scale(self.high)
+        return min(1.0, abs(self._scale(a) - self._scale(b)) / (hi - lo))
+
+    def to_dict(self) -> dict:
+        return {"type": "integer", "low": self.low, "high": self.high, "prior": self.prior}
+
+    def to_skopt(self):
+        from skopt.space import Integer as SkInteger
+
+        return SkInteger(self.low, self.high, prior=self.prior, name=self.name)
+
+
+@dataclass(frozen=True)
+class Categorical:
+    """One of a list of choices (str, int, float or bool), in the given order.
+
+    Choices that compare equal in Python (``1``, ``1.0`` and ``True``) are refused as
+    duplicates: scikit-optimize and dict lookups cannot tell them apart.
+    """
+
+    name: str
+    choices: tuple
+
+    def __post_init__(self):
+        choices = self.choices
+        if not isinstance(choices, (list, tuple)):
+            raise SpaceError(f"{self.name}.choices", f"expected a list, got {choices!r}")
+        if not choices:
+            raise SpaceError(f"{self.name}.choices", "expected at least one choice, got none")
+        for i, choice in enumerate(choices):
+            if not isinstance(choice, CHOICE_TYPES):
+                raise SpaceError(f"{self.name}.choices[{i}]",
+                                 f"expected a string, number or boolean, got {choice!r}")
+            if isinstance(choice, float) and not math.isfinite(choice):
+                raise SpaceError(f"{self.name}.choices[{i}]", f"expected a finite number, got {choice!r}")
+            for j in range(i):
+                if choices[j] == choice:
+                    raise SpaceError(f"{self.name}.choices[{i}]",
+                                     f"duplicate choice {choice!r} (same as choice {j}, {choices[j]!r})")
+        object.__setattr__(self, "choices", tuple(choices))
+
+    def index(self, value: Any) -> int:
+        """Position of value among the choices; exact type first, so 1 never finds 1.0."""
+        value = _native(value)
+        for i, choice in enumerate(self.choices):
+            if type(choice) is type(value) and choice == value:
+                return i
+        for i, choice in enumerate(self.choices):
+            if choice == value and isinstance(choice, bool) == isinstance(value, bool):
+                return i
+        raise SpaceError(self.name, f"{value!r} is not one of {list(self.choices)!r}")
+
+    def encode(self, value: Any) -> float:
+        return (self.index(value) + 0.5) / len(self.choices)
+
+    def decode(self, gene: float) -> Any:
+        n = len(self.choices)
+        return self.choices[min(n - 1, int(_clip01(gene) * n))]
+
+    def validate(self, value: Any) -> None:
+        self.index(value)
+
+    def native(self, value: Any) -> Any:
+        return self.choices[self.index(value)]
+
+    def scaled_distance(self, a: Any, b: Any) -> float:
+        return 0.0 if self.index(a) == self.index(b) else 1.0
+
+    def to_dict(self) -> dict:
+        return {"type": "categorical", "choices": list(self.choices)}
+
+    def to_skopt(self):
+        from skopt.space import Categorical as SkCategorical
+
+        return SkCategorical(list(self.choices), name=self.name)
+
+
+Dimension = Union[Real, Integer, Categorical]
+
+
+def dimension_from_dict(name: str, entry: dict) -> Dimension:
+    """Build one dimension from its description (the YAML/`to_dict` shape)."""
+    if not isinstance(entry, dict):
+        raise SpaceError(name, f"expected a mapping with a 'type', got {entry!r}")
+    kind = entry.get("type")
+    if kind == "categorical":
+        return Categorical(name, entry.get("choices"))
+    cls = {"real": Real, "integer": Integer}.get(kind)
+    if cls is None:
+        raise SpaceError(f"{name}.type", f"expected real, integer or categorical, got {kind!r}")
+    return cls(name, entry.get("low"), entry.get("high"), entry.get("prior", "uniform"))
+
+
+class Space:
+    """An ordered collection of named dimensions; the order is the skopt/genome order."""
+
+    def __init__(self, dimensions: Iterable[Dimension]):
+        self.dimensions: list[Dimension] = list(dimensions)
+        self.names: list[str] = [d.name for d in self.dimensions]
+        if not self.dimensions:
+            raise SpaceError("search_space", "expected at least one parameter")
+        seen = set()
+        for name in self.names:
+            if name in seen:
+                raise SpaceError(name, "duplicate parameter name")
+            seen.add(name)
+        self._by_name = {d.name: d for d in self.dimensions}
+
+    def __len__(self) -> int:
+        return len(self.dimensions)
+
+    def __iter__(self):
+        return iter(self.dimensions)
+
+    def __getitem__(self, name: str) -> Dimension:
+        return self._by_name[name]
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Space) and self.dimensions == other.dimensions
+
+    def __repr__(self) -> str:
+        return f"Space({self.dimensions!r})"
+
+    # -- scikit-optimize ------------------------------------------------------------
+    def to_skopt(self) -> list:
+        return [d.to_skopt() for d in self.dimensions]
+
+    def to_point(self, params: dict) -> list:
+        self.check(params)
+        return [params[d.name] for d in self.dimensions]
+
+    def from_point(self, point: Sequence) -> dict:
+        """skopt point -> params with native types (skopt hands back numpy int64)."""
+        if len(point) != len(self.dimensions):
+            raise ValueError(f"expected a point of {len(self)} values, got {len(point)}")
+        return {d.name: d.native(_native(v)) for d, v in zip(self.dimensions, point)}
+
+    # -- DEAP genome ----------------------------------------------------------------
+    def to_genome(self, params: dict) -> list[float]:
+        self.check(params)
+        return [d.encode(params[d.name]) for d in self.dimensions]
+
+    def from_genome(self, genome: Sequence[float]) -> dict:
+        if len(genome) != len(self.dimensions):
+            raise ValueError(f"expected a genome of {len(self)} genes, got {len(genome)}")
+        return {d.name: d.decode(g) for d, g in zip(self.dimensions, genome)}
+
+    def sample(self, rng) -> dict:
+        """A random parameter set: uniform genes decode to samples that follow the priors."""
+        return self.from_genome([float(g) for g in rng.random(len(self.dimensions))])
+
+    # -- membership -----------------------------------------------------------------
+    def check(self, params: dict) -> None:
+        """Raise SpaceError (a ValueError) naming the first wrong, missing or extra parameter."""
+        if not isinstance(params, dict):
+            raise SpaceError("params", f"expected a mapping, got {params!r}")
+        for d in self.dimensions:
+            if d.name not in params:
+                raise SpaceError(d.name, "missing")
+            d.validate(params[d.name])
+        extra = [k for k in params if k not in self._by_name]
+        if extra:
+            raise SpaceError(str(extra[0]), "not a parameter of this search space")
+
+    def contains(self, params: dict) -> bool:
+        try:
+            self.check(params)
+        except ValueError:
+            return False
+        return True
+
+    def distance(self, a: dict, b: dict) -> float:
+        """Largest per-dimension distance, each scaled to [0, 1] (in log space for log
+        priors; categorical: 0 if equal else 1). Used to keep pending points apart."""
+        return max(d.scaled_distance(a[d.name], b[d.name]) for d in self.dimensions)
+
+    # -- description ----------------------------------------------------------------
+    def to_dict(self) -> dict:
+        return {d.name: d.to_dict() for d in self.dimensions}
+
+    @classmethod
+    def from_dict(cls, description: dict) -> "Space":
+        if not isinstance(description, dict):
+            raise SpaceError("search_space", f"expected a mapping, got {description!r}")
+        return cls(dimension_from_dict(name, entry) for name, entry in description.items())
+
+    def fingerprint(self) -> str:
+        """sha256 of the description, independent of declaration order: reordering the
+        parameters changes neither the meaning of stored trials nor a replay."""
+        text = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    def diff(self, other: "Space") -> list[str]:
+        """Human-readable differences from self (stored) to other (new); empty if equal."""
+        mine, theirs = self.to_dict(), other.to_dict()
+        lines = [f"removed {n}: {_describe(mine[n])}" for n in mine if n not in theirs]
+        lines += [f"added {n}: {_describe(theirs[n])}" for n in theirs if n not in mine]
+        lines += [f"changed {n}: {_describe(mine[n])} -> {_describe(theirs[n])}"
+                  for n in mine if n in theirs and mine[n] != theirs[n]]
+        return lines
+
+
+def _describe(entry: dict) -> str:
+    if entry["type"] == "categorical":
+        return f"categorical {entry['choices']!r}"
+    return f"{entry['type']} [{entry['low']}, {entry['high']}] {entry['prior']}"
