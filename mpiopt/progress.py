@@ -24,6 +24,7 @@ class Progress:
         self.budget, self.quiet = budget, quiet
         self.out = out or sys.stdout
         self.started = time.monotonic()
+        self.cpu_started = time.process_time()
         self._best_shown: int | None = None
 
     def say(self, text: str) -> None:
@@ -59,6 +60,8 @@ class Progress:
                  f"in {wall:.1f}s")
         if sched.message:
             self.say(sched.message)
+        cpu = time.process_time() - self.cpu_started
+        self.say(f"coordinator: {cpu:.2f}s CPU over {wall:.2f}s wall ({100 * cpu / max(wall, 1e-9):.1f}% of a core)")
         if sched.best is not None:
             self.say(f"best value {sched.best.value:.6g} (trial {sched.best.number}): "
                      f"{format_params(sched.best.params)}")

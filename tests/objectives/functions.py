@@ -1,0 +1,38 @@
+"""Plain objectives the MPI tests run: fast, sleeping, failing, and MPI-aware ones."""
+import math
+import os
+import time
+
+
+def branin(params):
+    x, y = params["x"], params["y"]
+    a, b, c, r, s, t = 1.0, 5.1 / (4 * math.pi**2), 5 / math.pi, 6.0, 10.0, 1 / (8 * math.pi)
+    return a * (y - b * x**2 + c * x - r) ** 2 + s * (1 - t) * math.cos(x) + s
+
+
+def sleepy(params):
+    """Sleeps for SLEEP seconds (env MPIOPT_TEST_SLEEP, default 0.3); returns timings too."""
+    start = time.time()
+    time.sleep(float(os.environ.get("MPIOPT_TEST_SLEEP", "0.3")))
+    return {"value": branin(params), "t_start": start, "t_end": time.time(), "pid": os.getpid()}
+
+
+def flaky(params):
+    """Fails for x < -2, returns NaN for x > 8, a string for 6 < x <= 8; fine otherwise."""
+    if params["x"] < -2:
+        raise RuntimeError("deliberate failure for x < -2")
+    if params["x"] > 8:
+        return float("nan")
+    if params["x"] > 6:
+        return "not a number"
+    return branin(params)
+
+
+def always_fails(params):
+    raise ImportError("module 'physics' is not installed")
+
+
+def group_sum(params, comm):
+    """Uses the whole group: every rank contributes; the value is the same on all ranks."""
+    total = comm.allreduce(comm.Get_rank() + 1)
+    return {"value": branin(params), "group_ranks": comm.Get_size(), "rank_sum": total}

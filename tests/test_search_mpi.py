@@ -1,0 +1,232 @@
+"""Real studies under the venv's mpiexec: budgets, layouts, failures, refusals, resume."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import BIN, ROOT, mpiopt, test_env
+from mpiopt.trial import StudyStatus, TrialStatus
+
+FUNCTIONS = ROOT / "tests" / "objectives" / "functions.py"
+
+
+def write_spec(tmp_path: Path, name="t", function="sleepy", algorithm="random", trials=8,
+               group_size=1, **search) -> Path:
+    spec = {
+        "study": {"name": name},
+        "objective": {"function": f"{FUNCTIONS}:{function}", "direction": "minimize"},
+        "search_space": {"x": {"type": "real", "low": -5.0, "high": 10.0},
+                         "y": {"type": "real", "low": 0.0, "high": 15.0}},
+        "search": {"algorithm": algorithm, "trials": trials, "seed": 3, **search},
+        "resources": {"group_size": group_size},
+    }
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def db_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'study.db'}"
+
+
+def trials_of(tmp_path: Path, name="t"):
+    from mpiopt.storage import open_storage
+
+    storage = open_storage(db_url(tmp_path))
+    try:
+        study = storage.get_study(name)
+        return study, storage.get_trials(study.id)
+    finally:
+        storage.close()
+
+
+def search(tmp_path, spec, np=None, *extra, timeout=240):
+    return mpiopt("search", spec, "--storage", db_url(tmp_path), *extra, np=np, cwd=tmp_path,
+                  timeout=timeout)
+
+
+@pytest.mark.parametrize("np,group_size,algorithm", [
+    (1, 1, "bayesian"), (3, 1, "evolutionary"), (5, 1, "bayesian"), (5, 2, "random"),
+    (3, 2, "evolutionary"),
+])
+def test_every_layout_and_algorithm_completes_its_budget(tmp_path, np, group_size, algorithm, monkeypatch):
+    monkeypatch.setenv("MPIOPT_TEST_SLEEP", "0.05")
+    spec = write_spec(tmp_path, algorithm=algorithm, trials=10, group_size=group_size)
+    proc = search(tmp_path, spec, np)
+    assert proc.returncode == 0, proc.stderr
+    study, trials = trials_of(tmp_path)
+    assert study.status == StudyStatus.COMPLETE
+    assert sorted(t.number for t in trials) == list(range(10))
+    assert {t.status for t in trials} == {TrialStatus.COMPLETE}
+    n_groups = 1 if np == 1 else (np - 1) // group_size
+    assert {t.group for t in trials} == set(range(n_groups))     # every group worked
+    assert "[10/10]" in proc.stdout and "best value" in proc.stdout
+
+
+def test_objective_with_comm_gets_the_whole_group(tmp_path):
+    spec = write_spec(tmp_path, function="group_sum", trials=4, group_size=2)
+    proc = search(tmp_path, spec, 5)
+    assert proc.returncode == 0, proc.stderr
+    _, trials = trials_of(tmp_path)
+    assert {t.metrics["group_ranks"] for t in trials} == {2.0}
+    assert {t.metrics["rank_sum"] for t in trials} == {3.0}
+
+
+def test_failing_nan_and_wrong_type_trials_are_isolated(tmp_path):
+    spec = write_spec(tmp_path, function="flaky", trials=30, max_initial_failures=30)
+    proc = search(tmp_path, spec, 3)
+    assert proc.returncode == 0, proc.stderr
+    study, trials = trials_of(tmp_path)
+    assert len(trials) == 30 and study.status == StudyStatus.COMPLETE
+    failed = {t.number: t for t in trials if t.status == TrialStatus.FAILED}
+    for t in trials:
+        x = t.params["x"]
+        assert (t.status == TrialStatus.FAILED) == (x < -2 or x > 6), (x, t.status, t.error)
+    errors = " ".join(t.error for t in failed.values())
+    assert "deliberate failure" in errors and "non-finite" in errors and "expected a number" in errors
+    assert "world rank" in errors
+    assert all(t.value is None for t in failed.values())
+
+
+def test_study_whose_first_trials_all_fail_stops(tmp_path):
+    spec = write_spec(tmp_path, function="always_fails", trials=40, max_initial_failures=4)
+    proc = search(tmp_path, spec, 3)
+    assert proc.returncode == 1
+    assert "first 4 trials all failed" in proc.stdout and "physics" in proc.stdout
+    study, trials = trials_of(tmp_path)
+    assert study.status == StudyStatus.FAILED
+    assert 4 <= len(trials) <= 5                      # the other group may have one running
+
+
+def test_uneven_rank_count_is_refused_with_counts_that_work(tmp_path):
+    spec = write_spec(tmp_path, group_size=2)
+    proc = search(tmp_path, spec, 4)
+    assert proc.returncode != 0
+    lines = [l for l in proc.stderr.splitlines() if l.strip()]
+    assert len(lines) == 1 and "-n 5, 7, 9" in lines[0], proc.stderr
+    assert not (tmp_path / "study.db").exists()
+
+
+def test_existing_study_without_resume_is_refused(tmp_path):
+    spec = write_spec(tmp_path, trials=3)
+    assert search(tmp_path, spec).returncode == 0
+    proc = search(tmp_path, spec, 3)
+    assert proc.returncode == 2 and "--resume" in proc.stderr and "Traceback" not in proc.stderr
+    assert len(trials_of(tmp_path)[1]) == 3
+
+
+def test_resume_refuses_a_changed_search_space_and_shows_it(tmp_path):
+    spec = write_spec(tmp_path, trials=3)
+    assert search(tmp_path, spec).returncode == 0
+    data = yaml.safe_load(spec.read_text())
+    data["search_space"]["x"]["high"] = 12.0
+    data["search"]["trials"] = 5                      # allowed alone, not with the space change
+    spec.write_text(yaml.safe_dump(data))
+    proc = search(tmp_path, spec, None, "--resume")
+    assert proc.returncode == 2 and "high" in proc.stderr and "12" in proc.stderr
+
+
+def test_resume_extends_budget_and_replays(tmp_path):
+    spec = write_spec(tmp_path, algorithm="bayesian", trials=4, function="branin")
+    assert search(tmp_path, spec).returncode == 0
+    before = {t.number: (t.params, t.value) for t in trials_of(tmp_path)[1]}
+    proc = search(tmp_path, spec, 3, "--resume", "--trials", "7")
+    assert proc.returncode == 0, proc.stderr
+    assert "4 finished trials kept" in proc.stdout
+    trials = trials_of(tmp_path)[1]
+    assert sorted(t.number for t in trials) == list(range(7))
+    assert {t.number: (t.params, t.value) for t in trials if t.number < 4} == before
+
+
+def _job(tmp_path, spec, np, *extra):
+    cmd = [str(BIN / "mpiexec"), "-n", str(np), str(BIN / "mpiopt"), "search", str(spec),
+           "--storage", db_url(tmp_path), *extra]
+    return subprocess.Popen(cmd, cwd=tmp_path, env=test_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def _wait_for_finished(tmp_path, n, timeout=60):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if (tmp_path / "study.db").exists():
+            try:
+                trials = trials_of(tmp_path)[1]
+            except Exception:
+                trials = []
+            done = [t for t in trials if t.status.is_finished()]
+            running = [t for t in trials if t.status == TrialStatus.RUNNING]
+            if len(done) >= n and running:
+                return
+        time.sleep(0.1)
+    raise AssertionError("study did not reach the wanted state")
+
+
+def test_kill_minus_nine_then_resume_loses_nothing(tmp_path, monkeypatch):
+    monkeypatch.setenv("MPIOPT_TEST_SLEEP", "0.4")
+    spec = write_spec(tmp_path, algorithm="evolutionary", trials=14)
+    job = _job(tmp_path, spec, 5)
+    _wait_for_finished(tmp_path, 5)
+    os.killpg(job.pid, signal.SIGKILL)
+    job.wait(30)
+    _, trials = trials_of(tmp_path)
+    finished_before = {t.number: (t.params, t.value) for t in trials if t.status.is_finished()}
+    assert any(t.status == TrialStatus.RUNNING for t in trials)     # killed mid-trial
+    proc = mpiopt("resume", "t", "--storage", db_url(tmp_path), np=3, cwd=tmp_path, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    study, trials = trials_of(tmp_path)
+    numbers = [t.number for t in trials]
+    assert len(numbers) == len(set(numbers)) == 14 and study.status == StudyStatus.COMPLETE
+    assert all(t.status == TrialStatus.COMPLETE for t in trials)
+    assert {n: v for n, v in ((t.number, (t.params, t.value)) for t in trials)
+            if n in finished_before} == finished_before
+    assert any(t.attempt == 1 for t in trials)                      # the killed ones ran again
+
+
+def test_sigint_marks_interrupted_and_exits_nonzero(tmp_path, monkeypatch):
+    monkeypatch.setenv("MPIOPT_TEST_SLEEP", "1.5")
+    spec = write_spec(tmp_path, trials=20)
+    job = _job(tmp_path, spec, 3)
+    _wait_for_finished(tmp_path, 1)
+    os.killpg(job.pid, signal.SIGINT)
+    out, err = job.communicate(timeout=60)
+    assert job.returncode != 0
+    assert "resume with: mpiopt resume t" in out, out + err
+    study, trials = trials_of(tmp_path)
+    assert study.status == StudyStatus.INTERRUPTED
+    assert {t.status for t in trials} <= {TrialStatus.COMPLETE, TrialStatus.INTERRUPTED}
+    assert any(t.status == TrialStatus.INTERRUPTED for t in trials)
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_waiting_ranks_do_not_spin_and_status_reads_during_the_run(tmp_path, monkeypatch):
+    """Coordinator and an idle group member sleep between probes: each under 5% of a core."""
+    monkeypatch.setenv("MPIOPT_TEST_SLEEP", "2.0")
+    spec = write_spec(tmp_path, trials=6, group_size=2)   # plain objective: member ranks idle
+    job = _job(tmp_path, spec, 5)
+    _wait_for_finished(tmp_path, 0)
+    status = mpiopt("status", "t", "--storage", db_url(tmp_path), "--format", "json", cwd=tmp_path)
+    assert status.returncode == 0, status.stderr
+    assert json.loads(status.stdout)["running"] >= 1
+    marker = str(spec)
+    pids = [int(p) for p in os.listdir("/proc") if p.isdigit()
+            and marker in Path(f"/proc/{p}/cmdline").read_bytes().decode(errors="replace")
+            and b"mpiexec" not in Path(f"/proc/{p}/cmdline").read_bytes()]
+    assert len(pids) == 5
+    time.sleep(0.5)
+    first = {p: _cpu_seconds(p) for p in pids}
+    time.sleep(2.0)
+    used = {p: (_cpu_seconds(p) - first[p]) / 2.0 for p in pids}
+    job.communicate(timeout=60)
+    assert job.returncode == 0
+    assert max(used.values()) < 0.05, used
