@@ -1,0 +1,90 @@
+"""Rows <-> records: parameter encoding, JSON columns, FrozenTrial and StudyRecord."""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from mpiopt.storage.models import StudyModel, TrialModel, TrialParamModel
+from mpiopt.trial import FrozenTrial, StudyStatus, TrialStatus
+
+
+@dataclass(frozen=True)
+class StudyRecord:
+    """A study as read from storage; `counts` and `best_value` are filled by list_studies."""
+
+    id: int
+    name: str
+    direction: str
+    metric: str
+    spec_text: str
+    fingerprint: str
+    space_json: str
+    status: StudyStatus
+    created_at: datetime
+    updated_at: datetime
+    counts: dict[TrialStatus, int] = field(default_factory=dict)
+    best_value: float | None = None
+
+
+def encode_param(name: str, value: Any) -> TrialParamModel:
+    """Exact text for reading back; a float (where one exists) for SQL filters and sorts."""
+    if isinstance(value, bool):
+        return TrialParamModel(name=name, kind="bool", value_float=float(value),
+                               value_text="true" if value else "false")
+    if isinstance(value, int):
+        return TrialParamModel(name=name, kind="int", value_float=float(value),
+                               value_text=str(value))
+    if isinstance(value, float):
+        return TrialParamModel(name=name, kind="float", value_float=finite_or_none(value),
+                               value_text=repr(value))
+    if isinstance(value, str):
+        return TrialParamModel(name=name, kind="str", value_float=None, value_text=value)
+    return TrialParamModel(name=name, kind="json", value_float=None, value_text=json.dumps(value))
+
+
+def decode_param(row: TrialParamModel) -> Any:
+    text = row.value_text
+    decoders = {"bool": lambda t: t == "true", "int": int, "float": float, "str": str,
+                "json": json.loads}
+    return decoders[row.kind](text)
+
+
+def finite_or_none(value: float | None) -> float | None:
+    """NaN cannot be stored portably (SQLite turns it into NULL anyway): store NULL."""
+    if value is None:
+        return None
+    value = float(value)
+    return None if math.isnan(value) else value
+
+
+def dump_json(value: dict | None) -> str | None:
+    return None if not value else json.dumps(value, default=float)
+
+
+def load_json(text: str | None) -> dict:
+    return json.loads(text) if text else {}
+
+
+def to_frozen(row: TrialModel) -> FrozenTrial:
+    return FrozenTrial(
+        id=row.id, study_id=row.study_id, number=row.number, status=TrialStatus(row.status),
+        params={p.name: decode_param(p) for p in row.params},
+        value=row.value, value_std=row.value_std, seed=row.seed, attempt=row.attempt,
+        group=row.group, host=row.host, started_at=row.started_at,
+        finished_at=row.finished_at, duration=row.duration, error=row.error,
+        metrics=load_json(row.metrics_json),
+        fold_values=[f.value for f in sorted(row.folds, key=lambda f: f.fold)],
+        intermediate={i.epoch: i.value for i in sorted(row.intermediate, key=lambda i: i.epoch)},
+    )
+
+
+def to_record(row: StudyModel, counts=None, best_value=None) -> StudyRecord:
+    return StudyRecord(
+        id=row.id, name=row.name, direction=row.direction, metric=row.metric,
+        spec_text=row.spec_text, fingerprint=row.fingerprint, space_json=row.space_json,
+        status=StudyStatus(row.status), created_at=row.created_at, updated_at=row.updated_at,
+        counts=dict(counts or {}), best_value=best_value,
+    )

@@ -1,0 +1,310 @@
+"""Storage: the one repository every part of mpiopt reads and writes results through.
+
+Contract: every public method is one short transaction (session_scope) and is safe to call
+from several threads; records returned (FrozenTrial, StudyRecord) never change afterwards.
+Only the coordinator writes; any number of processes may read while it does.
+"""
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Iterable, Sequence
+
+from sqlalchemy import func, select, update
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.engine import Engine
+from sqlalchemy.orm import Session, selectinload, sessionmaker
+
+from mpiopt.errors import ResumeError, StorageError, UnknownStudyError
+from mpiopt.storage._convert import (StudyRecord, dump_json, encode_param, finite_or_none,
+                                     to_frozen, to_record)
+from mpiopt.storage._engine import writer
+from mpiopt.storage._session import session_scope
+from mpiopt.storage.models import (StudyModel, TrialFoldModel, TrialIntermediateModel,
+                                   TrialModel)
+from mpiopt.trial import FrozenTrial, StudyStatus, TrialStatus
+
+DIRECTIONS = ("minimize", "maximize")
+NUMBER_RETRIES = 5
+
+
+class DuplicateStudyError(StorageError, ResumeError):
+    """create_study on a name that exists: both a storage and a resume refusal."""
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def _with_children(stmt):
+    return stmt.options(selectinload(TrialModel.params), selectinload(TrialModel.folds),
+                        selectinload(TrialModel.intermediate))
+
+
+class Storage:
+    """Studies and trials in one SQL database (any SQLAlchemy URL; see open_storage)."""
+
+    def __init__(self, engine: Engine, url: str):
+        self.engine, self.url = engine, url
+        self._read = sessionmaker(engine, expire_on_commit=False)
+        self._write = sessionmaker(writer(engine), expire_on_commit=False)
+
+    def __enter__(self) -> "Storage":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def _reading(self):
+        return session_scope(self._read, self.url)
+
+    def _writing(self):
+        return session_scope(self._write, self.url)
+
+    # ---- studies -----------------------------------------------------------------------
+    def create_study(self, name: str, direction: str, metric: str, spec_text: str,
+                     fingerprint: str, space_json) -> int:
+        if direction not in DIRECTIONS:
+            raise StorageError(f"direction must be one of {', '.join(DIRECTIONS)}, not {direction!r}")
+        if not isinstance(space_json, str):
+            space_json = dump_json(space_json) or "{}"
+        now = _now()
+        row = StudyModel(name=name, direction=direction, metric=metric, spec_text=spec_text,
+                         fingerprint=fingerprint, space_json=space_json,
+                         status=StudyStatus.RUNNING, created_at=now, updated_at=now)
+        with self._writing() as s:
+            if s.scalar(select(StudyModel.id).where(StudyModel.name == name)) is not None:
+                raise DuplicateStudyError(f"study '{name}' already exists in {self.url}")
+            s.add(row)
+            s.flush()
+            return row.id
+
+    def get_study(self, name: str) -> StudyRecord:
+        with self._reading() as s:
+            row = s.scalar(select(StudyModel).where(StudyModel.name == name))
+            if row is None:
+                known = s.scalars(select(StudyModel.name).order_by(StudyModel.name)).all()
+                raise UnknownStudyError(_unknown(name, known, self.url))
+            return to_record(row)
+
+    def list_studies(self) -> list[StudyRecord]:
+        """Every study with its trial counts per status and best COMPLETE value."""
+        with self._reading() as s:
+            rows = s.scalars(select(StudyModel).order_by(StudyModel.id)).all()
+            counts = s.execute(select(TrialModel.study_id, TrialModel.status, func.count())
+                               .group_by(TrialModel.study_id, TrialModel.status)).all()
+            extremes = s.execute(
+                select(TrialModel.study_id, func.min(TrialModel.value), func.max(TrialModel.value))
+                .where(TrialModel.status == TrialStatus.COMPLETE)
+                .group_by(TrialModel.study_id)).all()
+        per_study = {r.id: _zero_counts() for r in rows}
+        for study_id, status, n in counts:
+            per_study[study_id][TrialStatus(status)] = n
+        best = {sid: (lo, hi) for sid, lo, hi in extremes}
+        return [to_record(r, per_study[r.id], _pick(best.get(r.id), r.direction)) for r in rows]
+
+    def set_study_status(self, study_id: int, status: StudyStatus) -> None:
+        self._update_study(study_id, status=StudyStatus(status))
+
+    def update_study_spec(self, study_id: int, spec_text: str) -> None:
+        self._update_study(study_id, spec_text=spec_text)
+
+    def _update_study(self, study_id: int, **values) -> None:
+        with self._writing() as s:
+            done = s.execute(update(StudyModel).where(StudyModel.id == study_id)
+                             .values(updated_at=_now(), **values))
+            if done.rowcount != 1:
+                raise StorageError(f"no study with id {study_id} in {self.url}")
+
+    # ---- trial writes (the coordinator) ------------------------------------------------
+    def create_trial(self, study_id: int, params: dict, seed: int | None, group: int | None,
+                     host: str | None = None) -> FrozenTrial:
+        """A RUNNING trial with the next dense number, in one transaction with its params.
+
+        SQLite serialises writers (BEGIN IMMEDIATE), so max+1 is safe; on other backends
+        a concurrent writer trips the (study_id, number) constraint and we retry.
+        """
+        for attempt in range(NUMBER_RETRIES):
+            try:
+                return self._insert_trial(study_id, params, seed, group, host)
+            except StorageError as exc:
+                if not isinstance(exc.__cause__, sa_exc.IntegrityError) or \
+                        attempt == NUMBER_RETRIES - 1:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _insert_trial(self, study_id, params, seed, group, host) -> FrozenTrial:
+        with self._writing() as s:
+            self._require_study(s, study_id)
+            number = s.scalar(select(func.coalesce(func.max(TrialModel.number) + 1, 0))
+                              .where(TrialModel.study_id == study_id))
+            row = TrialModel(study_id=study_id, number=number, status=TrialStatus.RUNNING,
+                             seed=seed, attempt=0, group=group, host=host, started_at=_now(),
+                             params=[encode_param(k, v) for k, v in params.items()],
+                             folds=[], intermediate=[])
+            s.add(row)
+            s.flush()
+            return to_frozen(row)
+
+    def restart_trial(self, trial_id: int, group: int | None,
+                      host: str | None = None) -> FrozenTrial:
+        """Run an unfinished trial again (resume): a new attempt, its old results dropped."""
+        with self._writing() as s:
+            row = self._trial_row(s, trial_id)
+            if TrialStatus(row.status).is_finished():
+                raise StorageError(f"trial {row.number} is {row.status.value}; only unfinished "
+                                   "trials can run again")
+            row.status, row.attempt, row.group, row.host = (TrialStatus.RUNNING, row.attempt + 1,
+                                                            group, host)
+            row.started_at, row.finished_at, row.duration = _now(), None, None
+            row.value = row.value_std = row.error = row.metrics_json = None
+            row.folds.clear()
+            row.intermediate.clear()
+            s.flush()
+            return to_frozen(row)
+
+    def finish_trial(self, trial_id: int, status: TrialStatus, value: float | None = None,
+                     value_std: float | None = None, fold_values: Sequence = (),
+                     metrics: dict | None = None, error: str | None = None,
+                     duration: float | None = None, intermediate: dict | None = None,
+                     fold_metrics: Sequence[dict] | None = None) -> FrozenTrial:
+        """Record a trial's outcome, folds and per-epoch values in one transaction."""
+        status = TrialStatus(status)
+        if status in (TrialStatus.RUNNING, TrialStatus.PENDING):
+            raise StorageError(f"finish_trial needs a final status, not {status.value}")
+        with self._writing() as s:
+            row = self._trial_row(s, trial_id)
+            if TrialStatus(row.status) not in (TrialStatus.RUNNING, TrialStatus.PENDING):
+                raise StorageError(f"trial {row.number} is already {row.status.value}")
+            now = _now()
+            row.status, row.finished_at, row.error = status, now, error
+            row.value, row.value_std = finite_or_none(value), finite_or_none(value_std)
+            row.metrics_json = dump_json(metrics)
+            row.duration = duration if duration is not None else _elapsed(row.started_at, now)
+            row.folds.clear()
+            s.flush()
+            fold_metrics = list(fold_metrics or [])
+            for i, v in enumerate(fold_values):
+                extra = fold_metrics[i] if i < len(fold_metrics) else None
+                row.folds.append(TrialFoldModel(fold=i, value=finite_or_none(v),
+                                                metrics_json=dump_json(extra)))
+            _merge_intermediate(row, intermediate or {})
+            s.flush()
+            return to_frozen(row)
+
+    def add_intermediate(self, trial_id: int, epoch: int, value: float) -> None:
+        with self._writing() as s:
+            _merge_intermediate(self._trial_row(s, trial_id), {epoch: value})
+
+    def interrupt_running(self, study_id: int) -> int:
+        """RUNNING (and PENDING) trials become INTERRUPTED; returns how many."""
+        with self._writing() as s:
+            done = s.execute(update(TrialModel)
+                             .where(TrialModel.study_id == study_id,
+                                    TrialModel.status.in_([TrialStatus.RUNNING,
+                                                           TrialStatus.PENDING]))
+                             .values(status=TrialStatus.INTERRUPTED, finished_at=_now()))
+            return done.rowcount
+
+    # ---- trial reads -------------------------------------------------------------------
+    def get_trials(self, study_id: int, statuses: Iterable[TrialStatus] | None = None,
+                   order_by: str = "number", limit: int | None = None,
+                   descending: bool = False) -> list[FrozenTrial]:
+        """Trials of a study; order_by="value" puts trials without a value last."""
+        if order_by not in ("number", "value"):
+            raise StorageError(f"order_by must be 'number' or 'value', not {order_by!r}")
+        stmt = _with_children(select(TrialModel).where(TrialModel.study_id == study_id))
+        if statuses is not None:
+            stmt = stmt.where(TrialModel.status.in_([TrialStatus(x) for x in statuses]))
+        number = TrialModel.number.desc() if descending else TrialModel.number
+        if order_by == "value":
+            value = TrialModel.value.desc() if descending else TrialModel.value
+            stmt = stmt.order_by(TrialModel.value.is_(None), value, TrialModel.number)
+        else:
+            stmt = stmt.order_by(number)
+        if limit is not None:
+            stmt = stmt.limit(limit)
+        with self._reading() as s:
+            return [to_frozen(r) for r in s.scalars(stmt).all()]
+
+    def get_trial(self, study_id: int, number: int) -> FrozenTrial:
+        stmt = _with_children(select(TrialModel).where(TrialModel.study_id == study_id,
+                                                       TrialModel.number == number))
+        with self._reading() as s:
+            row = s.scalar(stmt)
+            if row is None:
+                count = s.scalar(select(func.count()).where(TrialModel.study_id == study_id))
+                span = f"numbers 0..{count - 1}" if count else "no trials yet"
+                raise StorageError(f"the study has no trial {number} ({span})")
+            return to_frozen(row)
+
+    def get_trial_by_id(self, trial_id: int) -> FrozenTrial:
+        with self._reading() as s:
+            return to_frozen(self._trial_row(s, trial_id))
+
+    def best_trials(self, study_id: int, k: int = 1) -> list[FrozenTrial]:
+        """The k best COMPLETE trials in the study's direction (ties: lower number first)."""
+        with self._reading() as s:
+            direction = self._require_study(s, study_id).direction
+        return self.get_trials(study_id, [TrialStatus.COMPLETE], order_by="value", limit=k,
+                               descending=direction == "maximize")
+
+    def count_trials(self, study_id: int) -> dict[TrialStatus, int]:
+        counts = _zero_counts()
+        with self._reading() as s:
+            rows = s.execute(select(TrialModel.status, func.count())
+                             .where(TrialModel.study_id == study_id)
+                             .group_by(TrialModel.status)).all()
+        for status, n in rows:
+            counts[TrialStatus(status)] = n
+        return counts
+
+    # ---- helpers -----------------------------------------------------------------------
+    def _require_study(self, s: Session, study_id: int) -> StudyModel:
+        row = s.get(StudyModel, study_id)
+        if row is None:
+            raise StorageError(f"no study with id {study_id} in {self.url}")
+        return row
+
+    def _trial_row(self, s: Session, trial_id: int) -> TrialModel:
+        row = s.scalar(_with_children(select(TrialModel).where(TrialModel.id == trial_id)))
+        if row is None:
+            raise StorageError(f"no trial with id {trial_id} in {self.url}")
+        return row
+
+
+def _merge_intermediate(row: TrialModel, values: dict) -> None:
+    """Per-epoch values: a repeated epoch replaces the old value."""
+    existing = {i.epoch: i for i in row.intermediate}
+    for epoch, value in sorted(values.items()):
+        epoch, value = int(epoch), finite_or_none(value)
+        if epoch in existing:
+            existing[epoch].value = value
+        else:
+            row.intermediate.append(TrialIntermediateModel(epoch=epoch, value=value))
+
+
+def _elapsed(start: datetime | None, end: datetime) -> float | None:
+    if start is None:
+        return None
+    if start.tzinfo is None:
+        start = start.replace(tzinfo=timezone.utc)
+    return (end - start).total_seconds()
+
+
+def _zero_counts() -> dict[TrialStatus, int]:
+    return {status: 0 for status in TrialStatus}
+
+
+def _pick(extremes, direction: str) -> float | None:
+    if not extremes:
+        return None
+    return extremes[1] if direction == "maximize" else extremes[0]
+
+
+def _unknown(name: str, known: Sequence[str], url: str) -> str:
+    if not known:
+        return f"unknown study '{name}': {url} holds no studies"
+    return f"unknown study '{name}'; known studies: {', '.join(known)}"

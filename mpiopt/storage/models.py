@@ -1,0 +1,141 @@
+"""The results schema as SQLAlchemy 2 typed declarative models.
+
+The migrations in alembic/versions must build exactly this schema; tests/test_migrations.py
+runs alembic's autogenerate comparison to prove it. Change a model, add a migration.
+
+Parameters, folds and per-epoch values live in their own tables so plain SQL can filter
+and join on them (``SELECT ... FROM trial_params WHERE name = 'lr' AND value_float < 1e-3``).
+"""
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from sqlalchemy import (BigInteger, DateTime, Enum, Float, ForeignKey, Integer, MetaData, String,
+                        Text, TypeDecorator, UniqueConstraint)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+from mpiopt.trial import StudyStatus, TrialStatus
+
+NAME_LEN = 255
+STATUS_LEN = 16
+
+
+class UTCDateTime(TypeDecorator):
+    """Stores naive UTC (SQLite keeps no zone) and hands back aware UTC datetimes."""
+
+    impl = DateTime
+    cache_ok = True
+
+    def process_bind_param(self, value, dialect):
+        if value is not None and value.tzinfo is not None:
+            value = value.astimezone(timezone.utc).replace(tzinfo=None)
+        return value
+
+    def process_result_value(self, value, dialect):
+        if value is not None and value.tzinfo is None:
+            value = value.replace(tzinfo=timezone.utc)
+        return value
+
+
+def _status(enum_cls, name: str) -> Enum:
+    """A portable enum column: VARCHAR on every backend, no CHECK constraint to migrate."""
+    return Enum(enum_cls, name=name, native_enum=False, create_constraint=False,
+                length=STATUS_LEN, values_callable=lambda e: [m.value for m in e])
+
+
+# Named constraints let later batch migrations on SQLite drop or alter them by name.
+NAMING = {
+    "ix": "ix_%(table_name)s_%(column_0_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+
+
+class StudyModel(Base):
+    __tablename__ = "studies"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(NAME_LEN), unique=True)
+    direction: Mapped[str] = mapped_column(String(STATUS_LEN))
+    metric: Mapped[str] = mapped_column(String(NAME_LEN))
+    spec_text: Mapped[str] = mapped_column(Text)
+    fingerprint: Mapped[str] = mapped_column(String(64))
+    space_json: Mapped[str] = mapped_column(Text)
+    status: Mapped[StudyStatus] = mapped_column(_status(StudyStatus, "studystatus"))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+    trials: Mapped[list["TrialModel"]] = relationship(
+        back_populates="study", cascade="all, delete-orphan", passive_deletes=True)
+
+
+class TrialModel(Base):
+    __tablename__ = "trials"
+    __table_args__ = (UniqueConstraint("study_id", "number"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    study_id: Mapped[int] = mapped_column(
+        ForeignKey("studies.id", ondelete="CASCADE"), index=True)
+    number: Mapped[int] = mapped_column(Integer)
+    status: Mapped[TrialStatus] = mapped_column(_status(TrialStatus, "trialstatus"), index=True)
+    value: Mapped[float | None] = mapped_column(Float)
+    value_std: Mapped[float | None] = mapped_column(Float)
+    seed: Mapped[int | None] = mapped_column(BigInteger)
+    attempt: Mapped[int] = mapped_column(Integer, default=0)
+    group: Mapped[int | None] = mapped_column("group_index", Integer)
+    host: Mapped[str | None] = mapped_column(String(NAME_LEN))
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    duration: Mapped[float | None] = mapped_column(Float)
+    error: Mapped[str | None] = mapped_column(Text)
+    metrics_json: Mapped[str | None] = mapped_column(Text)
+
+    study: Mapped[StudyModel] = relationship(back_populates="trials")
+    params: Mapped[list["TrialParamModel"]] = relationship(
+        cascade="all, delete-orphan", passive_deletes=True, order_by="TrialParamModel.id")
+    folds: Mapped[list["TrialFoldModel"]] = relationship(
+        cascade="all, delete-orphan", passive_deletes=True, order_by="TrialFoldModel.fold")
+    intermediate: Mapped[list["TrialIntermediateModel"]] = relationship(
+        cascade="all, delete-orphan", passive_deletes=True,
+        order_by="TrialIntermediateModel.epoch")
+
+
+class TrialParamModel(Base):
+    """One parameter value: exact text for reading back, a float for SQL filters."""
+
+    __tablename__ = "trial_params"
+    __table_args__ = (UniqueConstraint("trial_id", "name"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    trial_id: Mapped[int] = mapped_column(ForeignKey("trials.id", ondelete="CASCADE"), index=True)
+    name: Mapped[str] = mapped_column(String(NAME_LEN))
+    kind: Mapped[str] = mapped_column(String(STATUS_LEN))
+    value_float: Mapped[float | None] = mapped_column(Float)
+    value_text: Mapped[str] = mapped_column(Text)
+
+
+class TrialFoldModel(Base):
+    __tablename__ = "trial_folds"
+    __table_args__ = (UniqueConstraint("trial_id", "fold"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    trial_id: Mapped[int] = mapped_column(ForeignKey("trials.id", ondelete="CASCADE"), index=True)
+    fold: Mapped[int] = mapped_column(Integer)
+    value: Mapped[float | None] = mapped_column(Float)
+    metrics_json: Mapped[str | None] = mapped_column(Text)
+
+
+class TrialIntermediateModel(Base):
+    __tablename__ = "trial_intermediate"
+    __table_args__ = (
+        UniqueConstraint("trial_id", "epoch"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    trial_id: Mapped[int] = mapped_column(ForeignKey("trials.id", ondelete="CASCADE"), index=True)
+    epoch: Mapped[int] = mapped_column(Integer)
+    value: Mapped[float | None] = mapped_column(Float)
