@@ -1,0 +1,160 @@
+"""Query commands: studies, trials, best, show, export, status.
+
+Each is a few lines over Storage and mpiopt.report. They never create a database: a
+missing file is an error naming it (open_storage without create).
+"""
+from __future__ import annotations
+
+import json
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+
+from mpiopt.cli.common import DEFAULT_STORAGE, add_format_option, add_storage_option, print_rows
+from mpiopt.errors import MpioptError
+from mpiopt.trial import TrialStatus
+
+STUDY_COLUMNS = ("name", "status", "direction", "metric", "trials", "complete", "running",
+                 "failed", "best", "created")
+
+
+def register(subparsers) -> None:
+    p = _command(subparsers, "studies", cmd_studies, "list the studies in the database")
+    p = _command(subparsers, "trials", cmd_trials, "list a study's trials", study=True)
+    p.add_argument("--status", nargs="+", action="extend", type=str.upper, metavar="S",
+                   choices=[s.value for s in TrialStatus], help="only these statuses")
+    p.add_argument("--sort", choices=("number", "value"), default="number",
+                   help="by trial number, or by value best first (the study's direction)")
+    p.add_argument("--limit", type=_positive, metavar="N", help="at most N trials")
+    p = _command(subparsers, "best", cmd_best, "the best complete trials", study=True)
+    p.add_argument("--top", type=_positive, default=1, metavar="K", help="how many (default 1)")
+    p = _command(subparsers, "show", cmd_show, "one trial in full", study=True)
+    p.add_argument("number", type=int, help="trial number (from `mpiopt trials`)")
+    p = _command(subparsers, "export", cmd_export, "all trials as CSV or JSON", study=True,
+                 fmt=False)
+    p.add_argument("--format", choices=("csv", "json"), default="csv")
+    p.add_argument("-o", "--output", metavar="FILE", help="write here instead of stdout")
+    _command(subparsers, "status", cmd_status, "progress of a study (also while it runs)",
+             study=True)
+
+
+def _command(subparsers, name, func, help_text, study=False, fmt=True):
+    p = subparsers.add_parser(name, help=help_text, description=help_text)
+    if study:
+        p.add_argument("study", help="study name")
+    add_storage_option(p)
+    if fmt:
+        add_format_option(p)
+    p.set_defaults(func=func)
+    return p
+
+
+def _positive(text: str) -> int:
+    import argparse
+
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
+@contextmanager
+def _opened(args, study: bool = True):
+    """(storage, study record or None), closed afterwards."""
+    from mpiopt.storage import open_storage
+
+    storage = open_storage(args.storage or DEFAULT_STORAGE)
+    try:
+        yield storage, (storage.get_study(args.study) if study else None)
+    finally:
+        storage.close()
+
+
+def cmd_studies(args) -> int:
+    with _opened(args, study=False) as (storage, _):
+        records = storage.list_studies()
+    rows = [{"name": r.name, "status": r.status.value, "direction": r.direction,
+             "metric": r.metric, "trials": sum(r.counts.values()),
+             "complete": r.counts[TrialStatus.COMPLETE], "running": r.counts[TrialStatus.RUNNING],
+             "failed": r.counts[TrialStatus.FAILED], "best": r.best_value,
+             "created": r.created_at.isoformat(timespec="seconds")} for r in records]
+    print_rows(rows, args.format, STUDY_COLUMNS)
+    return 0
+
+
+def cmd_trials(args) -> int:
+    from mpiopt.report import TABLE_COLUMNS, trial_row
+
+    with _opened(args) as (storage, record):
+        trials = storage.get_trials(record.id, statuses=args.status, order_by=args.sort,
+                                    limit=args.limit,
+                                    descending=args.sort == "value" and record.direction == "maximize")
+    print_rows([trial_row(t) for t in trials], args.format, TABLE_COLUMNS)
+    return 0
+
+
+def cmd_best(args) -> int:
+    from mpiopt.report import TABLE_COLUMNS, trial_row
+
+    with _opened(args) as (storage, record):
+        trials = storage.best_trials(record.id, args.top)
+    if not trials and args.format == "table":
+        print(f"study '{record.name}' has no complete trial yet")
+        return 0
+    rows = [{"rank": i + 1, **trial_row(t)} for i, t in enumerate(trials)]
+    print_rows(rows, args.format, ("rank",) + TABLE_COLUMNS)
+    return 0
+
+
+def cmd_show(args) -> int:
+    from mpiopt.report import show_lines, trial_dict
+
+    with _opened(args) as (storage, record):
+        trial = storage.get_trial(record.id, args.number)
+    if args.format == "json":
+        print(json.dumps(trial_dict(trial), indent=2))
+        return 0
+    for line in show_lines(trial, record.name, record.metric, record.direction,
+                           unicode_ok=_can_encode("▁█")):
+        print(line)
+    return 0
+
+
+def cmd_export(args) -> int:
+    from mpiopt.report import write_csv, write_json
+
+    with _opened(args) as (storage, record):
+        trials = storage.get_trials(record.id)
+    write = write_csv if args.format == "csv" else write_json
+    if not args.output:
+        write(trials, sys.stdout)
+        return 0
+    try:
+        with open(args.output, "w", newline="", encoding="utf-8") as out:
+            write(trials, out)
+    except OSError as exc:
+        raise MpioptError(f"cannot write {args.output}: {exc.strerror}") from exc
+    print(f"wrote {len(trials)} trials to {Path(args.output)}", file=sys.stderr)
+    return 0
+
+
+def cmd_status(args) -> int:
+    from mpiopt.report import status_lines, status_summary
+
+    with _opened(args) as (storage, record):
+        counts = storage.count_trials(record.id)
+        best = storage.best_trials(record.id, 1)
+    summary = status_summary(record, counts, best[0] if best else None)
+    if args.format == "json":
+        print(json.dumps(summary, indent=2))
+    else:
+        print("\n".join(status_lines(summary)))
+    return 0
+
+
+def _can_encode(text: str) -> bool:
+    try:
+        text.encode(sys.stdout.encoding or "ascii")
+    except (UnicodeEncodeError, LookupError):
+        return False
+    return True

@@ -1,0 +1,208 @@
+"""Turn stored trials into tables, exports and short text pictures (no database code here).
+
+Everything takes FrozenTrial / StudyRecord values, so the CLI, the Python API and tests
+share one formatting path.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import math
+from datetime import datetime, timezone
+from typing import Any, Iterable, Sequence
+
+import yaml
+
+from mpiopt.trial import FrozenTrial, TrialStatus
+
+TABLE_COLUMNS = ("number", "status", "value", "value_std", "attempt", "group", "duration", "params")
+BASE_COLUMNS = ("number", "status", "value", "value_std", "seed", "attempt", "group", "host",
+                "started_at", "finished_at", "duration", "error")
+SPARK = "▁▂▃▄▅▆▇█"
+SPARK_ASCII = "_.-~=*#@"
+
+
+def trial_row(trial: FrozenTrial) -> dict[str, Any]:
+    """One line of `mpiopt trials` / `mpiopt best`."""
+    return {"number": trial.number, "status": trial.status.value, "value": trial.value,
+            "value_std": trial.value_std, "attempt": trial.attempt, "group": trial.group,
+            "duration": trial.duration, "params": dict(trial.params)}
+
+
+def trial_dict(trial: FrozenTrial) -> dict[str, Any]:
+    """Every field of a trial, JSON-ready (timestamps as ISO 8601, epochs as strings)."""
+    out = {c: getattr(trial, c) for c in BASE_COLUMNS}
+    out["status"] = trial.status.value
+    out["started_at"], out["finished_at"] = _iso(trial.started_at), _iso(trial.finished_at)
+    out.update(params=dict(trial.params), metrics=dict(trial.metrics),
+               fold_values=list(trial.fold_values),
+               intermediate={str(k): v for k, v in trial.intermediate.items()})
+    return out
+
+
+def flat_row(trial: FrozenTrial) -> dict[str, Any]:
+    """A spreadsheet row: params_*, metrics_* and fold_* become their own columns."""
+    row = {c: getattr(trial, c) for c in BASE_COLUMNS}
+    row["status"] = trial.status.value
+    row["started_at"], row["finished_at"] = _iso(trial.started_at), _iso(trial.finished_at)
+    row.update({f"params_{k}": v for k, v in trial.params.items()})
+    row.update({f"metrics_{k}": v for k, v in trial.metrics.items()})
+    row.update({f"fold_{i}": v for i, v in enumerate(trial.fold_values)})
+    return row
+
+
+def export_rows(trials: Iterable[FrozenTrial]) -> tuple[list[str], list[dict[str, Any]]]:
+    """Flat rows plus the union of their columns, in first-seen order."""
+    rows = [flat_row(t) for t in trials]
+    columns: dict[str, None] = dict.fromkeys(BASE_COLUMNS)
+    for row in rows:
+        columns.update(dict.fromkeys(row))
+    return list(columns), rows
+
+
+def write_csv(trials: Iterable[FrozenTrial], out) -> None:
+    columns, rows = export_rows(trials)
+    writer = csv.DictWriter(out, fieldnames=columns, lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: "" if v is None else v for k, v in row.items()})
+
+
+def write_json(trials: Iterable[FrozenTrial], out) -> None:
+    json.dump([trial_dict(t) for t in trials], out, indent=2)
+    out.write("\n")
+
+
+def sparkline(values: Sequence[float | None], ascii_only: bool = False) -> str:
+    """One character per value, low to high; gaps (None, NaN) are spaces."""
+    ramp = SPARK_ASCII if ascii_only else SPARK
+    finite = [v for v in values if _finite(v)]
+    if not finite:
+        return ""
+    lo, hi = min(finite), max(finite)
+    scale = (len(ramp) - 1) / (hi - lo) if hi > lo else 0.0
+    return "".join(ramp[round((v - lo) * scale)] if _finite(v) else " " for v in values)
+
+
+def ascii_curve(values: Sequence[float | None], height: int = 5, width: int = 60) -> list[str]:
+    """A small plot of a learning curve: `*` per epoch (evenly thinned to `width` columns),
+    the max on top, the min at the bottom."""
+    if len(values) > width:
+        values = [values[round(i * (len(values) - 1) / (width - 1))] for i in range(width)]
+    points = [v if _finite(v) else None for v in values]
+    finite = [v for v in points if v is not None]
+    if len(finite) < 2:
+        return []
+    lo, hi = min(finite), max(finite)
+    rows = [[" "] * len(points) for _ in range(height)]
+    for x, v in enumerate(points):
+        if v is not None:
+            level = 0 if hi == lo else round((v - lo) / (hi - lo) * (height - 1))
+            rows[height - 1 - level][x] = "*"
+    labels = [f"{hi:.4g}"] + [""] * (height - 2) + [f"{lo:.4g}"]
+    pad = max(len(label) for label in labels)
+    return [f"{label.rjust(pad)} |{''.join(row)}".rstrip() for label, row in zip(labels, rows)]
+
+
+def show_lines(trial: FrozenTrial, study_name: str, metric: str, direction: str,
+               unicode_ok: bool = True) -> list[str]:
+    """Everything about one trial, for `mpiopt show`."""
+    spread = f" ± {trial.value_std:.6g}" if trial.value_std is not None else ""
+    value = "-" if trial.value is None else f"{trial.value:.6g}"
+    lines = [f"trial {trial.number} of study '{study_name}': {trial.status.value}",
+             f"  {metric} ({direction}): {value}{spread}",
+             f"  attempt {trial.attempt}, group {_dash(trial.group)}, host {_dash(trial.host)}, "
+             f"seed {_dash(trial.seed)}",
+             f"  started {_dash(_iso(trial.started_at))}, finished {_dash(_iso(trial.finished_at))}, "
+             f"duration {_seconds(trial.duration)}"]
+    lines += _section("params", trial.params)
+    lines += _section("folds", dict(enumerate(trial.fold_values)))
+    lines += _section("metrics", trial.metrics)
+    if trial.intermediate:
+        epochs = sorted(trial.intermediate)
+        values = [trial.intermediate[e] for e in epochs]
+        lines += [f"per-epoch values ({len(epochs)} epochs, {epochs[0]}..{epochs[-1]}): "
+                  f"{sparkline(values, ascii_only=not unicode_ok)}"]
+        lines += ["  " + line for line in ascii_curve(values)]
+        lines += [f"  {e:>4}  {_num(v)}" for e, v in zip(epochs, values)]
+    if trial.error:
+        lines += ["error:"] + ["  " + line for line in trial.error.rstrip().splitlines()]
+    return lines
+
+
+def budget_of(spec_text: str) -> int | None:
+    """search.trials from the stored spec (YAML); None when it cannot be read."""
+    try:
+        trials = (yaml.safe_load(spec_text) or {}).get("search", {}).get("trials")
+    except (yaml.YAMLError, AttributeError):
+        return None
+    return trials if isinstance(trials, int) else None
+
+
+def status_summary(record, counts: dict, best: FrozenTrial | None) -> dict[str, Any]:
+    """The numbers `mpiopt status` shows, read from the database alone."""
+    done = sum(n for s, n in counts.items() if TrialStatus(s).is_finished())
+    now = datetime.now(timezone.utc)
+    return {
+        "study": record.name, "status": record.status.value, "direction": record.direction,
+        "metric": record.metric, "budget": budget_of(record.spec_text), "done": done,
+        "complete": counts[TrialStatus.COMPLETE], "running": counts[TrialStatus.RUNNING],
+        "failed": counts[TrialStatus.FAILED], "pruned": counts[TrialStatus.PRUNED],
+        "interrupted": counts[TrialStatus.INTERRUPTED],
+        "best": None if best is None else {"number": best.number, "value": best.value,
+                                           "params": dict(best.params)},
+        "created_at": _iso(record.created_at), "updated_at": _iso(record.updated_at),
+        "elapsed": (now - record.created_at).total_seconds(),
+        "since_update": (now - record.updated_at).total_seconds(),
+    }
+
+
+def status_lines(summary: dict[str, Any]) -> list[str]:
+    budget = summary["budget"] if summary["budget"] is not None else "?"
+    best = summary["best"]
+    best_text = "-" if best is None else (
+        f"{best['value']:.6g} (trial {best['number']}) "
+        + " ".join(f"{k}={_num(v)}" for k, v in best["params"].items()))
+    return [f"study    {summary['study']} ({summary['status']}, {summary['metric']}, "
+            f"{summary['direction']})",
+            f"trials   {summary['done']}/{budget} done, {summary['running']} running, "
+            f"{summary['failed']} failed, {summary['pruned']} pruned, "
+            f"{summary['interrupted']} interrupted",
+            f"best     {best_text}",
+            f"started  {summary['created_at']} ({_seconds(summary['elapsed'])} ago), "
+            f"last update {_seconds(summary['since_update'])} ago"]
+
+
+def _section(title: str, items: dict) -> list[str]:
+    if not items:
+        return []
+    pad = max(len(str(k)) for k in items)
+    return [f"{title}:"] + [f"  {str(k).ljust(pad)}  {_num(v)}" for k, v in items.items()]
+
+
+def _finite(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _num(v) -> str:
+    if v is None:
+        return "-"
+    return f"{v:.6g}" if isinstance(v, float) else str(v)
+
+
+def _dash(v) -> str:
+    return "-" if v is None else str(v)
+
+
+def _iso(when: datetime | None) -> str | None:
+    return None if when is None else when.isoformat()
+
+
+def _seconds(s: float | None) -> str:
+    if s is None:
+        return "-"
+    if s < 120:
+        return f"{s:.1f} s"
+    minutes, sec = divmod(int(s), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m{sec:02d}s" if hours else f"{minutes}m{sec:02d}s"
