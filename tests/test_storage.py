@@ -1,0 +1,300 @@
+"""Storage: round trips of every field, status transitions, dense numbers, best trials,
+one transaction per write, SQLite settings, errors that name the file."""
+from __future__ import annotations
+
+import math
+import sqlite3
+import threading
+from datetime import datetime
+
+import pytest
+from sqlalchemy import event, text
+
+from mpiopt.errors import ResumeError, StorageError, UnknownStudyError
+from mpiopt.storage import DuplicateStudyError, open_storage
+from mpiopt.trial import FrozenTrial, StudyStatus, TrialStatus
+
+SPEC = "study: {name: s}\nsearch: {algorithm: random, trials: 10}\n"
+
+
+@pytest.fixture
+def url(tmp_path):
+    return f"sqlite:///{tmp_path / 'results.db'}"
+
+
+@pytest.fixture
+def storage(url):
+    with open_storage(url, create=True) as st:
+        yield st
+
+
+def new_study(st, name="s", direction="minimize") -> int:
+    return st.create_study(name, direction, "value", SPEC, "ab" * 32, '{"x": "real"}')
+
+
+def finished(st, sid, value, status=TrialStatus.COMPLETE, **kw) -> FrozenTrial:
+    trial = st.create_trial(sid, {"x": value}, seed=1, group=0)
+    return st.finish_trial(trial.id, status, value=value, **kw)
+
+
+# ---- opening ---------------------------------------------------------------------------
+def test_missing_file_is_an_error_naming_it_and_nothing_is_created(tmp_path):
+    path = tmp_path / "nope.db"
+    with pytest.raises(StorageError, match="nope.db"):
+        open_storage(f"sqlite:///{path}")
+    assert not path.exists()
+
+
+def test_create_makes_the_file_and_its_directory(tmp_path):
+    path = tmp_path / "deep" / "dir" / "r.db"
+    open_storage(f"sqlite:///{path}", create=True).close()
+    assert path.is_file()
+    open_storage(f"sqlite:///{path}").close()      # now it opens without create
+
+
+def test_a_file_without_our_schema_is_refused(tmp_path):
+    path = tmp_path / "other.db"
+    sqlite3.connect(path).execute("create table t (x)").connection.close()
+    with pytest.raises(StorageError, match="not an mpiopt results database"):
+        open_storage(f"sqlite:///{path}")
+
+
+def test_garbage_file_is_a_storage_error(tmp_path):
+    path = tmp_path / "junk.db"
+    path.write_bytes(b"this is not sqlite" * 100)
+    with pytest.raises(StorageError, match="junk.db"):
+        open_storage(f"sqlite:///{path}")
+
+
+def test_bad_url_is_a_storage_error():
+    with pytest.raises(StorageError, match="not a database URL"):
+        open_storage("no-such-scheme", create=True)
+
+
+def test_every_sqlite_connection_is_wal_with_busy_timeout(storage):
+    conns = [storage.engine.connect() for _ in range(3)]   # distinct pooled connections
+    try:
+        for conn in conns:
+            assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+            assert conn.exec_driver_sql("PRAGMA busy_timeout").scalar() >= 1000
+            assert conn.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
+    finally:
+        for conn in conns:
+            conn.close()
+
+
+def test_in_memory_url_works_the_same_way():
+    with open_storage("sqlite://", create=True) as st:
+        sid = new_study(st)
+        assert finished(st, sid, 1.5).value == 1.5
+        assert st.get_trials(sid)[0].params == {"x": 1.5}
+
+
+# ---- studies ---------------------------------------------------------------------------
+def test_study_round_trip(storage):
+    sid = storage.create_study("s", "maximize", "acc", SPEC, "f" * 64, {"x": {"type": "real"}})
+    rec = storage.get_study("s")
+    assert (rec.id, rec.name, rec.direction, rec.metric, rec.spec_text, rec.fingerprint) == \
+        (sid, "s", "maximize", "acc", SPEC, "f" * 64)
+    assert rec.space_json == '{"x": {"type": "real"}}'
+    assert rec.status is StudyStatus.RUNNING
+    assert rec.created_at.tzinfo is not None and rec.created_at == rec.updated_at
+    storage.set_study_status(sid, StudyStatus.COMPLETE)
+    storage.update_study_spec(sid, SPEC + "# more\n")
+    rec2 = storage.get_study("s")
+    assert rec2.status is StudyStatus.COMPLETE and rec2.spec_text.endswith("# more\n")
+    assert rec2.updated_at > rec.updated_at and rec2.created_at == rec.created_at
+
+
+def test_duplicate_study_is_refused_as_storage_and_resume_error(storage):
+    new_study(storage)
+    with pytest.raises(DuplicateStudyError, match="already exists") as info:
+        new_study(storage)
+    assert isinstance(info.value, StorageError) and isinstance(info.value, ResumeError)
+
+
+def test_unknown_study_lists_the_known_ones(storage):
+    with pytest.raises(UnknownStudyError, match="holds no studies"):
+        storage.get_study("x")
+    new_study(storage, "beta")
+    new_study(storage, "alpha")
+    with pytest.raises(UnknownStudyError, match="known studies: alpha, beta$"):
+        storage.get_study("gamma")
+
+
+def test_bad_direction_and_unknown_ids(storage):
+    with pytest.raises(StorageError, match="direction"):
+        storage.create_study("s", "sideways", "v", SPEC, "0", "{}")
+    with pytest.raises(StorageError, match="no study with id 99"):
+        storage.set_study_status(99, StudyStatus.FAILED)
+    with pytest.raises(StorageError, match="no study with id 99"):
+        storage.create_trial(99, {}, seed=0, group=0)
+    with pytest.raises(StorageError, match="no trial with id 99"):
+        storage.finish_trial(99, TrialStatus.COMPLETE, value=1.0)
+
+
+def test_list_studies_counts_and_best(storage):
+    a, b = new_study(storage, "a"), new_study(storage, "b", "maximize")
+    finished(storage, a, 3.0)
+    finished(storage, a, 1.0)
+    finished(storage, a, None, TrialStatus.FAILED, error="boom")
+    finished(storage, b, 3.0)
+    finished(storage, b, 5.0)
+    storage.create_trial(b, {"x": 0.0}, seed=0, group=1)
+    by_name = {r.name: r for r in storage.list_studies()}
+    assert by_name["a"].counts[TrialStatus.COMPLETE] == 2
+    assert by_name["a"].counts[TrialStatus.FAILED] == 1
+    assert by_name["a"].best_value == 1.0
+    assert by_name["b"].best_value == 5.0 and by_name["b"].counts[TrialStatus.RUNNING] == 1
+    assert storage.count_trials(b) == {**{s: 0 for s in TrialStatus},
+                                       TrialStatus.COMPLETE: 2, TrialStatus.RUNNING: 1}
+
+
+# ---- trials ----------------------------------------------------------------------------
+PARAMS = {"lr": 1.2345678901234567e-7, "units": 2**40 + 1, "opt": "adam", "bn": True,
+          "dropout": 0.0, "neg": -3, "nobn": False, "txt": "1e-3"}
+
+
+def test_trial_round_trip_of_every_field(url):
+    with open_storage(url, create=True) as st:
+        sid = new_study(st)
+        started = st.create_trial(sid, PARAMS, seed=2**40 + 7, group=3, host="node17")
+        assert started.status is TrialStatus.RUNNING and started.number == 0
+        assert started.attempt == 0 and isinstance(started.started_at, datetime)
+        done = st.finish_trial(
+            started.id, TrialStatus.COMPLETE, value=0.125, value_std=0.0625,
+            fold_values=[0.1, 0.15], metrics={"acc": 0.9, "loss": 0.125}, error=None,
+            duration=12.5, intermediate={0: 0.5, 1: 0.25, 2: 0.125},
+            fold_metrics=[{"acc": 0.91}, {"acc": 0.89}])
+    with open_storage(url) as st:                        # a fresh engine reads it back
+        again = st.get_trial(sid, 0)
+        assert st.get_trial_by_id(started.id) == again
+    assert again == done
+    assert again.params == PARAMS
+    assert [type(v) for v in again.params.values()] == [type(v) for v in PARAMS.values()]
+    assert (again.value, again.value_std, again.seed, again.group, again.host) == \
+        (0.125, 0.0625, 2**40 + 7, 3, "node17")
+    assert again.fold_values == [0.1, 0.15] and again.metrics == {"acc": 0.9, "loss": 0.125}
+    assert again.intermediate == {0: 0.5, 1: 0.25, 2: 0.125}
+    assert again.duration == 12.5 and again.started_at == started.started_at
+    assert again.finished_at >= again.started_at and again.finished_at.tzinfo is not None
+
+
+def test_failed_trial_keeps_error_text_and_non_finite_values_become_none(storage):
+    sid = new_study(storage)
+    t = storage.create_trial(sid, {"x": 1.0}, seed=None, group=None)
+    err = "Traceback (most recent call last):\n  ...\nValueError: bad x\n(rank 3 on node2)"
+    done = storage.finish_trial(t.id, TrialStatus.FAILED, value=math.nan, error=err,
+                                fold_values=[math.nan, 1.0])
+    assert done.error == err and done.value is None and done.fold_values == [None, 1.0]
+    assert done.duration is not None and done.duration >= 0      # computed when not given
+    assert storage.get_trial(sid, 0) == done
+
+
+def test_status_transitions(storage):
+    sid = new_study(storage)
+    t = storage.create_trial(sid, {"x": 1.0}, seed=5, group=0)
+    storage.add_intermediate(t.id, 0, 2.0)
+    with pytest.raises(StorageError, match="final status"):
+        storage.finish_trial(t.id, TrialStatus.RUNNING)
+    assert storage.interrupt_running(sid) == 1
+    assert storage.get_trial(sid, 0).status is TrialStatus.INTERRUPTED
+    with pytest.raises(StorageError, match="already INTERRUPTED"):
+        storage.finish_trial(t.id, TrialStatus.COMPLETE, value=1.0)
+    again = storage.restart_trial(t.id, group=2, host="h2")
+    assert (again.status, again.attempt, again.group, again.host, again.number) == \
+        (TrialStatus.RUNNING, 1, 2, "h2", 0)
+    assert again.intermediate == {} and again.seed == 5 and again.finished_at is None
+    pruned = storage.finish_trial(t.id, TrialStatus.PRUNED, value=3.0, intermediate={0: 3.0})
+    assert pruned.status is TrialStatus.PRUNED and pruned.attempt == 1
+    with pytest.raises(StorageError, match="already PRUNED"):
+        storage.finish_trial(t.id, TrialStatus.COMPLETE, value=1.0)
+    with pytest.raises(StorageError, match="only unfinished"):
+        storage.restart_trial(t.id, group=0)
+    assert storage.interrupt_running(sid) == 0
+    assert len(storage.get_trials(sid)) == 1
+
+
+def test_intermediate_values_merge_and_replace(storage):
+    sid = new_study(storage)
+    t = storage.create_trial(sid, {"x": 1.0}, seed=0, group=0)
+    for epoch, value in [(0, 5.0), (1, 4.0), (1, 3.5)]:
+        storage.add_intermediate(t.id, epoch, value)
+    done = storage.finish_trial(t.id, TrialStatus.COMPLETE, value=3.0, intermediate={2: 3.0})
+    assert done.intermediate == {0: 5.0, 1: 3.5, 2: 3.0}
+
+
+def test_dense_numbers_per_study(storage):
+    a, b = new_study(storage, "a"), new_study(storage, "b")
+    numbers = {a: [], b: []}
+    for i in range(12):
+        sid = a if i % 3 else b
+        numbers[sid].append(storage.create_trial(sid, {"i": i}, seed=i, group=0).number)
+    assert numbers[a] == list(range(8)) and numbers[b] == list(range(4))
+
+
+def test_dense_numbers_with_concurrent_writers(url):
+    with open_storage(url, create=True) as st:
+        sid = new_study(st)
+    got, errors = [], []
+
+    def write():
+        try:
+            with open_storage(url) as mine:           # separate engines, like processes
+                got.extend(mine.create_trial(sid, {}, seed=0, group=0).number for _ in range(8))
+        except Exception as exc:                      # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=write) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert sorted(got) == list(range(32))
+
+
+def test_one_transaction_per_trial_write(storage):
+    sid = new_study(storage)
+    begins = []
+    event.listen(storage.engine, "begin", lambda conn: begins.append(1))
+    t = storage.create_trial(sid, {"a": 1.0, "b": "x", "c": 3}, seed=0, group=0)
+    assert len(begins) == 1
+    storage.finish_trial(t.id, TrialStatus.COMPLETE, value=1.0, fold_values=[1.0, 1.0, 1.0],
+                         metrics={"m": 1.0}, intermediate={e: 1.0 for e in range(10)})
+    assert len(begins) == 2
+    with storage.engine.connect() as conn:
+        rows = {table: conn.execute(text(f"select count(*) from {table}")).scalar()
+                for table in ("trial_params", "trial_folds", "trial_intermediate")}
+    assert rows == {"trial_params": 3, "trial_folds": 3, "trial_intermediate": 10}
+
+
+def test_get_trials_filters_sorts_limits(storage):
+    sid = new_study(storage)
+    for v in (3.0, 1.0, 2.0):
+        finished(storage, sid, v)
+    finished(storage, sid, None, TrialStatus.FAILED, error="x")
+    storage.create_trial(sid, {"x": 9.0}, seed=0, group=0)
+    by_value = storage.get_trials(sid, order_by="value")
+    assert [t.value for t in by_value] == [1.0, 2.0, 3.0, None, None]
+    down = storage.get_trials(sid, order_by="value", descending=True)
+    assert [t.value for t in down][:3] == [3.0, 2.0, 1.0] and down[-1].value is None
+    assert [t.number for t in storage.get_trials(sid, limit=2)] == [0, 1]
+    only = storage.get_trials(sid, statuses=["FAILED", TrialStatus.RUNNING])
+    assert [t.status for t in only] == [TrialStatus.FAILED, TrialStatus.RUNNING]
+    with pytest.raises(StorageError, match="no trial 7"):
+        storage.get_trial(sid, 7)
+
+
+@pytest.mark.parametrize("direction, expected", [("minimize", [-1.0, 0.5, 2.0]),
+                                                  ("maximize", [7.0, 2.0, 0.5])])
+def test_best_trials_follow_the_direction(storage, direction, expected):
+    sid = new_study(storage, direction=direction)
+    for v in (2.0, -1.0, 7.0, 0.5):
+        finished(storage, sid, v)
+    finished(storage, sid, -100.0 if direction == "minimize" else 100.0, TrialStatus.PRUNED)
+    finished(storage, sid, None, TrialStatus.FAILED)
+    assert [t.value for t in storage.best_trials(sid, 3)] == expected
+    assert storage.best_trials(sid)[0].value == expected[0]
+    assert len(storage.best_trials(sid, 50)) == 4
+    assert storage.best_trials(new_study(storage, "empty", direction)) == []
