@@ -523,14 +523,23 @@ def _search(top: _Section, space: Space) -> SearchSpec:
 
 
 def _bayesian(search: _Section, space: Space) -> dict:
-    keys = ("estimator", "acquisition", "initial_points", "refit_every", "max_points")
+    """Defaults equal mpiopt.search.bayesian.DEFAULTS (a test keeps them in step); that
+    module is not imported here because it pulls in scikit-learn (seconds per rank)."""
+    keys = ("estimator", "acquisition", "initial_points", "refit_every", "max_points",
+            "hyper_points", "candidates", "liar", "xi", "kappa", "min_distance")
     sec = search.section("bayesian", keys, default={})
     return {
         "estimator": sec.text("estimator", "GP", choices=("GP", "RF", "ET", "GBRT")),
         "acquisition": sec.text("acquisition", "gp_hedge", choices=("gp_hedge", "EI", "LCB", "PI")),
         "initial_points": sec.integer("initial_points", 10, minimum=1),
-        "refit_every": sec.integer("refit_every", 1, minimum=1),
-        "max_points": sec.integer("max_points", None, minimum=1),
+        "refit_every": sec.integer("refit_every", 0, minimum=0),
+        "max_points": sec.integer("max_points", 400, minimum=1),
+        "hyper_points": sec.integer("hyper_points", 150, minimum=1),
+        "candidates": sec.integer("candidates", 2000, minimum=1),
+        "liar": sec.text("liar", "mean", choices=("mean", "min", "max", "believer")),
+        "xi": sec.number("xi", 0.01, low=0.0),
+        "kappa": sec.number("kappa", 1.96, low=0.0),
+        "min_distance": sec.number("min_distance", 0.01, low=0.0, high=1.0),
     }
 
 
