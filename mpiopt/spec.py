@@ -207,6 +207,8 @@ def load_spec(path: str | Path, overrides: dict | None = None) -> Spec:
         _expand_includes(raw, source, base_dir)
         for dotted, value in overrides.items():
             _apply_override(raw, dotted, value, source)
+            if dotted.startswith("search_space."):  # an error there is the override's
+                raw.get("_origins", {}).pop(dotted.split(".")[1], None)
     return _build(raw, source, base_dir, check_files=True)
 
 
