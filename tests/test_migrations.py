@@ -1,0 +1,201 @@
+"""Migrations: they build exactly the models' schema, upgrade old databases on open and
+by `mpiopt db upgrade`, and ship inside the wheel (found without the source tree)."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import zipfile
+from pathlib import Path
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from sqlalchemy import Column, Integer, MetaData, Table, inspect, text
+
+from mpiopt.cli.main import main
+from mpiopt.errors import StorageError
+from mpiopt.storage import Storage, migrate, open_storage
+from mpiopt.storage._engine import make_engine
+from mpiopt.storage.models import Base
+
+ROOT = Path(__file__).resolve().parent.parent
+TABLES = {"studies", "trials", "trial_params", "trial_folds", "trial_intermediate",
+          "alembic_version"}
+
+
+def _diff(engine, metadata=Base.metadata) -> list:
+    with engine.connect() as conn:
+        ctx = MigrationContext.configure(conn, opts={"compare_type": True,
+                                                     "render_as_batch": True})
+        return compare_metadata(ctx, metadata)
+
+
+@pytest.fixture
+def fresh(tmp_path):
+    st = open_storage(f"sqlite:///{tmp_path / 'r.db'}", create=True)
+    yield st
+    st.close()
+
+
+def test_fresh_database_is_built_by_the_migrations(fresh):
+    assert set(inspect(fresh.engine).get_table_names()) == TABLES
+    assert migrate.current_revision(fresh.engine) == migrate.head_revision() == "0001"
+
+
+def test_autogenerate_finds_no_difference_between_migrations_and_models(fresh):
+    assert _diff(fresh.engine) == []
+
+
+def test_the_comparison_would_notice_a_difference(fresh):
+    """Guards the test above against passing vacuously."""
+    meta = MetaData()
+    for table in Base.metadata.sorted_tables:
+        table.to_metadata(meta)
+    Table("extra", meta, Column("id", Integer, primary_key=True))
+    meta.tables["studies"].append_column(Column("note", Integer))
+    kinds = {d[0] if isinstance(d, tuple) else d[0][0] for d in _diff(fresh.engine, meta)}
+    assert {"add_table", "add_column"} <= kinds
+
+
+def test_alembic_dir_never_shadows_the_library():
+    assert not list((ROOT / "alembic").rglob("__init__.py"))
+    out = subprocess.run([sys.executable, "-c", "import alembic.command as c; print(c.__file__)"],
+                         cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    assert Path(out.strip()).is_relative_to(Path(__import__("alembic").__file__).parent)
+
+
+def test_scripts_are_found_from_a_checkout():
+    assert migrate.script_location() in (ROOT / "alembic", ROOT / "mpiopt" / "_alembic")
+    assert (migrate.script_location() / "env.py").is_file()
+
+
+# ---- upgrading an existing database ----------------------------------------------------
+NEXT = '''
+from alembic import op
+import sqlalchemy as sa
+
+revision = "0002"
+down_revision = "0001"
+branch_labels = None
+depends_on = None
+
+
+def upgrade():
+    with op.batch_alter_table("studies") as batch:
+        batch.add_column(sa.Column("note", sa.Text(), nullable=True))
+
+
+def downgrade():
+    with op.batch_alter_table("studies") as batch:
+        batch.drop_column("note")
+'''
+
+
+@pytest.fixture
+def newer_scripts(tmp_path, monkeypatch):
+    """The shipped scripts plus a hypothetical revision 0002, as a later release would be."""
+    scripts = tmp_path / "scripts"
+    shutil.copytree(migrate.script_location(), scripts,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    (scripts / "versions" / "0002_note.py").write_text(NEXT)
+    monkeypatch.setattr(migrate, "script_location", lambda: scripts)
+    return scripts
+
+
+def _old_database(tmp_path) -> str:
+    """A database at revision 0001 holding one study."""
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    engine = make_engine(url)
+    migrate.upgrade(engine, "0001")
+    with Storage(engine, url) as st:
+        st.create_study("kept", "minimize", "value", "s", "0" * 64, "{}")
+    return url
+
+
+def test_opening_an_old_database_upgrades_it_and_keeps_its_data(tmp_path, newer_scripts):
+    url = _old_database(tmp_path)
+    with open_storage(url) as st:
+        assert migrate.current_revision(st.engine) == "0002"
+        assert "note" in {c["name"] for c in inspect(st.engine).get_columns("studies")}
+        assert st.get_study("kept").name == "kept"
+
+
+def test_db_current_and_db_upgrade(tmp_path, newer_scripts, capsys):
+    url = _old_database(tmp_path)
+    assert main(["db", "current", "--storage", url]) == 0
+    assert capsys.readouterr().out.strip() == "0001 (head is 0002: run `mpiopt db upgrade`)"
+    assert main(["db", "upgrade", "--storage", url]) == 0
+    assert "0001 -> 0002" in capsys.readouterr().out
+    assert main(["db", "current", "--storage", url]) == 0
+    assert capsys.readouterr().out.strip() == "0002 (head)"
+
+
+def test_a_database_from_a_newer_mpiopt_is_refused(tmp_path):
+    url = _old_database(tmp_path)
+    engine = make_engine(url)
+    with engine.begin() as conn:
+        conn.execute(text("update alembic_version set version_num = '0099'"))
+    engine.dispose()
+    with pytest.raises(StorageError, match="0099.*newer mpiopt"):
+        open_storage(url)
+
+
+def test_db_commands_never_create_a_file(tmp_path, capsys):
+    path = tmp_path / "missing.db"
+    for action in ("current", "upgrade"):
+        assert main(["db", action, "--storage", f"sqlite:///{path}"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.count("\n") == 0 and "missing.db" in err
+    assert not path.exists()
+
+
+# ---- the wheel -------------------------------------------------------------------------
+CHECK = textwrap.dedent("""
+    import sys
+    from pathlib import Path
+    import mpiopt
+    from mpiopt.storage import Storage, migrate, open_storage
+    site = Path(sys.argv[1]).resolve()
+    assert Path(mpiopt.__file__).resolve().is_relative_to(site), mpiopt.__file__
+    assert migrate.script_location().resolve() == site / "mpiopt" / "_alembic"
+    with open_storage("sqlite:///fresh.db", create=True) as st:
+        st.create_study("w", "minimize", "value", "s", "0" * 64, "{}")
+        print(migrate.current_revision(st.engine), [s.name for s in st.list_studies()])
+""")
+
+
+def _source_copy(dest: Path) -> Path:
+    """Only what a build needs, so the build never touches the shared checkout."""
+    for name in ("mpiopt", "alembic", "searchspaces"):
+        shutil.copytree(ROOT / name, dest / name,
+                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info"))
+    for name in ("setup.cfg", "pyproject.toml", "README.md"):
+        if (ROOT / name).exists():
+            shutil.copy2(ROOT / name, dest / name)
+    return dest
+
+
+def test_installed_wheel_finds_its_migrations(tmp_path):
+    """Slow-ish (a wheel build, ~5 s) but offline: no build isolation, no index."""
+    src = _source_copy(tmp_path / "src")
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
+                    "--no-build-isolation", "--no-index", "-w", str(tmp_path / "dist"), "."],
+                   cwd=src, check=True, capture_output=True, timeout=300)
+    wheel = next((tmp_path / "dist").glob("mpiopt-*.whl"))
+    names = zipfile.ZipFile(wheel).namelist()
+    assert {"mpiopt/_alembic/env.py", "mpiopt/_alembic/script.py.mako",
+            "mpiopt/_alembic/versions/0001_initial.py"} <= set(names)
+    assert not [n for n in names if n.startswith("alembic/")]
+    site = tmp_path / "site"
+    zipfile.ZipFile(wheel).extractall(site)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    out = subprocess.run([sys.executable, "-c", CHECK, str(site)], cwd=elsewhere, env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "0001 ['w']"
+    assert (elsewhere / "fresh.db").is_file()
