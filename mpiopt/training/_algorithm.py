@@ -1,0 +1,88 @@
+"""What the three training algorithms share: the epoch statistics, the interface, waiting.
+
+An algorithm trains one epoch over an index order (the same on every rank), and before
+validation makes every rank of the communicator hold the weights to be validated.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass
+class EpochStats:
+    """Loss and where the time went, for the per-epoch log and the throughput benchmark."""
+
+    loss: float = 0.0
+    samples: int = 0
+    steps: int = 0
+    compute_s: float = 0.0
+    comm_s: float = 0.0
+    wall_s: float = 0.0
+
+
+class Algorithm:
+    """Base: subclasses implement train_epoch; validation hooks default to no-ops."""
+
+    def __init__(self, model, comm, training):
+        self.model, self.comm, self.training = model, comm, training
+        self.size, self.rank = comm.Get_size(), comm.Get_rank()
+
+    def start(self) -> None:
+        """Every rank starts from rank 0's initial weights."""
+        self.broadcast_weights()
+
+    def broadcast_weights(self) -> None:
+        if self.size == 1:
+            return
+        weights = self.model.get_weights()
+        self.comm.Bcast(weights, root=0)
+        if self.rank:
+            self.model.set_weights(weights)
+
+    def train_epoch(self, x, y, order: np.ndarray) -> EpochStats:
+        raise NotImplementedError
+
+    def before_validation(self) -> None:
+        """Make every rank hold the weights that validation should see."""
+
+    def after_validation(self) -> None:
+        """Undo before_validation where an algorithm keeps per-rank weights."""
+
+
+class Clock:
+    """Accumulates compute and communication seconds into EpochStats."""
+
+    def __init__(self, stats: EpochStats):
+        self.stats, self.t = stats, time.perf_counter()
+
+    def compute(self) -> None:
+        now = time.perf_counter()
+        self.stats.compute_s += now - self.t
+        self.t = now
+
+    def comm(self) -> None:
+        now = time.perf_counter()
+        self.stats.comm_s += now - self.t
+        self.t = now
+
+
+def wait(request, first: float = 2e-5, limit: float = 1e-3):
+    """Complete a non-blocking request, sleeping between tests instead of busy-polling:
+    MPICH spins inside blocking calls and would steal the core of a computing rank."""
+    delay = first
+    while True:
+        done, status = _test(request)
+        if done:
+            return status
+        time.sleep(delay)
+        delay = min(delay * 2, limit)
+
+
+def _test(request):
+    from mpi4py import MPI
+
+    status = MPI.Status()
+    return request.Test(status), status

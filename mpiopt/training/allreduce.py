@@ -1,0 +1,101 @@
+"""Synchronous data parallel training: one Allreduce of one flat buffer per step.
+
+Each global batch (training.batch_size samples) is cut into one contiguous part per rank.
+Rank r computes the gradient of (n_r / n) * mean loss over its n_r samples, so the sum over
+ranks is exactly the gradient of the mean loss over the whole global batch, also when the
+batch does not divide evenly (a rank with no sample contributes zeros). The loss rides in
+the last slot of the same buffer, so a step is one Allreduce, in place, into a buffer
+allocated once. Every rank then applies the same update with the model's own optimizer,
+so all ranks keep identical weights and r ranks follow the single-rank trajectory over the
+same global batches up to float rounding.
+
+On one rank the gradient and the update run fused in one compiled call (no buffer, no MPI):
+the same arithmetic with one dispatch per step instead of two.
+
+overlap=True gathers the next batch while the current Iallreduce is in flight (the Layered
+SGD idea); see benchmarks/training_throughput.py for whether it pays.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from mpiopt.training._algorithm import Algorithm, Clock, EpochStats
+from mpiopt.training.data import batches, shard
+
+
+class AllreduceSGD(Algorithm):
+    def __init__(self, model, comm, training, overlap: bool = False):
+        super().__init__(model, comm, training)
+        self.overlap = overlap
+        self.buffer = np.zeros(model.n_grad + 1, dtype=np.float32)
+
+    def _parts(self, order):
+        """(x-index of this rank's part, its share of the global batch) for each step."""
+        for b in batches(len(order), self.training.batch_size):
+            idx = order[b]
+            yield idx[shard(len(idx), self.size, self.rank)], len(idx)
+
+    def train_epoch(self, x, y, order) -> EpochStats:
+        stats = EpochStats(samples=len(order))
+        if self.size == 1:
+            return self._single(x, y, order, stats)
+        if self.overlap:
+            return self._overlapped(x, y, order, stats)
+        from mpi4py import MPI
+
+        clock, loss = Clock(stats), 0.0
+        for part, n in self._parts(order):
+            self._gradient(x, y, part, n)
+            clock.compute()
+            self.comm.Allreduce(MPI.IN_PLACE, self.buffer, op=MPI.SUM)
+            clock.comm()
+            self.model.apply(self.buffer)
+            loss += float(self.buffer[-1]) * n
+            clock.compute()
+            stats.steps += 1
+        stats.loss = loss / max(1, len(order))
+        return stats
+
+    def _gradient(self, x, y, part, n) -> None:
+        if len(part):
+            self.model.gradient(x[part], y[part], len(part) / n, self.buffer)
+        else:
+            self.buffer[:] = 0.0
+
+    def _single(self, x, y, order, stats) -> EpochStats:
+        clock, losses = Clock(stats), []
+        for b in batches(len(order), self.training.batch_size):
+            idx = order[b]
+            losses.append((self.model.train_step(x[idx], y[idx]), len(idx)))
+            stats.steps += 1
+        stats.loss = sum(float(l) * n for l, n in losses) / max(1, len(order))
+        clock.compute()
+        return stats
+
+    def _overlapped(self, x, y, order, stats) -> EpochStats:
+        """Like train_epoch, but the gather of batch i+1 happens during the Iallreduce of i."""
+        from mpi4py import MPI
+
+        clock, loss = Clock(stats), 0.0
+        steps = list(self._parts(order))
+        current = _gather(x, y, steps[0][0])
+        for i, (part, n) in enumerate(steps):
+            if len(part):
+                self.model.gradient(current[0], current[1], len(part) / n, self.buffer)
+            else:
+                self.buffer[:] = 0.0
+            clock.compute()
+            request = self.comm.Iallreduce(MPI.IN_PLACE, self.buffer, op=MPI.SUM)
+            current = _gather(x, y, steps[i + 1][0]) if i + 1 < len(steps) else None
+            request.Wait()
+            clock.comm()
+            self.model.apply(self.buffer)
+            loss += float(self.buffer[-1]) * n
+            clock.compute()
+            stats.steps += 1
+        stats.loss = loss / max(1, len(order))
+        return stats
+
+
+def _gather(x, y, part):
+    return x[part], y[part]

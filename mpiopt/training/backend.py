@@ -1,0 +1,191 @@
+"""Everything that knows Keras and TensorFlow; the rest of training sees flat float32 buffers.
+
+Why flat buffers: one contiguous buffer is one MPI message (one Allreduce per step, one
+Send per downpour update) and one vectorised NumPy expression (the EASGD elastic force).
+The split into per-tensor views happens inside compiled tf.functions, so no hot path has a
+Python loop over tensors and every update uses the model's own compiled optimizer.
+
+Layout: ``weights`` = every floating-point variable of the model, trainable ones first, so
+the gradient buffer (trainable only) is a prefix of the weights buffer. Integer state (the
+seed generators of dropout layers) stays local.
+
+TensorFlow is imported here only, lazily, after threads.pin_threads has had its chance.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from mpiopt.training import threads
+
+_tf = None
+
+
+def import_tf():
+    """TensorFlow, imported once with the thread counts chosen by threads.pin_threads."""
+    global _tf
+    if _tf is None:
+        threads.defaults()
+        import tensorflow as tf
+
+        n = threads.pinned_threads()
+        if n:
+            try:
+                tf.config.threading.set_intra_op_parallelism_threads(n)
+                tf.config.threading.set_inter_op_parallelism_threads(1)
+            except RuntimeError:  # the runtime already started: the env vars rule
+                pass
+        _tf = tf
+    return _tf
+
+
+def build_model(build, params: dict, seed: int):
+    """Call the user's build_model(params) with every random generator seeded."""
+    import_tf()
+    import keras
+
+    keras.backend.clear_session()
+    keras.utils.set_random_seed(int(seed) % 2**31)
+    model = build(dict(params))
+    if not isinstance(model, keras.Model):
+        raise TypeError(f"build_model returned {type(model).__name__}, expected a keras.Model")
+    if getattr(model, "optimizer", None) is None or not getattr(model, "compiled", True):
+        raise ValueError("build_model must return a compiled model (model.compile(optimizer, loss, metrics))")
+    return model
+
+
+def _is_float(v) -> bool:
+    return "float" in str(v.dtype)
+
+
+class KerasModel:
+    """A compiled Keras model seen as flat buffers: gradients, weights, updates."""
+
+    def __init__(self, model, sample_x):
+        tf = import_tf()
+        self.model = model
+        if not model.built:
+            model(sample_x[:1])
+        self.optimizer = model.optimizer
+        self.trainable = list(model.trainable_variables)
+        ids = {id(v) for v in self.trainable}
+        others = [v for v in model.variables if id(v) not in ids and _is_float(v)]
+        self.variables = self.trainable + others
+        self.sizes = [int(np.prod(v.shape)) for v in self.variables]
+        self.n_grad = sum(self.sizes[: len(self.trainable)])
+        self.n_weights = sum(self.sizes)
+        self.optimizer.build(self.trainable)
+        self._snapshot = self._state()
+        self._compile(tf)
+
+    # ------------------------------------------------------------------ compiled steps
+    def _compile(self, tf):
+        model, trainable, variables = self.model, self.trainable, self.variables
+        grad_sizes, sizes = self.sizes[: len(trainable)], self.sizes
+
+        def loss_and_grads(x, y, scale):
+            with tf.GradientTape() as tape:
+                y_pred = model(x, training=True)
+                loss = model.compute_loss(x=x, y=y, y_pred=y_pred, training=True) * scale
+            grads = tape.gradient(loss, trainable)
+            grads = [tf.zeros_like(v) if g is None else tf.convert_to_tensor(g)
+                     for g, v in zip(grads, trainable)]
+            return loss, grads
+
+        def grad_flat(x, y, scale):
+            loss, grads = loss_and_grads(x, y, scale)
+            flat = [tf.reshape(tf.cast(g, tf.float32), [-1]) for g in grads]
+            return tf.concat(flat + [tf.reshape(tf.cast(loss, tf.float32), [1])], 0)
+
+        def apply_flat(flat):
+            parts = tf.split(flat[: self.n_grad], grad_sizes)
+            grads = [tf.cast(tf.reshape(p, v.shape), v.dtype) for p, v in zip(parts, trainable)]
+            self.optimizer.apply(grads, trainable)
+
+        def local_step(x, y):
+            loss, grads = loss_and_grads(x, y, 1.0)
+            self.optimizer.apply(grads, trainable)
+            return loss
+
+        def get_flat():
+            return tf.concat([tf.reshape(tf.cast(v, tf.float32), [-1]) for v in variables], 0)
+
+        def set_flat(flat):
+            for p, v in zip(tf.split(flat, sizes), variables):
+                v.assign(tf.cast(tf.reshape(p, v.shape), v.dtype))
+
+        def test_batch(x, y):
+            model.test_step((x, y))
+
+        fn = lambda f: tf.function(f, reduce_retracing=True)  # noqa: E731
+        self._grad, self._apply, self._step = fn(grad_flat), fn(apply_flat), fn(local_step)
+        self._get, self._set, self._test = fn(get_flat), fn(set_flat), fn(test_batch)
+
+    def gradient(self, x, y, scale: float, out: np.ndarray) -> None:
+        """out[:n_grad] = d(scale * loss)/dw for the batch, out[n_grad] = scale * loss."""
+        np.copyto(out, self._grad(x, y, np.float32(scale)).numpy())
+
+    def apply(self, flat_grad: np.ndarray) -> None:
+        """One update of the model's compiled optimizer from a flat gradient."""
+        self._apply(flat_grad)
+
+    def train_step(self, x, y) -> float:
+        """Gradient and update fused in one call: the single-rank and EASGD-worker step."""
+        return self._step(x, y)
+
+    def get_weights(self, out: np.ndarray | None = None) -> np.ndarray:
+        flat = self._get().numpy()
+        if out is None:
+            return flat
+        np.copyto(out, flat)
+        return out
+
+    def set_weights(self, flat: np.ndarray) -> None:
+        self._set(flat)
+
+    # ------------------------------------------------------------------ fold resets
+    def _state(self) -> list:
+        return [v.numpy() for v in self.model.variables + list(self.optimizer.variables)]
+
+    def reset(self) -> None:
+        """Back to the freshly built weights and optimizer: the next fold starts from scratch
+        without rebuilding (and re-tracing) the model."""
+        for v, value in zip(self.model.variables + list(self.optimizer.variables), self._snapshot):
+            v.assign(value)
+
+    # ------------------------------------------------------------------ validation
+    def metric_state(self, x, y, batch_size: int) -> np.ndarray:
+        """Evaluate on this rank's shard and return the metric accumulators (float64).
+
+        Keras metrics keep additive accumulators (totals and counts, confusion counts), so the
+        sum over shards of the accumulators is the accumulator of the whole validation set.
+        The model's own test_step runs compiled, batch by batch (model.evaluate would rebuild
+        its data adapter and callbacks on every call)."""
+        self.model.reset_metrics()
+        for start in range(0, len(x), batch_size):
+            self._test(x[start: start + batch_size], y[start: start + batch_size])
+        return np.concatenate([np.ravel(np.asarray(v.numpy(), np.float64))
+                               for m in self.model.metrics for v in m.variables] or [np.zeros(0)])
+
+    def zero_metric_state(self, x1, y1, batch_size: int) -> np.ndarray:
+        """Accumulators of an empty shard (built on one sample, then zeroed)."""
+        return np.zeros_like(self.metric_state(x1, y1, batch_size))
+
+    def metric_results(self, state: np.ndarray) -> dict:
+        """Metric values computed from (summed) accumulators."""
+        offset = 0
+        for m in self.model.metrics:
+            for v in m.variables:
+                size = int(np.prod(v.shape))
+                v.assign(state[offset: offset + size].reshape(v.shape).astype(str(v.dtype)))
+                offset += size
+        return {k: float(v) for k, v in _flatten(self.model.get_metrics_result()).items()}
+
+
+def _flatten(results: dict) -> dict:
+    out = {}
+    for key, value in results.items():
+        if isinstance(value, dict):
+            out.update(_flatten(value))
+        else:
+            out[key] = np.asarray(value).item() if np.size(value) == 1 else float(np.mean(value))
+    return out

@@ -1,0 +1,159 @@
+"""Training data as NumPy arrays: from a Python loader, .npz files or HDF5 file lists.
+
+Every rank holds the whole (small to medium) data set and takes its part by index; that
+makes K-fold splits, per-epoch shuffles and batch shards pure index arithmetic that every
+rank computes identically, with no data ever sent over MPI. Data are read once per process
+and kept for the next trials of the same study (the key is the data section of the spec).
+"""
+from __future__ import annotations
+
+import glob
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from mpiopt.errors import SpecError
+
+
+@dataclass
+class Dataset:
+    """Training arrays and, when the data brought one, a separate validation set."""
+
+    x: np.ndarray
+    y: np.ndarray
+    x_val: np.ndarray | None = None
+    y_val: np.ndarray | None = None
+
+    @property
+    def has_validation(self) -> bool:
+        return self.x_val is not None
+
+
+_cache: dict = {}
+
+
+def load_data(data, base_dir=None) -> Dataset:
+    """The Dataset described by a DataSpec (loader, npz or hdf5, optional val_* files)."""
+    key = repr(data), str(base_dir)
+    if key not in _cache:
+        _cache.clear()  # one study's data at a time
+        _cache[key] = _read(data, base_dir)
+    return _cache[key]
+
+
+def _read(data, base_dir) -> Dataset:
+    if data.loader:
+        from mpiopt.objective_ref import load_callable
+
+        return from_loader(load_callable(data.loader, base_dir, field="objective.data.loader")())
+    if data.npz:
+        x, y = read_npz(data.npz, data.features, data.labels, base_dir)
+    else:
+        x, y = read_hdf5(data.hdf5, data.features, data.labels, base_dir)
+    val = None
+    if data.val_npz:
+        val = read_npz(data.val_npz, data.features, data.labels, base_dir)
+    elif data.val_hdf5:
+        val = read_hdf5(data.val_hdf5, data.features, data.labels, base_dir)
+    return Dataset(x, y, *(val or (None, None)))
+
+
+def from_loader(returned) -> Dataset:
+    """(x, y) or (x_train, y_train, x_val, y_val) from a user's loader."""
+    if not isinstance(returned, (tuple, list)) or len(returned) not in (2, 4):
+        raise ValueError("the data loader must return (x, y) or (x_train, y_train, x_val, y_val)")
+    arrays = [np.asarray(a) for a in returned]
+    _check_pair(arrays[0], arrays[1], "loader")
+    if len(arrays) == 4:
+        _check_pair(arrays[2], arrays[3], "loader validation")
+    return Dataset(*arrays)
+
+
+def _check_pair(x, y, what: str) -> None:
+    if len(x) != len(y):
+        raise ValueError(f"{what}: {len(x)} samples of features but {len(y)} labels")
+    if len(x) == 0:
+        raise ValueError(f"{what}: no samples")
+
+
+def expand(patterns, base_dir=None) -> list[Path]:
+    """Paths and globs (relative to base_dir) -> files, each pattern's matches sorted."""
+    files = []
+    for pattern in patterns:
+        path = Path(pattern).expanduser()
+        path = path if path.is_absolute() else Path(base_dir or ".") / path
+        matches = sorted(glob.glob(str(path)))
+        if not matches:
+            raise SpecError(f"objective.data: no file matches {pattern!r}")
+        files.extend(Path(m) for m in matches)
+    return files
+
+
+def read_npz(patterns, features="features", labels="labels", base_dir=None):
+    """Concatenate the features and labels arrays of .npz files."""
+    xs, ys = [], []
+    for file in expand(patterns, base_dir):
+        with np.load(file) as npz:
+            for name in (features, labels):
+                if name not in npz.files:
+                    raise SpecError(f"{file}: no array '{name}' (has {', '.join(npz.files)})")
+            xs.append(npz[features])
+            ys.append(npz[labels])
+    return _concat(xs, ys)
+
+
+def read_hdf5(patterns, features="features", labels="labels", base_dir=None):
+    """Concatenate the features and labels datasets of a list of HDF5 files (MPI_Learn style)."""
+    import h5py
+
+    xs, ys = [], []
+    for file in expand(patterns, base_dir):
+        with h5py.File(file, "r") as h5:
+            for name in (features, labels):
+                if name not in h5:
+                    raise SpecError(f"{file}: no dataset '{name}' (has {', '.join(h5.keys())})")
+            xs.append(h5[features][()])
+            ys.append(h5[labels][()])
+    return _concat(xs, ys)
+
+
+def _concat(xs, ys):
+    x, y = np.concatenate(xs), np.concatenate(ys)
+    _check_pair(x, y, "data files")
+    return x, y
+
+
+def write_hdf5(file, x, y, features="features", labels="labels") -> None:
+    """Write one HDF5 file atomically (several ranks may generate the same file at once)."""
+    import os
+
+    import h5py
+
+    file = Path(file)
+    file.parent.mkdir(parents=True, exist_ok=True)
+    tmp = file.with_name(f".{file.name}.{os.getpid()}.tmp")
+    with h5py.File(tmp, "w") as h5:
+        h5.create_dataset(features, data=x, compression="gzip")
+        h5.create_dataset(labels, data=y)
+    os.replace(tmp, file)
+
+
+# ----------------------------------------------------------------------- sharding
+def shard(n: int, size: int, rank: int) -> slice:
+    """This rank's contiguous part of n items; parts differ in length by at most one."""
+    base, extra = divmod(n, size)
+    start = rank * base + min(rank, extra)
+    return slice(start, start + base + (rank < extra))
+
+
+def batches(n: int, batch_size: int):
+    """Slices of the global batches of an epoch; the last one may be smaller."""
+    return [slice(i, min(i + batch_size, n)) for i in range(0, n, batch_size)]
+
+
+def epoch_order(n: int, seed: int, epoch: int, shuffle: bool = True) -> np.ndarray:
+    """The sample order of one epoch, the same on every rank."""
+    if not shuffle:
+        return np.arange(n)
+    return np.random.default_rng([int(seed) % 2**32, int(epoch)]).permutation(n)

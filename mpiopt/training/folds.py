@@ -1,0 +1,126 @@
+"""Run the K folds of one trial, one after another or side by side, and report each epoch.
+
+The rule for concurrent folds: with kfold = K > 1 and a communicator of r ranks, the folds
+run concurrently when r >= K and r % K == 0, each fold on its own sub-communicator of r / K
+ranks (ranks [f*r/K, (f+1)*r/K) train fold f); otherwise they run one after another, each on
+all r ranks. (So 6 ranks with K = 3 give 3 folds of 2 ranks at once; 4 ranks with K = 3
+run the folds in turn on 4 ranks.) Both give the same figure of merit for the same seed up
+to float rounding: the folds, their shuffles and the initial weights depend only on the seed.
+
+What is reported after each epoch (for pruning, and as the trial's learning curve):
+- concurrent folds: at epoch e = 1..epochs, the mean of the figure of merit over the folds
+  still training (a fold that stopped early drops out of the mean);
+- sequential folds: fold f's epoch e is reported as step f * epochs + e, so step numbers
+  mean the same (fold, epoch) in every trial of the study and a pruner compares like with
+  like. With K = 1 the steps are simply the epochs.
+Only rank 0 of the communicator calls report; its decision is broadcast, and on "prune"
+every rank raises Pruned at the same point, so no rank is left inside a collective.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from mpiopt.training.kfold import holdout_split, kfold_splits
+
+
+@dataclass
+class Splits:
+    """Index splits of the data: K folds, a holdout, or the data's own validation set."""
+
+    k: int
+    pairs: list | None  # (train indices, validation indices) per fold; None = given val set
+
+    def arrays(self, data, fold: int):
+        if self.pairs is None:
+            return data.x, data.y, data.x_val, data.y_val
+        train, val = self.pairs[fold]
+        return data.x[train], data.y[train], data.x[val], data.y[val]
+
+
+def make_splits(data, training, seed: int) -> Splits:
+    """kfold K > 1: K folds of the training data (a separate validation set is not used);
+    kfold 1: the data's validation set if it has one, else a holdout fraction."""
+    if training.kfold > 1:
+        return Splits(training.kfold, kfold_splits(data.y, training.kfold, seed))
+    if data.has_validation:
+        return Splits(1, None)
+    return Splits(1, [holdout_split(data.y, training.holdout, seed)])
+
+
+@dataclass
+class Plan:
+    k: int
+    concurrent: bool
+    ranks_per_fold: int
+
+
+def fold_plan(k: int, size: int) -> Plan:
+    """The rule in the module docstring."""
+    if k > 1 and size >= k and size % k == 0:
+        return Plan(k, True, size // k)
+    return Plan(k, False, size)
+
+
+def run_folds(comm, plan: Plan, make_trainer, epochs: int, report, on_epoch) -> dict:
+    from mpiopt.training.trainer import summarize
+
+    runner = _concurrent if plan.concurrent else _sequential
+    results, intermediate = runner(comm, plan, make_trainer, epochs, report, on_epoch)
+    return summarize(results, intermediate)
+
+
+def _sequential(comm, plan, make_trainer, epochs, report, on_epoch):
+    results, intermediate = [], {}
+    for fold in range(plan.k):
+        trainer = make_trainer(comm, fold)
+        while not trainer.done:
+            value, metrics = trainer.run_epoch()
+            step = fold * epochs + trainer.epoch
+            intermediate[step] = value
+            _report(comm, report, on_epoch, step, value, metrics)
+        results.append(trainer.result())
+    return results, intermediate
+
+
+def _concurrent(comm, plan, make_trainer, epochs, report, on_epoch):
+    fold = comm.Get_rank() // plan.ranks_per_fold
+    sub = comm.Split(fold, comm.Get_rank())
+    try:
+        trainer = make_trainer(sub, fold)
+        leader = sub.Get_rank() == 0
+        intermediate = {}
+        for epoch in range(1, epochs + 1):
+            mine = trainer.run_epoch() if not trainer.done else None
+            entries = comm.allgather((mine, trainer.done) if leader else None)
+            ran = [e[0] for e in entries if e is not None and e[0] is not None]
+            value, metrics = _mean(ran)
+            intermediate[epoch] = value
+            _report(comm, report, on_epoch, epoch, value, metrics)
+            if all(e[1] for e in entries if e is not None):
+                break
+        results = comm.allgather(trainer.result() if leader else None)
+        return [r for r in results if r is not None], intermediate
+    finally:
+        sub.Free()
+
+
+def _mean(entries) -> tuple[float, dict]:
+    value = float(np.mean([v for v, _ in entries]))
+    keys = set.intersection(*(set(m) for _, m in entries))
+    return value, {k: float(np.mean([m[k] for _, m in entries])) for k in sorted(keys)}
+
+
+def _report(comm, report, on_epoch, step: int, value: float, metrics: dict) -> None:
+    """Rank 0 logs and asks report(); everyone learns the answer; prune raises everywhere."""
+    from mpiopt.training import Pruned
+
+    keep = True
+    if comm.Get_rank() == 0:
+        if on_epoch is not None:
+            on_epoch(step, value, metrics)
+        if report is not None:
+            keep = bool(report(step, value))
+    if not comm.bcast(keep, root=0):
+        raise Pruned(step, value)

@@ -1,0 +1,202 @@
+"""Train one parameter set on a communicator: folds, epochs, validation, early stopping.
+
+run_training is the entry point used by the group ranks (through mpiopt.objective) and by
+`mpiopt train`. It knows nothing of the coordinator or the database: it gets a
+communicator, the spec, the parameters and a seed, and calls report(epoch, value) on the
+communicator's rank 0 after each epoch.
+
+The figure of merit of a fold is the best value of objective.metric over its epochs (the
+epoch early stopping would keep); the trial's value is the mean over the folds, value_std
+their standard deviation, and metrics the fold means of every validation metric (and the
+training loss) at each fold's best epoch.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from mpiopt.training import threads
+from mpiopt.training.data import epoch_order, load_data, shard
+from mpiopt.training.folds import fold_plan, make_splits, run_folds
+
+
+def run_training(spec, params: dict, comm, seed: int, report=None, on_epoch=None) -> dict:
+    """Train and evaluate params; the same result dict on every rank of comm.
+
+    Returns {value, value_std, fold_values, metrics, epochs, intermediate, timing}.
+    report(epoch, value) -> False prunes: every rank raises training.Pruned together.
+    on_epoch(epoch, value, metrics) is called on rank 0 for logging (mpiopt train).
+    A model that fails to build, or data that fail to load, raise on every rank."""
+    threads.pin_threads(comm)
+    from mpiopt.objective_ref import load_callable
+    from mpiopt.training import backend
+
+    obj = spec.objective
+    data = together(comm, lambda: load_data(obj.data, spec.base_dir))
+    splits = make_splits(data, spec.training, seed)
+    build = together(comm, lambda: load_callable(obj.model, spec.base_dir, field="objective.model"))
+    model = together(comm, lambda: backend.KerasModel(backend.build_model(build, params, seed), data.x))
+
+    def make_trainer(fold_comm, fold: int) -> FoldTrainer:
+        model.reset()
+        x, y, xv, yv = splits.arrays(data, fold)
+        return FoldTrainer(model, fold_comm, spec, (x, y, xv, yv), seed, fold)
+
+    plan = fold_plan(splits.k, comm.Get_size())
+    result = run_folds(comm, plan, make_trainer, spec.training.epochs, report, on_epoch)
+    return comm.bcast(result, root=0)
+
+
+def together(comm, fn):
+    """Run fn on every rank; if it fails anywhere, fail everywhere (no rank left waiting
+    in a collective for a rank that raised)."""
+    try:
+        value, error = fn(), None
+    except Exception as exc:  # re-raised below, on every rank
+        value, error = None, exc
+    failed = comm.allreduce(0 if error is None else 1)
+    if error is not None:
+        raise error
+    if failed:
+        raise RuntimeError(f"{failed} other rank(s) of the training communicator failed")
+    return value
+
+
+def make_algorithm(model, comm, training):
+    """The training algorithm of training.mode; downpour needs a master and a worker, so on
+    one rank it is single-rank allreduce training."""
+    mode = training.mode
+    if mode == "downpour" and comm.Get_size() > 1:
+        from mpiopt.training.downpour import Downpour
+
+        return Downpour(model, comm, training)
+    if mode == "easgd":
+        from mpiopt.training.easgd import EASGD
+
+        return EASGD(model, comm, training)
+    if mode not in ("allreduce", "downpour"):
+        raise ValueError(f"unknown training.mode {mode!r}")
+    from mpiopt.training.allreduce import AllreduceSGD
+
+    return AllreduceSGD(model, comm, training, overlap=OVERLAP)
+
+
+OVERLAP = False  # see allreduce.py: gathering the next batch under the Iallreduce did not pay here
+
+
+def validate(model, comm, x, y, batch_size: int) -> dict:
+    """Validation metrics over all of (x, y), each rank evaluating one shard; the metric
+    accumulators are summed with one Allreduce, so r ranks take 1/r of the time."""
+    from mpi4py import MPI
+
+    part = shard(len(x), comm.Get_size(), comm.Get_rank())
+    size = max(256, batch_size)
+    if part.stop > part.start:
+        state = model.metric_state(x[part], y[part], size)
+    else:
+        state = model.zero_metric_state(x[:1], y[:1], size)
+    comm.Allreduce(MPI.IN_PLACE, state, op=MPI.SUM)
+    return {f"val_{k}": v for k, v in model.metric_results(state).items()}
+
+
+@dataclass
+class Timing:
+    train_s: float = 0.0
+    val_s: float = 0.0
+    compute_s: float = 0.0
+    comm_s: float = 0.0
+    samples: int = 0
+    steps: int = 0
+
+    def add(self, stats, val_s: float) -> None:
+        self.train_s += stats.wall_s
+        self.val_s += val_s
+        self.compute_s += stats.compute_s
+        self.comm_s += stats.comm_s
+        self.samples += stats.samples
+        self.steps += stats.steps
+
+
+class FoldTrainer:
+    """One fold trained on one communicator, an epoch at a time (the fold driver interleaves
+    epochs with reports and, for concurrent folds, with the other folds)."""
+
+    def __init__(self, model, comm, spec, arrays, seed: int, fold: int):
+        self.model, self.comm, self.spec = model, comm, spec
+        self.x, self.y, self.x_val, self.y_val = arrays
+        self.training = spec.training
+        self.metric = spec.objective.metric
+        self.maximize = spec.objective.direction == "maximize"
+        self.seed = (int(seed) * 7919 + fold) % 2**32
+        self.epoch, self.best_epoch = 0, 0
+        self.best_value, self.best_metrics = math.nan, {}
+        self.done = False
+        self.timing = Timing()
+        self.algorithm = make_algorithm(model, comm, self.training)
+        self.algorithm.start()
+
+    def run_epoch(self) -> tuple[float, dict]:
+        """Train one epoch and validate; returns (figure of merit, metrics)."""
+        order = epoch_order(len(self.x), self.seed, self.epoch, self.training.shuffle)
+        start = time.perf_counter()
+        stats = self.algorithm.train_epoch(self.x, self.y, order)
+        stats.wall_s = time.perf_counter() - start
+        self.algorithm.before_validation()
+        metrics = validate(self.model, self.comm, self.x_val, self.y_val, self.training.batch_size)
+        self.algorithm.after_validation()
+        self.timing.add(stats, time.perf_counter() - start - stats.wall_s)
+        metrics["loss"] = float(stats.loss)
+        value = self._figure(metrics)
+        self.epoch += 1
+        self._track(value, metrics)
+        return value, metrics
+
+    def _figure(self, metrics: dict) -> float:
+        if self.metric not in metrics:
+            names = ", ".join(sorted(k for k in metrics if k.startswith("val_")))
+            raise ValueError(f"objective.metric '{self.metric}' is not a validation metric of "
+                             f"this model (it reports: {names})")
+        return float(metrics[self.metric])
+
+    def _track(self, value: float, metrics: dict) -> None:
+        """Best epoch so far, early stopping, and a stop on a non-finite value."""
+        if not math.isfinite(value):
+            self.best_value, self.best_metrics, self.done = value, metrics, True
+            return
+        stopping = self.training.early_stopping
+        delta = stopping.min_delta if stopping else 0.0
+        if math.isnan(self.best_value) or self._better(value, self.best_value, delta):
+            self.best_value, self.best_metrics, self.best_epoch = value, metrics, self.epoch
+        if self.epoch >= self.training.epochs:
+            self.done = True
+        elif stopping and self.epoch - self.best_epoch >= stopping.patience:
+            self.done = True
+
+    def _better(self, value: float, best: float, delta: float) -> bool:
+        return value > best + delta if self.maximize else value < best - delta
+
+    def result(self) -> dict:
+        return {"value": self.best_value, "metrics": self.best_metrics, "epochs": self.epoch,
+                "timing": self.timing.__dict__.copy()}
+
+
+def summarize(fold_results: list[dict], intermediate: dict) -> dict:
+    """The trial's result from its folds' results."""
+    values = [r["value"] for r in fold_results]
+    keys = set.intersection(*(set(r["metrics"]) for r in fold_results)) if fold_results else set()
+    timing = {}
+    for r in fold_results:
+        for k, v in r["timing"].items():
+            timing[k] = timing.get(k, 0) + v
+    return {
+        "value": float(np.mean(values)),
+        "value_std": float(np.std(values)),
+        "fold_values": [float(v) for v in values],
+        "metrics": {k: float(np.mean([r["metrics"][k] for r in fold_results])) for k in sorted(keys)},
+        "epochs": int(max(r["epochs"] for r in fold_results)),
+        "intermediate": dict(intermediate),
+        "timing": timing,
+    }
