@@ -298,3 +298,33 @@ def test_best_trials_follow_the_direction(storage, direction, expected):
     assert storage.best_trials(sid)[0].value == expected[0]
     assert len(storage.best_trials(sid, 50)) == 4
     assert storage.best_trials(new_study(storage, "empty", direction)) == []
+
+
+# ---- the Python API ----------------------------------------------------------------------
+def test_load_study(url, monkeypatch):
+    import builtins
+
+    import mpiopt
+
+    with open_storage(url, create=True) as st:
+        sid = new_study(st, "api", "maximize")
+        for v in (1.0, 3.0, 2.0):
+            finished(st, sid, v, fold_values=[v, v], metrics={"m": v})
+    with mpiopt.load_study("api", storage=url) as study:
+        assert (study.name, study.direction, study.metric) == ("api", "maximize", "value")
+        assert [t.number for t in study.trials] == [0, 1, 2]
+        assert study.best_trial.value == 3.0
+        assert [t.value for t in study.best_trials(2)] == [3.0, 2.0]
+        real_import = builtins.__import__
+
+        def no_pandas(name, *args, **kw):
+            if name == "pandas":
+                raise ImportError(name)
+            return real_import(name, *args, **kw)
+
+        monkeypatch.setattr(builtins, "__import__", no_pandas)
+        rows = study.to_dataframe()
+        assert [r["params_x"] for r in rows] == [1.0, 3.0, 2.0]
+        assert rows[0]["fold_1"] == 1.0 and rows[0]["metrics_m"] == 1.0
+    with pytest.raises(UnknownStudyError, match="known studies: api"):
+        mpiopt.load_study("nope", storage=url)
