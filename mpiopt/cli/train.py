@@ -1,0 +1,126 @@
+"""`mpirun -n R mpiopt train SPEC --set name=value ...`: train one parameter set.
+
+MPI_Learn's job on its own: the model of the spec trained with the spec's training section
+(nested data-parallel training, K-fold) for one point of the search space, so a user can
+check the model, the data and the scaling before a search. Rank 0 prints every epoch and
+the figure of merit; nothing is written to a database.
+
+--set NAME=VALUE sets a hyperparameter when NAME is one of the search space's parameters,
+and otherwise overrides a spec field by its dotted path (--set training.epochs=2).
+Parameters not set take the middle of their range (geometric middle for log priors, the
+middle choice of a categorical).
+"""
+from __future__ import annotations
+
+import json
+import sys
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "train", help="train one parameter set with the spec's model, data and training",
+        description="Train the spec's model for one parameter set (under mpirun: data-parallel "
+        "over all ranks, K-fold as in the spec) and print per-epoch metrics and the figure of merit.")
+    parser.add_argument("spec", metavar="SPEC", help="path to the spec YAML file")
+    parser.add_argument(
+        "--set", dest="settings", action="append", default=[], metavar="NAME=VALUE",
+        help="a hyperparameter (NAME in the search space) or a spec field by dotted path "
+        "(e.g. training.epochs=2); VALUE is read as YAML; repeatable")
+    parser.add_argument("--seed", type=int, default=None,
+                        help="seed of the initial weights, shuffles and folds (default: search.seed)")
+    parser.add_argument("--format", choices=("table", "json"), default="table",
+                        help="table: epochs as they finish; json: one object at the end")
+    parser.set_defaults(func=run)
+
+
+def split_settings(space_names, settings: dict) -> tuple[dict, dict]:
+    """(hyperparameters, spec overrides) from the --set values."""
+    params = {k: v for k, v in settings.items() if k in space_names}
+    overrides = {k: v for k, v in settings.items() if k not in space_names}
+    return params, overrides
+
+
+def resolve_params(space, given: dict) -> dict:
+    """The middle of the space, updated with the given values, checked against the space."""
+    from mpiopt.errors import SpecError
+
+    params = space.from_genome([0.5] * len(space))
+    params.update(given)
+    try:
+        space.check(params)
+    except ValueError as exc:
+        raise SpecError(f"--set: {exc}") from None
+    return params
+
+
+def run(args) -> int:
+    from mpiopt.errors import SpecError
+    from mpiopt.spec import load_spec, parse_overrides
+
+    settings = parse_overrides(args.settings)
+    names = set(load_spec(args.spec).space.names)
+    given, overrides = split_settings(names, settings)
+    spec = load_spec(args.spec, overrides)
+    if not spec.objective.model:
+        raise SpecError(f"{args.spec}: objective.model: `mpiopt train` trains a Keras model; "
+                        "this spec has a function objective")
+    params = resolve_params(spec.space, given)
+    seed = spec.search.seed if args.seed is None else args.seed
+    return _train(spec, params, seed, args.format)
+
+
+def _train(spec, params: dict, seed: int, fmt: str) -> int:
+    from mpi4py import MPI
+
+    from mpiopt.training.folds import fold_plan
+
+    comm = MPI.COMM_WORLD
+    leader = comm.Get_rank() == 0
+    t = spec.training
+    if leader and fmt == "table":
+        plan = fold_plan(t.kfold, comm.Get_size())
+        layout = (f"{t.kfold} folds " + ("concurrently" if plan.concurrent else "in turn")
+                  if t.kfold > 1 else "1 fold")
+        print(f"training {spec.study.name}: {_show(params)}")
+        print(f"{comm.Get_size()} rank(s), mode {t.mode}, {layout}, {t.epochs} epochs, "
+              f"global batch {t.batch_size}, seed {seed}", flush=True)
+    on_epoch = _print_epoch if fmt == "table" else None
+    try:
+        from mpiopt.training import run_training
+
+        result = run_training(spec, params, comm, seed, on_epoch=on_epoch)
+    except Exception as exc:  # the model or the data failed: one line, exit 1
+        if leader:
+            print(f"mpiopt: training failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    if leader:
+        _print_result(spec, params, seed, result, fmt)
+    return 0
+
+
+def _show(params: dict) -> str:
+    return " ".join(f"{k}={_num(v)}" for k, v in params.items())
+
+
+def _num(v) -> str:
+    return f"{v:.6g}" if isinstance(v, float) else str(v)
+
+
+def _print_epoch(step: int, value: float, metrics: dict) -> None:
+    print(f"epoch {step:3d}  " + "  ".join(f"{k}={_num(v)}" for k, v in sorted(metrics.items())), flush=True)
+
+
+def _print_result(spec, params, seed, result, fmt) -> None:
+    metric = spec.objective.metric
+    if fmt == "json":
+        out = {"params": params, "seed": seed, "metric": metric,
+               **{k: v for k, v in result.items() if k != "timing"}}
+        json.dump(out, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return
+    folds = ", ".join(_num(v) for v in result["fold_values"])
+    spread = f" ± {_num(result['value_std'])}" if len(result["fold_values"]) > 1 else ""
+    timing = result.get("timing", {})
+    rate = timing.get("samples", 0) / timing["train_s"] if timing.get("train_s") else 0.0
+    print(f"figure of merit: {metric} = {_num(result['value'])}{spread} (folds: {folds})")
+    print(f"trained {timing.get('samples', 0)} samples at {rate:.0f} samples/s", flush=True)

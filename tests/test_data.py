@@ -1,0 +1,91 @@
+"""Data loading (loader, .npz, HDF5 file lists) and the index arithmetic of sharding."""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from mpiopt.errors import SpecError
+from mpiopt.training import data as D
+
+h5py = pytest.importorskip("h5py")
+
+
+def data_spec(**kw):
+    base = dict(loader=None, npz=[], hdf5=[], features="features", labels="labels",
+                val_npz=[], val_hdf5=[])
+    base.update(kw)
+    return SimpleNamespace(**base)
+
+
+def arrays(n, seed):
+    rng = np.random.default_rng(seed)
+    return rng.normal(size=(n, 4, 3)).astype("float32"), rng.integers(0, 2, n)
+
+
+def test_hdf5_file_list_is_read_in_order_and_concatenated(tmp_path):
+    parts = [arrays(n, s) for s, n in enumerate((5, 7, 3))]
+    for i, (x, y) in enumerate(parts):
+        D.write_hdf5(tmp_path / "data" / f"jets_{i}.h5", x, y)
+    ds = D.load_data(data_spec(hdf5=["data/jets_*.h5"]), base_dir=tmp_path)
+    assert ds.x.shape == (15, 4, 3) and ds.y.shape == (15,)
+    assert np.array_equal(ds.x, np.concatenate([p[0] for p in parts]))
+    assert not ds.has_validation
+
+
+def test_hdf5_custom_dataset_names_and_validation_files(tmp_path):
+    x, y = arrays(6, 0)
+    D.write_hdf5(tmp_path / "train.h5", x, y, features="X", labels="Y")
+    D.write_hdf5(tmp_path / "val.h5", x[:2], y[:2], features="X", labels="Y")
+    spec = data_spec(hdf5=[str(tmp_path / "train.h5")], val_hdf5=["val.h5"], features="X", labels="Y")
+    ds = D.load_data(spec, base_dir=tmp_path)
+    assert ds.has_validation and len(ds.x_val) == 2
+
+
+def test_hdf5_missing_dataset_or_file_says_which(tmp_path):
+    x, y = arrays(4, 0)
+    D.write_hdf5(tmp_path / "a.h5", x, y)
+    with pytest.raises(SpecError, match="no dataset 'images'"):
+        D.read_hdf5(["a.h5"], features="images", base_dir=tmp_path)
+    with pytest.raises(SpecError, match="no file matches"):
+        D.read_hdf5(["missing_*.h5"], base_dir=tmp_path)
+
+
+def test_npz_files(tmp_path):
+    x, y = arrays(8, 1)
+    np.savez(tmp_path / "a.npz", features=x[:5], labels=y[:5])
+    np.savez(tmp_path / "b.npz", features=x[5:], labels=y[5:])
+    ds = D.load_data(data_spec(npz=["a.npz", "b.npz"]), base_dir=tmp_path)
+    assert np.array_equal(ds.y, y)
+    with pytest.raises(SpecError, match="no array 'labels'"):
+        np.savez(tmp_path / "c.npz", features=x)
+        D.read_npz(["c.npz"], base_dir=tmp_path)
+
+
+def test_loader_returns_two_or_four_arrays(tmp_path):
+    (tmp_path / "load.py").write_text(
+        "import numpy as np\n"
+        "def two():\n    return np.zeros((4, 2)), np.arange(4)\n"
+        "def four():\n    return np.zeros((4, 2)), np.arange(4), np.ones((2, 2)), np.arange(2)\n"
+        "def bad():\n    return np.zeros((4, 2)), np.arange(3)\n")
+    assert not D.load_data(data_spec(loader="load.py:two"), tmp_path).has_validation
+    assert len(D.load_data(data_spec(loader="load.py:four"), tmp_path).x_val) == 2
+    with pytest.raises(ValueError, match="4 samples of features but 3 labels"):
+        D.load_data(data_spec(loader="load.py:bad"), tmp_path)
+
+
+@pytest.mark.parametrize("n,size", [(10, 3), (2, 4), (0, 2), (7, 7)])
+def test_shards_are_contiguous_balanced_and_cover(n, size):
+    parts = [D.shard(n, size, r) for r in range(size)]
+    assert [i for p in parts for i in range(n)[p]] == list(range(n))
+    lengths = [p.stop - p.start for p in parts]
+    assert max(lengths) - min(lengths) <= 1
+
+
+def test_batches_and_epoch_orders():
+    assert [(b.start, b.stop) for b in D.batches(10, 4)] == [(0, 4), (4, 8), (8, 10)]
+    a, b = D.epoch_order(20, 5, 0), D.epoch_order(20, 5, 1)
+    assert sorted(a) == list(range(20)) and not np.array_equal(a, b)
+    assert np.array_equal(a, D.epoch_order(20, 5, 0))
+    assert np.array_equal(D.epoch_order(5, 5, 3, shuffle=False), np.arange(5))

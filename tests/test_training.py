@@ -1,0 +1,141 @@
+"""The trainer on one rank with a tiny Keras model: results, early stopping, pruning, errors.
+
+Kept tiny (300 samples, one hidden layer of 8, a few epochs): TensorFlow is imported once
+for the module and each training takes about a second.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytest.importorskip("tensorflow")
+
+MODEL_SOURCE = '''
+import numpy as np
+
+
+def build(params):
+    import keras
+    if params.get("width", 8) < 1:
+        raise ValueError("width must be positive")
+    model = keras.Sequential([
+        keras.Input((6,)),
+        keras.layers.Dense(params.get("width", 8), activation="tanh"),
+        keras.layers.Dense(3, activation="softmax"),
+    ])
+    model.compile(keras.optimizers.Adam(params.get("lr", 0.02)), "sparse_categorical_crossentropy",
+                  metrics=["accuracy"])
+    return model
+
+
+def load(n=300):
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(n, 6)).astype("float32")
+    y = np.digitize(x[:, 0] + 0.5 * x[:, 1], [-0.5, 0.5]).astype("int64")
+    return x, y
+
+
+def load_with_validation():
+    x, y = load(360)
+    return x[:300], y[:300], x[300:], y[300:]
+'''
+
+
+def write_case(folder: Path, training: dict | None = None, metric="val_accuracy",
+               direction="maximize", loader="load") -> Path:
+    """A model file and a spec for it; returns the spec path."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "tiny.py").write_text(MODEL_SOURCE)
+    spec = {
+        "study": {"name": "tiny"},
+        "objective": {"model": "tiny.py:build", "data": {"loader": f"tiny.py:{loader}"},
+                      "metric": metric, "direction": direction},
+        "search_space": {"width": {"type": "integer", "low": 2, "high": 16},
+                         "lr": {"type": "real", "low": 1e-4, "high": 0.1, "prior": "log-uniform"}},
+        "search": {"algorithm": "random", "trials": 2},
+        "training": {"epochs": 3, "batch_size": 32, **(training or {})},
+    }
+    path = folder / "spec.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def train(tmp_path, params=None, report=None, **case):
+    from mpi4py import MPI
+
+    from mpiopt.spec import load_spec
+    from mpiopt.training import run_training
+
+    spec = load_spec(write_case(tmp_path, **case))
+    return run_training(spec, params or {"width": 8, "lr": 0.02}, MPI.COMM_SELF, 5, report=report)
+
+
+def test_kfold_result_has_every_field_and_learns(tmp_path):
+    result = train(tmp_path, training={"kfold": 2})
+    assert set(result) >= {"value", "value_std", "fold_values", "metrics", "epochs", "intermediate"}
+    assert len(result["fold_values"]) == 2
+    assert result["value"] == pytest.approx(sum(result["fold_values"]) / 2)
+    assert result["metrics"]["val_accuracy"] == pytest.approx(result["value"])
+    assert set(result["metrics"]) >= {"loss", "val_loss", "val_accuracy"}
+    # sequential folds report fold f's epoch e as step f * epochs + e
+    assert sorted(result["intermediate"]) == [1, 2, 3, 4, 5, 6]
+    assert result["value"] > 0.6  # three separable classes; chance is 1/3
+
+
+def test_given_validation_set_and_minimized_loss(tmp_path):
+    result = train(tmp_path, loader="load_with_validation", metric="val_loss", direction="minimize",
+                   training={"epochs": 2})
+    assert result["fold_values"] == [result["value"]] and result["value_std"] == 0.0
+    assert result["value"] == min(result["intermediate"].values())
+
+
+def test_early_stopping_stops_a_flat_curve(tmp_path):
+    result = train(tmp_path, params={"width": 8, "lr": 0.0},
+                   training={"epochs": 10, "early_stopping": {"patience": 2, "min_delta": 0.001}})
+    assert result["epochs"] == 3 and len(result["intermediate"]) == 3
+
+
+def test_prune_decision_stops_training_with_the_last_value(tmp_path):
+    from mpiopt.training import Pruned
+
+    seen = []
+
+    def report(epoch, value):
+        seen.append((epoch, value))
+        return epoch < 2
+
+    with pytest.raises(Pruned) as info:
+        train(tmp_path, report=report, training={"epochs": 5})
+    assert [e for e, _ in seen] == [1, 2]
+    assert info.value.epoch == 2 and info.value.value == seen[-1][1]
+
+
+def test_unknown_metric_names_the_available_ones(tmp_path):
+    with pytest.raises(ValueError, match="val_auc.*val_accuracy, val_loss"):
+        train(tmp_path, metric="val_auc", training={"epochs": 1})
+
+
+def test_a_model_that_fails_to_build_raises_its_error(tmp_path):
+    with pytest.raises(ValueError, match="width must be positive"):
+        train(tmp_path, params={"width": 0, "lr": 0.01}, training={"epochs": 1})
+
+
+def test_thread_pinning_divides_the_cores_among_the_ranks_of_the_node(monkeypatch):
+    from mpiopt.training import threads
+
+    monkeypatch.setattr(threads, "_pinned", None)
+    monkeypatch.setattr(threads, "usable_cores", lambda: 8)
+    for var in ("TF_NUM_INTRAOP_THREADS", "OMP_NUM_THREADS", "TF_NUM_INTEROP_THREADS", "MPIOPT_THREADS"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("MPI_LOCALNRANKS", "3")
+    monkeypatch.setenv("MPI_LOCALRANKID", "2")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    chosen = threads.pin_threads()
+    assert chosen == {"threads": 2, "local_rank": 2, "local_size": 3, "gpu": "0"}
+    import os
+
+    assert os.environ["TF_NUM_INTRAOP_THREADS"] == "2" and os.environ["CUDA_VISIBLE_DEVICES"] == "0"
+    assert threads.pin_threads() is chosen  # once per process
+    monkeypatch.setattr(threads, "_pinned", None)
