@@ -52,7 +52,7 @@ def open_study(storage, spec, resume: bool, url: str) -> OpenedStudy:
         raise ResumeError(
             f"study '{name}' already exists in {url}: continue it with `mpiopt search SPEC "
             f"--resume` or `mpiopt resume {name}`, or give study.name a new name")
-    changes = spec_changes(yaml.safe_load(record.spec_text), spec.to_dict())
+    changes = spec_changes(yaml.safe_load(record.spec_text), spec)
     if changes:
         raise ResumeError(f"study '{name}' was started with a different spec; only "
                           f"{', '.join(RESUMABLE_CHANGES)} may change on resume: " + "; ".join(changes))
@@ -61,7 +61,21 @@ def open_study(storage, spec, resume: bool, url: str) -> OpenedStudy:
     return OpenedStudy(storage, record.id, storage.get_trials(record.id), True)
 
 
-def spec_changes(old: dict, new: dict) -> list[str]:
+def spec_changes(stored: dict, spec) -> list[str]:
+    """How spec differs from the stored one in what a resume must keep.
+
+    The space and objective compare by fingerprint (file names, not absolute paths, so a
+    moved checkout can resume); the other sections compare field by field."""
+    from mpiopt.spec import Spec
+
+    old_spec = Spec.from_dict(stored, source="<stored>", check_files=False)
+    out = old_spec.diff(spec) if old_spec.fingerprint() != spec.fingerprint() else []
+    for section in ("search", "training"):
+        out += _dict_changes({section: stored.get(section)}, {section: spec.to_dict()[section]})
+    return out
+
+
+def _dict_changes(old: dict, new: dict) -> list[str]:
     """Dotted paths whose values differ, other than the resumable ones."""
     out = []
     old, new = _flatten(old), _flatten(new)

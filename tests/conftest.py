@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
 
 
-def test_env() -> dict:
+def subprocess_env() -> dict:
     env = dict(os.environ)
     env.update(PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", TF_CPP_MIN_LOG_LEVEL="3",
                PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}")
@@ -26,7 +26,7 @@ def mpiopt(*args, cwd=None, np: int | None = None, timeout: float = 300, check: 
     cmd = [str(BIN / "mpiopt"), *map(str, args)]
     if np is not None:
         cmd = [str(BIN / "mpiexec"), "-n", str(np), *cmd]
-    proc = subprocess.run(cmd, cwd=cwd, env=test_env(), capture_output=True, text=True,
+    proc = subprocess.run(cmd, cwd=cwd, env=subprocess_env(), capture_output=True, text=True,
                           timeout=timeout, **popen)
     if check and proc.returncode != 0:
         raise AssertionError(f"{' '.join(cmd)} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
