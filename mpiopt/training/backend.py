@@ -25,8 +25,12 @@ def import_tf():
     global _tf
     if _tf is None:
         threads.defaults()
+        import os
+
         import tensorflow as tf
 
+        if os.environ.get("TF_CPP_MIN_LOG_LEVEL", "0") >= "2":
+            tf.get_logger().setLevel("ERROR")  # each trial's new model re-traces on purpose
         n = threads.pinned_threads()
         if n:
             try:

@@ -1,0 +1,23 @@
+"""A small 2D convolutional classifier of jet images (W jets against QCD jets)."""
+
+
+def build_model(params):
+    """Two convolutions of `filters` and 2*filters kernels, pooling, a dense layer."""
+    import keras
+
+    k = int(params["kernel_size"])
+    f = int(params["filters"])
+    model = keras.Sequential([
+        keras.Input((16, 16, 1)),
+        keras.layers.Rescaling(20.0),  # pixels are pT fractions, mostly far below 0.1
+        keras.layers.Conv2D(f, k, padding="same", activation="relu"),
+        keras.layers.MaxPooling2D(2),
+        keras.layers.Conv2D(2 * f, k, padding="same", activation="relu"),
+        keras.layers.GlobalAveragePooling2D(),
+        keras.layers.Dense(int(params["dense_units"]), activation="relu"),
+        keras.layers.Dropout(params["dropout"]),
+        keras.layers.Dense(1, activation="sigmoid"),
+    ])
+    model.compile(optimizer=keras.optimizers.Adam(params["learning_rate"]),
+                  loss="binary_crossentropy", metrics=["accuracy", keras.metrics.AUC(name="auc")])
+    return model
