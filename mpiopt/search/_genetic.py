@@ -1,0 +1,84 @@
+"""DEAP operators on plain genomes (lists of floats in [0, 1]), made reproducible.
+
+DEAP draws from the global `random` module (and `deap.cma` from numpy's global state).
+A searcher must give the same suggestions for the same seed without disturbing anybody
+else's random numbers, so every DEAP call runs inside `GlobalRandom`, which swaps the
+searcher's own states in and out. Nothing here uses `creator.create`: individuals are
+plain lists, and what leaves a searcher is a parameter dict.
+"""
+from __future__ import annotations
+
+import random
+from contextlib import contextmanager
+
+import numpy as np
+from deap import base, tools
+
+SBX_ETA = 10.0        # crossover spread: lower = children farther from parents
+MUTATION_ETA = 20.0   # polynomial mutation: higher = smaller steps
+
+
+class GlobalRandom:
+    """Private states for the `random` module and numpy's legacy global generator."""
+
+    def __init__(self, seed):
+        self.reseed(seed)
+
+    def reseed(self, seed) -> None:
+        seq = np.random.SeedSequence(seed)
+        words = seq.generate_state(4)
+        self._py = random.Random(int.from_bytes(words.tobytes(), "little")).getstate()
+        self._np = np.random.RandomState(int(words[0])).get_state()
+
+    @contextmanager
+    def active(self):
+        saved_py, saved_np = random.getstate(), np.random.get_state()
+        random.setstate(self._py)
+        np.random.set_state(self._np)
+        try:
+            yield
+        finally:
+            self._py, self._np = random.getstate(), np.random.get_state()
+            random.setstate(saved_py)
+            np.random.set_state(saved_np)
+
+
+def tournament(pool: list[tuple[list, float]], size: int, rng: np.random.Generator) -> list:
+    """Genome of the best of `size` members drawn at random (lower value wins).
+
+    Written here rather than deap.tools.selTournament, which needs creator-made fitness
+    objects on every individual.
+    """
+    picks = rng.integers(0, len(pool), size=max(1, size))
+    best = min(picks, key=lambda i: (pool[i][1], i))
+    return list(pool[best][0])
+
+
+def crossover(g1: list, g2: list) -> tuple[list, list]:
+    """Simulated binary crossover, bounded to the unit genome (call inside `active`)."""
+    return tools.cxSimulatedBinaryBounded(list(g1), list(g2), eta=SBX_ETA, low=0.0, up=1.0)
+
+
+def mutate(genome: list, indpb: float, categorical: list[bool]) -> list:
+    """Polynomial bounded mutation; categorical genes are reset uniformly instead,
+    because small steps inside a category's bin would rarely change it."""
+    child, = tools.mutPolynomialBounded(list(genome), eta=MUTATION_ETA, low=0.0, up=1.0,
+                                        indpb=indpb)
+    for i, is_cat in enumerate(categorical):
+        if is_cat:
+            child[i] = random.random() if random.random() < indpb else genome[i]
+    return [min(1.0, max(0.0, float(x))) for x in child]
+
+
+class MinFitness(base.Fitness):
+    """Single-objective minimisation fitness for deap.cma (a plain class, no creator)."""
+
+    weights = (-1.0,)
+
+
+class Individual(list):
+    """A genome with the `.fitness` attribute deap.cma.Strategy.update sorts by."""
+
+    def __init__(self, genes):
+        super().__init__(float(g) for g in genes)
+        self.fitness = MinFitness()

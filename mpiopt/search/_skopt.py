@@ -1,0 +1,164 @@
+"""The only module that touches scikit-optimize (pinned at 0.10.2: it is unmaintained).
+
+What we take from it: the normalised encoding of a search space (reals and integers to
+[0, 1], log scale for log priors, categoricals one-hot), its tree surrogates (RF, ET,
+GBRT with a predictive spread), its Hamming kernel for all-categorical spaces and its
+acquisition functions. Everything else (the GP posterior, the constant liar, the
+candidate search) is ours, because skopt's versions are what made the original
+coordinator slow and its parallel points clump.
+"""
+from __future__ import annotations
+
+import numpy as np
+from skopt.acquisition import gaussian_ei, gaussian_lcb, gaussian_pi
+from skopt.learning.gaussian_process.kernels import HammingKernel
+from skopt.space import Categorical, Integer
+from skopt.utils import cook_estimator, normalize_dimensions
+
+__all__ = ["Encoder", "acquisition", "hamming_kernel", "tree_model"]
+
+_GRID_LIMIT = 4096  # integer dimensions with more values are treated as continuous
+
+
+class Encoder:
+    """Maps parameter dicts to rows of the unit cube and back, vectorised for candidates.
+
+    The max-abs difference between two encoded rows equals `Space.distance` (one-hot
+    blocks differ by exactly 1), so distance filters over thousands of candidates are
+    one numpy expression.
+    """
+
+    def __init__(self, space):
+        self.space = space
+        self.sk = normalize_dimensions(space.to_skopt())
+        self.n_cols = self.sk.transformed_n_dims
+        self.blocks = []
+        col = 0
+        for dim in self.sk.dimensions:
+            size = dim.transformed_size
+            self.blocks.append(_block(dim, col, size))
+            col += size
+        self.all_categorical = all(b["kind"] == "cat" for b in self.blocks)
+
+    def encode(self, params_list) -> np.ndarray:
+        points = [self.space.to_point(p) for p in params_list]
+        return np.asarray(self.sk.transform(points), dtype=float).reshape(-1, self.n_cols)
+
+    def decode(self, row) -> dict:
+        row = np.clip(np.asarray(row, dtype=float), 0.0, 1.0)[None, :]
+        point = self.sk.inverse_transform(row)[0]
+        return self.space.from_point([_native(v) for v in point])
+
+    def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        """n random rows: uniform in the encoded space, which is the prior's own scale."""
+        out = rng.random((n, self.n_cols))
+        for b in self.blocks:
+            if b["kind"] == "cat":
+                out[:, b["cols"]] = _onehot(rng.integers(0, b["k"], n), b)
+        return self.snap(out)
+
+    def perturb(self, rows: np.ndarray, scale: float, rng: np.random.Generator) -> np.ndarray:
+        """Local moves: Gaussian steps on numeric columns, a resampled category now and then."""
+        out = rows + rng.normal(0.0, scale, rows.shape)
+        p_cat = min(0.5, 1.0 / max(1, len(self.blocks)))
+        for b in self.blocks:
+            if b["kind"] == "cat":
+                out[:, b["cols"]] = rows[:, b["cols"]]
+                flip = rng.random(len(rows)) < p_cat
+                if flip.any():
+                    out[np.ix_(flip, b["cols"])] = _onehot(rng.integers(0, b["k"], flip.sum()), b)
+        return self.snap(np.clip(out, 0.0, 1.0))
+
+    def snap(self, rows: np.ndarray) -> np.ndarray:
+        """Move integer columns onto their grid so candidates are points that can be run."""
+        for b in self.blocks:
+            if b["kind"] == "int":
+                grid = b["grid"]
+                col = rows[:, b["cols"][0]]
+                idx = np.clip(np.searchsorted(grid, col), 1, len(grid) - 1)
+                left = grid[idx - 1]
+                right = grid[idx]
+                rows[:, b["cols"][0]] = np.where(col - left < right - col, left, right)
+        return rows
+
+
+def _block(dim, col: int, size: int) -> dict:
+    cols = list(range(col, col + size))
+    if isinstance(dim, Categorical):
+        return {"kind": "cat", "cols": cols, "k": len(dim.categories)}
+    if isinstance(dim, Integer) and dim.high - dim.low + 1 <= _GRID_LIMIT:
+        values = np.arange(dim.low, dim.high + 1)
+        grid = np.asarray(dim.transform(values), dtype=float).ravel()
+        if len(grid) == 1:
+            grid = np.array([grid[0], grid[0]])
+        return {"kind": "int", "cols": cols, "grid": np.sort(grid)}
+    return {"kind": "num", "cols": cols}
+
+
+def _onehot(index: np.ndarray, block: dict) -> np.ndarray:
+    """The encoding skopt uses: one column 0/1 for two categories, else one-hot."""
+    size = len(block["cols"])
+    if size == 1:
+        return (index >= 1).astype(float)[:, None] if block["k"] == 2 else np.zeros((len(index), 1))
+    out = np.zeros((len(index), size))
+    out[np.arange(len(index)), index] = 1.0
+    return out
+
+
+def _native(v):
+    return v.item() if isinstance(v, np.generic) else v
+
+
+class _Cached:
+    """Hands skopt's acquisition functions a prediction we already computed."""
+
+    def __init__(self, mu: np.ndarray, std: np.ndarray):
+        self.mu, self.std = mu, std
+
+    def predict(self, X, return_std=False, **_):
+        return (self.mu, self.std) if return_std else self.mu
+
+
+def acquisition(name: str, mu, std, y_opt: float, xi: float, kappa: float) -> np.ndarray:
+    """Acquisition values to MAXIMISE (skopt's EI and PI are gains, its LCB a bound)."""
+    model = _Cached(np.asarray(mu, float), np.asarray(std, float))
+    dummy = np.zeros((len(model.mu), 1))
+    if name == "EI":
+        return gaussian_ei(dummy, model, y_opt=y_opt, xi=xi)
+    if name == "PI":
+        return gaussian_pi(dummy, model, y_opt=y_opt, xi=xi)
+    if name == "LCB":
+        return -gaussian_lcb(dummy, model, kappa=kappa)
+    raise ValueError(f"unknown acquisition {name!r}")
+
+
+def hamming_kernel(n_cols: int):
+    """skopt's kernel for spaces made only of categorical dimensions."""
+    return HammingKernel(length_scale=np.ones(n_cols))
+
+
+def tree_model(kind: str, encoder: Encoder, seed: int):
+    """skopt's RF / ET / GBRT surrogate with the predictive spread EI needs."""
+    model = cook_estimator(kind, space=encoder.sk, random_state=seed)
+    if hasattr(model, "n_jobs"):
+        model.set_params(n_jobs=1)
+    return _QuantileSpread(model) if kind == "GBRT" else model
+
+
+class _QuantileSpread:
+    """skopt's GBRT predict(return_std=True) calls np.in1d, gone in numpy 2.4; the same
+    estimate (median, half the 16-84% quantile spread) computed from its fitted models."""
+
+    def __init__(self, model):
+        self.model = model
+
+    def fit(self, X, y):
+        self.model.fit(X, y)
+        return self
+
+    def predict(self, X, return_std=False):
+        by_q = {q: r.predict(X) for q, r in zip(self.model.quantiles, self.model.regressors_)}
+        mu = by_q[0.5]
+        if not return_std:
+            return mu
+        return mu, np.abs(by_q[0.84] - by_q[0.16]) / 2.0

@@ -1,0 +1,262 @@
+"""Searchers: the ask/tell contract every strategy follows, then each strategy's own rules.
+
+Pure objects, no MPI and no database. Quality is measured by benchmarks/search_quality.py;
+here only what must always hold (and small, fast problems). No timing assertions.
+"""
+from __future__ import annotations
+
+import math
+import random
+
+import numpy as np
+import pytest
+
+from mpiopt.errors import SpecError
+from mpiopt.search import (BayesianSearcher, EvolutionarySearcher, RandomSearcher,
+                           Searcher, make_searcher)
+from mpiopt.space import Categorical, Integer, Real, Space
+
+MIXED = Space([
+    Real("lr", 1e-4, 1.0, prior="log-uniform"),
+    Integer("units", 1, 64, prior="log-uniform"),
+    Integer("depth", 1, 4),
+    Categorical("act", ["relu", "tanh", "elu"]),
+    Categorical("bn", [True, False]),
+])
+SQUARE = Space([Real("x", -2.0, 2.0), Real("y", -1.0, 3.0)])
+
+CONFIGS = [
+    ("random", {}),
+    ("evolutionary", {}),
+    ("evolutionary", {"mode": "generational", "population": 6}),
+    ("bayesian", {"initial_points": 4}),
+    ("bayesian", {"initial_points": 4, "estimator": "RF", "candidates": 200}),
+]
+IDS = [f"{a}-{'-'.join(f'{k}={v}' for k, v in o.items()) or 'default'}" for a, o in CONFIGS]
+
+
+def mixed_objective(p: dict) -> float:
+    return ((math.log10(p["lr"]) + 2) ** 2 + (math.log2(p["units"]) - 4) ** 2 / 4
+            + {"relu": 0.0, "tanh": 0.5, "elu": 0.2}[p["act"]] + (0.0 if p["bn"] else 0.3)
+            + abs(p["depth"] - 2) * 0.1)
+
+
+def square_objective(p: dict) -> float:
+    return (p["x"] - 0.5) ** 2 + (p["y"] - 1.0) ** 2
+
+
+def drive(searcher: Searcher, objective, n: int, parallel: int = 3) -> list[dict]:
+    """Keep `parallel` suggestions pending, tell the oldest, ask one more; all asks in order."""
+    asked = [searcher.ask() for _ in range(parallel)]
+    pending = list(asked)
+    for i in range(n):
+        params = pending.pop(0)
+        searcher.tell(params, objective(params))
+        if i < n - parallel:
+            pending.append(searcher.ask())
+            asked.append(pending[-1])
+    return asked
+
+
+# ---- the contract, for every strategy ------------------------------------------------
+@pytest.mark.parametrize("algorithm,options", CONFIGS, ids=IDS)
+def test_suggestions_are_inside_the_space_with_native_types(algorithm, options):
+    searcher = make_searcher(algorithm, MIXED, options, seed=3)
+    for params in drive(searcher, mixed_objective, 16):
+        MIXED.check(params)
+        assert type(params["lr"]) is float and type(params["units"]) is int
+        assert type(params["bn"]) is bool and type(params["act"]) is str
+
+
+@pytest.mark.parametrize("algorithm,options", CONFIGS, ids=IDS)
+def test_same_seed_gives_the_same_sequence(algorithm, options):
+    first = drive(make_searcher(algorithm, MIXED, options, seed=11), mixed_objective, 14)
+    again = drive(make_searcher(algorithm, MIXED, options, seed=11), mixed_objective, 14)
+    other = drive(make_searcher(algorithm, MIXED, options, seed=12), mixed_objective, 14)
+    assert first == again
+    assert first != other
+
+
+@pytest.mark.parametrize("algorithm,options", CONFIGS, ids=IDS)
+def test_replay_gives_the_same_next_suggestions(algorithm, options):
+    """Resume: two searchers replaying the same stored history continue identically."""
+    source = make_searcher(algorithm, MIXED, options, seed=5)
+    asked = drive(source, mixed_objective, 12, parallel=1)
+    history = [(p, mixed_objective(p)) for p in asked[:10]] + [(asked[10], None)]
+    a = make_searcher(algorithm, MIXED, options, seed=5)
+    b = make_searcher(algorithm, MIXED, options, seed=5)
+    a.replay(history)
+    b.replay(history)
+    assert len(a.told) == 10 and not a.pending
+    assert [a.ask() for _ in range(4)] == [b.ask() for _ in range(4)]
+
+
+@pytest.mark.parametrize("algorithm,options", CONFIGS, ids=IDS)
+def test_forget_and_tell_keep_pending_in_step(algorithm, options):
+    searcher = make_searcher(algorithm, MIXED, options, seed=0)
+    a, b, c = searcher.ask(), searcher.ask(), searcher.ask()
+    assert len(searcher.pending) == 3
+    searcher.forget(b)
+    searcher.forget(b)  # twice is harmless
+    searcher.tell(dict(a), 1.0)  # a copy, as it comes back from the database
+    assert list(searcher.pending.values()) == [c]
+    searcher.tell({**c, "lr": float(repr(c["lr"]))}, 2.0)  # float round trip through text
+    assert not searcher.pending and len(searcher.told) == 2
+    searcher.tell(MIXED.sample(np.random.default_rng(0)), 3.0)  # a re-run nobody asked for
+    assert len(searcher.told) == 3
+
+
+@pytest.mark.parametrize("algorithm", ["random", "evolutionary", "bayesian"])
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+def test_tell_refuses_non_finite_values(algorithm, bad):
+    searcher = make_searcher(algorithm, SQUARE, {}, seed=0)
+    params = searcher.ask()
+    with pytest.raises(AssertionError):
+        searcher.tell(params, bad)
+
+
+def test_searchers_leave_global_random_state_alone():
+    """DEAP draws from the global generators; a searcher must not disturb (or depend on) them."""
+    random.seed(1)
+    np.random.seed(1)
+    expected = (random.random(), np.random.random())
+    random.seed(1)
+    np.random.seed(1)
+    for algorithm, options in [("evolutionary", {}), ("evolutionary", {"cma": True})]:
+        drive(make_searcher(algorithm, SQUARE, options, seed=0), square_objective, 30)
+    assert (random.random(), np.random.random()) == expected
+
+
+def test_make_searcher_names_and_errors():
+    assert isinstance(make_searcher("random", SQUARE, {}, 0), RandomSearcher)
+    assert isinstance(make_searcher("evolutionary", SQUARE, None, 0), EvolutionarySearcher)
+    assert isinstance(make_searcher("bayesian", SQUARE, {}, 0), BayesianSearcher)
+    with pytest.raises(SpecError, match="grid"):
+        make_searcher("grid", SQUARE, {}, 0)
+    with pytest.raises(SpecError, match="popsize"):
+        make_searcher("evolutionary", SQUARE, {"popsize": 3}, 0)
+    with pytest.raises(SpecError, match="estimator"):
+        make_searcher("bayesian", SQUARE, {"estimator": "SVM"}, 0)
+    with pytest.raises(SpecError, match="cma"):
+        make_searcher("evolutionary", MIXED, {"cma": True}, 0)
+
+
+def test_search_modules_import_neither_mpi_nor_sqlalchemy():
+    import ast
+    import pathlib
+
+    import mpiopt.search as pkg
+
+    for path in pathlib.Path(pkg.__file__).parent.glob("*.py"):
+        tree = ast.parse(path.read_text())
+        names = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
+        names += [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
+        assert not [m for m in names if m.split(".")[0] in ("mpi4py", "sqlalchemy")], path
+
+
+# ---- random ---------------------------------------------------------------------------
+def test_random_respects_log_priors():
+    space = Space([Real("lr", 1e-6, 1.0, prior="log-uniform")])
+    searcher = RandomSearcher(space, {}, seed=0)
+    logs = np.log10([searcher.ask()["lr"] for _ in range(2000)])
+    assert abs(np.mean(logs) + 3.0) < 0.15  # uniform in log space: mean exponent -3
+    assert np.mean(logs < -3.0) == pytest.approx(0.5, abs=0.05)
+
+
+# ---- bayesian ---------------------------------------------------------------------------
+def test_bayesian_pending_suggestions_keep_their_distance():
+    searcher = BayesianSearcher(SQUARE, {"initial_points": 5}, seed=2)
+    pending = [searcher.ask() for _ in range(4)]
+    for i in range(25):
+        params = pending.pop(0)
+        searcher.tell(params, square_objective(params))
+        new = searcher.ask()
+        assert min(SQUARE.distance(new, other) for other in pending) >= 0.01
+        pending.append(new)
+
+
+def test_bayesian_gets_close_on_a_smooth_bowl():
+    searcher = BayesianSearcher(SQUARE, {"initial_points": 5}, seed=0)
+    drive(searcher, square_objective, 25, parallel=2)
+    assert searcher.best[1] < 0.01
+
+
+def test_bayesian_refits_hyperparameters_on_a_schedule():
+    searcher = BayesianSearcher(SQUARE, {"initial_points": 3, "refit_every": 5}, seed=0)
+    fits = []
+    for _ in range(16):
+        params = searcher.ask()
+        searcher.tell(params, square_objective(params))
+        fits.append(searcher._kernel_n)
+    assert len(set(fits) - {0}) < 8  # not after every tell
+
+
+@pytest.mark.parametrize("acquisition", ["EI", "LCB", "PI", "gp_hedge"])
+@pytest.mark.parametrize("liar", ["believer", "mean", "min", "max"])
+def test_bayesian_acquisitions_and_liars_work(acquisition, liar):
+    searcher = BayesianSearcher(SQUARE, {"initial_points": 3, "acquisition": acquisition,
+                                         "liar": liar, "candidates": 100}, seed=1)
+    for params in drive(searcher, square_objective, 8):
+        SQUARE.check(params)
+
+
+@pytest.mark.parametrize("estimator", ["ET", "GBRT"])
+def test_bayesian_tree_estimators_run(estimator):
+    searcher = BayesianSearcher(MIXED, {"initial_points": 3, "estimator": estimator,
+                                        "candidates": 100}, seed=1)
+    for params in drive(searcher, mixed_objective, 7):
+        MIXED.check(params)
+
+
+def test_bayesian_caps_the_points_in_the_model():
+    searcher = BayesianSearcher(SQUARE, {"max_points": 20}, seed=0)
+    searcher.replay([(SQUARE.sample(np.random.default_rng(i)), float(i)) for i in range(50)])
+    X, y = searcher._training_set()
+    assert len(y) == 20 and set(range(10)) <= set(y.astype(int))  # the best half is kept
+    assert 49 in set(y.astype(int))  # and the most recent
+
+
+def test_bayesian_all_categorical_space_runs_out_gracefully():
+    space = Space([Categorical("a", [1, 2]), Categorical("b", ["x", "y"])])
+    searcher = BayesianSearcher(space, {"initial_points": 2}, seed=0)
+    for _ in range(8):  # more asks than points in the space
+        params = searcher.ask()
+        searcher.tell(params, float(params["a"]) + (params["b"] == "y"))
+        space.check(params)
+
+
+# ---- evolutionary -----------------------------------------------------------------------
+def test_steady_state_first_population_is_random_then_bred():
+    searcher = EvolutionarySearcher(SQUARE, {"population": 6}, seed=0)
+    drive(searcher, square_objective, 30, parallel=2)
+    assert len(searcher.pool) == 6
+    assert min(v for _, v in searcher.pool) == searcher.best[1]  # elitism
+    assert searcher.best[1] < 0.1
+
+
+def test_generational_closes_a_generation_when_it_is_told():
+    searcher = EvolutionarySearcher(SQUARE, {"mode": "generational", "population": 4}, seed=0)
+    gen0 = [searcher.ask() for _ in range(4)]
+    for p in gen0[:3]:
+        searcher.tell(p, square_objective(p))
+    assert searcher.generation == 0 and not searcher.queue
+    extra = searcher.ask()  # a group would otherwise wait: an extra member of generation 0
+    searcher.tell(gen0[3], square_objective(gen0[3]))
+    assert searcher.generation == 1 and len(searcher.queue) == 4
+    searcher.tell(extra, square_objective(extra))  # late: counts as told, not as generation 1
+    assert searcher.current == [] and len(searcher.told) == 5
+
+
+def test_cma_improves_on_a_bowl():
+    searcher = EvolutionarySearcher(SQUARE, {"cma": True, "population": 6}, seed=0)
+    drive(searcher, square_objective, 60, parallel=3)
+    assert searcher.generation >= 5
+    assert searcher.best[1] < 0.05
+
+
+def test_evolutionary_replay_rebuilds_the_population():
+    rng = np.random.default_rng(0)
+    history = [(SQUARE.sample(rng), None if i == 3 else float(i)) for i in range(12)]
+    searcher = EvolutionarySearcher(SQUARE, {"population": 5}, seed=0)
+    searcher.replay(history)
+    assert len(searcher.pool) == 5 and min(v for _, v in searcher.pool) == 0.0
