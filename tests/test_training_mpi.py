@@ -82,7 +82,7 @@ def worker(out: Path, folder: Path) -> None:
 def run_worker(tmp_path: Path, np_: int) -> dict:
     out = tmp_path / f"out{np_}.json"
     cmd = [str(BIN / "mpiexec"), "-n", str(np_), sys.executable, __file__, str(out), str(tmp_path)]
-    proc = subprocess.run(cmd, env=conftest.test_env(), capture_output=True, text=True, timeout=400)
+    proc = subprocess.run(cmd, env=conftest.subprocess_env(), capture_output=True, text=True, timeout=400)
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
     return json.loads(out.read_text())
 

@@ -9,8 +9,9 @@ allocated once. Every rank then applies the same update with the model's own opt
 so all ranks keep identical weights and r ranks follow the single-rank trajectory over the
 same global batches up to float rounding.
 
-On one rank the gradient and the update run fused in one compiled call (no buffer, no MPI):
-the same arithmetic with one dispatch per step instead of two.
+The update of step i and the gradient of step i+1 run as one compiled call, so a step
+costs one framework dispatch plus the Allreduce. On one rank the gradient and the update
+of the same step run fused in one call (no buffer, no MPI): the same arithmetic.
 
 overlap=True gathers the next batch while the current Iallreduce is in flight (the Layered
 SGD idea); see benchmarks/training_throughput.py for whether it pays.
@@ -39,27 +40,43 @@ class AllreduceSGD(Algorithm):
         stats = EpochStats(samples=len(order))
         if self.size == 1:
             return self._single(x, y, order, stats)
-        if self.overlap:
-            return self._overlapped(x, y, order, stats)
         from mpi4py import MPI
 
-        clock, loss = Clock(stats), 0.0
-        for part, n in self._parts(order):
-            self._gradient(x, y, part, n)
+        clock, loss, pending = Clock(stats), 0.0, False
+        steps = list(self._parts(order))
+        batch = _gather(x, y, steps[0][0])
+        for i, (part, n) in enumerate(steps):
+            self._gradient(batch, len(part) / n, pending)
             clock.compute()
-            self.comm.Allreduce(MPI.IN_PLACE, self.buffer, op=MPI.SUM)
+            following = steps[i + 1][0] if i + 1 < len(steps) else None
+            if self.overlap:
+                request = self.comm.Iallreduce(MPI.IN_PLACE, self.buffer, op=MPI.SUM)
+                batch = _gather(x, y, following)
+                request.Wait()
+            else:
+                self.comm.Allreduce(MPI.IN_PLACE, self.buffer, op=MPI.SUM)
+                batch = _gather(x, y, following)
             clock.comm()
-            self.model.apply(self.buffer)
             loss += float(self.buffer[-1]) * n
-            clock.compute()
+            pending = True
             stats.steps += 1
+        if pending:
+            self.model.apply(self.buffer)
+            clock.compute()
         stats.loss = loss / max(1, len(order))
         return stats
 
-    def _gradient(self, x, y, part, n) -> None:
-        if len(part):
-            self.model.gradient(x[part], y[part], len(part) / n, self.buffer)
+    def _gradient(self, batch, scale: float, pending: bool) -> None:
+        """Into the buffer: this rank's scaled gradient, after applying the previous step's
+        summed gradient when one is pending (one compiled call for both)."""
+        xb, yb = batch
+        if len(xb) and pending:
+            self.model.apply_and_gradient(self.buffer, xb, yb, scale, self.buffer)
+        elif len(xb):
+            self.model.gradient(xb, yb, scale, self.buffer)
         else:
+            if pending:
+                self.model.apply(self.buffer)
             self.buffer[:] = 0.0
 
     def _single(self, x, y, order, stats) -> EpochStats:
@@ -72,30 +89,7 @@ class AllreduceSGD(Algorithm):
         clock.compute()
         return stats
 
-    def _overlapped(self, x, y, order, stats) -> EpochStats:
-        """Like train_epoch, but the gather of batch i+1 happens during the Iallreduce of i."""
-        from mpi4py import MPI
-
-        clock, loss = Clock(stats), 0.0
-        steps = list(self._parts(order))
-        current = _gather(x, y, steps[0][0])
-        for i, (part, n) in enumerate(steps):
-            if len(part):
-                self.model.gradient(current[0], current[1], len(part) / n, self.buffer)
-            else:
-                self.buffer[:] = 0.0
-            clock.compute()
-            request = self.comm.Iallreduce(MPI.IN_PLACE, self.buffer, op=MPI.SUM)
-            current = _gather(x, y, steps[i + 1][0]) if i + 1 < len(steps) else None
-            request.Wait()
-            clock.comm()
-            self.model.apply(self.buffer)
-            loss += float(self.buffer[-1]) * n
-            clock.compute()
-            stats.steps += 1
-        stats.loss = loss / max(1, len(order))
-        return stats
-
 
 def _gather(x, y, part):
-    return x[part], y[part]
+    """The samples of one step (None past the last step)."""
+    return None if part is None else (x[part], y[part])

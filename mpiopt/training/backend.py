@@ -117,12 +117,28 @@ class KerasModel:
             for p, v in zip(tf.split(flat, sizes), variables):
                 v.assign(tf.cast(tf.reshape(p, v.shape), v.dtype))
 
+        # Fused pairs: one dispatch instead of two per step (a small model's step is mostly
+        # dispatch overhead). Inside a tf.function stateful ops run in program order.
+        def apply_then_grad(flat, x, y, scale):
+            apply_flat(flat)
+            return grad_flat(x, y, scale)
+
+        def apply_then_get(flat):
+            apply_flat(flat)
+            return get_flat()
+
+        def set_then_grad(weights, x, y, scale):
+            set_flat(weights)
+            return grad_flat(x, y, scale)
+
         def test_batch(x, y):
             model.test_step((x, y))
 
         fn = lambda f: tf.function(f, reduce_retracing=True)  # noqa: E731
         self._grad, self._apply, self._step = fn(grad_flat), fn(apply_flat), fn(local_step)
         self._get, self._set, self._test = fn(get_flat), fn(set_flat), fn(test_batch)
+        self._apply_grad, self._apply_get = fn(apply_then_grad), fn(apply_then_get)
+        self._set_grad = fn(set_then_grad)
 
     def gradient(self, x, y, scale: float, out: np.ndarray) -> None:
         """out[:n_grad] = d(scale * loss)/dw for the batch, out[n_grad] = scale * loss."""
@@ -131,6 +147,18 @@ class KerasModel:
     def apply(self, flat_grad: np.ndarray) -> None:
         """One update of the model's compiled optimizer from a flat gradient."""
         self._apply(flat_grad)
+
+    def apply_and_gradient(self, flat_grad, x, y, scale: float, out: np.ndarray) -> None:
+        """apply(flat_grad), then gradient(x, y, scale, out), in one compiled call."""
+        np.copyto(out, self._apply_grad(flat_grad, x, y, np.float32(scale)).numpy())
+
+    def apply_and_get_weights(self, flat_grad, out: np.ndarray) -> None:
+        """apply(flat_grad), then get_weights(out), in one compiled call (downpour master)."""
+        np.copyto(out, self._apply_get(flat_grad).numpy())
+
+    def set_weights_and_gradient(self, weights, x, y, scale: float, out: np.ndarray) -> None:
+        """set_weights(weights), then gradient(x, y, scale, out), in one compiled call."""
+        np.copyto(out, self._set_grad(weights, x, y, np.float32(scale)).numpy())
 
     def train_step(self, x, y) -> float:
         """Gradient and update fused in one call: the single-rank and EASGD-worker step."""

@@ -63,9 +63,8 @@ class Downpour(Algorithm):
                 requests[index] = MPI.REQUEST_NULL
                 continue
             grad = buffers[index]
-            self.model.apply(grad)
             losses.append(float(grad[-1]))
-            self.model.get_weights(self.weights)
+            self.model.apply_and_get_weights(grad, self.weights)
             stats.steps += 1
             clock.compute()
             self.comm.Send(self.weights, dest=index + 1, tag=TAG_WEIGHTS)
@@ -78,30 +77,33 @@ class Downpour(Algorithm):
         mine = order[shard(len(order), self.workers, self.rank - 1)]
         local_batch = max(1, self.training.batch_size // self.workers)
         every = max(1, self.training.sync_every)
-        total, count = np.zeros_like(self.grad), 0
+        total, count, fresh = np.zeros_like(self.grad), 0, False
         for b in batches(len(mine), local_batch):
             idx = mine[b]
-            self.model.gradient(x[idx], y[idx], 1.0, self.grad)
+            if fresh:  # continue from the master's weights, set in the same compiled call
+                self.model.set_weights_and_gradient(self.weights, x[idx], y[idx], 1.0, self.grad)
+            else:
+                self.model.gradient(x[idx], y[idx], 1.0, self.grad)
+            fresh = False
             total += self.grad
             count += 1
             stats.steps += 1
             clock.compute()
             if count == every:
                 self._push(total / count, clock)
-                total[:], count = 0.0, 0
+                total[:], count, fresh = 0.0, 0, True
         if count:
             self._push(total / count, clock)
         self.comm.Send(np.zeros(1, np.float32), dest=0, tag=TAG_DONE)
         clock.comm()
 
     def _push(self, grad, clock) -> None:
-        """Send a gradient, receive the master's weights, continue from them."""
+        """Send a gradient and receive the master's weights (set with the next gradient;
+        at the end of the epoch everybody gets the master's weights anyway)."""
         receive = self.comm.Irecv(self.weights, source=0, tag=TAG_WEIGHTS)
         self.comm.Send(np.ascontiguousarray(grad, dtype=np.float32), dest=0, tag=TAG_GRAD)
         wait(receive)
         clock.comm()
-        self.model.set_weights(self.weights)
-        clock.compute()
 
 
 def _wait_any(requests):
