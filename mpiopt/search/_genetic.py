@@ -14,8 +14,8 @@ from contextlib import contextmanager
 import numpy as np
 from deap import base, tools
 
-SBX_ETA = 10.0        # crossover spread: lower = children farther from parents
-MUTATION_ETA = 20.0   # polynomial mutation: higher = smaller steps
+SBX_ETA = 5.0         # crossover spread: lower = children farther from parents
+MUTATION_ETA = 10.0   # polynomial mutation: higher = smaller steps
 
 
 class GlobalRandom:

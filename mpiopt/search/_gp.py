@@ -19,7 +19,9 @@ from sklearn.gaussian_process import GaussianProcessRegressor
 from sklearn.gaussian_process.kernels import ConstantKernel, Matern, WhiteKernel
 
 _JITTER = 1e-10
-_MAX_ITER = 100  # L-BFGS iterations per start: the likelihood surface is flat near the top
+# L-BFGS iterations per start: the likelihood surface is flat near its top, and a warm
+# start from the previous kernel needs few steps
+_MAX_ITER = {True: 100, False: 40}
 
 
 def default_kernel(n_cols: int, base=None):
@@ -33,6 +35,13 @@ def default_kernel(n_cols: int, base=None):
 
 def fit_kernel(kernel, X: np.ndarray, y: np.ndarray, restarts: int, seed: int):
     """Maximise the marginal likelihood; returns the fitted kernel (start: `kernel`)."""
+    maxiter = _MAX_ITER[restarts > 0]
+
+    def _lbfgs(obj_func, initial_theta, bounds):
+        res = minimize(obj_func, initial_theta, method="L-BFGS-B", jac=True, bounds=bounds,
+                       options={"maxiter": maxiter})
+        return res.x, res.fun
+
     gpr = GaussianProcessRegressor(kernel=kernel, normalize_y=True, optimizer=_lbfgs,
                                    n_restarts_optimizer=restarts, random_state=seed)
     with warnings.catch_warnings():
@@ -40,13 +49,6 @@ def fit_kernel(kernel, X: np.ndarray, y: np.ndarray, restarts: int, seed: int):
         warnings.simplefilter("ignore", UserWarning)
         gpr.fit(X, y)
     return gpr.kernel_
-
-
-def _lbfgs(obj_func, initial_theta, bounds):
-    """scikit-learn's default optimiser with a bounded number of iterations."""
-    res = minimize(obj_func, initial_theta, method="L-BFGS-B", jac=True, bounds=bounds,
-                   options={"maxiter": _MAX_ITER})
-    return res.x, res.fun
 
 
 class Posterior:

@@ -169,8 +169,8 @@ class BayesianSearcher(Searcher):
         study is small (n <= _RESTART_UNTIL); otherwise a warm start from the kept kernel
         every `refit_every` tells (auto: every tell up to 20 points, then every ~10%).
         """
-        if self._kernel is None:
-            return _RESTARTS
+        if self._kernel is None:  # (after a resume with many points: one start only)
+            return _RESTARTS if n <= _RESTART_UNTIL else 0
         if n <= _RESTART_UNTIL and n >= 2 * self._restart_n:
             return _RESTARTS
         every = self.options["refit_every"] or max(1, self._kernel_n // 10)

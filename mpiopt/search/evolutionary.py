@@ -30,13 +30,14 @@ from mpiopt.search._base import Searcher, check_options
 DEFAULTS = {
     "mode": "steady_state",
     "population": 10,
-    "crossover": 0.9,
-    "mutation": 0.5,
-    "tournament": 3,
+    "crossover": 0.5,
+    "mutation": 1.0,
+    "tournament": 5,
     "elitism": 1,
     "cma": False,
 }
 _MAX_RETRIES = 10  # re-breeding attempts when a child repeats a known point
+_MIN_DISTANCE = 0.01  # from pending suggestions, as in the bayesian searcher
 
 
 class EvolutionarySearcher(Searcher):
@@ -65,7 +66,7 @@ class EvolutionarySearcher(Searcher):
         genome = self._next_genome()
         for _ in range(_MAX_RETRIES):
             params = self.space.from_genome(genome) if genome is not None else self.space.sample(self.rng)
-            if self.key(params) not in self.known and self.key(params) not in self.pending:
+            if self._fresh(params):
                 break
             genome = self._mutated(genome) if genome is not None else None
         if genome is None:
@@ -73,6 +74,13 @@ class EvolutionarySearcher(Searcher):
         self.member_of[self.key(params)] = (self.generation, list(genome))
         self.asked_in_generation += 1
         return params
+
+    def _fresh(self, params: dict) -> bool:
+        """Not a told point again, and at least 1% (scaled) from every pending one, so
+        parallel groups never evaluate near-copies."""
+        if self.key(params) in self.known:
+            return False
+        return all(self.space.distance(params, q) >= _MIN_DISTANCE for q in self.pending.values())
 
     def _next_genome(self) -> list | None:
         """None means: a random sample from the space (initial population)."""
