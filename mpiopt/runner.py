@@ -68,6 +68,7 @@ def _coordinate(world, spec, url, opened, quiet) -> int:
     progress = Progress(spec.search.trials, quiet=quiet)
     sched = _scheduler(spec, opened, topo.n_groups, progress)
     _announce(progress, spec, url, topo, opened, sched)
+    progress.start()
     if topo.single_process:
         from mpiopt.parallel.local import run_local
 
