@@ -65,8 +65,9 @@ def _coordinate(world, spec, url, opened, quiet) -> int:
     from mpiopt.progress import Progress
 
     topo, comm = make_topology(world, spec.resources.group_size)
+    hosts = _leader_hosts(world, topo)
     progress = Progress(spec.search.trials, quiet=quiet)
-    sched = _scheduler(spec, opened, topo.n_groups, progress)
+    sched = _scheduler(spec, opened, topo.n_groups, progress, hosts)
     _announce(progress, spec, url, topo, opened, sched)
     progress.start()
     if topo.single_process:
@@ -107,6 +108,7 @@ def _serve(world, spec) -> int:
 
     signal_ignore()
     topo, comm = make_topology(world, spec.resources.group_size)
+    _leader_hosts(world, topo)
     _pin_threads(spec, comm)
     run_group(world, comm, _objective(spec))
     comm.Free()
@@ -136,7 +138,17 @@ def _pin_threads(spec, comm) -> None:
         pin_threads(comm)
 
 
-def _scheduler(spec, opened, n_groups, progress):
+def _leader_hosts(world, topo) -> list[str]:
+    """The host of each group's leader, recorded with its trials (collective, at start-up)."""
+    import socket
+
+    names = world.gather(socket.gethostname(), root=0)
+    if topo.single_process:
+        return names
+    return None if names is None else [names[topo.leader(g)] for g in range(topo.n_groups)]
+
+
+def _scheduler(spec, opened, n_groups, progress, hosts):
     from mpiopt.parallel.scheduler import Scheduler
     from mpiopt.search import make_pruner, make_searcher
 
@@ -146,7 +158,8 @@ def _scheduler(spec, opened, n_groups, progress):
         searcher=make_searcher(s.algorithm, spec.space, s.options, s.seed),
         direction=spec.objective.direction, budget=s.trials, n_groups=n_groups, seed=s.seed,
         pruner=make_pruner(spec.training.pruning), target=s.target, time_limit=s.time_limit,
-        max_initial_failures=s.max_initial_failures, existing=opened.existing, progress=progress)
+        max_initial_failures=s.max_initial_failures, existing=opened.existing, progress=progress,
+        hosts=hosts)
 
 
 def _announce(progress, spec, url, topo, opened, sched) -> None:

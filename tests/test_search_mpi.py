@@ -67,6 +67,7 @@ def test_every_layout_and_algorithm_completes_its_budget(tmp_path, np, group_siz
     assert {t.status for t in trials} == {TrialStatus.COMPLETE}
     n_groups = 1 if np == 1 else (np - 1) // group_size
     assert {t.group for t in trials} == set(range(n_groups))     # every group worked
+    assert all(t.host for t in trials) and all(t.seed is not None for t in trials)
     assert "[10/10]" in proc.stdout and "best value" in proc.stdout
 
 

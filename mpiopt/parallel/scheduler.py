@@ -56,7 +56,8 @@ class Scheduler:
     def __init__(self, *, storage, study_id: int, searcher, direction: str, budget: int,
                  n_groups: int, seed: int = 0, pruner=None, target: float | None = None,
                  time_limit: float | None = None, max_initial_failures: int = 5,
-                 existing: list[FrozenTrial] = (), progress=None, clock=time.monotonic):
+                 existing: list[FrozenTrial] = (), progress=None, clock=time.monotonic,
+                 hosts: list[str] | None = None):
         self.storage, self.study_id, self.searcher = storage, study_id, searcher
         self.sign = -1.0 if direction == "maximize" else 1.0
         self.budget, self.seed, self.pruner = budget, seed, pruner
@@ -64,6 +65,7 @@ class Scheduler:
         self.clock = clock
         self.deadline = None if time_limit is None else clock() + time_limit
         self.progress = progress
+        self.hosts = hosts or [None] * n_groups
         self.idle: list[int] = list(range(n_groups))
         self.stopped: set[int] = set()
         self.running: dict[int, _Running] = {}
@@ -205,13 +207,13 @@ class Scheduler:
     def _dispatch(self, group: int) -> Dispatch:
         if self.reruns:
             old = self.reruns.pop(0)
-            rec = self.storage.restart_trial(old.id, group=group)
+            rec = self.storage.restart_trial(old.id, group=group, host=self.hosts[group])
             params = old.params
         else:
             params, self.prefetched = (self.prefetched or self.searcher.ask()), None
             number = self.next_number
             rec = self.storage.create_trial(self.study_id, params, seed=trial_seed(self.seed, number),
-                                            group=group)
+                                            group=group, host=self.hosts[group])
         self.next_number = max(self.next_number, rec.number + 1)
         self.running[group] = _Running(rec.id, rec.number, params, group, self.clock())
         seed = rec.seed if rec.seed is not None else trial_seed(self.seed, rec.number)
