@@ -139,3 +139,14 @@ def test_thread_pinning_divides_the_cores_among_the_ranks_of_the_node(monkeypatc
     assert os.environ["TF_NUM_INTRAOP_THREADS"] == "2" and os.environ["CUDA_VISIBLE_DEVICES"] == "0"
     assert threads.pin_threads() is chosen  # once per process
     monkeypatch.setattr(threads, "_pinned", None)
+
+
+def test_without_launcher_variables_the_node_is_found_by_splitting_the_communicator(monkeypatch):
+    from mpi4py import MPI
+
+    from mpiopt.training import threads
+
+    for var in threads._LOCAL_SIZE_VARS + threads._LOCAL_RANK_VARS:
+        monkeypatch.delenv(var, raising=False)
+    assert threads.node_layout(MPI.COMM_SELF) == (0, 1)
+    assert threads.node_layout(None) == (0, 1)

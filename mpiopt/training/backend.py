@@ -135,10 +135,14 @@ class KerasModel:
             model.test_step((x, y))
 
         fn = lambda f: tf.function(f, reduce_retracing=True)  # noqa: E731
-        self._grad, self._apply, self._step = fn(grad_flat), fn(apply_flat), fn(local_step)
+        # The training steps use XLA when model.fit would (compile's jit_compile, which
+        # Keras resolves to False on CPU-only machines).
+        jit = bool(getattr(model, "jit_compile", False))
+        step = lambda f: tf.function(f, reduce_retracing=True, jit_compile=jit)  # noqa: E731
+        self._grad, self._apply, self._step = step(grad_flat), step(apply_flat), step(local_step)
+        self._apply_grad, self._apply_get = step(apply_then_grad), step(apply_then_get)
+        self._set_grad = step(set_then_grad)
         self._get, self._set, self._test = fn(get_flat), fn(set_flat), fn(test_batch)
-        self._apply_grad, self._apply_get = fn(apply_then_grad), fn(apply_then_get)
-        self._set_grad = fn(set_then_grad)
 
     def gradient(self, x, y, scale: float, out: np.ndarray) -> None:
         """out[:n_grad] = d(scale * loss)/dw for the batch, out[n_grad] = scale * loss."""
