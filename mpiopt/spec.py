@@ -550,10 +550,10 @@ def _evolutionary(search: _Section, space: Space) -> dict:
     sec = search.section("evolutionary", keys, default={})
     opts = {
         "mode": sec.text("mode", "steady_state", choices=("steady_state", "generational")),
-        "population": sec.integer("population", 16, minimum=2),
+        "population": sec.integer("population", 10, minimum=2),
         "crossover": sec.number("crossover", 0.5, low=0.0, high=1.0),
-        "mutation": sec.number("mutation", 0.2, low=0.0, high=1.0),
-        "tournament": sec.integer("tournament", 3, minimum=1),
+        "mutation": sec.number("mutation", 1.0, low=0.0, high=1.0),
+        "tournament": sec.integer("tournament", 5, minimum=1),
         "elitism": sec.integer("elitism", 1, minimum=0),
         "cma": sec.flag("cma", False),
     }

@@ -81,7 +81,7 @@ def test_algorithm_options_get_defaults(folder):
     assert spec.search.options["estimator"] == "GP" and spec.search.options["initial_points"] == 10
     spec = load_spec(write(folder, changed(lambda d: d["search"].update(
         algorithm="evolutionary", evolutionary={"population": 8, "mode": "generational"}))))
-    assert spec.search.options["population"] == 8 and spec.search.options["tournament"] == 3
+    assert spec.search.options["population"] == 8 and spec.search.options["tournament"] == 5
 
 
 @pytest.mark.parametrize("algorithm", ["bayesian", "evolutionary", "random"])
