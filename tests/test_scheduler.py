@@ -59,13 +59,16 @@ class CountingSearcher:
     def __init__(self):
         self.counter = itertools.count()
         self.told, self.forgotten, self.replayed, self.pending = [], [], [], []
+        self.calls = []
 
     def ask(self):
+        self.calls.append("ask")
         p = {"x": next(self.counter)}
         self.pending.append(p)
         return p
 
     def tell(self, params, value):
+        self.calls.append("tell")
         self.told.append((params["x"], value))
 
     def forget(self, params):
@@ -104,6 +107,13 @@ def test_finished_group_gets_prefetched_work_before_searcher_is_told():
     assert isinstance(actions[0], Dispatch) and actions[0].trial.params == {"x": 2}
     assert storage.log.index(("finish", 1)) < storage.log.index(("create", 3))
     assert searcher.told == [(0, 3.0)]
+
+
+def test_without_a_prefetched_suggestion_the_result_is_told_before_the_next_ask():
+    sched, _, searcher = make(n_groups=1, budget=3)    # single-process mode never prefetches
+    a = sched.start()
+    sched.on_result(0, done(a[0].trial.trial_id, 3.0))
+    assert searcher.calls == ["ask", "tell", "ask"]     # sequential search stays sequential
 
 
 def test_budget_counts_finished_and_running_then_stops_groups():

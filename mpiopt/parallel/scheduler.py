@@ -138,8 +138,12 @@ class Scheduler:
         if self.progress:
             self.progress.trial_finished(trial, self)
         self.idle.append(group)
-        actions = self._fill_idle()          # the group gets work before the model refits
-        self._teach(trial)
+        if self.prefetched is not None or self.reruns:
+            actions = self._fill_idle()      # work ready: the group gets it before the refit
+            self._teach(trial)
+        else:
+            self._teach(trial)               # else the next ask must know this result
+            actions = self._fill_idle()
         return actions + self._stop_idle()
 
     def on_report(self, group: int, report: Report) -> list:
