@@ -1,0 +1,72 @@
+"""Pruning: the digits study without pruning, with the median pruner and with ASHA.
+
+Same spec, seed and budget for each; only training.pruning changes. Reports the wall time
+of the study (from the database: first trial start to last trial end), the best value,
+and how many trials were pruned, with ratios against the run without pruning.
+
+    python benchmarks/pruning.py --trials 12 --np 5
+"""
+from __future__ import annotations
+
+import argparse
+import tempfile
+from pathlib import Path
+
+from _common import ROOT, machine, mpiopt, table, write_spec
+
+PRUNERS = {
+    "none": None,
+    "median": {"pruner": "median", "warmup_epochs": 2, "min_trials": 3},
+    "asha": {"pruner": "asha", "reduction_factor": 3, "min_epoch": 2},
+}
+
+
+def run(tmp: Path, name: str, pruning, trials: int, np: int, epochs: int) -> dict:
+    from mpiopt.spec import load_spec
+
+    spec = load_spec(ROOT / "examples" / "digits" / "spec.yaml").to_dict()
+    spec["study"]["name"] = f"digits-{name}"
+    spec["search"]["trials"] = trials
+    spec["training"]["pruning"] = pruning
+    spec["training"]["epochs"] = epochs
+    path = write_spec(tmp / f"{name}.yaml", **spec)
+    url = f"sqlite:///{tmp / (name + '.db')}"
+    proc = mpiopt(["search", path, "--storage", url, "--quiet"], np=np, cwd=tmp)
+    if proc.returncode != 0:
+        raise SystemExit(f"{name} failed:\n{proc.stdout}\n{proc.stderr}")
+    from mpiopt.storage import open_storage
+
+    storage = open_storage(url)
+    study = storage.get_study(f"digits-{name}")
+    rows = storage.get_trials(study.id)
+    best = storage.best_trials(study.id, 1)[0]
+    storage.close()
+    wall = (max(t.finished_at for t in rows) - min(t.started_at for t in rows)).total_seconds()
+    return {"pruner": name, "wall s": wall, "best value": best.value,
+            "pruned": sum(t.status.value == "PRUNED" for t in rows), "trials": len(rows)}
+
+
+def main(argv=None) -> str:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--trials", type=int, default=12)
+    ap.add_argument("--epochs", type=int, default=6)
+    ap.add_argument("--np", type=int, default=5, help="MPI processes (1 coordinator + groups of 2)")
+    ap.add_argument("--pruners", nargs="+", default=list(PRUNERS))
+    args = ap.parse_args(argv)
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in args.pruners:
+            rows.append(run(Path(tmp), name, PRUNERS[name], args.trials, args.np, args.epochs))
+            print(table(rows[-1:]), flush=True)
+    base = rows[0]
+    for r in rows:
+        r["wall vs none"] = r["wall s"] / base["wall s"]
+    report = (f"### Pruning (digits, val_accuracy, maximize)\n\n{machine()}\n\n"
+              f"`python benchmarks/pruning.py --trials {args.trials} --epochs {args.epochs} --np {args.np}`\n\n"
+              f"{table(rows)}\n")
+    print(report)
+    return report
+
+
+if __name__ == "__main__":
+    main()
