@@ -16,6 +16,12 @@ SCRIPTS = ["scheduling.py", "coordinator_cost.py", "searcher_cost.py", "training
            "search_quality.py", "pruning.py"]
 
 
+def final_report(stdout: str) -> str:
+    """A script's closing report (from its last '### ' heading on), else all it printed."""
+    start = stdout.rfind("\n### ")
+    return (stdout[start + 1:] if start >= 0 else stdout).strip()
+
+
 def main() -> int:
     sys.path.insert(0, str(HERE))
     from _common import env, machine
@@ -32,7 +38,7 @@ def main() -> int:
             failed.append(script)
             parts.append(f"## {script}\n\nfailed with exit status {proc.returncode}:\n\n```\n{proc.stderr[-2000:]}\n```\n")
             continue
-        parts.append(f"## {script}\n\n`python benchmarks/{script}`\n\n{proc.stdout.strip()}\n")
+        parts.append(f"## {script}\n\n`python benchmarks/{script}`\n\n{final_report(proc.stdout)}\n")
     (HERE / "RESULTS.md").write_text("\n".join(parts))
     print(f"wrote {HERE / 'RESULTS.md'}" + (f"; failed: {', '.join(failed)}" if failed else ""))
     return 1 if failed else 0
