@@ -20,6 +20,7 @@ ranks that compute; for downpour, the workers; communication includes waiting fo
 slowest rank).
 
     python benchmarks/training_throughput.py                 # both models, a few minutes
+    python benchmarks/training_throughput.py --models jets --repeat 3    # a shared machine
     python benchmarks/training_throughput.py --models jets --epochs 5 --threads 32
 """
 from __future__ import annotations
@@ -181,6 +182,9 @@ def main(argv=None) -> int:
                         help="timed epochs per configuration (the best one counts)")
     parser.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)),
                         help="total intra-op threads of every configuration")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="run every configuration this many times, interleaved, and keep "
+                        "the best (use 3 or more on a shared machine)")
     parser.add_argument("--json", help="also write the raw numbers here")
     parser.add_argument("--worker", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -194,10 +198,13 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for model_name in args.models.split(","):
             rows = {}
-            for name, mode, ranks, threads in CONFIGS:
-                threads = threads or max(1, args.threads // ranks)
-                rows[name] = run_config(model_name, mode, ranks, args.epochs, threads, Path(tmp))
-                print(f"  {model_name:7s} {name:20s} {rows[name]['samples_s']:9.0f} samples/s", file=sys.stderr)
+            for _ in range(args.repeat):
+                for name, mode, ranks, threads in CONFIGS:
+                    threads = threads or max(1, args.threads // ranks)
+                    row = run_config(model_name, mode, ranks, args.epochs, threads, Path(tmp))
+                    print(f"  {model_name:7s} {name:20s} {row['samples_s']:9.0f} samples/s", file=sys.stderr)
+                    if name not in rows or row["samples_s"] > rows[name]["samples_s"]:
+                        rows[name] = row
             results[model_name] = rows
             print(table(model_name, rows, args.threads) + "\n", flush=True)
     if args.json:
