@@ -224,6 +224,20 @@ def test_intermediate_values_merge_and_replace(storage):
     assert done.intermediate == {0: 5.0, 1: 3.5, 2: 3.0}
 
 
+def test_finish_replaces_folds_left_on_an_unfinished_trial_and_returns_what_is_stored(storage):
+    sid = new_study(storage)
+    t = storage.create_trial(sid, {"x": 1.0, "k": "a"}, seed=0, group=0)
+    storage.finish_trial(t.id, TrialStatus.COMPLETE, value=1.0, fold_values=[1.0, 2.0, 3.0])
+    with storage.engine.begin() as conn:                 # e.g. a hand-edited database
+        conn.execute(text("update trials set status = 'RUNNING' where id = :i"), {"i": t.id})
+    done = storage.finish_trial(t.id, TrialStatus.COMPLETE, value=2.0, fold_values=[4.0],
+                                intermediate={1: 2.0, 0: 1.0})
+    assert done.fold_values == [4.0] and list(done.intermediate) == [0, 1]
+    assert storage.get_trial(sid, 0) == done
+    with pytest.raises(StorageError, match="no trial with id 99"):
+        storage.add_intermediate(99, 0, 1.0)
+
+
 def test_dense_numbers_per_study(storage):
     a, b = new_study(storage, "a"), new_study(storage, "b")
     numbers = {a: [], b: []}

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from mpiopt.storage.models import StudyModel, TrialModel, TrialParamModel
+from mpiopt.storage.models import StudyModel, TrialModel
 from mpiopt.trial import FrozenTrial, StudyStatus, TrialStatus
 
 
@@ -29,27 +29,37 @@ class StudyRecord:
     best_value: float | None = None
 
 
-def encode_param(name: str, value: Any) -> TrialParamModel:
-    """Exact text for reading back; a float (where one exists) for SQL filters and sorts."""
+def encode_param_row(trial_id: int, name: str, value: Any) -> dict:
+    """A trial_params row: exact text for reading back, a float (where one exists) for SQL
+    filters and sorts. A plain dict for a Core executemany insert (no ORM instance)."""
+    kind, number, text = _encode(value)
+    return {"trial_id": trial_id, "name": name, "kind": kind, "value_float": number,
+            "value_text": text}
+
+
+def _encode(value: Any) -> tuple[str, float | None, str]:
     if isinstance(value, bool):
-        return TrialParamModel(name=name, kind="bool", value_float=float(value),
-                               value_text="true" if value else "false")
+        return "bool", float(value), "true" if value else "false"
     if isinstance(value, int):
-        return TrialParamModel(name=name, kind="int", value_float=float(value),
-                               value_text=str(value))
+        return "int", float(value), str(int(value))
     if isinstance(value, float):
-        return TrialParamModel(name=name, kind="float", value_float=finite_or_none(value),
-                               value_text=repr(value))
+        return "float", finite_or_none(value), repr(float(value))
     if isinstance(value, str):
-        return TrialParamModel(name=name, kind="str", value_float=None, value_text=value)
-    return TrialParamModel(name=name, kind="json", value_float=None, value_text=json.dumps(value))
+        return "str", None, value
+    return "json", None, json.dumps(value)
 
 
-def decode_param(row: TrialParamModel) -> Any:
-    text = row.value_text
-    decoders = {"bool": lambda t: t == "true", "int": int, "float": float, "str": str,
-                "json": json.loads}
-    return decoders[row.kind](text)
+_DECODERS = {"bool": lambda t: t == "true", "int": int, "float": float, "str": str,
+             "json": json.loads}
+
+
+def decode_param(row) -> Any:
+    """A param row (ORM or Core) back to the python value that was written."""
+    return decode_value(row.kind, row.value_text)
+
+
+def decode_value(kind: str, text: str) -> Any:
+    return _DECODERS[kind](text)
 
 
 def finite_or_none(value: float | None) -> float | None:

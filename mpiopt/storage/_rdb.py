@@ -1,6 +1,7 @@
 """Storage: the one repository every part of mpiopt reads and writes results through.
 
-Contract: every public method is one short transaction (session_scope) and is safe to call
+Contract: every public method is one short transaction (session_scope; the per-trial writes
+use connection_scope with the Core statements of _writes) and is safe to call
 from several threads; records returned (FrozenTrial, StudyRecord) never change afterwards.
 Only the coordinator writes; any number of processes may read while it does.
 """
@@ -15,12 +16,11 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, selectinload, sessionmaker
 
 from mpiopt.errors import ResumeError, StorageError, UnknownStudyError
-from mpiopt.storage._convert import (StudyRecord, dump_json, encode_param, finite_or_none,
-                                     to_frozen, to_record)
+from mpiopt.storage import _writes
+from mpiopt.storage._convert import StudyRecord, dump_json, finite_or_none, to_frozen, to_record
 from mpiopt.storage._engine import writer
-from mpiopt.storage._session import session_scope
-from mpiopt.storage.models import (StudyModel, TrialFoldModel, TrialIntermediateModel,
-                                   TrialModel)
+from mpiopt.storage._session import connection_scope, session_scope
+from mpiopt.storage.models import StudyModel, TrialModel
 from mpiopt.trial import FrozenTrial, StudyStatus, TrialStatus
 
 DIRECTIONS = ("minimize", "maximize")
@@ -46,7 +46,8 @@ class Storage:
     def __init__(self, engine: Engine, url: str):
         self.engine, self.url = engine, url
         self._read = sessionmaker(engine, expire_on_commit=False)
-        self._write = sessionmaker(writer(engine), expire_on_commit=False)
+        self._writer = writer(engine)
+        self._write = sessionmaker(self._writer, expire_on_commit=False)
 
     def __enter__(self) -> "Storage":
         return self
@@ -62,6 +63,10 @@ class Storage:
 
     def _writing(self):
         return session_scope(self._write, self.url)
+
+    def _writing_core(self):
+        """A write transaction for Core statements (the per-trial hot path, see _writes)."""
+        return connection_scope(self._writer, self.url)
 
     # ---- studies -----------------------------------------------------------------------
     def create_study(self, name: str, direction: str, metric: str, spec_text: str,
@@ -136,17 +141,9 @@ class Storage:
         raise AssertionError("unreachable")
 
     def _insert_trial(self, study_id, params, seed, group, host) -> FrozenTrial:
-        with self._writing() as s:
-            self._require_study(s, study_id)
-            number = s.scalar(select(func.coalesce(func.max(TrialModel.number) + 1, 0))
-                              .where(TrialModel.study_id == study_id))
-            row = TrialModel(study_id=study_id, number=number, status=TrialStatus.RUNNING,
-                             seed=seed, attempt=0, group=group, host=host, started_at=_now(),
-                             params=[encode_param(k, v) for k, v in params.items()],
-                             folds=[], intermediate=[])
-            s.add(row)
-            s.flush()
-            return to_frozen(row)
+        with self._writing_core() as conn:
+            return _writes.insert_trial(conn, study_id, params, seed, group, host, _now(),
+                                        self.url)
 
     def restart_trial(self, trial_id: int, group: int | None,
                       host: str | None = None) -> FrozenTrial:
@@ -174,29 +171,15 @@ class Storage:
         status = TrialStatus(status)
         if status in (TrialStatus.RUNNING, TrialStatus.PENDING):
             raise StorageError(f"finish_trial needs a final status, not {status.value}")
-        with self._writing() as s:
-            row = self._trial_row(s, trial_id)
-            if TrialStatus(row.status) not in (TrialStatus.RUNNING, TrialStatus.PENDING):
-                raise StorageError(f"trial {row.number} is already {row.status.value}")
-            now = _now()
-            row.status, row.finished_at, row.error = status, now, error
-            row.value, row.value_std = finite_or_none(value), finite_or_none(value_std)
-            row.metrics_json = dump_json(metrics)
-            row.duration = duration if duration is not None else _elapsed(row.started_at, now)
-            row.folds.clear()
-            s.flush()
-            fold_metrics = list(fold_metrics or [])
-            for i, v in enumerate(fold_values):
-                extra = fold_metrics[i] if i < len(fold_metrics) else None
-                row.folds.append(TrialFoldModel(fold=i, value=finite_or_none(v),
-                                                metrics_json=dump_json(extra)))
-            _merge_intermediate(row, intermediate or {})
-            s.flush()
-            return to_frozen(row)
+        outcome = {"value": finite_or_none(value), "value_std": finite_or_none(value_std),
+                   "error": error, "metrics_json": dump_json(metrics), "duration": duration}
+        with self._writing_core() as conn:
+            return _writes.finish(conn, trial_id, status, outcome, fold_values,
+                                  fold_metrics or (), intermediate or {}, _now(), self.url)
 
     def add_intermediate(self, trial_id: int, epoch: int, value: float) -> None:
-        with self._writing() as s:
-            _merge_intermediate(self._trial_row(s, trial_id), {epoch: value})
+        with self._writing_core() as conn:
+            _writes.add_epoch(conn, trial_id, epoch, value, self.url)
 
     def interrupt_running(self, study_id: int) -> int:
         """RUNNING (and PENDING) trials become INTERRUPTED; returns how many."""
@@ -273,25 +256,6 @@ class Storage:
         if row is None:
             raise StorageError(f"no trial with id {trial_id} in {self.url}")
         return row
-
-
-def _merge_intermediate(row: TrialModel, values: dict) -> None:
-    """Per-epoch values: a repeated epoch replaces the old value."""
-    existing = {i.epoch: i for i in row.intermediate}
-    for epoch, value in sorted(values.items()):
-        epoch, value = int(epoch), finite_or_none(value)
-        if epoch in existing:
-            existing[epoch].value = value
-        else:
-            row.intermediate.append(TrialIntermediateModel(epoch=epoch, value=value))
-
-
-def _elapsed(start: datetime | None, end: datetime) -> float | None:
-    if start is None:
-        return None
-    if start.tzinfo is None:
-        start = start.replace(tzinfo=timezone.utc)
-    return (end - start).total_seconds()
 
 
 def _zero_counts() -> dict[TrialStatus, int]:

@@ -5,6 +5,7 @@ from contextlib import contextmanager
 from typing import Iterator
 
 from sqlalchemy import exc as sa_exc
+from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from mpiopt.errors import MpioptError, StorageError
@@ -19,19 +20,43 @@ def session_scope(factory: sessionmaker, where: str) -> Iterator[Session]:
     """
     session = factory()
     try:
-        yield session
-        session.commit()
-    except MpioptError:
-        session.rollback()
-        raise
-    except sa_exc.DBAPIError as exc:
-        session.rollback()
-        raise StorageError(f"{where}: {describe(exc)}") from exc
-    except BaseException:
-        session.rollback()
-        raise
+        with _translated(where, session.rollback):
+            yield session
+            session.commit()
     finally:
         session.close()
+
+
+@contextmanager
+def connection_scope(engine: Engine, where: str) -> Iterator[Connection]:
+    """session_scope for Core statements on a bare connection, with no ORM Session.
+
+    The coordinator's per-trial writes use it: a Session's setup, identity map and
+    commit bookkeeping cost more than the few statements it would run.
+    """
+    conn = engine.connect()
+    try:
+        with _translated(where, conn.rollback):
+            yield conn
+            conn.commit()
+    finally:
+        conn.close()
+
+
+@contextmanager
+def _translated(where: str, rollback) -> Iterator[None]:
+    """Roll back on any error; database errors become one-line StorageErrors."""
+    try:
+        yield
+    except MpioptError:
+        rollback()
+        raise
+    except sa_exc.DBAPIError as exc:
+        rollback()
+        raise StorageError(f"{where}: {describe(exc)}") from exc
+    except BaseException:
+        rollback()
+        raise
 
 
 def describe(exc: sa_exc.DBAPIError) -> str:
