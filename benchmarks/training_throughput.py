@@ -60,8 +60,6 @@ def worker(model_name: str, mode: str, epochs: int, out: Path) -> None:
 
     comm = MPI.COMM_WORLD
     threads.pin_threads(comm)
-    import numpy as np
-
     from mpiopt.objective_ref import load_callable
     from mpiopt.training import backend
 

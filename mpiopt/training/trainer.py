@@ -65,6 +65,12 @@ def together(comm, fn):
     return value
 
 
+# Gather the next batch while the Iallreduce is in flight (Layered SGD). Off: it did not pay
+# here (MPICH progresses a non-blocking collective only inside MPI calls, and gathering a
+# batch from memory takes microseconds); benchmarks/training_throughput.py measures it.
+OVERLAP = False
+
+
 def make_algorithm(model, comm, training):
     """The training algorithm of training.mode; downpour needs a master and a worker, so on
     one rank it is single-rank allreduce training."""
@@ -82,9 +88,6 @@ def make_algorithm(model, comm, training):
     from mpiopt.training.allreduce import AllreduceSGD
 
     return AllreduceSGD(model, comm, training, overlap=OVERLAP)
-
-
-OVERLAP = False  # see allreduce.py: gathering the next batch under the Iallreduce did not pay here
 
 
 def validate(model, comm, x, y, batch_size: int) -> dict:
