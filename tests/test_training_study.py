@@ -1,0 +1,55 @@
+"""An end-to-end Keras study on 5 ranks (coordinator + 2 groups of 2) with pruning on.
+
+Tiny on purpose: 6 trials of a one-layer network on 300 samples, 3 epochs, 2 folds that
+each group trains concurrently (one rank per fold). Checks that what the trainer reports
+reaches the database as the coordinator records it: learning curves, fold values, and the
+value of a pruned trial being its last reported one.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from conftest import mpiopt  # noqa: E402
+from test_training import write_case  # noqa: E402
+
+
+def test_keras_study_with_pruning_on_five_ranks(tmp_path):
+    pytest.importorskip("tensorflow")
+    from mpiopt.storage import open_storage
+    from mpiopt.trial import StudyStatus, TrialStatus
+
+    spec_path = write_case(tmp_path, training={
+        "epochs": 3, "batch_size": 32, "kfold": 2,
+        "pruning": {"pruner": "median", "warmup_epochs": 0, "min_trials": 1}})
+    spec = yaml.safe_load(spec_path.read_text())
+    spec["search"] = {"algorithm": "random", "trials": 6, "seed": 4}
+    spec["search_space"]["lr"]["low"] = 1e-5  # some trials learn far too slowly: pruned
+    spec["resources"] = {"group_size": 2}
+    spec_path.write_text(yaml.safe_dump(spec))
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    proc = mpiopt("search", spec_path, "--storage", url, np=5, cwd=tmp_path, timeout=400)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+
+    storage = open_storage(url)
+    try:
+        study = storage.get_study("tiny")
+        trials = storage.get_trials(study.id)
+    finally:
+        storage.close()
+    assert study.status == StudyStatus.COMPLETE and len(trials) == 6
+    assert {t.status for t in trials} <= {TrialStatus.COMPLETE, TrialStatus.PRUNED}
+    for t in trials:
+        curve = t.intermediate
+        assert curve and sorted(curve) == list(range(1, len(curve) + 1)), t
+        if t.status == TrialStatus.COMPLETE:
+            assert len(curve) == 3 and len(t.fold_values) == 2
+            assert t.value == pytest.approx(sum(t.fold_values) / 2)
+            assert t.metrics["val_accuracy"] == pytest.approx(t.value)
+        else:
+            assert t.value == pytest.approx(curve[max(curve)])
