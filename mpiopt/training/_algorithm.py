@@ -42,6 +42,20 @@ class Algorithm:
         if self.rank:
             self.model.set_weights(weights)
 
+    def average_state(self, weights: np.ndarray, contributes: bool = True) -> np.ndarray:
+        """Average the non-trainable float state (batch-norm statistics: the tail of the
+        weights buffer) over the ranks that contribute; every rank gets the same tail."""
+        from mpi4py import MPI
+
+        n = self.model.n_grad
+        if self.size == 1 or len(weights) == n:
+            return weights
+        tail = np.ascontiguousarray(weights[n:]) if contributes else np.zeros(len(weights) - n, np.float32)
+        count = self.comm.allreduce(1 if contributes else 0)
+        self.comm.Allreduce(MPI.IN_PLACE, tail, op=MPI.SUM)
+        weights[n:] = tail / count
+        return weights
+
     def train_epoch(self, x, y, order: np.ndarray) -> EpochStats:
         raise NotImplementedError
 

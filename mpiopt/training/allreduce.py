@@ -66,6 +66,12 @@ class AllreduceSGD(Algorithm):
         stats.loss = loss / max(1, len(order))
         return stats
 
+    def before_validation(self) -> None:
+        """Trainable weights are identical on every rank; batch-norm statistics were
+        gathered on each rank's own samples, so they are averaged."""
+        if self.size > 1 and self.model.n_weights > self.model.n_grad:
+            self.model.set_weights(self.average_state(self.model.get_weights()))
+
     def _gradient(self, batch, scale: float, pending: bool) -> None:
         """Into the buffer: this rank's scaled gradient, after applying the previous step's
         summed gradient when one is pending (one compiled call for both)."""

@@ -45,7 +45,13 @@ class Downpour(Algorithm):
         return stats
 
     def before_validation(self) -> None:
-        self.broadcast_weights()
+        """Everybody takes the master's weights, with the batch-norm statistics (which only
+        the workers' forward passes update) averaged over the workers."""
+        mine = self.model.get_weights()
+        master = mine.copy()
+        self.comm.Bcast(master, root=0)
+        master[self.model.n_grad:] = mine[self.model.n_grad:]
+        self.model.set_weights(self.average_state(master, contributes=self.rank > 0))
 
     # ------------------------------------------------------------------ master
     def _serve(self, stats, clock) -> float:
