@@ -260,3 +260,18 @@ def test_evolutionary_replay_rebuilds_the_population():
     searcher = EvolutionarySearcher(SQUARE, {"population": 5}, seed=0)
     searcher.replay(history)
     assert len(searcher.pool) == 5 and min(v for _, v in searcher.pool) == 0.0
+
+
+def test_gp_posterior_interpolates_and_samples():
+    from mpiopt.search import _gp
+
+    rng = np.random.default_rng(0)
+    X = rng.random((15, 2))
+    y = np.sin(3 * X[:, 0]) + X[:, 1]
+    kernel = _gp.fit_kernel(_gp.default_kernel(2), X, y, restarts=1, seed=0)
+    post = _gp.Posterior(kernel, X, y)
+    mu, std = post.predict(X)
+    assert np.allclose(mu, y, atol=1e-3) and np.all(std < 1e-2)
+    far_mu, far_std = post.predict(np.array([[3.0, 3.0]]))
+    assert far_std[0] > 10 * std.max()
+    assert np.allclose(post.sample(X, rng), y, atol=1e-2)

@@ -33,11 +33,11 @@ DEFAULTS = {
     "estimator": "GP",
     "acquisition": "gp_hedge",
     "initial_points": 10,
-    "refit_every": 0,       # 0 = automatic schedule (see _needs_refit)
+    "refit_every": 0,       # 0 = automatic schedule (see _schedule)
     "max_points": 400,
     "hyper_points": 150,
     "candidates": 2000,
-    "liar": "mean",         # mean | min | max of the told values
+    "liar": "mean",         # believer (the model's mean) | mean | min | max of told values
     "xi": 0.01,
     "kappa": 1.96,
     "min_distance": 0.01,
@@ -46,9 +46,13 @@ _ESTIMATORS = ("GP", "RF", "ET", "GBRT")
 _ACQUISITIONS = ("gp_hedge", "EI", "LCB", "PI")
 _HEDGED = ("EI", "LCB", "PI")
 _LOCAL_SCALES = (0.1, 0.03, 0.01, 0.003)
-_TOLD_MIN_DISTANCE = 1e-9
-_RESTARTS = 2
-_RESTART_UNTIL = 100  # only exact repeats of a told point are refused
+_TOLD_MIN_DISTANCE = 1e-9  # only exact repeats of a told point are refused
+_RESTARTS = 2              # random restarts of a full kernel fit
+_RESTART_UNTIL = 100       # full fits only while the study is this small
+_EXPLORE_EVERY = 2         # every 2nd suggestion: a Thompson sample (0: never)
+_THOMPSON_CANDIDATES = 1000
+_THOMPSON_LOCAL = False
+_MAXIMIN_CANDIDATES = 64
 
 
 class BayesianSearcher(Searcher):
@@ -78,14 +82,39 @@ class BayesianSearcher(Searcher):
             return self.encoder.decode(self._space_filling())
         with _single_thread():
             X, y = self._training_set()
-            predict = self._surrogate(X, y)
-            return self.encoder.decode(self._maximise(predict, X, y))
+            model = self._surrogate(X, y)
+            if self._explore_now(model):
+                return self.encoder.decode(self._thompson(model, X, y))
+            return self.encoder.decode(self._maximise(model.predict, X, y))
+
+    def _explore_now(self, model) -> bool:
+        every = _EXPLORE_EVERY
+        return every > 0 and hasattr(model.post, "sample") and self.n_asked % every == every - 1
+
+    def _thompson(self, model, X: np.ndarray, y: np.ndarray) -> np.ndarray:
+        """Argmin of one posterior sample over random and near-best candidates.
+
+        Every few suggestions one is drawn this way instead of by the acquisition: a
+        sample is low wherever the optimum may plausibly be, so some groups keep probing
+        other basins while the rest refine the incumbent (EI alone settles in the first
+        good basin it finds, e.g. Hartmann-6's -3.20 local minimum)."""
+        if _THOMPSON_LOCAL:
+            best_rows = X[np.argsort(y, kind="stable")[:8]]
+            reps = np.repeat(best_rows, 20, axis=0)
+            local = np.vstack([self.encoder.perturb(reps, s, self.rng) for s in (0.3, 0.1, 0.03)])
+            cand = np.vstack([self.encoder.sample(_THOMPSON_CANDIDATES // 2, self.rng), local])
+        else:
+            best_rows = X[np.argsort(y, kind="stable")[:4]]
+            cand = np.vstack([self.encoder.sample(_THOMPSON_CANDIDATES, self.rng),
+                              self._around(best_rows, 16)])
+        draw = model.post.sample(cand, self.rng)
+        return self._first_allowed(cand, -draw, self._known_rows())
 
     def _space_filling(self) -> np.ndarray:
         """Initial design: the random candidate farthest from everything known (maximin)."""
-        cand = self.encoder.sample(64, self.rng)
+        cand = self.encoder.sample(_MAXIMIN_CANDIDATES, self.rng)
         known = self._known_rows()
-        if len(known) == 0:
+        if len(known) == 0 or len(cand) == 1:
             return cand[0]
         far = np.array([np.abs(known - c).max(axis=1).min() for c in cand])
         return cand[int(np.argmax(far))]
@@ -131,11 +160,7 @@ class BayesianSearcher(Searcher):
             told = make(X, y) if self.options["liar"] == "believer" else None
             post = make(np.vstack([X, P]), np.concatenate([y, self._lies(told, P, y)]))
 
-        def predict(rows):
-            mu, std = post.predict(rows)
-            return (mu - mean) / scale, std / scale
-
-        return predict
+        return _Standardised(post, mean, scale)
 
     def _lies(self, post, P: np.ndarray, y: np.ndarray) -> np.ndarray:
         """Values pending points pretend to have: the model's own mean (kriging believer)
@@ -243,6 +268,17 @@ def _single_thread():
     if _THREADS is None:
         _THREADS = ThreadpoolController()
     return _THREADS.limit(limits=1, user_api="blas")
+
+
+class _Standardised:
+    """A posterior's predictions in standardised units (told values: mean 0, std 1)."""
+
+    def __init__(self, post, mean: float, scale: float):
+        self.post, self.mean, self.scale = post, mean, scale
+
+    def predict(self, rows):
+        mu, std = self.post.predict(rows)
+        return (mu - self.mean) / self.scale, std / self.scale
 
 
 class _TreePosterior:
