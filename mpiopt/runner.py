@@ -164,7 +164,8 @@ def _scheduler(spec, opened, n_groups, progress, hosts):
 
 def _announce(progress, spec, url, topo, opened, sched) -> None:
     layout = ("single process" if topo.single_process
-              else f"{topo.n_groups} groups x {topo.group_size} ranks + coordinator")
+              else f"{topo.n_groups} group{'s' * (topo.n_groups > 1)} x {topo.group_size} "
+                   f"rank{'s' * (topo.group_size > 1)} + coordinator")
     progress.say(f"study '{spec.study.name}': {spec.search.algorithm} search, "
                  f"{spec.search.trials} trials, {layout}; storage {url}")
     if opened.resumed:

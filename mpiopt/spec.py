@@ -7,7 +7,7 @@ the dotted field path and what is expected, e.g.::
 
 Nothing of the user's code runs while a spec loads: ``file.py:name`` references are
 checked on the file's syntax tree (see mpiopt.objective_ref), so every MPI rank and every
-query command can load a spec cheaply. The field reference is docs/spec.md.
+query command can load a spec cheaply. The field reference is README.md, "The spec".
 """
 from __future__ import annotations
 
