@@ -4,19 +4,29 @@ One suggestion per busy group must be distinct and informative. skopt's own cons
 batch ask often returns two points almost on top of each other, and each of its GP
 suggestions refits everything. Here:
 
-* Pending suggestions enter a throwaway posterior with a constant lie (the mean of the told
-  values by default), which flattens the acquisition around them, and the chosen point must
-  lie at least `min_distance` (1% of the scaled range, max-norm = `Space.distance`) from
-  every pending suggestion; if the best candidate is too close, the next best is taken.
-* Kernel hyperparameters are re-fitted on a schedule (every tell while the study is small,
-  then every ~10% growth), on at most `hyper_points` points; in between a posterior is one
-  Cholesky with the kept kernel. At most `max_points` told points enter the model (the best
-  half and the most recent half).
+* Pending suggestions enter a throwaway posterior with a lie: by default the model's own
+  mean there ("kriging believer"), which removes the uncertainty around them without
+  bending the surface. Measured on Branin with 4 pending, 8 seeds: believer 8/8 seeds
+  within 1% of the optimum in 40 evaluations, lying the mean of the told values 2/8, the
+  minimum 3/8 (a constant lie distorts the model exactly where it matters). The chosen
+  point must lie at least `min_distance` (1% of the scaled range, max-norm =
+  `Space.distance`) from every pending suggestion; if the best candidate is too close,
+  the next best is taken. Told points only exclude exact repeats (a 1% box around a told
+  point can swallow a whole narrow optimum).
+* Every second suggestion is the minimiser of one posterior (Thompson) sample instead of
+  the acquisition's best, so some groups keep probing other basins while the others refine
+  the incumbent.
+* Kernel hyperparameters (with a log-normal prior on the length scales, see _gp) are
+  re-fitted on a schedule (every tell while the study is small, then every ~10% growth,
+  warm-started), on at most `hyper_points` points; in between a posterior is one Cholesky
+  with the kept kernel. At most `max_points` told points enter the model (the best half
+  and the most recent half).
 * The acquisition is maximised over a few thousand random candidates plus Gaussian
   perturbations of the best told points and of the best candidates, at shrinking scales:
-  no L-BFGS restarts.
+  no L-BFGS restarts. BLAS runs single-threaded meanwhile (see _single_thread).
 * `gp_hedge` mixes EI, LCB and PI like skopt (softmax over gains, gains lowered by the
-  model's mean at each function's previous choice), in standardised units.
+  model's mean at each function's previous choice), in standardised units; `xi` is in the
+  objective's units as in skopt.
 
 Tree surrogates (RF, ET, GBRT) come from skopt and are refitted at every suggestion.
 """
@@ -37,7 +47,7 @@ DEFAULTS = {
     "max_points": 400,
     "hyper_points": 150,
     "candidates": 2000,
-    "liar": "mean",         # believer (the model's mean) | mean | min | max of told values
+    "liar": "believer",     # believer (the model's mean) | mean | min | max of told values
     "xi": 0.01,
     "kappa": 1.96,
     "min_distance": 0.01,
@@ -51,7 +61,6 @@ _RESTARTS = 2              # random restarts of a full kernel fit
 _RESTART_UNTIL = 100       # full fits only while the study is this small
 _EXPLORE_EVERY = 2         # every 2nd suggestion: a Thompson sample (0: never)
 _THOMPSON_CANDIDATES = 1000
-_THOMPSON_LOCAL = False
 _MAXIMIN_CANDIDATES = 64
 
 
@@ -98,15 +107,9 @@ class BayesianSearcher(Searcher):
         sample is low wherever the optimum may plausibly be, so some groups keep probing
         other basins while the rest refine the incumbent (EI alone settles in the first
         good basin it finds, e.g. Hartmann-6's -3.20 local minimum)."""
-        if _THOMPSON_LOCAL:
-            best_rows = X[np.argsort(y, kind="stable")[:8]]
-            reps = np.repeat(best_rows, 20, axis=0)
-            local = np.vstack([self.encoder.perturb(reps, s, self.rng) for s in (0.3, 0.1, 0.03)])
-            cand = np.vstack([self.encoder.sample(_THOMPSON_CANDIDATES // 2, self.rng), local])
-        else:
-            best_rows = X[np.argsort(y, kind="stable")[:4]]
-            cand = np.vstack([self.encoder.sample(_THOMPSON_CANDIDATES, self.rng),
-                              self._around(best_rows, 16)])
+        best_rows = X[np.argsort(y, kind="stable")[:4]]
+        cand = np.vstack([self.encoder.sample(_THOMPSON_CANDIDATES, self.rng),
+                          self._around(best_rows, 16)])
         draw = model.post.sample(cand, self.rng)
         return self._first_allowed(cand, -draw, self._known_rows())
 
