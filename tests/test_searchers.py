@@ -275,3 +275,12 @@ def test_gp_posterior_interpolates_and_samples():
     far_mu, far_std = post.predict(np.array([[3.0, 3.0]]))
     assert far_std[0] > 10 * std.max()
     assert np.allclose(post.sample(X, rng), y, atol=1e-2)
+
+
+def test_cma_replay_before_any_ask():
+    rng = np.random.default_rng(1)
+    history = [(p, square_objective(p)) for p in (SQUARE.sample(rng) for _ in range(13))]
+    searcher = EvolutionarySearcher(SQUARE, {"cma": True, "population": 6}, seed=0)
+    searcher.replay(history)
+    assert searcher.generation == 2
+    SQUARE.check(searcher.ask())

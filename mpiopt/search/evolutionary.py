@@ -109,13 +109,17 @@ class EvolutionarySearcher(Searcher):
         with self.globals.active():
             return gen.mutate(genome, self.indpb, self.categorical)
 
-    def _cma_genome(self) -> list:
+    def _cma(self) -> cma.Strategy:
+        """The CMA-ES state, created on first use (also when a replay comes first)."""
         if self.strategy is None:
             self.strategy = cma.Strategy(centroid=[0.5] * len(self.names), sigma=0.3,
                                          lambda_=self.size)
+        return self.strategy
+
+    def _cma_genome(self) -> list:
         if not self.queue:
             with self.globals.active():
-                self.queue = [list(ind) for ind in self.strategy.generate(gen.Individual)]
+                self.queue = [list(ind) for ind in self._cma().generate(gen.Individual)]
         return self.queue.pop(0)
 
     # ---- tell -----------------------------------------------------------------------
@@ -155,7 +159,7 @@ class EvolutionarySearcher(Searcher):
             inds = [gen.Individual(g) for g, _ in self.current]
             for ind, (_, v) in zip(inds, self.current):
                 ind.fitness.values = (v,)
-            self.strategy.update(inds)
+            self._cma().update(inds)
         else:
             elite = sorted(self.pool, key=lambda m: m[1])[: int(self.options["elitism"])]
             self.pool = list(self.current) + elite
