@@ -61,7 +61,10 @@ _RESTARTS = 2              # random restarts of a full kernel fit
 _RESTART_UNTIL = 100       # full fits only while the study is this small
 _EXPLORE_EVERY = 2         # every 2nd suggestion: a Thompson sample (0: never)
 _THOMPSON_CANDIDATES = 1000
-_MAXIMIN_CANDIDATES = 64
+# _INITIAL note: the first `initial_points` suggestions are plain random samples. A maximin
+# design (farthest of 64 random candidates) was measured worse on Hartmann-6 (12/24 seeds
+# within 1% in 80 evaluations against 14/24): in 6-D it pushes the points into corners,
+# where response surfaces are flat and teach the model little.
 
 
 class BayesianSearcher(Searcher):
@@ -88,7 +91,7 @@ class BayesianSearcher(Searcher):
     def _suggest(self) -> dict:
         known = len(self.told) + len(self.pending)
         if known < self.options["initial_points"] or len(self.told) < 2:
-            return self.encoder.decode(self._space_filling())
+            return self.space.sample(self.rng)  # initial design: see _INITIAL note
         with _single_thread():
             X, y = self._training_set()
             model = self._surrogate(X, y)
@@ -112,15 +115,6 @@ class BayesianSearcher(Searcher):
                           self._around(best_rows, 16)])
         draw = model.post.sample(cand, self.rng)
         return self._first_allowed(cand, -draw, self._known_rows())
-
-    def _space_filling(self) -> np.ndarray:
-        """Initial design: the random candidate farthest from everything known (maximin)."""
-        cand = self.encoder.sample(_MAXIMIN_CANDIDATES, self.rng)
-        known = self._known_rows()
-        if len(known) == 0 or len(cand) == 1:
-            return cand[0]
-        far = np.array([np.abs(known - c).max(axis=1).min() for c in cand])
-        return cand[int(np.argmax(far))]
 
     def _known_rows(self) -> np.ndarray:
         rows = list(self._rows) + [r for r in self._pending_rows()]
