@@ -538,7 +538,7 @@ def _bayesian(search: _Section, space: Space) -> dict:
         "max_points": sec.integer("max_points", 400, minimum=1),
         "hyper_points": sec.integer("hyper_points", 150, minimum=1),
         "candidates": sec.integer("candidates", 2000, minimum=1),
-        "liar": sec.text("liar", "mean", choices=("mean", "min", "max", "believer")),
+        "liar": sec.text("liar", "believer", choices=("mean", "min", "max", "believer")),
         "xi": sec.number("xi", 0.01, low=0.0),
         "kappa": sec.number("kappa", 1.96, low=0.0),
         "min_distance": sec.number("min_distance", 0.01, low=0.0, high=1.0),
