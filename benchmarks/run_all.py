@@ -17,8 +17,9 @@ SCRIPTS = ["scheduling.py", "coordinator_cost.py", "searcher_cost.py", "training
 
 
 def final_report(stdout: str) -> str:
-    """A script's closing report (from its last '### ' heading on), else all it printed."""
-    start = stdout.rfind("\n### ")
+    """A script's report (from its first '### ' heading on, after any progress lines),
+    else all it printed."""
+    start = stdout.find("\n### ")
     return (stdout[start + 1:] if start >= 0 else stdout).strip()
 
 
