@@ -72,7 +72,7 @@ class Objective:
         except Pruned as exc:
             outcome = Outcome(TrialStatus.PRUNED.value, value=exc.value)
         except Exception as exc:  # the study goes on; the error is recorded
-            outcome = Outcome(TrialStatus.FAILED.value, error=describe_error(exc, comm))
+            outcome = Outcome(TrialStatus.FAILED.value, error=describe_error(exc))
         outcome.duration = time.perf_counter() - start
         return outcome
 
@@ -126,15 +126,11 @@ def _finite(value: float, name: str) -> float:
     return value
 
 
-def describe_error(exc: BaseException, comm=None) -> str:
+def describe_error(exc: BaseException) -> str:
     """One readable error text: the exception, where it happened, then the traceback."""
-    rank = comm.Get_rank() if comm is not None else 0
-    try:
-        from mpi4py import MPI
+    from mpi4py import MPI
 
-        rank = MPI.COMM_WORLD.Get_rank()
-    except Exception:
-        pass
+    rank = MPI.COMM_WORLD.Get_rank()
     where = f"(world rank {rank} on {socket.gethostname()})"
     tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)[-6:])
     return f"{type(exc).__name__}: {exc} {where}\n{tb}".rstrip()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import sys
 
 from mpiopt.errors import MpioptError
+from mpiopt.trial import StudyStatus
 from mpiopt.parallel.protocol import Tag
 
 EXIT_INTERRUPTED = 130
@@ -84,8 +85,8 @@ def _coordinate(world, spec, url, opened, quiet) -> int:
         clean = coordinator.run()
         if clean:
             coordinator.execute(sched.stop_all())
-    status = sched.finish() if sched.stop_reason != "interrupted" else None
-    progress.summary(sched, status or _interrupted())
+    status = sched.finish() if sched.stop_reason != "interrupted" else StudyStatus.INTERRUPTED
+    progress.summary(sched, status)
     opened.storage.close()
     if sched.stop_reason == "interrupted":
         progress.say(f"resume with: mpiopt resume {spec.study.name} --storage {url}")
@@ -93,13 +94,7 @@ def _coordinate(world, spec, url, opened, quiet) -> int:
             sys.stdout.flush()
             world.Abort(EXIT_INTERRUPTED)  # groups are mid-trial; their work is recorded as INTERRUPTED
         return EXIT_INTERRUPTED
-    return 0 if status.value == "COMPLETE" else 1
-
-
-def _interrupted():
-    from mpiopt.trial import StudyStatus
-
-    return StudyStatus.INTERRUPTED
+    return 0 if status is StudyStatus.COMPLETE else 1
 
 
 def _serve(world, spec) -> int:

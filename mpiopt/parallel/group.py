@@ -7,8 +7,6 @@ coordinator's DECISION says whether to go on.
 """
 from __future__ import annotations
 
-import socket
-
 from mpiopt.parallel.protocol import Report, Result, Tag, Trial
 from mpiopt.parallel.waiting import wait_message
 
@@ -27,7 +25,7 @@ def run_group(world, comm, objective) -> int:
         outcome = objective.evaluate(trial.params, trial.seed, comm, reporter)
         served += 1
         if leader:
-            world.send(result_message(trial, outcome, reporter.last, world.Get_rank()), dest=0, tag=Tag.RESULT)
+            world.send(result_message(trial, outcome, reporter.last), dest=0, tag=Tag.RESULT)
 
 
 def _next_trial(world, comm, objective) -> Trial | None:
@@ -53,11 +51,10 @@ class Reporter:
         return not decision.prune
 
 
-def result_message(trial: Trial, outcome, last_reported: float | None, rank: int) -> Result:
+def result_message(trial: Trial, outcome, last_reported: float | None) -> Result:
     value = outcome.value
     if outcome.status == "PRUNED" and value is None:
         value = last_reported
     return Result(trial_id=trial.trial_id, status=outcome.status, value=value,
                   value_std=outcome.value_std, fold_values=list(outcome.fold_values),
-                  metrics=dict(outcome.metrics), duration=outcome.duration, error=outcome.error,
-                  host=socket.gethostname(), rank=rank)
+                  metrics=dict(outcome.metrics), duration=outcome.duration, error=outcome.error)

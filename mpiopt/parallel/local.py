@@ -46,4 +46,4 @@ def _evaluate(scheduler, objective, comm, action: Dispatch):
         return not (answer and answer[0].decision.prune)
 
     outcome = objective.evaluate(trial.params, trial.seed, comm, report)
-    return result_message(trial, outcome, last["value"], 0)
+    return result_message(trial, outcome, last["value"])

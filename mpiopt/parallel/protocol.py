@@ -56,6 +56,4 @@ class Result:
     fold_values: list[float] = field(default_factory=list)
     metrics: dict[str, float] = field(default_factory=dict)
     duration: float = 0.0
-    error: str | None = None
-    host: str | None = None
-    rank: int | None = None
+    error: str | None = None  # names the failing rank and host (mpiopt.objective.describe_error)
