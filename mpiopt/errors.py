@@ -25,3 +25,37 @@ class ResumeError(MpioptError):
 
 class TopologyError(MpioptError):
     """The MPI process count does not fit the requested group layout."""
+
+
+class TrialStopped(BaseException):
+    """Ends a trial from outside its own logic: a deadline, a cancel, a prune.
+
+    A BaseException, so a user's `except Exception:` inside an objective cannot swallow it.
+    `status` is what the trial is recorded as; `value` the last reported value, if any.
+    """
+
+    status = "INTERRUPTED"
+
+    def __init__(self, reason: str, epoch: int | None = None, value: float | None = None):
+        super().__init__(reason)
+        self.reason, self.epoch, self.value = reason, epoch, value
+
+
+class Pruned(TrialStopped):
+    """Raised inside an objective (or the trainer) when the pruner says stop."""
+
+    status = "PRUNED"
+
+    def __init__(self, epoch: int | None = None, value: float | None = None):
+        super().__init__(f"pruned at epoch {epoch}", epoch, value)
+
+
+class TrialTimeout(TrialStopped):
+    """The trial ran past search.trial_timeout: recorded FAILED, never run again."""
+
+    status = "FAILED"
+
+
+class TrialCancelled(TrialStopped):
+    """The job is ending (signal, time limit + grace, another rank failed): INTERRUPTED,
+    so the trial runs again on resume."""

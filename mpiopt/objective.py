@@ -5,55 +5,46 @@ A plain objective is `f(params)`; it may also accept any of the keyword argument
 `report` (report(epoch, value) -> False asks the objective to stop: pruned). It returns a
 float or a dict of metrics from which `objective.metric` picks the figure of merit.
 
-Every failure becomes a FAILED outcome whose error names the rank and host: an exception,
-a NaN or infinite value, a return value of the wrong type. Nothing here touches the
-database or the coordinator.
+User code is untrusted. Every failure becomes a FAILED result whose error names the rank
+and host: an exception (SystemExit too), a NaN or infinite value, a return value of the
+wrong type, a run past `search.trial_timeout`. A plain function that does not take `comm`
+runs in a worker process of its own (mpiopt.sandbox, `objective.isolate`), so that even
+os._exit, a segfault or the OOM killer end only the trial, not the job. Nothing here
+touches the database or the coordinator.
 """
 from __future__ import annotations
 
 import inspect
 import math
 import random
+import signal
 import socket
 import time
 import traceback
-from dataclasses import dataclass, field
+from contextlib import contextmanager
 from typing import Any, Callable
 
 import numpy as np
 
+from mpiopt.errors import Pruned, TrialStopped, TrialTimeout
+from mpiopt.parallel.protocol import Result, Trial
 from mpiopt.trial import TrialStatus
 
 OPTIONAL_ARGS = ("comm", "seed", "report")
 
-
-class Pruned(Exception):
-    """Raised inside an objective (or the trainer) when the pruner says stop."""
-
-    def __init__(self, epoch: int | None = None, value: float | None = None):
-        super().__init__(f"pruned at epoch {epoch}")
-        self.epoch, self.value = epoch, value
-
-
-@dataclass
-class Outcome:
-    status: str
-    value: float | None = None
-    value_std: float | None = None
-    fold_values: list[float] = field(default_factory=list)
-    metrics: dict[str, float] = field(default_factory=dict)
-    error: str | None = None
-    duration: float = 0.0
+__all__ = ["Objective", "Pruned", "describe_error", "format_duration"]
 
 
 class Objective:
     """Built once per rank from the spec; evaluate() runs one trial on a communicator."""
 
-    def __init__(self, spec):
+    def __init__(self, spec, rank: int = 0, host: str | None = None):
         self.spec = spec
         self.metric = spec.objective.metric
+        self.where = f"world rank {rank} on {host or socket.gethostname()}"
         self._function: Callable | None = None
         self._accepts: set[str] = set()
+        self._sandbox = None
         if spec.objective.function:
             from mpiopt.objective_ref import load_callable
 
@@ -65,40 +56,129 @@ class Objective:
         """Whether all ranks of a group take part (else only the leader runs it)."""
         return self._function is None or "comm" in self._accepts
 
-    def evaluate(self, params: dict, seed: int, comm, report: Callable | None = None) -> Outcome:
+    @property
+    def isolated(self) -> bool:
+        """A plain function without `comm` runs in a worker process (objective.isolate)."""
+        return (self._function is not None and "comm" not in self._accepts
+                and bool(getattr(self.spec.objective, "isolate", True)))
+
+    def evaluate(self, trial: Trial, comm, report: Callable | None = None,
+                 should_cancel: Callable[[], bool] | None = None) -> Result:
+        """Run one trial; never raises for anything the user's code does."""
+        if self.isolated:
+            if self._sandbox is None:
+                from mpiopt.sandbox import Sandbox
+
+                self._sandbox = Sandbox(self)
+            return self._sandbox.run(trial, report, should_cancel)
+        return self.run_here(trial, comm, report)
+
+    def close(self) -> None:
+        if self._sandbox is not None:
+            self._sandbox.close()
+            self._sandbox = None
+
+    def run_here(self, trial: Trial, comm, report: Callable | None = None) -> Result:
+        """Run the trial in this process; a plain function's deadline is a SIGALRM."""
         start = time.perf_counter()
         try:
-            outcome = self._run(params, seed, comm, report)
-        except Pruned as exc:
-            outcome = Outcome(TrialStatus.PRUNED.value, value=exc.value)
+            with _alarm(trial.timeout if self._function is not None else None):
+                result = self._run(trial, comm, report)
+        except TrialStopped as exc:
+            result = stopped_result(trial, exc, self.where)
+        except SystemExit as exc:
+            result = failed_result(trial, f"objective called sys.exit({exc.code!r}) ({self.where})")
         except Exception as exc:  # the study goes on; the error is recorded
-            outcome = Outcome(TrialStatus.FAILED.value, error=describe_error(exc))
-        outcome.duration = time.perf_counter() - start
-        return outcome
+            result = failed_result(trial, describe_error(exc, self.where))
+        return _with_duration(result, time.perf_counter() - start)
 
-    def _run(self, params, seed, comm, report) -> Outcome:
+    def _run(self, trial: Trial, comm, report) -> Result:
         if self._function is None:
             from mpiopt.training import run_training
 
-            res = run_training(self.spec, dict(params), comm, seed, report=report)
-            return Outcome(TrialStatus.COMPLETE.value, value=_finite(res["value"], self.metric),
-                           value_std=res.get("value_std"), fold_values=list(res.get("fold_values", [])),
-                           metrics=dict(res.get("metrics", {})))
-        random.seed(seed)
-        np.random.seed(seed % 2**32)
-        extra = {"comm": comm, "seed": seed, "report": report}
+            res = run_training(self.spec, dict(trial.params), comm, trial.seed, report=report)
+            return Result(trial.trial_id, TrialStatus.COMPLETE, value=_finite(res["value"], self.metric),
+                          value_std=res.get("value_std"), fold_values=list(res.get("fold_values", [])),
+                          metrics=dict(res.get("metrics", {})))
+        random.seed(trial.seed)
+        np.random.seed(trial.seed % 2**32)
+        extra = {"comm": comm, "seed": trial.seed, "report": _plain_report(report)}
         kwargs = {k: v for k, v in extra.items() if k in self._accepts}
-        return self._interpret(self._function(dict(params), **kwargs))
+        return self._interpret(trial, self._function(dict(trial.params), **kwargs))
 
-    def _interpret(self, returned: Any) -> Outcome:
+    def _interpret(self, trial: Trial, returned: Any) -> Result:
         if isinstance(returned, dict):
             if self.metric not in returned:
                 raise ValueError(f"objective returned metrics {sorted(returned)} without "
                                  f"'{self.metric}' (objective.metric)")
             metrics = {k: _number(v, k) for k, v in returned.items()}
-            return Outcome(TrialStatus.COMPLETE.value, value=_finite(metrics[self.metric], self.metric),
-                           metrics=metrics)
-        return Outcome(TrialStatus.COMPLETE.value, value=_finite(_number(returned, self.metric), self.metric))
+            return Result(trial.trial_id, TrialStatus.COMPLETE,
+                          value=_finite(metrics[self.metric], self.metric), metrics=metrics)
+        return Result(trial.trial_id, TrialStatus.COMPLETE,
+                      value=_finite(_number(returned, self.metric), self.metric))
+
+
+def _plain_report(report: Callable | None) -> Callable | None:
+    """What a plain function sees: report(epoch, value) -> bool; a cancel or a deadline
+    raises (a BaseException, so the function's own `except Exception` lets it through)."""
+    if report is None:
+        return None
+
+    def plain(epoch, value) -> bool:
+        answer = report(epoch, value)
+        if isinstance(answer, TrialStopped):
+            raise answer
+        return bool(answer)
+
+    return plain
+
+
+def stopped_result(trial: Trial, exc: TrialStopped, where: str) -> Result:
+    status = TrialStatus(exc.status)
+    error = None if status is TrialStatus.PRUNED else f"{exc.reason} ({where})"
+    return Result(trial.trial_id, status, value=exc.value if status is TrialStatus.PRUNED else None,
+                  error=error)
+
+
+def failed_result(trial: Trial, error: str) -> Result:
+    return Result(trial.trial_id, TrialStatus.FAILED, error=error)
+
+
+def _with_duration(result: Result, seconds: float) -> Result:
+    from dataclasses import replace
+
+    return replace(result, duration=seconds)
+
+
+@contextmanager
+def _alarm(seconds: float | None):
+    """Raise TrialTimeout in the main thread after `seconds` (a SIGALRM; sleeps and Python
+    loops are interrupted, a long C call ends first). No-op without a timeout."""
+    if not seconds or seconds <= 0:
+        yield
+        return
+
+    def _fire(signum, frame):
+        raise TrialTimeout(f"timed out after {format_duration(seconds)}")
+
+    previous = signal.signal(signal.SIGALRM, _fire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def format_duration(seconds: float) -> str:
+    """90 -> '1m30s', 600 -> '10m', 3 -> '3s', 0.25 -> '0.25s'."""
+    if seconds < 10 and seconds != int(seconds):
+        return f"{seconds:.2g}s"
+    s = int(round(seconds))
+    h, rest = divmod(s, 3600)
+    m, s = divmod(rest, 60)
+    parts = [f"{h}h" if h else "", f"{m}m" if m else "", f"{s}s" if s or not (h or m) else ""]
+    return "".join(parts)
 
 
 def _accepted_args(fn: Callable) -> set[str]:
@@ -126,11 +206,17 @@ def _finite(value: float, name: str) -> float:
     return value
 
 
-def describe_error(exc: BaseException) -> str:
-    """One readable error text: the exception, where it happened, then the traceback."""
-    from mpi4py import MPI
+def describe_error(exc: BaseException, where: str) -> str:
+    """One readable error text: the exception, where it happened, then the traceback.
 
-    rank = MPI.COMM_WORLD.Get_rank()
-    where = f"(world rank {rank} on {socket.gethostname()})"
+    The first line is the deepest message worth reading (Keras wraps errors raised in a
+    traced function as "ValueError: in user code:"; the real one is further down)."""
     tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)[-6:])
-    return f"{type(exc).__name__}: {exc} {where}\n{tb}".rstrip()
+    return f"{type(exc).__name__}: {_first_line(exc)} ({where})\n{tb}".rstrip()
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = [ln.strip() for ln in str(exc).strip().splitlines() if ln.strip()]
+    if len(lines) > 1 and lines[0].rstrip(":") == "in user code":
+        return lines[-1]
+    return lines[0] if lines else ""

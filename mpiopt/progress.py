@@ -24,7 +24,6 @@ class Progress:
         self.budget, self.quiet = budget, quiet
         self.out = out or sys.stdout
         self.start()
-        self._best_shown: int | None = None
 
     def start(self) -> None:
         """Start the clocks: the coordinator's CPU is measured from here (imports excluded)."""
@@ -50,8 +49,7 @@ class Progress:
         self.say(line)
         if trial.status is TrialStatus.FAILED and trial.error:
             self.say(f"    error: {trial.error.splitlines()[0]}")
-        if sched.best is not None and sched.best.number != self._best_shown:
-            self._best_shown = sched.best.number
+        if sched.best is not None and sched.best.number == trial.number:
             self.say(f"    new best: {format_params(sched.best.params)}")
 
     def summary(self, sched, status) -> None:

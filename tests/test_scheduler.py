@@ -184,7 +184,7 @@ def test_reports_are_stored_and_answered_by_the_pruner():
     sched, storage, _ = make(n_groups=1, budget=2, pruner=PruneAfterTwo())
     a = sched.start()
     tid = a[0].trial.trial_id
-    assert sched.on_report(0, Report(tid, 1, 0.5)) == [Answer(0, Decision(tid, False))]
+    assert sched.on_report(0, Report(tid, 1, 0.5)) == [Answer(0, Decision(tid))]
     assert sched.on_report(0, Report(tid, 2, 0.4))[0].decision.prune is True
     assert (tid, 2, 0.4) in storage.intermediate
     sched.on_result(0, done(tid, 0.4, "PRUNED"))

@@ -44,3 +44,17 @@ def main(argv: list[str] | None = None) -> int:
         return exc.exit_code
     except BrokenPipeError:  # `mpiopt trials X | head`
         return 0
+    except KeyboardInterrupt:  # Ctrl-C before a study started (or in a query)
+        if _world_rank() == 0:
+            print("mpiopt: interrupted", file=sys.stderr)
+        return 130
+
+
+def _world_rank() -> int:
+    """This process's MPI rank from the launcher's environment (no MPI import)."""
+    import os
+
+    for name in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID"):
+        if os.environ.get(name, "").isdigit():
+            return int(os.environ[name])
+    return 0

@@ -42,7 +42,7 @@ def cmd_search(args) -> int:
         url = args.storage or spec.storage or DEFAULT_STORAGE
         return spec, url, args.resume
 
-    from mpiopt.runner import run_study_command
+    from mpiopt.parallel.launch import run_study_command
 
     return run_study_command(prepare, quiet=args.quiet)
 
@@ -64,6 +64,6 @@ def cmd_resume(args) -> int:
             data.setdefault(section, {})[key] = value
         return Spec.from_dict(data, source=f"{url}#{args.study}"), url, True
 
-    from mpiopt.runner import run_study_command
+    from mpiopt.parallel.launch import run_study_command
 
     return run_study_command(prepare, quiet=args.quiet)

@@ -1,17 +1,29 @@
 """The coordinator's MPI loop around the pure Scheduler (world rank 0).
 
-One dispatch table maps message tags to scheduler events. Between messages the loop
-asks ahead (prefetch) and otherwise sleeps with a growing backoff, so it costs well under
-5% of a core while the groups train.
+One dispatch table maps message tags to scheduler events. Between messages the loop asks
+ahead (prefetch) and otherwise sleeps with a growing backoff, so it costs well under 5% of
+a core while the groups train.
+
+Every way out goes through wind_down(): busy groups get CANCEL, idle ones STOP, results
+that still come in are recorded, reports are answered "cancel", and the loop waits for a
+BYE from every rank for at most WIND_DOWN_S. What is still running then is recorded
+INTERRUPTED; a rank that never said BYE is stuck in user code, and only then is the job
+ended with MPI_Abort. So a signal, the time limit's hard edge, a rank's FATAL and the
+coordinator's own error all end the whole job in bounded time.
 """
 from __future__ import annotations
 
 import signal
+import socket
 import threading
+import time
+from dataclasses import dataclass
 
-from mpiopt.parallel.protocol import Tag
+from mpiopt.parallel.protocol import Decision, Tag, Verdict
 from mpiopt.parallel.scheduler import Answer, Dispatch, StopGroup
 from mpiopt.parallel.waiting import Backoff, probe
+
+WIND_DOWN_S = 10.0
 
 
 class StopFlag:
@@ -33,42 +45,137 @@ class StopFlag:
         return self.event.is_set()
 
 
+@dataclass
+class Ending:
+    """How the loop ended: `cause` is None for a normal end; `orderly` is False when some
+    rank never said BYE (the caller then aborts the job)."""
+
+    cause: str | None = None
+    interrupted: bool = False
+    orderly: bool = True
+    stuck: tuple[int, ...] = ()
+
+
 class Coordinator:
-    def __init__(self, world, topology, scheduler, stop_flag: StopFlag | None = None):
+    def __init__(self, world, topology, scheduler, stop_flag: StopFlag | None = None,
+                 on_tick=None, clock=time.monotonic):
         self.world, self.topo, self.sched = world, topology, scheduler
         self.stop_flag = stop_flag or StopFlag()
+        self.on_tick = on_tick or (lambda: None)
+        self.clock = clock
         self.handlers = {
-            Tag.RESULT: self.sched.on_result,
+            Tag.RESULT: self._on_result,
             Tag.REPORT: self.sched.on_report,
         }
+        self.byes: set[int] = set()
+        self.stopped_ranks: set[int] = set()
 
-    def run(self) -> bool:
-        """Run until the study is done. Returns False when a signal cut busy groups off."""
-        self.execute(self.sched.start())
+    def run(self) -> Ending:
+        """Run until the study is done or must end; always returns after wind_down."""
+        try:
+            self.execute(self.sched.start())
+            cause = self._loop()
+        except Exception as exc:  # the coordinator's own failure still ends every rank
+            cause = (f"coordinator failed on rank 0 ({socket.gethostname()}): "
+                     f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}")
+            self.sched.stop("error", cause)
+        return self.wind_down(cause)
+
+    def _loop(self) -> str | None:
         backoff = Backoff()
         while not self.sched.done:
             if self.stop_flag.is_set():
-                busy = bool(self.sched.running)
-                self.execute(self.sched.interrupt())
-                return not busy
+                name = signal.Signals(self.stop_flag.signum).name if self.stop_flag.signum else "signal"
+                self.sched.stop("interrupted", f"interrupted by {name}: running trials are "
+                                               "recorded INTERRUPTED and run again on resume")
+                return self.sched.message
+            late = self.sched.overdue()
+            if late is not None:
+                return late
             status = probe(self.world)
             if status is not None:
-                tag = status.Get_tag()
-                msg = self.world.recv(source=status.Get_source(), tag=tag)
-                group = self.topo.group_of(status.Get_source())
-                self.execute(self.handlers[Tag(tag)](group, msg))
+                tag, source = Tag(status.Get_tag()), status.Get_source()
+                msg = self.world.recv(source=source, tag=tag)
+                if tag is Tag.FATAL:
+                    self.sched.stop("error", msg.line())
+                    self._stop_rank(source)
+                    return msg.line()
+                if tag is Tag.BYE:
+                    self.byes.add(source)
+                    continue
+                self.execute(self.handlers[tag](self.topo.group_of(source), msg))
                 backoff.reset()
             elif not self.sched.prefetch():
                 self.execute(self.sched.tick())
+                self.on_tick()
                 backoff.sleep()
+        return None
+
+    def _on_result(self, group, result):
+        return self.sched.on_result(group, result)
+
+    def wind_down(self, cause: str | None) -> Ending:
+        """Cancel busy groups, stop idle ones, wait (bounded) for every rank's BYE."""
+        for group, run in list(self.sched.running.items()):
+            self._send(run.trial_id, self.topo.leader(group), Tag.CANCEL)
+        self.execute(self.sched.stop_all())
+        everyone = set(range(1, self.world.Get_size()))
+        end = self.clock() + WIND_DOWN_S
+        backoff = Backoff()
+        while self.byes != everyone and self.clock() < end:
+            status = probe(self.world)
+            if status is None:
+                backoff.sleep()
+                continue
+            tag, source = Tag(status.Get_tag()), status.Get_source()
+            msg = self.world.recv(source=source, tag=tag)
+            if tag is Tag.BYE:
+                self.byes.add(source)
+            elif tag is Tag.REPORT:
+                group = self.topo.group_of(source)
+                self._send(Decision(msg.trial_id, Verdict.CANCEL), source, Tag.DECISION)
+            elif tag is Tag.RESULT:
+                self._record_quietly(self.topo.group_of(source), msg)
+            elif tag is Tag.FATAL:
+                cause = cause or msg.line()
+                self._stop_rank(source)
+            backoff.reset()
+        interrupted = self._interrupt_rest()
+        stuck = tuple(sorted(everyone - self.byes))
+        return Ending(cause=cause, interrupted=interrupted or self.sched.stop_reason == "interrupted",
+                      orderly=not stuck, stuck=stuck)
+
+    def _record_quietly(self, group, result) -> None:
+        """A result that arrives while the job ends is still recorded, if the database lets."""
+        try:
+            self.execute(self.sched.on_result(group, result))
+        except Exception:
+            pass
+        self.execute(self.sched.stop_all())
+
+    def _interrupt_rest(self) -> bool:
+        if not self.sched.running and self.sched.stop_reason != "interrupted":
+            return False
+        try:
+            self.sched.interrupt()
+        except Exception:
+            pass          # the database is the cause; resume finds these trials RUNNING
         return True
+
+    def _stop_rank(self, rank: int) -> None:
+        if rank not in self.stopped_ranks:
+            self.stopped_ranks.add(rank)
+            self._send(None, rank, Tag.STOP)
+
+    def _send(self, obj, dest: int, tag: Tag) -> None:
+        self.world.send(obj, dest=dest, tag=tag)
 
     def execute(self, actions) -> None:
         for action in actions:
             leader = self.topo.leader(action.group)
             if isinstance(action, Dispatch):
-                self.world.send(action.trial, dest=leader, tag=Tag.TRIAL)
+                self._send(action.trial, leader, Tag.TRIAL)
             elif isinstance(action, Answer):
-                self.world.send(action.decision, dest=leader, tag=Tag.DECISION)
+                self._send(action.decision, leader, Tag.DECISION)
             elif isinstance(action, StopGroup):
-                self.world.send(None, dest=leader, tag=Tag.STOP)
+                self._stop_rank(leader)

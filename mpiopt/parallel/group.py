@@ -2,34 +2,63 @@
 
 The leader forwards each trial to its members point to point (members sleep between
 probes, never spin), every rank runs the objective on the group communicator, and the
-leader sends the result back. Per-epoch values go to the coordinator as REPORTs; the
-coordinator's DECISION says whether to go on.
+leader sends the one result back. Per-epoch values go to the coordinator as REPORTs; its
+DECISION says go on, prune, or cancel (the job is ending).
+
+A failure outside user code (a bug, a message that cannot be sent) is sent to the
+coordinator as FATAL, which ends the whole job; this rank then waits a bounded time for
+the coordinator's STOP, so it never waits on a coordinator that is gone.
 """
 from __future__ import annotations
 
-from mpiopt.parallel.protocol import Report, Result, Tag, Trial
-from mpiopt.parallel.waiting import wait_message
+import socket
+import time
+
+from mpiopt.errors import TrialCancelled, TrialTimeout
+from mpiopt.objective import format_duration
+from mpiopt.parallel.protocol import Fatal, Report, Tag, Trial, Verdict
+from mpiopt.parallel.waiting import Backoff, probe, wait_message
+
+FATAL_WAIT_S = 10.0
 
 
 def run_group(world, comm, objective) -> int:
-    """Serve trials until STOP. Returns the number of trials this rank took part in."""
+    """Serve trials until STOP. Returns the exit status of this rank (0, or 1 after FATAL)."""
+    try:
+        _serve(world, comm, objective)
+        status = 0
+    except Exception as exc:
+        status = _fatal(world, comm, exc)
+    finally:
+        objective.close()
+    world.send(None, dest=0, tag=Tag.BYE)
+    return status
+
+
+def _serve(world, comm, objective) -> None:
     leader = comm.Get_rank() == 0
-    served = 0
     while True:
         trial = _next_trial(world, comm, objective) if leader else wait_message(comm, 0, Tag.TRIAL)[0]
         if trial is None:
-            return served
-        if not leader and not objective.uses_group:
+            return
+        if not leader:
+            if objective.uses_group:
+                objective.evaluate(trial, comm)
             continue
-        reporter = Reporter(world, trial) if leader else None
-        outcome = objective.evaluate(trial.params, trial.seed, comm, reporter)
-        served += 1
-        if leader:
-            world.send(result_message(trial, outcome, reporter.last), dest=0, tag=Tag.RESULT)
+        reporter = Reporter(world, trial)
+        result = objective.evaluate(trial, comm, reporter, should_cancel=reporter.cancelled)
+        if result.status.value == "PRUNED" and result.value is None:
+            from dataclasses import replace
+
+            result = replace(result, value=reporter.last)
+        world.send(result, dest=0, tag=Tag.RESULT)
 
 
 def _next_trial(world, comm, objective) -> Trial | None:
-    msg, status = wait_message(world, source=0)
+    while True:
+        msg, status = wait_message(world, source=0)
+        if status.Get_tag() != Tag.CANCEL:       # a cancel for a trial that already ended
+            break
     trial = msg if status.Get_tag() == Tag.TRIAL else None
     if trial is None or objective.uses_group:
         for member in range(1, comm.Get_size()):
@@ -38,23 +67,50 @@ def _next_trial(world, comm, objective) -> Trial | None:
 
 
 class Reporter:
-    """report(epoch, value) -> True to go on, False when the coordinator prunes."""
+    """report(epoch, value) -> True to go on, False to prune, or a TrialStopped to raise
+    on every rank of the group (a cancel from the coordinator, or the trial's deadline)."""
 
     def __init__(self, world, trial: Trial):
         self.world, self.trial = world, trial
         self.last: float | None = None
+        self.deadline = None if not trial.timeout else time.monotonic() + trial.timeout
+        self._cancel = False
 
-    def __call__(self, epoch: int, value: float) -> bool:
+    def __call__(self, epoch: int, value: float):
         self.last = float(value)
+        if self.deadline is not None and time.monotonic() >= self.deadline:
+            return TrialTimeout(f"timed out after {format_duration(self.trial.timeout)}")
         self.world.send(Report(self.trial.trial_id, int(epoch), self.last), dest=0, tag=Tag.REPORT)
         decision, _ = wait_message(self.world, source=0, tag=Tag.DECISION)
-        return not decision.prune
+        if decision.verdict is Verdict.CANCEL or self.cancelled():
+            return TrialCancelled("cancelled: the job is ending")
+        return decision.verdict is not Verdict.PRUNE
+
+    def cancelled(self) -> bool:
+        """Whether the coordinator sent CANCEL for this trial (never blocks)."""
+        while not self._cancel and probe(self.world, 0, Tag.CANCEL) is not None:
+            trial_id = self.world.recv(source=0, tag=Tag.CANCEL)
+            self._cancel = trial_id == self.trial.trial_id
+        return self._cancel
 
 
-def result_message(trial: Trial, outcome, last_reported: float | None) -> Result:
-    value = outcome.value
-    if outcome.status == "PRUNED" and value is None:
-        value = last_reported
-    return Result(trial_id=trial.trial_id, status=outcome.status, value=value,
-                  value_std=outcome.value_std, fold_values=list(outcome.fold_values),
-                  metrics=dict(outcome.metrics), duration=outcome.duration, error=outcome.error)
+def _fatal(world, comm, exc: BaseException) -> int:
+    """Tell the coordinator (and, from a leader, the members), then wait a bounded time
+    for the coordinator's STOP so the job ends in order."""
+    rank = world.Get_rank()
+    cause = f"{type(exc).__name__}: {exc}".splitlines()[0]
+    try:
+        world.send(Fatal(rank, socket.gethostname(), cause), dest=0, tag=Tag.FATAL)
+        if comm.Get_rank() == 0:
+            for member in range(1, comm.Get_size()):
+                comm.send(None, dest=member, tag=Tag.TRIAL)
+    except Exception:
+        pass
+    end = time.monotonic() + FATAL_WAIT_S
+    backoff = Backoff()
+    while time.monotonic() < end:
+        if probe(world, 0, Tag.STOP) is not None:
+            world.recv(source=0, tag=Tag.STOP)
+            break
+        backoff.sleep()
+    return 1

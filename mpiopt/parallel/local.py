@@ -1,14 +1,16 @@
 """Single-process mode: the same Scheduler, one group, the objective run in this process.
 
 The first thing a newcomer runs, and the baseline of every scaling figure: no MPI job,
-same searchers, same storage, same records.
+same searchers, same storage, same records. Ctrl-C and SIGTERM end the running trial (a
+sandboxed one at once; a Keras one at its next epoch) and the study is INTERRUPTED.
 """
 from __future__ import annotations
 
 import signal
+import time
 from collections import deque
 
-from mpiopt.parallel.group import result_message
+from mpiopt.errors import TrialCancelled
 from mpiopt.parallel.protocol import Report
 from mpiopt.parallel.scheduler import Dispatch, StopGroup
 
@@ -18,7 +20,7 @@ def _raise_interrupt(signum, frame):
 
 
 def run_local(scheduler, objective, comm) -> bool:
-    """Run the study to its end. Returns False when interrupted by SIGINT/SIGTERM."""
+    """Run the study to its end. Returns False when interrupted (signal, hard time limit)."""
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         queue = deque(scheduler.start())
@@ -27,23 +29,37 @@ def run_local(scheduler, objective, comm) -> bool:
             if isinstance(action, StopGroup):
                 continue
             assert isinstance(action, Dispatch)
-            queue.extend(scheduler.on_result(action.group, _evaluate(scheduler, objective, comm, action)))
+            result = _evaluate(scheduler, objective, comm, action)
+            queue.extend(scheduler.on_result(action.group, result))
+            if result.status.value == "INTERRUPTED" or scheduler.overdue() is not None:
+                raise KeyboardInterrupt
         return True
     except KeyboardInterrupt:
         scheduler.interrupt()
         return False
     finally:
         signal.signal(signal.SIGTERM, previous)
+        objective.close()
 
 
 def _evaluate(scheduler, objective, comm, action: Dispatch):
     trial = action.trial
-    last = {"value": None}
 
-    def report(epoch, value) -> bool:
-        last["value"] = float(value)
+    def past_hard_edge() -> bool:
+        edge = scheduler.hard_deadline
+        return edge is not None and scheduler.clock() >= edge
+
+    def report(epoch, value):
+        if past_hard_edge():
+            return TrialCancelled("cancelled: time limit + grace reached")
         answer = scheduler.on_report(action.group, Report(trial.trial_id, int(epoch), float(value)))
         return not (answer and answer[0].decision.prune)
 
-    outcome = objective.evaluate(trial.params, trial.seed, comm, report)
-    return result_message(trial, outcome, last["value"])
+    result = objective.evaluate(trial, comm, report, should_cancel=past_hard_edge)
+    if result.status.value == "PRUNED" and result.value is None:
+        from dataclasses import replace
+
+        last = scheduler.history.get(trial.number, {})
+        if last:
+            result = replace(result, value=scheduler.sign * last[max(last)])
+    return result

@@ -1,9 +1,19 @@
-"""The message protocol between the coordinator and the group leaders, declared once.
+"""The message protocol between the coordinator and the groups, declared once.
 
-coordinator -> leader : TRIAL (a Trial) or STOP (None)
-leader -> its members : the same message, point to point (members wait without spinning)
-leader -> coordinator : REPORT (per-epoch value) -> coordinator answers DECISION
-leader -> coordinator : RESULT (the trial's outcome)
+Start-up (every rank, see parallel/launch.py):
+  rank 0 -> all      : SETUP   {"spec": ..., "url": ...} or {"error": ...}
+  all -> rank 0      : READY   None, or the one-line error of that rank's own set-up
+  rank 0 -> all      : SETUP   {"go": True} or {"error": ...}
+Running:
+  coordinator -> leader : TRIAL (a Trial), CANCEL (the current trial must end now: the
+                          job is stopping), STOP (None: leave the loop)
+  leader -> its members : TRIAL or STOP, point to point (members wait without spinning)
+  leader -> coordinator : REPORT (per-epoch value) -> coordinator answers DECISION
+  leader -> coordinator : RESULT (the trial's one record)
+  any rank -> rank 0    : FATAL (a failure outside user code: rank, host, cause); the
+                          coordinator then ends the whole job
+  any rank -> rank 0    : BYE, as it leaves its loop after STOP: the coordinator knows
+                          every rank is done, or after a bounded wait calls MPI_Abort
 
 Messages are small frozen dataclasses sent pickled; none carries a DEAP or Keras object.
 """
@@ -13,6 +23,8 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
+from mpiopt.trial import TrialStatus
+
 
 class Tag(enum.IntEnum):
     TRIAL = 11
@@ -20,7 +32,11 @@ class Tag(enum.IntEnum):
     REPORT = 13
     DECISION = 14
     RESULT = 15
-    SETUP = 16  # start-up: the resolved spec, or the error that ends the job
+    SETUP = 16
+    READY = 17
+    CANCEL = 18
+    FATAL = 19
+    BYE = 20
 
 
 @dataclass(frozen=True)
@@ -30,6 +46,7 @@ class Trial:
     params: dict[str, Any]
     seed: int
     attempt: int = 0
+    timeout: float | None = None  # search.trial_timeout in seconds
 
 
 @dataclass(frozen=True)
@@ -39,21 +56,48 @@ class Report:
     value: float
 
 
+class Verdict(str, enum.Enum):
+    """The coordinator's answer to a REPORT."""
+
+    CONTINUE = "continue"
+    PRUNE = "prune"
+    CANCEL = "cancel"      # the job is ending: stop at once, the trial runs again on resume
+
+
 @dataclass(frozen=True)
 class Decision:
     trial_id: int
-    prune: bool
+    verdict: Verdict = Verdict.CONTINUE
+
+    @property
+    def prune(self) -> bool:
+        return self.verdict is Verdict.PRUNE
 
 
 @dataclass(frozen=True)
 class Result:
-    """A trial's outcome. status is COMPLETE, FAILED or PRUNED (TrialStatus values)."""
+    """A trial's one record, from the objective to the coordinator.
+
+    status is COMPLETE, FAILED, PRUNED, or INTERRUPTED (the trial was cancelled because the
+    job is ending). error names the failing rank and host."""
 
     trial_id: int
-    status: str
+    status: TrialStatus
     value: float | None = None
     value_std: float | None = None
     fold_values: list[float] = field(default_factory=list)
     metrics: dict[str, float] = field(default_factory=dict)
     duration: float = 0.0
-    error: str | None = None  # names the failing rank and host (mpiopt.objective.describe_error)
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class Fatal:
+    """A rank failed outside user code; the job ends."""
+
+    rank: int
+    host: str
+    cause: str
+
+    def line(self) -> str:
+        return f"rank {self.rank} on {self.host} failed: {self.cause}"

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from mpiopt.parallel.protocol import Decision, Report, Result, Trial
+from mpiopt.parallel.protocol import Decision, Report, Result, Trial, Verdict
 from mpiopt.trial import FrozenTrial, StudyStatus, TrialStatus
 
 
@@ -57,15 +57,20 @@ class Scheduler:
                  n_groups: int, seed: int = 0, pruner=None, target: float | None = None,
                  time_limit: float | None = None, max_initial_failures: int = 5,
                  existing: list[FrozenTrial] = (), progress=None, clock=time.monotonic,
-                 hosts: list[str] | None = None):
+                 hosts: list[str] | None = None, ranks: list[int] | None = None,
+                 trial_timeout: float | None = None, grace: float = 300.0,
+                 stuck_grace: float = 60.0):
         self.storage, self.study_id, self.searcher = storage, study_id, searcher
         self.sign = -1.0 if direction == "maximize" else 1.0
         self.budget, self.seed, self.pruner = budget, seed, pruner
         self.target, self.max_initial_failures = target, max_initial_failures
         self.clock = clock
         self.deadline = None if time_limit is None else clock() + time_limit
+        self.hard_deadline = None if time_limit is None else self.deadline + grace
+        self.trial_timeout, self.stuck_grace = trial_timeout, stuck_grace
         self.progress = progress
         self.hosts = hosts or [None] * n_groups
+        self.ranks = ranks or [None] * n_groups
         self.idle: list[int] = list(range(n_groups))
         self.stopped: set[int] = set()
         self.running: dict[int, _Running] = {}
@@ -126,6 +131,10 @@ class Scheduler:
         run = self.running.pop(group)
         status = TrialStatus(result.status)
         error = result.error
+        if status is TrialStatus.INTERRUPTED:      # cancelled: stays unfinished, runs again
+            self.searcher.forget(run.params)
+            self.idle.append(group)
+            return self._stop_idle()
         self.storage.finish_trial(
             run.trial_id, status, value=result.value, value_std=result.value_std,
             fold_values=result.fold_values, metrics=result.metrics, error=error,
@@ -157,12 +166,47 @@ class Scheduler:
             others = {n: h for n, h in self.history.items() if n != run.number}
             prune = bool(self.pruner.should_prune(run.number, report.epoch, value, others))
         self.history.setdefault(run.number, {})[report.epoch] = value
-        return [Answer(group, Decision(report.trial_id, prune))]
+        verdict = Verdict.PRUNE if prune else Verdict.CONTINUE
+        if self.stop_reason == "interrupted":
+            verdict = Verdict.CANCEL
+        return [Answer(group, Decision(report.trial_id, verdict))]
 
     def tick(self) -> list:
         """Called while waiting: notices the time limit."""
         self._can_dispatch()
         return self._stop_idle()
+
+    def stop(self, reason: str, message: str) -> None:
+        """No new trial starts; the first reason given is the one reported."""
+        self._stop(reason, message)
+
+    def overdue(self) -> str | None:
+        """Why the job must end now, or None: the time limit's hard edge (time_limit +
+        grace) with trials still running, or a trial that did not stop at its timeout
+        (user code that ignores signals or sits in a long C call). That trial is recorded
+        FAILED, so it is not run again on resume."""
+        now = self.clock()
+        if self.hard_deadline is not None and self.running and now >= self.hard_deadline:
+            self._stop("interrupted", "time limit + grace reached: running trials are recorded "
+                                      "INTERRUPTED and run again on resume")
+            return self.message
+        if self.trial_timeout is None:
+            return None
+        for group, run in list(self.running.items()):
+            if now - run.started >= self.trial_timeout + self.stuck_grace:
+                return self._give_up_on(group, run)
+        return None
+
+    def _give_up_on(self, group: int, run) -> str:
+        from mpiopt.objective import format_duration
+
+        limit = format_duration(self.trial_timeout)
+        error = (f"timed out after {limit}; it did not stop within {format_duration(self.stuck_grace)}, "
+                 f"so the job ended (group {group}, host {self.hosts[group]})")
+        self.on_result(group, Result(run.trial_id, TrialStatus.FAILED, error=error,
+                                     duration=self.clock() - run.started))
+        self._stop("error", f"trial {run.number} {error}")
+        return self.message
 
     def interrupt(self) -> list:
         """SIGINT/SIGTERM: running trials become INTERRUPTED; they run again on resume."""
@@ -190,7 +234,7 @@ class Scheduler:
         if self.prefetched is not None:
             self.searcher.forget(self.prefetched)
             self.prefetched = None
-        status = {"interrupted": StudyStatus.INTERRUPTED,
+        status = {"interrupted": StudyStatus.INTERRUPTED, "error": StudyStatus.INTERRUPTED,
                   "failures": StudyStatus.FAILED}.get(self.stop_reason, StudyStatus.COMPLETE)
         self.storage.set_study_status(self.study_id, status)
         return status
@@ -211,17 +255,23 @@ class Scheduler:
     def _dispatch(self, group: int) -> Dispatch:
         if self.reruns:
             old = self.reruns.pop(0)
-            rec = self.storage.restart_trial(old.id, group=group, host=self.hosts[group])
+            rec = self.storage.restart_trial(old.id, group=group, host=self.hosts[group],
+                                             **self._rank_of(group))
             params = old.params
         else:
             params, self.prefetched = (self.prefetched or self.searcher.ask()), None
             number = self.next_number
             rec = self.storage.create_trial(self.study_id, params, seed=trial_seed(self.seed, number),
-                                            group=group, host=self.hosts[group])
+                                            group=group, host=self.hosts[group], **self._rank_of(group))
         self.next_number = max(self.next_number, rec.number + 1)
         self.running[group] = _Running(rec.id, rec.number, params, group, self.clock())
         seed = rec.seed if rec.seed is not None else trial_seed(self.seed, rec.number)
-        return Dispatch(group, Trial(rec.id, rec.number, params, seed, rec.attempt))
+        return Dispatch(group, Trial(rec.id, rec.number, params, seed, rec.attempt, self.trial_timeout))
+
+    def _rank_of(self, group: int) -> dict:
+        """The leader's world rank, recorded with the trial once storage has the column."""
+        rank = self.ranks[group]
+        return {} if rank is None or not getattr(self.storage, "records_rank", False) else {"rank": rank}
 
     def _stop_idle(self) -> list:
         if self._can_dispatch():
@@ -261,7 +311,10 @@ class Scheduler:
             self.best = trial
 
     def _stop(self, reason: str, message: str) -> None:
-        if self.stop_reason is None:
+        """The first reason is kept, except that ending the job now ("interrupted",
+        "error") outranks a soft stop (time limit, target, failures)."""
+        hard = ("interrupted", "error")
+        if self.stop_reason is None or (reason in hard and self.stop_reason not in hard):
             self.stop_reason, self.message = reason, message
 
 

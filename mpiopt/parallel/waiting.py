@@ -11,6 +11,8 @@ import time
 
 from mpi4py import MPI
 
+from mpiopt.parallel.protocol import Tag
+
 
 class Backoff:
     """Exponential sleep between polls, reset whenever something arrived."""
@@ -53,3 +55,21 @@ def quiet_bcast(comm, obj=None, root: int = 0, tag: int = 0):
         return obj
     obj, _ = wait_message(comm, source=root, tag=tag)
     return obj
+
+
+def send_ready(world, error: str | None, info: dict | None = None) -> None:
+    """Step 2 of start-up, on a rank other than 0: READY, or the one-line error."""
+    world.send({"error": error, **(info or {})}, dest=0, tag=Tag.READY)
+
+
+def gather_ready(world, own_error: str | None = None) -> tuple[list[str], list[dict]]:
+    """On rank 0: every other rank's READY (sleeping between probes). Returns the errors,
+    rank 0's own first, and every rank's READY payload."""
+    errors = [own_error] if own_error else []
+    payloads = []
+    for _ in range(world.Get_size() - 1):
+        msg, _status = wait_message(world, tag=Tag.READY)
+        payloads.append(msg)
+        if msg.get("error"):
+            errors.append(msg["error"])
+    return errors, payloads

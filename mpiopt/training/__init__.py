@@ -1,10 +1,10 @@
 """MPI_Learn-style nested training of a Keras model on one communicator.
 
 Public surface: run_training(spec, params, comm, seed, report=None) -> result dict, and
-Pruned (the same class mpiopt.objective catches). Importing this package imports neither
+Pruned (mpiopt.errors.Pruned, which mpiopt.objective catches). Importing this package imports neither
 TensorFlow nor mpi4py; they load when training starts.
 """
-from mpiopt.objective import Pruned
+from mpiopt.errors import Pruned
 
 
 def run_training(spec, params, comm, seed, report=None, on_epoch=None):

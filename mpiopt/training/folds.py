@@ -14,7 +14,8 @@ What is reported after each epoch (for pruning, and as the trial's learning curv
   mean the same (fold, epoch) in every trial of the study and a pruner compares like with
   like. With K = 1 the steps are simply the epochs.
 Only rank 0 of the communicator calls report; its decision is broadcast, and on "prune"
-every rank raises Pruned at the same point, so no rank is left inside a collective.
+(or a deadline, or a cancel) every rank raises at the same point, so no rank is left
+inside a collective.
 """
 from __future__ import annotations
 
@@ -113,14 +114,26 @@ def _mean(entries) -> tuple[float, dict]:
 
 
 def _report(comm, report, on_epoch, step: int, value: float, metrics: dict) -> None:
-    """Rank 0 logs and asks report(); everyone learns the answer; prune raises everywhere."""
-    from mpiopt.training import Pruned
+    """Rank 0 logs and asks report(); everyone learns the answer together, so a prune, a
+    deadline or a cancel raises on every rank at the same point (none is left waiting
+    inside a collective). report() answers True, False (prune) or a TrialStopped."""
+    from mpiopt.errors import Pruned, TrialStopped
 
-    keep = True
+    answer = True
     if comm.Get_rank() == 0:
         if on_epoch is not None:
             on_epoch(step, value, metrics)
         if report is not None:
-            keep = bool(report(step, value))
-    if not comm.bcast(keep, root=0):
+            answer = report(step, value)
+            if isinstance(answer, TrialStopped):
+                answer = (type(answer).__name__, answer.reason)
+            else:
+                answer = bool(answer)
+    answer = comm.bcast(answer, root=0)
+    if answer is False:
         raise Pruned(step, value)
+    if answer is not True:
+        from mpiopt import errors
+
+        name, reason = answer
+        raise getattr(errors, name)(reason, step, value)

@@ -1,0 +1,271 @@
+"""Run a study on every rank: a checked start, then coordinator or group, then one ending.
+
+Start-up is three steps, so that an error on any rank ends every rank with one line and
+status 2 and nothing is written:
+
+1. rank 0 loads the spec and checks the layout and the database URL, and sends every rank
+   the resolved spec (or the error);
+2. every rank sets itself up (imports the objective) and tells rank 0 READY or its error;
+3. rank 0 reports the first error, or opens the database and the study (the first write),
+   and sends GO.
+
+Then the job runs, and every ending -- done, a signal, the time limit's hard edge, a
+rank's failure, the coordinator's own -- ends every rank in bounded time with one line
+that says why and, where the study can go on, the exact resume command. MPI_Abort is
+called only when a rank is stuck in user code and did not answer.
+"""
+from __future__ import annotations
+
+import socket
+import sys
+
+from mpiopt.errors import MpioptError
+from mpiopt.parallel.protocol import Tag
+from mpiopt.trial import StudyStatus
+
+EXIT_INTERRUPTED = 130
+EXIT_FAILED = 1
+
+
+def run_study_command(prepare, quiet: bool = False) -> int:
+    """prepare() -> (spec, storage_url, resume), called on rank 0 only."""
+    from mpi4py import MPI
+
+    world = MPI.COMM_WORLD
+    if world.Get_rank() == 0:
+        return _rank0(world, prepare, quiet)
+    return _other_rank(world)
+
+
+# ---- rank 0 -------------------------------------------------------------------------------
+def _rank0(world, prepare, quiet: bool) -> int:
+    from mpiopt.parallel.waiting import gather_ready, quiet_bcast
+
+    multi = world.Get_size() > 1
+    try:
+        spec, url, resume = prepare()
+        _check_start(world.Get_size(), spec, url)
+    except MpioptError as exc:
+        if multi:
+            quiet_bcast(world, {"error": str(exc)}, tag=Tag.SETUP)
+        raise
+    if multi:
+        quiet_bcast(world, {"spec": spec.to_dict()}, tag=Tag.SETUP)
+    own = _set_up(world, spec) if not multi else (None, None)
+    errors, payloads = gather_ready(world, own[1])
+    if errors:
+        _send_verdict(world, multi, error=errors[0])
+        more = f" (and {len(errors) - 1} more rank(s))" if len(errors) > 1 else ""
+        raise MpioptError(f"start-up failed on {errors[0]}{more}")
+    isolated = all(p.get("isolated") for p in payloads) if multi else own[0].isolated
+    try:
+        opened = _open(spec, url, resume, isolated)
+    except MpioptError as exc:
+        _send_verdict(world, multi, error=str(exc))
+        raise
+    _send_verdict(world, multi)
+    return _coordinate(world, spec, url, opened, quiet, own[0])
+
+
+def _check_start(world_size: int, spec, url: str) -> None:
+    """Everything rank 0 can refuse without writing: layout, database URL and driver."""
+    from mpiopt.parallel.topology import check_layout
+
+    check_layout(world_size, spec.resources.group_size)
+    try:
+        from mpiopt.storage import check_url
+    except ImportError:          # older storage layer: opening will say it
+        return
+    check_url(url)
+
+
+def _send_verdict(world, multi: bool, error: str | None = None) -> None:
+    from mpiopt.parallel.waiting import quiet_bcast
+
+    if multi:
+        quiet_bcast(world, {"error": error} if error else {"go": True}, tag=Tag.SETUP)
+
+
+def _open(spec, url, resume, isolated: bool):
+    from mpiopt.study_run import open_run
+
+    return open_run(spec, url, resume, isolated)
+
+
+# ---- every other rank ---------------------------------------------------------------------
+def _other_rank(world) -> int:
+    from mpiopt.parallel.waiting import quiet_bcast, send_ready
+
+    payload = quiet_bcast(world, None, tag=Tag.SETUP)
+    if "error" in payload:
+        return 2
+    try:
+        from mpiopt.spec import Spec
+
+        spec = Spec.from_dict(payload["spec"], source="<from rank 0>")
+    except BaseException as exc:
+        send_ready(world, f"{_where(world)}: {_one_line(exc)}")
+        quiet_bcast(world, None, tag=Tag.SETUP)
+        return 2
+    objective, error = _set_up(world, spec)
+    send_ready(world, error, {"isolated": bool(objective and objective.isolated)})
+    verdict = quiet_bcast(world, None, tag=Tag.SETUP)
+    if "error" in verdict:
+        return 2
+    return _serve(world, spec, objective)
+
+
+def _set_up(world, spec):
+    """(objective, None) or (None, 'rank 3 on n12: what failed'): never raises."""
+    from mpiopt.objective import Objective
+
+    try:
+        return Objective(spec, world.Get_rank(), socket.gethostname()), None
+    except BaseException as exc:   # SystemExit at import time too
+        return None, f"{_where(world)}: {_one_line(exc)}"
+
+
+def _serve(world, spec, objective) -> int:
+    from mpiopt.parallel.group import run_group
+    from mpiopt.parallel.topology import make_topology
+
+    signal_ignore()
+    topo, comm = make_topology(world, spec.resources.group_size)
+    _leader_hosts(world, topo)
+    _pin_threads(spec, comm)
+    status = run_group(world, comm, objective)
+    comm.Free()
+    return status
+
+
+def signal_ignore() -> None:
+    """Group ranks leave SIGINT/SIGTERM to the coordinator, which cancels their trials and
+    ends the job in order; a rank killed first could take the coordinator down with it."""
+    import signal
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
+
+
+# ---- the coordinator's run and ending -----------------------------------------------------
+def _coordinate(world, spec, url, opened, quiet, objective=None) -> int:
+    from mpiopt.parallel.topology import make_topology
+    from mpiopt.progress import Progress
+
+    topo, comm = make_topology(world, spec.resources.group_size)
+    hosts = _leader_hosts(world, topo)
+    progress = Progress(spec.search.trials, quiet=quiet)
+    ranks = [0] if topo.single_process else [topo.leader(g) for g in range(topo.n_groups)]
+    sched = _scheduler(spec, opened, topo.n_groups, progress, hosts, ranks)
+    _announce(progress, spec, url, topo, opened, sched)
+    progress.start()
+    if topo.single_process:
+        return _run_single(spec, url, opened, sched, progress, comm, objective)
+    from mpiopt.parallel.coordinator import Coordinator, StopFlag
+
+    flag = StopFlag()
+    flag.install()
+    ending = Coordinator(world, topo, sched, flag, on_tick=opened.on_tick).run()
+    code = _close(spec, url, opened, sched, progress, ending.cause, ending.interrupted)
+    if not ending.orderly:
+        ranks_left = ", ".join(map(str, ending.stuck))
+        print(f"mpiopt: rank(s) {ranks_left} did not stop within the wind-down; ending the job "
+              "with MPI_Abort", file=sys.stderr, flush=True)
+        world.Abort(code)
+    return code
+
+
+def _run_single(spec, url, opened, sched, progress, comm, objective) -> int:
+    from mpiopt.parallel.local import run_local
+
+    _pin_threads(spec, comm)
+    clean = run_local(sched, objective, comm)
+    return _close(spec, url, opened, sched, progress, None if clean else sched.message, not clean)
+
+
+def _close(spec, url, opened, sched, progress, cause, interrupted) -> int:
+    """Record the study's end, print the summary and the one closing line; the exit code."""
+    try:
+        status = StudyStatus.INTERRUPTED if interrupted else sched.finish()
+    except Exception as exc:
+        status, cause = StudyStatus.INTERRUPTED, cause or f"could not record the study's end: {exc}"
+    progress.summary(sched, status)
+    opened.close()
+    if status is StudyStatus.COMPLETE or (status is StudyStatus.FAILED and not cause):
+        return 0 if status is StudyStatus.COMPLETE else EXIT_FAILED
+    resume = resume_command(spec.study.name, url)
+    print(f"mpiopt: {cause or sched.message or 'stopped'}; resume with: {resume}",
+          file=sys.stderr, flush=True)
+    return EXIT_INTERRUPTED if sched.stop_reason == "interrupted" else EXIT_FAILED
+
+
+def resume_command(name: str, url: str) -> str:
+    shown = shown_url(url)
+    hint = "" if shown == url else " (with the password: set MPIOPT_STORAGE to the full URL)"
+    return f"mpiopt resume {name} --storage {shown}{hint}"
+
+
+def shown_url(url: str) -> str:
+    """The URL with its password masked, for every line printed."""
+    try:
+        from mpiopt.storage import mask_url
+    except ImportError:
+        return url
+    return mask_url(url)
+
+
+# ---- shared helpers -------------------------------------------------------------------------
+def _where(world) -> str:
+    return f"rank {world.Get_rank()} on {socket.gethostname()}"
+
+
+def _one_line(exc: BaseException) -> str:
+    if isinstance(exc, SystemExit):
+        return f"sys.exit({exc.code!r}) during start-up"
+    text = str(exc).strip().splitlines()
+    return text[0] if isinstance(exc, MpioptError) and text else \
+        f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
+
+
+def _pin_threads(spec, comm) -> None:
+    """Thread and GPU pinning must precede the TensorFlow import; only model objectives train."""
+    if spec.objective.model:
+        from mpiopt.training.threads import pin_threads
+
+        pin_threads(comm)
+
+
+def _leader_hosts(world, topo) -> list[str]:
+    """The host of each group's leader, recorded with its trials (collective, at start-up)."""
+    names = world.gather(socket.gethostname(), root=0)
+    if topo.single_process:
+        return names
+    return None if names is None else [names[topo.leader(g)] for g in range(topo.n_groups)]
+
+
+def _scheduler(spec, opened, n_groups, progress, hosts, ranks):
+    from mpiopt.parallel.scheduler import Scheduler
+    from mpiopt.search import make_searcher, make_pruner
+
+    s = spec.search
+    return Scheduler(
+        storage=opened.storage, study_id=opened.study_id,
+        searcher=make_searcher(s.algorithm, spec.space, s.options, s.seed),
+        direction=spec.objective.direction, budget=s.trials, n_groups=n_groups, seed=s.seed,
+        pruner=make_pruner(spec.training.pruning), target=s.target, time_limit=s.time_limit,
+        max_initial_failures=s.max_initial_failures, existing=opened.existing, progress=progress,
+        hosts=hosts, ranks=ranks, trial_timeout=getattr(s, "trial_timeout", None),
+        grace=getattr(s, "grace", 300.0))
+
+
+def _announce(progress, spec, url, topo, opened, sched) -> None:
+    layout = ("single process" if topo.single_process
+              else f"{topo.n_groups} group{'s' * (topo.n_groups > 1)} x {topo.group_size} "
+                   f"rank{'s' * (topo.group_size > 1)} + coordinator")
+    shown = shown_url(url)
+    progress.say(f"study '{spec.study.name}': {spec.search.algorithm} search, "
+                 f"{spec.search.trials} trials, {layout}; storage {shown}")
+    if opened.resumed:
+        progress.say(f"resuming: {sched.finished} finished trials kept, {len(sched.reruns)} to run again")
+    for line in getattr(opened, "notes", ()):
+        progress.say(line)

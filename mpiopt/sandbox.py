@@ -1,0 +1,188 @@
+"""Run a plain function objective in a worker process, so user code cannot end the job.
+
+Under MPI a rank that dies takes the whole job with it (mpiexec kills every other rank at
+once), so a trial that calls os._exit, segfaults or meets the OOM killer would leave no
+record and poison every resume. Here the rank forks one worker that runs trials one after
+another (module state stays warm between trials, as in-process); the rank waits on a pipe,
+never spinning, and so stays free to notice:
+
+- the worker's death: the trial is FAILED with its exit status or signal, and a fresh
+  worker serves the next trial;
+- the trial's deadline (search.trial_timeout): the worker is killed, the trial FAILED;
+- a cancel from the coordinator (the job is ending): the worker is killed, the trial
+  INTERRUPTED, so it runs again on resume.
+
+The worker is forked (the objective is already imported, nothing is pickled) and never
+calls MPI: it exits with os._exit and dies with its parent (PR_SET_PDEATHSIG).
+"""
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import time
+
+from mpiopt.errors import TrialStopped
+from mpiopt.objective import failed_result, format_duration
+from mpiopt.parallel.protocol import Result, Trial
+from mpiopt.trial import TrialStatus
+
+POLL_S = 0.05        # how often a waiting rank looks at the coordinator's cancel
+KILL_WAIT_S = 5.0    # how long a killed worker may take to be reaped
+
+
+class Sandbox:
+    """One worker process per rank; run() is a trial, start to end."""
+
+    def __init__(self, objective):
+        self.objective = objective
+        self._ctx = multiprocessing.get_context("fork")
+        self._proc = None
+        self._conn = None
+
+    def run(self, trial: Trial, report=None, should_cancel=None) -> Result:
+        self._ensure_worker()
+        start = time.perf_counter()
+        deadline = None if not trial.timeout else time.monotonic() + trial.timeout
+        self._conn.send(("run", trial, report is not None))
+        while True:
+            wait = POLL_S if deadline is None else max(0.0, min(POLL_S, deadline - time.monotonic()))
+            try:
+                ready = self._conn.poll(wait)
+            except KeyboardInterrupt:
+                self._kill()
+                raise
+            if ready:
+                msg = self._receive()
+                if msg is None:
+                    return _elapsed(self._death(trial), start)
+                kind, payload = msg
+                if kind == "done":
+                    return payload
+                self._conn.send(_answer_for_worker(report(*payload)))   # a report
+                continue
+            if deadline is not None and time.monotonic() >= deadline:
+                self._kill()
+                return _elapsed(failed_result(trial, f"timed out after {format_duration(trial.timeout)} "
+                                                     f"({self.objective.where})"), start)
+            if should_cancel is not None and should_cancel():
+                self._kill()
+                return _elapsed(Result(trial.trial_id, TrialStatus.INTERRUPTED,
+                                       error="cancelled: the job is ending"), start)
+
+    def close(self) -> None:
+        if self._proc is not None and self._proc.is_alive():
+            try:
+                self._conn.send(("exit", None, None))
+                self._proc.join(KILL_WAIT_S)
+            except (OSError, EOFError):
+                pass
+        self._kill()
+
+    # ---- internals ----------------------------------------------------------------
+    def _ensure_worker(self) -> None:
+        if self._proc is not None and self._proc.is_alive():
+            return
+        parent, child = self._ctx.Pipe(duplex=True)
+        self._proc = self._ctx.Process(target=_serve, args=(self.objective, child), daemon=True,
+                                       name="mpiopt-trial")
+        self._proc.start()
+        child.close()
+        self._conn = parent
+
+    def _receive(self):
+        try:
+            return self._conn.recv()
+        except (EOFError, OSError):
+            return None
+
+    def _death(self, trial: Trial) -> Result:
+        self._proc.join(KILL_WAIT_S)
+        code = self._proc.exitcode
+        self._forget()
+        if code is not None and code < 0:
+            name = signal.Signals(-code).name
+            hint = " (out of memory?)" if -code == signal.SIGKILL else ""
+            how = f"killed by {name}{hint}"
+        else:
+            how = f"exit status {code}"
+        return failed_result(trial, f"objective killed its process: {how} ({self.objective.where})")
+
+    def _kill(self) -> None:
+        if self._proc is not None:
+            if self._proc.is_alive():
+                self._proc.kill()
+            self._proc.join(KILL_WAIT_S)
+        self._forget()
+
+    def _forget(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+        self._proc, self._conn = None, None
+
+
+def _answer_for_worker(answer):
+    """A report's answer crosses the pipe as True/False or ("stop", class name, reason)."""
+    if isinstance(answer, TrialStopped):
+        return ("stop", type(answer).__name__, answer.reason)
+    return bool(answer)
+
+
+def _elapsed(result: Result, start: float) -> Result:
+    from dataclasses import replace
+
+    return replace(result, duration=time.perf_counter() - start)
+
+
+# ---- the worker process -----------------------------------------------------------------
+def _serve(objective, conn) -> None:
+    """The worker's loop: run trials until told to exit or the parent is gone."""
+    _die_with_parent()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)     # the rank decides; it kills us when it must
+    try:
+        while True:
+            try:
+                kind, trial, wants_report = conn.recv()
+            except (EOFError, OSError):
+                break
+            if kind != "run":
+                break
+            report = _remote_report(conn) if wants_report else None
+            trial = _without_timeout(trial)      # the parent keeps the deadline
+            conn.send(("done", objective.run_here(trial, None, report)))
+    finally:
+        os._exit(0)
+
+
+def _remote_report(conn):
+    from mpiopt import errors
+
+    def report(epoch, value):
+        conn.send(("report", (epoch, value)))
+        answer = conn.recv()
+        if isinstance(answer, tuple):
+            _, name, reason = answer
+            return getattr(errors, name)(reason)
+        return answer
+
+    return report
+
+
+def _without_timeout(trial: Trial) -> Trial:
+    from dataclasses import replace
+
+    return replace(trial, timeout=None)
+
+
+def _die_with_parent() -> None:
+    """Linux: SIGKILL this worker when the rank that forked it dies (no orphans)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)   # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() == 1:
+        os._exit(0)
