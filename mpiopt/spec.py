@@ -62,6 +62,7 @@ class ObjectiveSpec:
     data: DataSpec | None = None
     metric: str = "value"
     direction: str = "minimize"
+    isolate: bool = True
 
 
 @dataclass(frozen=True)
@@ -73,6 +74,9 @@ class SearchSpec:
     time_limit: float | None = None
     max_initial_failures: int = 5
     options: dict = field(default_factory=dict)
+    trial_timeout: float | None = None
+    grace: float = 300.0
+    max_attempts: int = 2
 
 
 @dataclass(frozen=True)
@@ -158,7 +162,7 @@ class Spec:
     def _identity(self) -> dict:
         """What a study's results depend on: the space and the objective, with file
         references reduced to file names so a moved checkout can still resume."""
-        objective = _objective_dict(self.objective)
+        objective = _identity_objective_dict(self.objective)
         for key in ("function", "model"):
             if objective.get(key):
                 objective[key] = Path(objective[key]).name
@@ -419,7 +423,7 @@ def _resources(top: _Section) -> ResourcesSpec:
 
 
 def _objective(top: _Section, base_dir: Path, check_files: bool) -> ObjectiveSpec:
-    sec = top.section("objective", ("function", "model", "data", "metric", "direction"))
+    sec = top.section("objective", ("function", "model", "data", "metric", "direction", "isolate"))
     has_function, has_model = "function" in sec.data, "model" in sec.data
     if has_function and has_model:
         sec.fail(None, "give either 'function' or 'model' (with 'data'), not both")
@@ -438,6 +442,7 @@ def _objective(top: _Section, base_dir: Path, check_files: bool) -> ObjectiveSpe
         data=data,
         metric=sec.text("metric", "value" if has_function else "val_loss"),
         direction=sec.text("direction", "minimize", choices=("minimize", "maximize")),
+        isolate=sec.flag("isolate", True),
     )
 
 
@@ -505,7 +510,8 @@ def _duration(sec: _Section, key: str) -> float | None:
     return float(value)
 
 
-SEARCH_KEYS = ("algorithm", "trials", "seed", "target", "time_limit", "max_initial_failures") + ALGORITHMS
+SEARCH_KEYS = ("algorithm", "trials", "seed", "target", "time_limit", "max_initial_failures",
+               "trial_timeout", "grace", "max_attempts") + ALGORITHMS
 
 
 def _search(top: _Section, space: Space) -> SearchSpec:
@@ -521,6 +527,9 @@ def _search(top: _Section, space: Space) -> SearchSpec:
         time_limit=_duration(sec, "time_limit"),
         max_initial_failures=sec.integer("max_initial_failures", 5, minimum=1),
         options=options[algorithm],
+        trial_timeout=_duration(sec, "trial_timeout"),
+        grace=_duration(sec, "grace") or 300.0,
+        max_attempts=sec.integer("max_attempts", 2, minimum=1),
     )
 
 
@@ -740,6 +749,19 @@ def _read_include(file: Path) -> dict:
 
 # --------------------------------------------------------------------------- resolved dicts
 def _objective_dict(obj: ObjectiveSpec) -> dict:
+    """The resolved objective section; it loads back with from_dict (on every MPI rank,
+    and from the database on resume): no null loader, no empty file lists."""
+    out = _identity_objective_dict(obj)
+    data = out.get("data")
+    if data:
+        out["data"] = {k: v for k, v in data.items() if v not in (None, [])}
+    out["isolate"] = obj.isolate
+    return out
+
+
+def _identity_objective_dict(obj: ObjectiveSpec) -> dict:
+    """The objective as fingerprinted since the first release: its shape must not change,
+    or stored studies could no longer be resumed."""
     out = {"function": obj.function} if obj.function else {"model": obj.model}
     if obj.data is not None:
         d = obj.data
@@ -752,7 +774,8 @@ def _objective_dict(obj: ObjectiveSpec) -> dict:
 
 def _search_dict(s: SearchSpec) -> dict:
     out = {"algorithm": s.algorithm, "trials": s.trials, "seed": s.seed, "target": s.target,
-           "time_limit": s.time_limit, "max_initial_failures": s.max_initial_failures}
+           "time_limit": s.time_limit, "max_initial_failures": s.max_initial_failures,
+           "trial_timeout": s.trial_timeout, "grace": s.grace, "max_attempts": s.max_attempts}
     if s.options:
         out[s.algorithm] = dict(s.options)
     return out

@@ -17,7 +17,8 @@ from mpiopt.trial import FrozenTrial, StudyStatus
 # a trial means. Everything else must match the stored spec.
 RESUMABLE_CHANGES = (
     "storage", "study.description", "search.trials", "search.time_limit", "search.target",
-    "search.max_initial_failures", "resources.group_size",
+    "search.max_initial_failures", "resources.group_size", "search.trial_timeout",
+    "search.grace", "search.max_attempts", "objective.isolate",
 )
 
 

@@ -49,3 +49,5 @@ class FrozenTrial:
     metrics: dict[str, float] = field(default_factory=dict)
     fold_values: list[float] = field(default_factory=list)
     intermediate: dict[int, float] = field(default_factory=dict)
+    rank: int | None = None           # world rank of the group leader it last ran on
+    lost_attempts: int = 0            # jobs that died while it ran (mpiopt.study_run)

@@ -166,11 +166,10 @@ def _coordinate(world, spec, url, opened, quiet, objective=None) -> int:
     flag = StopFlag()
     flag.install()
     ending = Coordinator(world, topo, sched, flag, on_tick=opened.on_tick).run()
-    code = _close(spec, url, opened, sched, progress, ending.cause, ending.interrupted)
+    stuck = "" if ending.orderly else (f" (rank(s) {', '.join(map(str, ending.stuck))} did not "
+                                       "stop: ending the job with MPI_Abort)")
+    code = _close(spec, url, opened, sched, progress, ending.cause, ending.interrupted, stuck)
     if not ending.orderly:
-        ranks_left = ", ".join(map(str, ending.stuck))
-        print(f"mpiopt: rank(s) {ranks_left} did not stop within the wind-down; ending the job "
-              "with MPI_Abort", file=sys.stderr, flush=True)
         world.Abort(code)
     return code
 
@@ -183,7 +182,7 @@ def _run_single(spec, url, opened, sched, progress, comm, objective) -> int:
     return _close(spec, url, opened, sched, progress, None if clean else sched.message, not clean)
 
 
-def _close(spec, url, opened, sched, progress, cause, interrupted) -> int:
+def _close(spec, url, opened, sched, progress, cause, interrupted, stuck: str = "") -> int:
     """Record the study's end, print the summary and the one closing line; the exit code."""
     try:
         status = StudyStatus.INTERRUPTED if interrupted else sched.finish()
@@ -194,7 +193,7 @@ def _close(spec, url, opened, sched, progress, cause, interrupted) -> int:
     if status is StudyStatus.COMPLETE or (status is StudyStatus.FAILED and not cause):
         return 0 if status is StudyStatus.COMPLETE else EXIT_FAILED
     resume = resume_command(spec.study.name, url)
-    print(f"mpiopt: {cause or sched.message or 'stopped'}; resume with: {resume}",
+    print(f"mpiopt: {cause or sched.message or 'stopped'}; resume with: {resume}{stuck}",
           file=sys.stderr, flush=True)
     return EXIT_INTERRUPTED if sched.stop_reason == "interrupted" else EXIT_FAILED
 
@@ -255,7 +254,14 @@ def _scheduler(spec, opened, n_groups, progress, hosts, ranks):
         pruner=make_pruner(spec.training.pruning), target=s.target, time_limit=s.time_limit,
         max_initial_failures=s.max_initial_failures, existing=opened.existing, progress=progress,
         hosts=hosts, ranks=ranks, trial_timeout=getattr(s, "trial_timeout", None),
-        grace=getattr(s, "grace", 300.0))
+        grace=getattr(s, "grace", 300.0), stuck_grace=stuck_grace(getattr(s, "trial_timeout", None)))
+
+
+def stuck_grace(timeout: float | None) -> float:
+    """How long past its timeout a trial that did not stop may hold its group before the
+    job ends: as long as the timeout, within 5 s .. 1 min (a Keras trial stops at its next
+    epoch; a plain function in a sandbox is killed at once and never gets here)."""
+    return 60.0 if not timeout else min(60.0, max(5.0, timeout))
 
 
 def _announce(progress, spec, url, topo, opened, sched) -> None:

@@ -88,6 +88,7 @@ def to_frozen(row: TrialModel) -> FrozenTrial:
         metrics=load_json(row.metrics_json),
         fold_values=[f.value for f in sorted(row.folds, key=lambda f: f.fold)],
         intermediate={i.epoch: i.value for i in sorted(row.intermediate, key=lambda i: i.epoch)},
+        rank=row.rank, lost_attempts=row.lost_attempts or 0,
     )
 
 

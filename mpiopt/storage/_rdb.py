@@ -124,8 +124,10 @@ class Storage:
                 raise StorageError(f"no study with id {study_id} in {self.url}")
 
     # ---- trial writes (the coordinator) ------------------------------------------------
+    records_rank = True   # create_trial/restart_trial take the leader's world rank
+
     def create_trial(self, study_id: int, params: dict, seed: int | None, group: int | None,
-                     host: str | None = None) -> FrozenTrial:
+                     host: str | None = None, rank: int | None = None) -> FrozenTrial:
         """A RUNNING trial with the next dense number, in one transaction with its params.
 
         SQLite serialises writers (BEGIN IMMEDIATE), so max+1 is safe; on other backends
@@ -133,20 +135,20 @@ class Storage:
         """
         for attempt in range(NUMBER_RETRIES):
             try:
-                return self._insert_trial(study_id, params, seed, group, host)
+                return self._insert_trial(study_id, params, seed, group, host, rank)
             except StorageError as exc:
                 if not isinstance(exc.__cause__, sa_exc.IntegrityError) or \
                         attempt == NUMBER_RETRIES - 1:
                     raise
         raise AssertionError("unreachable")
 
-    def _insert_trial(self, study_id, params, seed, group, host) -> FrozenTrial:
+    def _insert_trial(self, study_id, params, seed, group, host, rank=None) -> FrozenTrial:
         with self._writing_core() as conn:
             return _writes.insert_trial(conn, study_id, params, seed, group, host, _now(),
-                                        self.url)
+                                        self.url, rank)
 
     def restart_trial(self, trial_id: int, group: int | None,
-                      host: str | None = None) -> FrozenTrial:
+                      host: str | None = None, rank: int | None = None) -> FrozenTrial:
         """Run an unfinished trial again (resume): a new attempt, its old results dropped."""
         with self._writing() as s:
             row = self._trial_row(s, trial_id)
@@ -155,6 +157,7 @@ class Storage:
                                    "trials can run again")
             row.status, row.attempt, row.group, row.host = (TrialStatus.RUNNING, row.attempt + 1,
                                                             group, host)
+            row.rank = rank
             row.started_at, row.finished_at, row.duration = _now(), None, None
             row.value = row.value_std = row.error = row.metrics_json = None
             row.folds.clear()
@@ -190,6 +193,18 @@ class Storage:
                                                            TrialStatus.PENDING]))
                              .values(status=TrialStatus.INTERRUPTED, finished_at=_now()))
             return done.rowcount
+
+    def note_lost_attempts(self, study_id: int) -> list[FrozenTrial]:
+        """Resume after a job that died: each RUNNING trial counts one lost attempt and
+        becomes INTERRUPTED, in one transaction. Returns those trials, updated."""
+        with self._writing() as s:
+            rows = s.scalars(_with_children(select(TrialModel).where(
+                TrialModel.study_id == study_id, TrialModel.status == TrialStatus.RUNNING))).all()
+            for row in rows:
+                row.lost_attempts = (row.lost_attempts or 0) + 1
+                row.status, row.finished_at = TrialStatus.INTERRUPTED, _now()
+            s.flush()
+            return [to_frozen(row) for row in sorted(rows, key=lambda r: r.number)]
 
     # ---- trial reads -------------------------------------------------------------------
     def get_trials(self, study_id: int, statuses: Iterable[TrialStatus] | None = None,

@@ -31,7 +31,7 @@ PARAMS = TrialParamModel.__table__
 FOLDS = TrialFoldModel.__table__
 EPOCHS = TrialIntermediateModel.__table__
 STUDIES = StudyModel.__table__
-UNFINISHED = (TrialStatus.RUNNING, TrialStatus.PENDING)
+UNFINISHED = (TrialStatus.RUNNING, TrialStatus.PENDING, TrialStatus.INTERRUPTED)  # may still finish
 
 # Built once: executing a prebuilt statement skips its construction and cache-key walk.
 _NEXT_NUMBER = select(func.max(TRIALS.c.number)).where(TRIALS.c.study_id == bindparam("sid"))
@@ -67,7 +67,7 @@ _SET_EPOCH = (update(EPOCHS).where(EPOCHS.c.trial_id == bindparam("t"),
 
 
 def insert_trial(conn: Connection, study_id: int, params: dict, seed, group, host,
-                 now: datetime, where: str) -> FrozenTrial:
+                 now: datetime, where: str, rank: int | None = None) -> FrozenTrial:
     """A RUNNING trial numbered max+1 in its study, with one row per parameter."""
     last = conn.execute(_NEXT_NUMBER, {"sid": study_id}).scalar()
     if last is None:
@@ -75,14 +75,14 @@ def insert_trial(conn: Connection, study_id: int, params: dict, seed, group, hos
     number = 0 if last is None else last + 1
     trial_id = conn.execute(_NEW_TRIAL, {
         "study_id": study_id, "number": number, "status": TrialStatus.RUNNING, "seed": seed,
-        "attempt": 0, "group_index": group, "host": host,
+        "attempt": 0, "group_index": group, "host": host, "rank": rank, "lost_attempts": 0,
         "started_at": now}).inserted_primary_key[0]
     rows = [encode_param_row(trial_id, k, v) for k, v in params.items()]
     if rows:
         conn.execute(_NEW_PARAMS, rows)
     return FrozenTrial(id=trial_id, study_id=study_id, number=number,
                        status=TrialStatus.RUNNING, params=_decoded(rows), seed=seed, attempt=0,
-                       group=group, host=host, started_at=now)
+                       group=group, host=host, started_at=now, rank=rank)
 
 
 def finish(conn: Connection, trial_id: int, status: TrialStatus, outcome: dict,

@@ -89,6 +89,8 @@ class TrialModel(Base):
     attempt: Mapped[int] = mapped_column(Integer, default=0)
     group: Mapped[int | None] = mapped_column("group_index", Integer)
     host: Mapped[str | None] = mapped_column(String(NAME_LEN))
+    rank: Mapped[int | None] = mapped_column(Integer)
+    lost_attempts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     duration: Mapped[float | None] = mapped_column(Float)

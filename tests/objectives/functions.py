@@ -36,3 +36,46 @@ def group_sum(params, comm):
     """Uses the whole group: every rank contributes; the value is the same on all ranks."""
     total = comm.allreduce(comm.Get_rank() + 1)
     return {"value": branin(params), "group_ranks": comm.Get_size(), "rank_sum": total}
+
+
+# ---- misbehaving objectives for tests/test_chaos.py: each misbehaves for x > 0 only ----
+def exits(params):
+    """sys.exit(3) inside user code."""
+    if params["x"] > 0:
+        import sys
+
+        sys.exit(3)
+    return branin(params)
+
+
+def kills_its_process(params):
+    """os._exit(1): no exception, no cleanup, the process is simply gone."""
+    if params["x"] > 0:
+        os._exit(1)
+    return branin(params)
+
+
+def never_returns(params):
+    """Sleeps for ever (a sleep is interrupted by the timeout's signal)."""
+    if params["x"] > 0:
+        while True:
+            time.sleep(1)
+    return branin(params)
+
+
+def deaf(params):
+    """Never returns and ignores the signal a timeout would use (as a library that installs
+    its own handler, or a long C call, would)."""
+    if params["x"] > 0:
+        import signal
+
+        signal.signal(signal.SIGALRM, signal.SIG_IGN)
+        while True:
+            time.sleep(1)
+    return branin(params)
+
+
+def steady(params):
+    """A deterministic objective that takes a little while (kill campaigns hit it mid-run)."""
+    time.sleep(float(os.environ.get("MPIOPT_TEST_SLEEP", "0.2")))
+    return branin(params)

@@ -1,0 +1,335 @@
+"""Chaos: real mpiexec jobs driven through every way a job can go wrong.
+
+Each case asserts that the job ends within its bound, its exit status, the one closing
+line, the database state (no RUNNING row after any job ended, attempts counted, FAILED
+reasons stored), and that a resume then finishes the budget with no finished trial lost
+and none run twice. Bounds are generous for a loaded 2-core CI machine: they catch a hang,
+not a slow start.
+"""
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import BIN, ROOT, mpiopt, subprocess_env
+from mpiopt.trial import StudyStatus, TrialStatus
+
+FUNCTIONS = ROOT / "tests" / "objectives" / "functions.py"
+START_S = 60          # a job's start-up on a loaded CI machine, at most
+
+
+def spec_file(tmp_path: Path, function: str, trials=8, algorithm="random", objective=None,
+              **search) -> Path:
+    spec = {
+        "study": {"name": "c"},
+        "objective": {"function": f"{FUNCTIONS}:{function}", "direction": "minimize",
+                      **(objective or {})},
+        "search_space": {"x": {"type": "real", "low": -5.0, "high": 10.0},
+                         "y": {"type": "real", "low": 0.0, "high": 15.0}},
+        "search": {"algorithm": algorithm, "trials": trials, "seed": 11, **search},
+    }
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+@pytest.fixture
+def url(tmp_path):
+    return f"sqlite:///{tmp_path / 'c.db'}"
+
+
+def study_state(url: str):
+    from mpiopt.storage import open_storage
+
+    storage = open_storage(url)
+    try:
+        study = storage.get_study("c")
+        return study, storage.get_trials(study.id)
+    finally:
+        storage.close()
+
+
+def run(tmp_path, url, spec, np=3, *extra, timeout=START_S + 60):
+    start = time.monotonic()
+    proc = mpiopt("search", spec, "--storage", url, *extra, np=np, cwd=tmp_path, timeout=timeout)
+    return proc, time.monotonic() - start
+
+
+def closing_line(proc) -> str:
+    lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("mpiopt:")]
+    assert len(lines) == 1, proc.stderr
+    return lines[0]
+
+
+def assert_settled(url, budget=None):
+    """No RUNNING row; with a budget: every number once, the study COMPLETE."""
+    study, trials = study_state(url)
+    assert not [t for t in trials if t.status is TrialStatus.RUNNING]
+    if budget is not None:
+        assert study.status is StudyStatus.COMPLETE
+        assert sorted(t.number for t in trials) == list(range(budget))
+        assert all(t.status.is_finished() for t in trials)
+    return study, trials
+
+
+# ---- user code that misbehaves ------------------------------------------------------------
+@pytest.mark.parametrize("isolate", [True, False])
+def test_sys_exit_is_a_failed_trial_and_the_study_goes_on(tmp_path, url, isolate):
+    spec = spec_file(tmp_path, "exits", trials=10, objective={"isolate": isolate})
+    proc, wall = run(tmp_path, url, spec)
+    assert proc.returncode == 0, proc.stderr
+    _, trials = assert_settled(url, 10)
+    for t in trials:
+        if t.params["x"] > 0:
+            assert t.status is TrialStatus.FAILED and "objective called sys.exit(3)" in t.error
+        else:
+            assert t.status is TrialStatus.COMPLETE
+
+
+def test_a_trial_that_kills_its_sandboxed_process_fails_alone(tmp_path, url):
+    spec = spec_file(tmp_path, "kills_its_process", trials=10)
+    proc, _ = run(tmp_path, url, spec)
+    assert proc.returncode == 0, proc.stderr
+    _, trials = assert_settled(url, 10)
+    killed = [t for t in trials if t.params["x"] > 0]
+    assert killed and all(t.status is TrialStatus.FAILED for t in killed)
+    assert all("objective killed its process: exit status 1" in t.error for t in killed)
+    assert all("world rank" in t.error for t in killed)
+
+
+def test_a_poison_trial_in_the_ranks_own_process_is_failed_after_max_attempts(tmp_path, url):
+    """isolate: false -- os._exit takes the job down; each resume counts a lost attempt,
+    and after search.max_attempts the trial is FAILED and the study finishes."""
+    spec = spec_file(tmp_path, "kills_its_process", trials=6, objective={"isolate": False},
+                     max_attempts=2)
+    proc, _ = run(tmp_path, url, spec, 2)
+    assert proc.returncode != 0
+    for _ in range(12):
+        proc, _ = run(tmp_path, url, spec, 2, "--resume")
+        if proc.returncode == 0:
+            break
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    _, trials = assert_settled(url, 6)
+    poison = [t for t in trials if t.params["x"] > 0]
+    assert poison
+    for t in poison:
+        assert t.status is TrialStatus.FAILED
+        assert t.error.startswith("killed its process 2 times (last: rank 1, host "), t.error
+
+
+@pytest.mark.parametrize("isolate", [True, False])
+def test_trial_timeout_fails_the_trial_and_the_study_goes_on(tmp_path, url, isolate):
+    spec = spec_file(tmp_path, "never_returns", trials=8, objective={"isolate": isolate},
+                     trial_timeout="2s")
+    proc, wall = run(tmp_path, url, spec)
+    assert proc.returncode == 0, proc.stderr
+    _, trials = assert_settled(url, 8)
+    late = [t for t in trials if t.params["x"] > 0]
+    assert late and all(t.status is TrialStatus.FAILED for t in late)
+    assert all(t.error.startswith("timed out after 2s") for t in late), [t.error for t in late]
+
+
+def test_a_trial_deaf_to_its_timeout_ends_the_job_and_is_not_run_again(tmp_path, url):
+    spec = spec_file(tmp_path, "deaf", trials=6, objective={"isolate": False}, trial_timeout="1s")
+    proc, wall = run(tmp_path, url, spec, 2)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    line = closing_line(proc)
+    assert "did not stop" in line and "resume with: mpiopt resume c --storage" in line
+    _, trials = assert_settled(url)
+    deaf = [t for t in trials if t.status is TrialStatus.FAILED]
+    assert len(deaf) == 1 and "timed out after 1s" in deaf[0].error
+    assert wall < START_S + 1 + 5 + 10 + 10
+
+
+def test_time_limit_has_a_hard_edge(tmp_path, url):
+    spec = spec_file(tmp_path, "never_returns", trials=50, time_limit="3s", grace="2s")
+    proc, wall = run(tmp_path, url, spec)
+    assert proc.returncode == 130, proc.stdout + proc.stderr
+    line = closing_line(proc)
+    assert "time limit + grace" in line and "resume with:" in line
+    assert "MPI_Abort" not in proc.stderr
+    study, trials = assert_settled(url)
+    assert study.status is StudyStatus.INTERRUPTED
+    assert any(t.status is TrialStatus.INTERRUPTED for t in trials)
+
+
+# ---- signals ------------------------------------------------------------------------------
+def _start(tmp_path, url, spec, np):
+    cmd = [str(BIN / "mpiopt"), "search", str(spec), "--storage", url]
+    if np:
+        cmd = [str(BIN / "mpiexec"), "-n", str(np), *cmd]
+    return subprocess.Popen(cmd, cwd=tmp_path, env=subprocess_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def _wait_running(url, deadline_s=START_S):
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        try:
+            _, trials = study_state(url)
+            if any(t.status is TrialStatus.RUNNING for t in trials):
+                return
+        except Exception:
+            pass
+        time.sleep(0.2)
+    raise AssertionError("the study never started a trial")
+
+
+@pytest.mark.parametrize("np,sig", [(None, signal.SIGINT), (3, signal.SIGINT), (None, signal.SIGTERM),
+                                    (3, signal.SIGTERM)])
+def test_signals_end_cleanly_with_130_and_one_line(tmp_path, url, np, sig):
+    spec = spec_file(tmp_path, "never_returns", trials=20)
+    job = _start(tmp_path, url, spec, np)
+    _wait_running(url)
+    sent = time.monotonic()
+    os.killpg(job.pid, sig)
+    out, err = job.communicate(timeout=60)
+    assert time.monotonic() - sent < 15
+    assert job.returncode == 130, out + err
+    lines = [ln for ln in err.splitlines() if ln.startswith("mpiopt:")]
+    assert len(lines) == 1 and "resume with: mpiopt resume c" in lines[0], err
+    assert "MPI_Abort" not in out + err and "Traceback" not in err
+    study, trials = assert_settled(url)
+    assert study.status is StudyStatus.INTERRUPTED
+
+
+# ---- start-up -----------------------------------------------------------------------------
+def test_an_import_error_on_one_rank_is_one_line_status_2_nothing_written(tmp_path):
+    module = tmp_path / "picky.py"
+    module.write_text("import os\nif os.environ.get('PMI_RANK') == '2':\n"
+                      "    raise ImportError('no module named physics on this node')\n"
+                      "def f(params):\n    return params['x'] ** 2\n")
+    spec = spec_file(tmp_path, "branin")
+    data = yaml.safe_load(spec.read_text())
+    data["objective"]["function"] = f"{module}:f"
+    spec.write_text(yaml.safe_dump(data))
+    db = tmp_path / "none.db"
+    proc, wall = run(tmp_path, f"sqlite:///{db}", spec, 3)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    line = closing_line(proc)
+    assert "rank 2 on" in line and "no module named physics" in line
+    assert "Traceback" not in proc.stderr and not db.exists()
+
+
+@pytest.mark.parametrize("bad_url,names", [
+    ("postgresql+pg8000://u:secret@localhost/db", "pg8000"),
+    ("mysql://u:secret@localhost/db", "MySQL"),
+])
+def test_a_database_url_that_cannot_work_is_one_line_under_mpiexec(tmp_path, bad_url, names):
+    spec = spec_file(tmp_path, "branin")
+    proc, wall = run(tmp_path, bad_url, spec, 3)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    line = closing_line(proc)
+    assert names in line and "secret" not in proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+# ---- kill -9 campaigns --------------------------------------------------------------------
+def _kill(job, target: str) -> None:
+    """kill -9 rank 0, one group rank, or every process of the job (as a node's loss)."""
+    tree = _descendants(job.pid)
+    ranks = sorted(p for p in tree if _parent(p) in tree and b"hydra_pmi_proxy" in _cmdline(_parent(p)))
+    if target == "job":
+        victims = [job.pid, *tree]
+    else:
+        victims = ranks[:1] if target == "rank0" else ranks[-1:]
+    for pid in victims:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def _parent(pid: int) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except OSError:
+        return -1
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def _descendants(root: int) -> set[int]:
+    """Every process below root (hydra gives each proxy and rank a session of its own)."""
+    children: dict[int, list[int]] = {}
+    for p in os.listdir("/proc"):
+        if p.isdigit():
+            children.setdefault(_parent(int(p)), []).append(int(p))
+    out, stack = set(), [root]
+    while stack:
+        for child in children.get(stack.pop(), []):
+            out.add(child)
+            stack.append(child)
+    return out
+
+
+@pytest.mark.parametrize("algorithm", ["bayesian", "evolutionary"])
+def test_ten_kill_campaigns_lose_nothing_and_repeat_nothing(tmp_path, url, algorithm, monkeypatch):
+    monkeypatch.setenv("MPIOPT_TEST_SLEEP", "0.15")
+    budget = 60
+    spec = spec_file(tmp_path, "steady", trials=budget, algorithm=algorithm)
+    rng = random.Random(algorithm)
+    finished: dict[int, tuple] = {}
+    for round_ in range(10):
+        job = _start(tmp_path, url, spec, 3) if round_ == 0 else _resume(tmp_path, url, spec)
+        if not _wait_progress(url, len(finished), job):
+            break                                  # the budget was done before the kill
+        time.sleep(rng.uniform(0.05, 0.6))
+        _kill(job, ("rank0", "group", "job")[round_ % 3])
+        try:
+            job.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(job.pid, signal.SIGKILL)
+            job.communicate()
+            raise AssertionError("a job went on after one of its ranks was killed")
+        _, trials = study_state(url)
+        for t in trials:
+            if t.status.is_finished():
+                assert finished.setdefault(t.number, (t.params, t.value, t.status)) == \
+                    (t.params, t.value, t.status), f"finished trial {t.number} changed"
+    assert round_ >= 5, "too few kills landed"
+    proc, _ = run(tmp_path, url, spec, 3, "--resume")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    _, trials = assert_settled(url, budget)
+    for t in trials:
+        if t.number in finished:
+            assert (t.params, t.value, t.status) == finished[t.number]
+    keys = [tuple(round(v, 9) for v in t.params.values()) for t in trials]
+    assert len(set(keys)) == len(keys), "a parameter set was evaluated twice"
+
+
+def _wait_progress(url, before: int, job) -> bool:
+    """Wait until the job finished one more trial; False when it ended by itself."""
+    end = time.monotonic() + START_S
+    while time.monotonic() < end:
+        if job.poll() is not None:
+            job.communicate()
+            assert job.returncode == 0
+            return False
+        try:
+            _, trials = study_state(url)
+            if sum(t.status.is_finished() for t in trials) > before:
+                return True
+        except Exception:
+            pass
+        time.sleep(0.1)
+    raise AssertionError("the job made no progress")
+
+
+def _resume(tmp_path, url, spec):
+    cmd = [str(BIN / "mpiexec"), "-n", "3", str(BIN / "mpiopt"), "search", str(spec), "--storage",
+           url, "--resume"]
+    return subprocess.Popen(cmd, cwd=tmp_path, env=subprocess_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
