@@ -31,7 +31,13 @@ class OpenedStudy:
 
 
 def spec_text(spec) -> str:
-    return yaml.safe_dump(spec.to_dict(), sort_keys=False)
+    """The spec as stored with the study; a storage URL keeps no password."""
+    from mpiopt.storage import mask_url
+
+    data = spec.to_dict()
+    if isinstance(data.get("storage"), str):
+        data["storage"] = mask_url(data["storage"])
+    return yaml.safe_dump(data, sort_keys=False)
 
 
 def stored_spec_dict(storage, name: str) -> dict:

@@ -199,8 +199,6 @@ def test_status_transitions(storage):
         storage.finish_trial(t.id, TrialStatus.RUNNING)
     assert storage.interrupt_running(sid) == 1
     assert storage.get_trial(sid, 0).status is TrialStatus.INTERRUPTED
-    with pytest.raises(StorageError, match="already INTERRUPTED"):
-        storage.finish_trial(t.id, TrialStatus.COMPLETE, value=1.0)
     again = storage.restart_trial(t.id, group=2, host="h2")
     assert (again.status, again.attempt, again.group, again.host, again.number) == \
         (TrialStatus.RUNNING, 1, 2, "h2", 0)
@@ -342,3 +340,20 @@ def test_load_study(url, monkeypatch):
         assert rows[0]["fold_1"] == 1.0 and rows[0]["metrics_m"] == 1.0
     with pytest.raises(UnknownStudyError, match="known studies: api"):
         mpiopt.load_study("nope", storage=url)
+
+
+def test_lost_attempts_are_counted_and_an_interrupted_trial_can_be_failed(storage):
+    """A job that died leaves RUNNING trials: each counts a lost attempt (with the rank it
+    ran on) and becomes INTERRUPTED; one that lost too many is FAILED from there."""
+    sid = new_study(storage)
+    a = storage.create_trial(sid, {"x": 1.0}, seed=1, group=0, host="n1", rank=3)
+    storage.create_trial(sid, {"x": 2.0}, seed=2, group=1, host="n2", rank=5)
+    storage.finish_trial(a.id, TrialStatus.COMPLETE, value=1.0)
+    lost = storage.note_lost_attempts(sid)
+    assert [(t.number, t.lost_attempts, t.rank, t.status) for t in lost] == \
+        [(1, 1, 5, TrialStatus.INTERRUPTED)]
+    storage.restart_trial(lost[0].id, group=0, host="n3", rank=1)
+    again = storage.note_lost_attempts(sid)
+    assert [(t.lost_attempts, t.rank, t.host) for t in again] == [(2, 1, "n3")]
+    failed = storage.finish_trial(again[0].id, TrialStatus.FAILED, error="killed its process 2 times")
+    assert failed.status is TrialStatus.FAILED and storage.note_lost_attempts(sid) == []

@@ -18,6 +18,7 @@ from mpiopt.storage._convert import StudyRecord
 from mpiopt.storage._engine import check_exists, make_engine, sqlite_path
 from mpiopt.storage._rdb import DuplicateStudyError, Storage
 from mpiopt.storage._session import describe
+from mpiopt.storage._urls import check_url, mask_url
 
 
 def open_storage(url: str, create: bool = False) -> Storage:
@@ -44,7 +45,8 @@ def open_storage(url: str, create: bool = False) -> Storage:
 
 def _where(url: str) -> str:
     path = sqlite_path(url)
-    return str(path) if path is not None else url
+    return str(path) if path is not None else mask_url(url)
 
 
-__all__ = ["DuplicateStudyError", "Storage", "StudyRecord", "open_storage", "migrate"]
+__all__ = ["DuplicateStudyError", "Storage", "StudyRecord", "check_url", "mask_url",
+           "open_storage", "migrate"]

@@ -44,7 +44,10 @@ class Storage:
     """Studies and trials in one SQL database (any SQLAlchemy URL; see open_storage)."""
 
     def __init__(self, engine: Engine, url: str):
+        from mpiopt.storage._urls import mask_url
+
         self.engine, self.url = engine, url
+        self.shown_url = mask_url(url)      # what every message names: no password
         self._read = sessionmaker(engine, expire_on_commit=False)
         self._writer = writer(engine)
         self._write = sessionmaker(self._writer, expire_on_commit=False)
@@ -59,14 +62,14 @@ class Storage:
         self.engine.dispose()
 
     def _reading(self):
-        return session_scope(self._read, self.url)
+        return session_scope(self._read, self.shown_url)
 
     def _writing(self):
-        return session_scope(self._write, self.url)
+        return session_scope(self._write, self.shown_url)
 
     def _writing_core(self):
         """A write transaction for Core statements (the per-trial hot path, see _writes)."""
-        return connection_scope(self._writer, self.url)
+        return connection_scope(self._writer, self.shown_url)
 
     # ---- studies -----------------------------------------------------------------------
     def create_study(self, name: str, direction: str, metric: str, spec_text: str,
@@ -81,7 +84,7 @@ class Storage:
                          status=StudyStatus.RUNNING, created_at=now, updated_at=now)
         with self._writing() as s:
             if s.scalar(select(StudyModel.id).where(StudyModel.name == name)) is not None:
-                raise DuplicateStudyError(f"study '{name}' already exists in {self.url}")
+                raise DuplicateStudyError(f"study '{name}' already exists in {self.shown_url}")
             s.add(row)
             s.flush()
             return row.id
@@ -91,7 +94,7 @@ class Storage:
             row = s.scalar(select(StudyModel).where(StudyModel.name == name))
             if row is None:
                 known = s.scalars(select(StudyModel.name).order_by(StudyModel.name)).all()
-                raise UnknownStudyError(_unknown(name, known, self.url))
+                raise UnknownStudyError(_unknown(name, known, self.shown_url))
             return to_record(row)
 
     def list_studies(self) -> list[StudyRecord]:
@@ -121,7 +124,7 @@ class Storage:
             done = s.execute(update(StudyModel).where(StudyModel.id == study_id)
                              .values(updated_at=_now(), **values))
             if done.rowcount != 1:
-                raise StorageError(f"no study with id {study_id} in {self.url}")
+                raise StorageError(f"no study with id {study_id} in {self.shown_url}")
 
     # ---- trial writes (the coordinator) ------------------------------------------------
     records_rank = True   # create_trial/restart_trial take the leader's world rank
@@ -145,7 +148,7 @@ class Storage:
     def _insert_trial(self, study_id, params, seed, group, host, rank=None) -> FrozenTrial:
         with self._writing_core() as conn:
             return _writes.insert_trial(conn, study_id, params, seed, group, host, _now(),
-                                        self.url, rank)
+                                        self.shown_url, rank)
 
     def restart_trial(self, trial_id: int, group: int | None,
                       host: str | None = None, rank: int | None = None) -> FrozenTrial:
@@ -178,11 +181,11 @@ class Storage:
                    "error": error, "metrics_json": dump_json(metrics), "duration": duration}
         with self._writing_core() as conn:
             return _writes.finish(conn, trial_id, status, outcome, fold_values,
-                                  fold_metrics or (), intermediate or {}, _now(), self.url)
+                                  fold_metrics or (), intermediate or {}, _now(), self.shown_url)
 
     def add_intermediate(self, trial_id: int, epoch: int, value: float) -> None:
         with self._writing_core() as conn:
-            _writes.add_epoch(conn, trial_id, epoch, value, self.url)
+            _writes.add_epoch(conn, trial_id, epoch, value, self.shown_url)
 
     def interrupt_running(self, study_id: int) -> int:
         """RUNNING (and PENDING) trials become INTERRUPTED; returns how many."""
@@ -263,13 +266,13 @@ class Storage:
     def _require_study(self, s: Session, study_id: int) -> StudyModel:
         row = s.get(StudyModel, study_id)
         if row is None:
-            raise StorageError(f"no study with id {study_id} in {self.url}")
+            raise StorageError(f"no study with id {study_id} in {self.shown_url}")
         return row
 
     def _trial_row(self, s: Session, trial_id: int) -> TrialModel:
         row = s.scalar(_with_children(select(TrialModel).where(TrialModel.id == trial_id)))
         if row is None:
-            raise StorageError(f"no trial with id {trial_id} in {self.url}")
+            raise StorageError(f"no trial with id {trial_id} in {self.shown_url}")
         return row
 
 

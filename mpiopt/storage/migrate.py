@@ -71,7 +71,7 @@ def ensure_current(engine: Engine) -> None:
         upgrade(engine)
 
 
-def _explain(exc: CommandError, engine: Engine) -> str:
+def _explain(exc: CommandError, engine: Engine) -> str:  # render_as_string hides the password
     if "Can't locate revision" in str(exc):
         return (f"{engine.url.render_as_string()}: the database has schema revision "
                 f"{current_revision(engine)}, unknown to this mpiopt (head "
