@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import socket
 import sys
+import time
 
 from mpiopt.errors import MpioptError
 from mpiopt.parallel.protocol import Tag
@@ -170,6 +171,10 @@ def _coordinate(world, spec, url, opened, quiet, objective=None) -> int:
                                        "stop: ending the job with MPI_Abort)")
     code = _close(spec, url, opened, sched, progress, ending.cause, ending.interrupted, stuck)
     if not ending.orderly:
+        # MPI_Abort tears the launcher's I/O forwarding down at once: give it a moment to
+        # carry the closing line out first (measured lost under MPICH on a loaded machine).
+        sys.stdout.flush()
+        time.sleep(1.0)
         world.Abort(code)
     return code
 
