@@ -14,7 +14,7 @@ venv: $(STAMP)
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e ".[tensorflow,mpich,dev]"
+	$(BIN)/python -m pip install -q -e ".[tensorflow,mpich,postgresql,dev]"
 	touch $(STAMP)
 
 # The demo study's database is build/demo.db; it is recreated on every `make demo`.
@@ -24,6 +24,7 @@ demo: $(STAMP)
 	$(BIN)/mpiopt best digits --storage sqlite:///$(DEMO_DB) --top 5
 
 test: $(STAMP)
+	.ci/ensure-postgresql
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -q tests
 
 # Optuna is an outside reference for benchmarks/search_quality.py only, never a dependency.

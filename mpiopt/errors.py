@@ -23,6 +23,21 @@ class ResumeError(MpioptError):
     """A study cannot be started or resumed as asked (exists, or its spec changed)."""
 
 
+class DuplicateStudyError(StorageError, ResumeError):
+    """create_study on a name that exists: both a storage and a resume refusal."""
+
+
+class SpaceError(ValueError):
+    """An invalid dimension or parameter. ``field`` is the dotted place it concerns
+    (``"lr.low"``), so the spec loader can prefix the file and section (and raise a
+    SpecError: a ValueError here, because the space is also used as a plain library)."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
 class TopologyError(MpioptError):
     """The MPI process count does not fit the requested group layout."""
 

@@ -31,18 +31,10 @@ import math
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence, Union
 
+from mpiopt.errors import SpaceError  # noqa: F401  (raised here; importable from here too)
+
 PRIORS = ("uniform", "log-uniform")
 CHOICE_TYPES = (str, int, float, bool)
-
-
-class SpaceError(ValueError):
-    """An invalid dimension or parameter. ``field`` is the dotted place it concerns
-    (``"lr.low"``), so the spec loader can prefix the file and section."""
-
-    def __init__(self, field: str, message: str):
-        super().__init__(f"{field}: {message}")
-        self.field = field
-        self.message = message
 
 
 def _is_number(value: Any) -> bool:

@@ -11,6 +11,7 @@ import pytest
 BIN = Path(sys.executable).parent
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/pgserver.py
 
 
 def subprocess_env() -> dict:
@@ -26,7 +27,8 @@ def mpiopt(*args, cwd=None, np: int | None = None, timeout: float = 300, check: 
     cmd = [str(BIN / "mpiopt"), *map(str, args)]
     if np is not None:
         cmd = [str(BIN / "mpiexec"), "-n", str(np), *cmd]
-    proc = subprocess.run(cmd, cwd=cwd, env=subprocess_env(), capture_output=True, text=True,
+    env = popen.pop("env", None) or subprocess_env()
+    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True,
                           timeout=timeout, **popen)
     if check and proc.returncode != 0:
         raise AssertionError(f"{' '.join(cmd)} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
@@ -36,3 +38,32 @@ def mpiopt(*args, cwd=None, np: int | None = None, timeout: float = 300, check: 
 @pytest.fixture
 def run_mpiopt():
     return mpiopt
+
+
+# ---- databases: every storage, resume and chaos test runs on SQLite and on PostgreSQL ----
+ENGINES = ["sqlite", "postgresql"]
+
+
+@pytest.fixture(scope="session")
+def pg_server():
+    """One real PostgreSQL cluster for the session (tests/pgserver.py says why this one).
+    Missing server binaries fail the tests that need it: `make test` installs them."""
+    from pgserver import PostgresServer, find_bindir
+
+    bindir = find_bindir()
+    if bindir is None:
+        if os.environ.get("MPIOPT_TEST_NO_POSTGRES") == "1":
+            pytest.skip("MPIOPT_TEST_NO_POSTGRES=1: PostgreSQL tests skipped")
+        pytest.fail("PostgreSQL server binaries not found: run `make test` (it installs Debian's "
+                    "postgresql via .ci/ensure-postgresql) or set MPIOPT_TEST_NO_POSTGRES=1")
+    server = PostgresServer(bindir)
+    yield server
+    server.close()
+
+
+@pytest.fixture(params=ENGINES)
+def db_url(request, tmp_path):
+    """A fresh, empty results database URL on each engine."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'results.db'}"
+    return request.getfixturevalue("pg_server").new_database()

@@ -333,3 +333,22 @@ def _resume(tmp_path, url, spec):
            url, "--resume"]
     return subprocess.Popen(cmd, cwd=tmp_path, env=subprocess_env(), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def test_a_rank_stuck_in_its_import_ends_the_job_at_the_start_up_limit(tmp_path):
+    module = tmp_path / "stuck.py"
+    module.write_text("import os, time\nif os.environ.get('PMI_RANK') == '1':\n"
+                      "    while True:\n        time.sleep(1)\n"
+                      "def f(params):\n    return params['x'] ** 2\n")
+    spec = spec_file(tmp_path, "branin")
+    data = yaml.safe_load(spec.read_text())
+    data["objective"]["function"] = f"{module}:f"
+    spec.write_text(yaml.safe_dump(data))
+    db = tmp_path / "none.db"
+    start = time.monotonic()
+    proc = mpiopt("search", spec, "--storage", f"sqlite:///{db}", np=3, cwd=tmp_path,
+                  timeout=START_S + 60, env={**subprocess_env(), "MPIOPT_STARTUP_TIMEOUT": "8"})
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    line = closing_line(proc)
+    assert "rank(s) 1 did not finish setting up" in line and "MPIOPT_STARTUP_TIMEOUT" in line
+    assert not db.exists() and time.monotonic() - start < START_S + 8

@@ -59,10 +59,11 @@ class CountingSearcher:
     def __init__(self):
         self.counter = itertools.count()
         self.told, self.forgotten, self.replayed, self.pending = [], [], [], []
-        self.calls = []
+        self.calls, self.numbers, self.rerun, self.next_number = [], [], [], None
 
-    def ask(self):
+    def ask(self, number=None):
         self.calls.append("ask")
+        self.numbers.append(number)
         p = {"x": next(self.counter)}
         self.pending.append(p)
         return p
@@ -74,8 +75,10 @@ class CountingSearcher:
     def forget(self, params):
         self.forgotten.append(params["x"])
 
-    def replay(self, trials):
+    def replay(self, trials, pending=(), next_number=None):
         self.replayed.extend(trials)
+        self.rerun.extend(pending)
+        self.next_number = next_number
 
 
 def make(n_groups=2, budget=4, **kw):
@@ -204,10 +207,12 @@ def test_resume_replays_finished_and_reruns_unfinished_first():
     sched = Scheduler(storage=storage, study_id=1, searcher=searcher, direction="minimize",
                       budget=4, n_groups=2, existing=existing)
     assert searcher.replayed == [({"x": 10}, 2.0), ({"x": 12}, None)]
+    assert searcher.rerun == [{"x": 11}] and searcher.next_number == 3  # pending from the start
     assert sched.finished == 2 and sched.best.number == 0
     actions = sched.start()
     assert actions[0].trial.trial_id == 2 and actions[0].trial.attempt == 1   # same trial, new attempt
     assert actions[1].trial.number == 3                                       # then new numbers
+    assert searcher.numbers == [3]                          # asked for trial 3 by number
     assert len(actions) == 2
 
 

@@ -91,6 +91,55 @@ def test_replay_gives_the_same_next_suggestions(algorithm, options):
     assert [a.ask() for _ in range(4)] == [b.ask() for _ in range(4)]
 
 
+EXACT = [("random", {}), ("evolutionary", {}),
+         ("evolutionary", {"mode": "generational", "population": 4}),
+         ("evolutionary", {"cma": True, "population": 4})]
+
+
+def sequential(searcher, objective, numbers):
+    """One group: ask trial n, tell it, ask n + 1 (the told order is the number order)."""
+    out = []
+    for n in numbers:
+        params = searcher.ask(n)
+        searcher.tell(params, objective(params))
+        out.append(params)
+    return out
+
+
+@pytest.mark.parametrize("algorithm,options", EXACT, ids=[f"{a}-{o}" for a, o in EXACT])
+@pytest.mark.parametrize("cut", [3, 5, 9])
+def test_a_resumed_study_gets_the_suggestions_of_an_uninterrupted_one(algorithm, options, cut):
+    """Trial `cut` was running when the job died: it is pending (not suggested again) from
+    the replay on, runs again, and every later suggestion is the uninterrupted one."""
+    space = SQUARE
+    whole = sequential(make_searcher(algorithm, space, options, seed=7), square_objective, range(14))
+    resumed = make_searcher(algorithm, space, options, seed=7)
+    resumed.replay([(p, square_objective(p)) for p in whole[:cut]], [whole[cut]], cut + 1)
+    assert resumed.key(whole[cut]) in resumed.pending
+    resumed.tell(whole[cut], square_objective(whole[cut]))   # the re-run finishes
+    assert sequential(resumed, square_objective, range(cut + 1, 14)) == whole[cut + 1:]
+
+
+@pytest.mark.parametrize("algorithm,options", CONFIGS, ids=IDS)
+def test_reruns_are_pending_and_repeated_interruptions_draw_new_suggestions(algorithm, options):
+    """Interrupted twice at the same count, the new trials (new numbers) get new draws,
+    and no suggestion repeats a finished or re-run parameter set."""
+    space = MIXED
+    first = make_searcher(algorithm, space, options, seed=3)
+    done = sequential(first, mixed_objective, range(6))
+    rerun = first.ask(6)
+    history = [(p, mixed_objective(p)) for p in done]
+    a = make_searcher(algorithm, space, options, seed=3)
+    a.replay(history, [rerun], 7)
+    after_first = [a.ask() for _ in range(3)]           # trials 7, 8, 9: then killed again
+    b = make_searcher(algorithm, space, options, seed=3)
+    b.replay(history, [rerun, *after_first], 10)        # 6..9 interrupted: all run again
+    after_second = [b.ask() for _ in range(3)]
+    keys = {b.key(p) for p in done + [rerun]}
+    assert not keys & {b.key(p) for p in after_first + after_second}
+    assert {b.key(p) for p in after_first}.isdisjoint({b.key(p) for p in after_second})
+
+
 @pytest.mark.parametrize("algorithm,options", CONFIGS, ids=IDS)
 def test_forget_and_tell_keep_pending_in_step(algorithm, options):
     searcher = make_searcher(algorithm, MIXED, options, seed=0)

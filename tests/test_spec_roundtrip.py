@@ -77,3 +77,93 @@ def test_the_stored_spec_keeps_no_password(tmp_path):
         "search_space": {"x": {"type": "real", "low": 0.0, "high": 1.0}}, "search": {"trials": 3}}))
     text = spec_text(load_spec(spec_file))
     assert "hunter2" not in text and "lab:***@db.example" in text
+
+
+# ---- a generated corpus (property test) ----------------------------------------------------
+hypothesis = pytest.importorskip("hypothesis")
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+NAMES = st.from_regex(r"[a-z][a-z0-9_]{0,7}", fullmatch=True)
+FLOATS = st.floats(-1e6, 1e6, allow_nan=False, allow_infinity=False, width=32)
+
+
+@st.composite
+def dimensions(draw):
+    kind = draw(st.sampled_from(["real", "integer", "categorical"]))
+    if kind == "categorical":
+        choices = draw(st.lists(st.one_of(st.integers(-50, 50), NAMES, st.booleans(), FLOATS),
+                                min_size=1, max_size=5, unique=True))  # 0 == False: a duplicate
+        return {"type": "categorical", "choices": choices}
+    log = draw(st.booleans())
+    if kind == "integer":
+        low = draw(st.integers(1 if log else -1000, 1000))
+        high = draw(st.integers(low + 1, low + 10_000))
+    else:
+        low = draw(st.floats(1e-6, 1e3) if log else FLOATS)
+        high = low + draw(st.floats(1e-3, 1e6)) * max(1.0, abs(low))
+    return {"type": kind, "low": low, "high": high,
+            "prior": "log-uniform" if log else "uniform"}
+
+
+@st.composite
+def specs(draw):
+    space = draw(st.dictionaries(NAMES, dimensions(), min_size=1, max_size=5))
+    all_real = all(d["type"] == "real" for d in space.values())
+    algorithm = draw(st.sampled_from(["random", "bayesian", "evolutionary"]))
+    search = {"algorithm": algorithm, "trials": draw(st.integers(1, 10_000)),
+              "seed": draw(st.integers(0, 2**31)),
+              "max_attempts": draw(st.integers(1, 5))}
+    for key, text in (("time_limit", "2h"), ("trial_timeout", "90s"), ("grace", "5m"),
+                      ("target", draw(FLOATS))):
+        if draw(st.booleans()):
+            search[key] = text
+    if algorithm == "bayesian":
+        search["bayesian"] = {"estimator": draw(st.sampled_from(["GP", "RF", "ET", "GBRT"])),
+                              "liar": draw(st.sampled_from(["mean", "min", "max", "believer"])),
+                              "initial_points": draw(st.integers(1, 50))}
+    elif algorithm == "evolutionary":
+        population = draw(st.integers(2, 40))
+        search["evolutionary"] = {
+            "mode": draw(st.sampled_from(["steady_state", "generational"])),
+            "population": population, "tournament": draw(st.integers(1, population)),
+            "elitism": draw(st.integers(0, population - 1)),
+            "crossover": draw(st.floats(0, 1)), "cma": all_real and draw(st.booleans())}
+    objective = {"direction": draw(st.sampled_from(["minimize", "maximize"]))}
+    training = None
+    if draw(st.booleans()):
+        objective["function"] = "f.py:f"
+        objective["isolate"] = draw(st.booleans())
+    else:
+        objective["model"] = "model.py:build"
+        objective["data"] = draw(st.sampled_from([
+            {"loader": "loader.py:load"}, {"npz": ["a.npz", "b.npz"], "val_npz": "va.npz"},
+            {"hdf5": "x*.h5", "features": "jets", "labels": "is_w"}]))
+        objective["metric"] = draw(st.sampled_from(["val_loss", "val_accuracy", "val_auc"]))
+        training = {"epochs": draw(st.integers(1, 500)), "batch_size": draw(st.integers(1, 4096)),
+                    "kfold": draw(st.integers(1, 10)),
+                    "mode": draw(st.sampled_from(["allreduce", "downpour", "easgd"]))}
+        if draw(st.booleans()):
+            training["early_stopping"] = {"patience": draw(st.integers(1, 20))}
+        if draw(st.booleans()):
+            training["pruning"] = {"pruner": draw(st.sampled_from(["median", "asha"]))}
+    spec = {"study": {"name": draw(NAMES)}, "objective": objective, "search_space": space,
+            "search": search, "resources": {"group_size": draw(st.integers(1, 8))}}
+    if training:
+        spec["training"] = training
+    return spec
+
+
+@pytest.fixture(scope="module")
+def corpus_dir(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("corpus")
+    _model_spec(folder, {"npz": "a.npz"})
+    (folder / "f.py").write_text("def f(params):\n    return 0.0\n")
+    return folder
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=specs())
+def test_a_generated_corpus_of_specs_round_trips(corpus_dir, data):
+    spec = Spec.from_dict(data, source="<generated>", base_dir=corpus_dir)
+    roundtrip(spec)

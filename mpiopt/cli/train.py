@@ -70,11 +70,10 @@ def run(args) -> int:
 
 
 def _train(spec, params: dict, seed: int, fmt: str) -> int:
-    from mpi4py import MPI
-
+    from mpiopt.parallel import world
     from mpiopt.training.folds import fold_plan
 
-    comm = MPI.COMM_WORLD
+    comm = world()
     leader = comm.Get_rank() == 0
     t = spec.training
     if leader and fmt == "table":

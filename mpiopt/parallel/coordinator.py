@@ -21,7 +21,8 @@ from dataclasses import dataclass
 
 from mpiopt.parallel.protocol import Decision, Tag, Verdict
 from mpiopt.parallel.scheduler import Answer, Dispatch, StopGroup
-from mpiopt.parallel.waiting import Backoff, probe
+from mpiopt.backoff import Backoff
+from mpiopt.parallel.waiting import probe
 
 WIND_DOWN_S = 10.0
 

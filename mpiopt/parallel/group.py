@@ -17,7 +17,8 @@ import time
 from mpiopt.errors import TrialCancelled, TrialTimeout
 from mpiopt.objective import format_duration
 from mpiopt.parallel.protocol import Fatal, Report, Tag, Trial, Verdict
-from mpiopt.parallel.waiting import Backoff, probe, wait_message
+from mpiopt.backoff import Backoff
+from mpiopt.parallel.waiting import probe, wait_message
 
 FATAL_WAIT_S = 10.0
 

@@ -53,7 +53,14 @@ def _rank0(world, prepare, quiet: bool) -> int:
     if multi:
         quiet_bcast(world, {"spec": spec.to_dict()}, tag=Tag.SETUP)
     own = _set_up(world, spec) if not multi else (None, None)
-    errors, payloads = gather_ready(world, own[1])
+    errors, payloads, silent = gather_ready(world, own[1], startup_limit(), say=_progress)
+    if silent:
+        _send_verdict(world, multi, error="start-up timed out")
+        _say(f"start-up: rank(s) {', '.join(map(str, silent))} did not finish setting up the "
+             f"objective within {startup_limit():.0f}s (set MPIOPT_STARTUP_TIMEOUT to wait "
+             "longer); nothing was written: ending the job with MPI_Abort")
+        time.sleep(1.0)    # let the launcher carry the line out (see _coordinate)
+        world.Abort(2)
     if errors:
         _send_verdict(world, multi, error=errors[0])
         more = f" (and {len(errors) - 1} more rank(s))" if len(errors) > 1 else ""
@@ -66,6 +73,27 @@ def _rank0(world, prepare, quiet: bool) -> int:
         raise
     _send_verdict(world, multi)
     return _coordinate(world, spec, url, opened, quiet, own[0])
+
+
+def startup_limit() -> float:
+    """Seconds rank 0 waits for every rank to set up its objective (imports, data, model
+    module): MPIOPT_STARTUP_TIMEOUT, default 10 minutes (TensorFlow on a busy shared file
+    system can take minutes; a rank stuck in an import must not hold the allocation)."""
+    import os
+
+    try:
+        return max(1.0, float(os.environ.get("MPIOPT_STARTUP_TIMEOUT", "600")))
+    except ValueError:
+        return 600.0
+
+
+def _say(line: str) -> None:
+    """The one closing line (stderr)."""
+    print(f"mpiopt: {line}", file=sys.stderr, flush=True)
+
+
+def _progress(line: str) -> None:
+    print(line, flush=True)
 
 
 def _check_start(world_size: int, spec, url: str) -> None:

@@ -102,8 +102,8 @@ class Scheduler:
                     self.history[t.number] = {e: self.sign * v for e, v in t.intermediate.items()}
             else:
                 self.reruns.append(t)
-        if finished:
-            self.searcher.replay(finished)
+        if finished or self.reruns:
+            self.searcher.replay(finished, [t.params for t in self.reruns], self.next_number)
         self.any_success = self.counts[TrialStatus.COMPLETE] + self.counts[TrialStatus.PRUNED] > 0
         if not self.any_success:
             self.initial_failures = self.counts[TrialStatus.FAILED]
@@ -226,7 +226,7 @@ class Scheduler:
             return False
         if self.stop_reason is not None:
             return False
-        self.prefetched = self.searcher.ask()
+        self.prefetched = self.searcher.ask(self.next_number)
         return True
 
     def finish(self) -> StudyStatus:
@@ -259,7 +259,7 @@ class Scheduler:
                                              **self._rank_of(group))
             params = old.params
         else:
-            params, self.prefetched = (self.prefetched or self.searcher.ask()), None
+            params, self.prefetched = (self.prefetched or self.searcher.ask(self.next_number)), None
             number = self.next_number
             rec = self.storage.create_trial(self.study_id, params, seed=trial_seed(self.seed, number),
                                             group=group, host=self.hosts[group], **self._rank_of(group))

@@ -1,32 +1,14 @@
-"""Waiting without spinning.
-
-MPICH and Open MPI busy-poll inside blocking receives, so a blocking recv on an idle rank
-burns a core that a training rank on the same node needs. Every wait here is a cheap
-non-blocking probe followed by a sleep that grows from 50 us to a few milliseconds:
-a reply that comes at once is seen at once, and a long wait costs well under 1% of a core.
-"""
+"""Waiting without spinning: every wait here is a cheap non-blocking probe followed by a
+growing sleep (mpiopt.backoff says why)."""
 from __future__ import annotations
 
 import time
 
 from mpi4py import MPI
 
+from mpiopt.backoff import Backoff
+
 from mpiopt.parallel.protocol import Tag
-
-
-class Backoff:
-    """Exponential sleep between polls, reset whenever something arrived."""
-
-    def __init__(self, first: float = 5e-5, limit: float = 5e-3):
-        self.first, self.limit = first, limit
-        self.delay = first
-
-    def reset(self) -> None:
-        self.delay = self.first
-
-    def sleep(self) -> None:
-        time.sleep(self.delay)
-        self.delay = min(self.delay * 2, self.limit)
 
 
 def probe(comm, source=MPI.ANY_SOURCE, tag=MPI.ANY_TAG) -> MPI.Status | None:
@@ -62,14 +44,39 @@ def send_ready(world, error: str | None, info: dict | None = None) -> None:
     world.send({"error": error, **(info or {})}, dest=0, tag=Tag.READY)
 
 
-def gather_ready(world, own_error: str | None = None) -> tuple[list[str], list[dict]]:
+def gather_ready(world, own_error: str | None = None, limit_s: float = 600.0, say=None,
+                 say_after_s: float = 30.0) -> tuple[list[str], list[dict], list[int]]:
     """On rank 0: every other rank's READY (sleeping between probes). Returns the errors,
-    rank 0's own first, and every rank's READY payload."""
+    rank 0's own first, every READY payload, and the ranks still silent after `limit_s`
+    (a rank stuck in an import: the caller ends the job). `say(line)` hears, once, which
+    ranks are still setting up after `say_after_s`."""
     errors = [own_error] if own_error else []
     payloads = []
-    for _ in range(world.Get_size() - 1):
-        msg, _status = wait_message(world, tag=Tag.READY)
+    waiting = set(range(1, world.Get_size()))
+    start = time.monotonic()
+    said = False
+    backoff = Backoff(limit=0.05)
+    while waiting:
+        status = probe(world, tag=Tag.READY)
+        if status is None:
+            waited = time.monotonic() - start
+            if waited >= limit_s:
+                break
+            if say and not said and waited >= say_after_s:
+                said = True
+                say(f"waiting for rank(s) {_ranks(waiting)} to set up the objective "
+                    f"({waited:.0f}s so far)")
+            backoff.sleep()
+            continue
+        msg = world.recv(source=status.Get_source(), tag=Tag.READY)
+        waiting.discard(status.Get_source())
         payloads.append(msg)
         if msg.get("error"):
             errors.append(msg["error"])
-    return errors, payloads
+        backoff.reset()
+    return errors, payloads, sorted(waiting)
+
+
+def _ranks(ranks) -> str:
+    ranks = sorted(ranks)
+    return ", ".join(map(str, ranks[:8])) + (f" and {len(ranks) - 8} more" if len(ranks) > 8 else "")

@@ -49,7 +49,13 @@ class Searcher(abc.ABC):
     """Base of every strategy: keeps the pending suggestions and the told history.
 
     Subclasses implement `_suggest()` (a new parameter dict, using `self.pending` and
-    `self.told` as they see fit) and may hook `_on_tell` / `_on_forget`.
+    `self.told` as they see fit) and may hook `_on_tell` / `_on_forget` / `_on_reseed`.
+
+    Randomness is keyed, never carried: the suggestion for trial number n draws from a
+    stream derived from (seed, n), and the n-th tell from (seed, n). So a resumed study,
+    which replays its finished trials, gets the suggestions an uninterrupted one would
+    have got, and a study interrupted twice at the same point does not draw the same
+    numbers again for new trials.
     """
 
     algorithm = "base"
@@ -61,14 +67,18 @@ class Searcher(abc.ABC):
         self.rng = np.random.default_rng(self.seed)
         self.pending: dict[tuple, dict] = {}
         self.told: list[tuple[dict, float]] = []
-        self.n_asked = 0
+        self.next_number = 0  # the trial number the next ask() is for, unless it says
+        self.number = 0       # the trial number being suggested (ask) right now
 
     # ---- public API ---------------------------------------------------------------
-    def ask(self) -> dict:
-        """A new suggestion; it stays pending until told or forgotten."""
+    def ask(self, number: int | None = None) -> dict:
+        """A new suggestion for trial `number` (default: the next one); it stays pending
+        until told or forgotten."""
+        self.number = self.next_number if number is None else int(number)
+        self._reseed(_ASK, self.number)
         params = self._suggest()
         self.pending[self.key(params)] = params
-        self.n_asked += 1
+        self.next_number = max(self.next_number, self.number + 1)
         return params
 
     def tell(self, params: dict, value: float) -> None:
@@ -76,6 +86,7 @@ class Searcher(abc.ABC):
         value = float(value)
         assert math.isfinite(value), f"searcher told a non-finite value {value!r}"
         was_pending = self.pending.pop(self.key(params), None) is not None
+        self._reseed(_TELL, len(self.told))
         self.told.append((dict(params), value))
         self._on_tell(params, value, was_pending)
 
@@ -84,19 +95,21 @@ class Searcher(abc.ABC):
         if self.pending.pop(self.key(params), None) is not None:
             self._on_forget(params)
 
-    def replay(self, trials: Iterable[tuple[dict, float | None]]) -> None:
-        """Rebuild the state on resume from finished trials in number order (None = failed).
-
-        Afterwards the random stream is re-derived from the seed and the number of
-        replayed trials, so the same stored history always gives the same next suggestions.
-        """
+    def replay(self, trials: Iterable[tuple[dict, float | None]], pending: Iterable[dict] = (),
+               next_number: int | None = None) -> None:
+        """Rebuild the state on resume: finished trials in number order (None = failed),
+        then the unfinished ones that will run again, pending from the first ask on (so
+        no suggestion repeats or crowds them); `next_number` is the next new trial's."""
         count = 0
         for params, value in trials:
             count += 1
             if value is not None and math.isfinite(float(value)):
                 self.tell(params, float(value))
-        self.rng = np.random.default_rng([self.seed, count])
-        self._on_replay(count)
+        reruns = [dict(p) for p in pending]
+        for params in reruns:
+            self.pending[self.key(params)] = params
+        self.next_number = count + len(reruns) if next_number is None else int(next_number)
+        self._on_replay(reruns)
 
     def key(self, params: dict) -> tuple:
         return params_key(params, self.names)
@@ -105,6 +118,10 @@ class Searcher(abc.ABC):
     def best(self) -> tuple[dict, float] | None:
         """The best told (params, value), or None before anything was told."""
         return min(self.told, key=lambda t: t[1]) if self.told else None
+
+    def _reseed(self, *key: int) -> None:
+        self.rng = np.random.default_rng([self.seed, *key])
+        self._on_reseed(key)
 
     # ---- hooks --------------------------------------------------------------------
     @abc.abstractmethod
@@ -117,5 +134,11 @@ class Searcher(abc.ABC):
     def _on_forget(self, params: dict) -> None:
         """Called after a pending suggestion was dropped."""
 
-    def _on_replay(self, count: int) -> None:
-        """Called after replay re-seeded `self.rng` (reseed private generators here)."""
+    def _on_reseed(self, key: tuple) -> None:
+        """Called after `self.rng` was re-derived (reseed private generators from key)."""
+
+    def _on_replay(self, reruns: list[dict]) -> None:
+        """Called at the end of a replay with the parameter sets that will run again."""
+
+
+_ASK, _TELL = 0, 1  # the first word of a stream's key: streams for asks and tells never meet

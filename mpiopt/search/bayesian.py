@@ -101,7 +101,7 @@ class BayesianSearcher(Searcher):
 
     def _explore_now(self, model) -> bool:
         every = _EXPLORE_EVERY
-        return every > 0 and hasattr(model.post, "sample") and self.n_asked % every == every - 1
+        return every > 0 and hasattr(model.post, "sample") and self.number % every == every - 1
 
     def _thompson(self, model, X: np.ndarray, y: np.ndarray) -> np.ndarray:
         """Argmin of one posterior sample over random and near-best candidates.

@@ -38,6 +38,7 @@ DEFAULTS = {
 }
 _MAX_RETRIES = 10  # re-breeding attempts when a child repeats a known point
 _MIN_DISTANCE = 0.01  # from pending suggestions, as in the bayesian searcher
+_GENERATION = 2       # first word of the key of a CMA-ES generation's samples
 
 
 class EvolutionarySearcher(Searcher):
@@ -117,9 +118,13 @@ class EvolutionarySearcher(Searcher):
         return self.strategy
 
     def _cma_genome(self) -> list:
+        """The generation's next sample. A generation's samples are keyed by (seed,
+        generation, batch), so a resume mid-generation continues the same list."""
         if not self.queue:
+            batch, skip = divmod(self.asked_in_generation, self.size)
+            self.globals.reseed([self.seed, _GENERATION, self.generation, batch])
             with self.globals.active():
-                self.queue = [list(ind) for ind in self._cma().generate(gen.Individual)]
+                self.queue = [list(ind) for ind in self._cma().generate(gen.Individual)][skip:]
         return self.queue.pop(0)
 
     # ---- tell -----------------------------------------------------------------------
@@ -142,8 +147,15 @@ class EvolutionarySearcher(Searcher):
     def _on_forget(self, params) -> None:
         self.member_of.pop(self.key(params), None)
 
-    def _on_replay(self, count: int) -> None:
-        self.globals.reseed([self.seed, count])
+    def _on_reseed(self, key: tuple) -> None:
+        self.globals.reseed([self.seed, *key])
+
+    def _on_replay(self, reruns: list[dict]) -> None:
+        """The open generation has had its told and its re-run members asked already."""
+        if self.options["cma"] or self.options["mode"] == "generational":
+            self.asked_in_generation = len(self.current) + len(reruns)
+            if not self.options["cma"]:
+                self.queue = self.queue[self.asked_in_generation:]
 
     def _drop_one(self) -> None:
         """Reverse tournament among all but the elite: the worst of a few random members leaves."""

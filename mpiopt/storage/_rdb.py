@@ -15,7 +15,7 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, selectinload, sessionmaker
 
-from mpiopt.errors import ResumeError, StorageError, UnknownStudyError
+from mpiopt.errors import DuplicateStudyError, StorageError, UnknownStudyError
 from mpiopt.storage import _writes
 from mpiopt.storage._convert import StudyRecord, dump_json, finite_or_none, to_frozen, to_record
 from mpiopt.storage._engine import writer
@@ -25,10 +25,6 @@ from mpiopt.trial import FrozenTrial, StudyStatus, TrialStatus
 
 DIRECTIONS = ("minimize", "maximize")
 NUMBER_RETRIES = 5
-
-
-class DuplicateStudyError(StorageError, ResumeError):
-    """create_study on a name that exists: both a storage and a resume refusal."""
 
 
 def _now() -> datetime:

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from mpiopt.backoff import Backoff
+
 
 @dataclass
 class EpochStats:
@@ -86,13 +88,12 @@ class Clock:
 def wait(request, first: float = 2e-5, limit: float = 1e-3):
     """Complete a non-blocking request, sleeping between tests instead of busy-polling:
     MPICH spins inside blocking calls and would steal the core of a computing rank."""
-    delay = first
+    backoff = Backoff(first, limit)
     while True:
         done, status = _test(request)
         if done:
             return status
-        time.sleep(delay)
-        delay = min(delay * 2, limit)
+        backoff.sleep()
 
 
 def _test(request):

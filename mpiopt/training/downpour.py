@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from mpiopt.backoff import Backoff
 from mpiopt.training._algorithm import Algorithm, Clock, EpochStats, wait
 from mpiopt.training.data import batches, shard
 
@@ -114,15 +115,12 @@ class Downpour(Algorithm):
 
 def _wait_any(requests):
     """(index, status) of the first completed receive, sleeping between tests."""
-    import time
-
     from mpi4py import MPI
 
-    delay = 2e-5
+    backoff = Backoff(2e-5, 1e-3)
     while True:
         status = MPI.Status()
         index, flag = MPI.Request.Testany(requests, status)
         if flag and index != MPI.UNDEFINED:
             return index, status
-        time.sleep(delay)
-        delay = min(delay * 2, 1e-3)
+        backoff.sleep()

@@ -1,0 +1,85 @@
+"""A real PostgreSQL server for the test session: Debian's postgresql binaries, a throwaway
+cluster in a temporary folder, a fresh database per test.
+
+Why Debian's server and not pgserver from PyPI: pgserver's last release is from 2024 and
+bundles its own build; Debian's PostgreSQL 15 is what our users' clusters run, `.ci/run`
+installs it with apt when it is missing, and it can be stopped and started mid-study
+(the outage tests need exactly that). PostgreSQL refuses to run as root: as root the
+cluster belongs to the `postgres` system user that the Debian package creates.
+"""
+from __future__ import annotations
+
+import glob
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import tempfile
+import uuid
+from pathlib import Path
+
+
+def find_bindir() -> Path | None:
+    for pg_ctl in [shutil.which("pg_ctl"), *sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"),
+                                                  reverse=True)]:
+        if pg_ctl and Path(pg_ctl).is_file():
+            return Path(os.path.realpath(pg_ctl)).parent
+    return None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class PostgresServer:
+    """initdb + pg_ctl start/stop on 127.0.0.1 with trust authentication."""
+
+    def __init__(self, bindir: Path):
+        self.bindir = bindir
+        self.dir = Path(tempfile.mkdtemp(prefix="mpiopt-pg-"))
+        self.data = self.dir / "data"
+        self.log = self.dir / "server.log"
+        self.port = _free_port()
+        self.user = None
+        if os.geteuid() == 0:
+            self.user = "postgres"
+            entry = pwd.getpwnam(self.user)
+            os.chown(self.dir, entry.pw_uid, entry.pw_gid)
+        self._run("initdb", "-D", str(self.data), "-A", "trust", "-U", "mpiopt", "-E", "UTF8",
+                  "--no-sync")
+        self.start()
+
+    def _run(self, tool: str, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+        cmd = [str(self.bindir / tool), *args]
+        if self.user:
+            cmd = ["runuser", "-u", self.user, "--", *cmd]
+        return subprocess.run(cmd, capture_output=True, text=True, check=check, cwd=self.dir)
+
+    def start(self) -> None:
+        options = (f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1 -c fsync=off "
+                   "-c synchronous_commit=off -c full_page_writes=off -c max_connections=200")
+        self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-o", options, "-w", "start")
+
+    def stop(self, mode: str = "fast") -> None:
+        self._run("pg_ctl", "-D", str(self.data), "-m", mode, "-w", "stop", check=False)
+
+    @property
+    def admin_url(self) -> str:
+        return f"postgresql+psycopg://mpiopt@127.0.0.1:{self.port}/postgres"
+
+    def new_database(self) -> str:
+        """A fresh, empty database; returns its SQLAlchemy URL."""
+        import psycopg
+
+        name = f"t_{uuid.uuid4().hex[:12]}"
+        with psycopg.connect(f"host=127.0.0.1 port={self.port} user=mpiopt dbname=postgres",
+                             autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+        return f"postgresql+psycopg://mpiopt@127.0.0.1:{self.port}/{name}"
+
+    def close(self) -> None:
+        self.stop("immediate")
+        shutil.rmtree(self.dir, ignore_errors=True)
