@@ -23,6 +23,10 @@ class ResumeError(MpioptError):
     """A study cannot be started or resumed as asked (exists, or its spec changed)."""
 
 
+class StudyBusyError(ResumeError):
+    """Another job holds the study's lease and its heartbeat is fresh."""
+
+
 class DuplicateStudyError(StorageError, ResumeError):
     """create_study on a name that exists: both a storage and a resume refusal."""
 

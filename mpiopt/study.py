@@ -28,6 +28,7 @@ class OpenedStudy:
     study_id: int
     existing: list[FrozenTrial]
     resumed: bool
+    lease_token: str | None = None
 
 
 def spec_text(spec) -> str:
@@ -44,8 +45,11 @@ def stored_spec_dict(storage, name: str) -> dict:
     return yaml.safe_load(storage.get_study(name).spec_text)
 
 
-def open_study(storage, spec, resume: bool, url: str) -> OpenedStudy:
+def open_study(storage, spec, resume: bool, url: str, take_lease=None) -> OpenedStudy:
+    """The study to run, created or resumed. `take_lease(study_id) -> token` runs before
+    anything of a resumed study changes, so a study another job runs is left untouched."""
     name = spec.study.name
+    take_lease = take_lease or (lambda study_id: None)
     try:
         record = storage.get_study(name)
     except UnknownStudyError:
@@ -54,7 +58,7 @@ def open_study(storage, spec, resume: bool, url: str) -> OpenedStudy:
         study_id = storage.create_study(
             name, spec.objective.direction, spec.objective.metric, spec_text(spec),
             spec.fingerprint(), json.dumps(spec.space.to_dict()))
-        return OpenedStudy(storage, study_id, [], False)
+        return OpenedStudy(storage, study_id, [], False, take_lease(study_id))
     if not resume:
         raise ResumeError(
             f"study '{name}' already exists in {url}: continue it with `mpiopt search SPEC "
@@ -63,9 +67,10 @@ def open_study(storage, spec, resume: bool, url: str) -> OpenedStudy:
     if changes:
         raise ResumeError(f"study '{name}' was started with a different spec; only "
                           f"{', '.join(RESUMABLE_CHANGES)} may change on resume: " + "; ".join(changes))
+    token = take_lease(record.id)
     storage.update_study_spec(record.id, spec_text(spec))
     storage.set_study_status(record.id, StudyStatus.RUNNING)
-    return OpenedStudy(storage, record.id, storage.get_trials(record.id), True)
+    return OpenedStudy(storage, record.id, storage.get_trials(record.id), True, token)
 
 
 def spec_changes(stored: dict, spec) -> list[str]:

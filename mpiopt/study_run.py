@@ -18,31 +18,65 @@ from __future__ import annotations
 
 import os
 import socket
-import time
+import threading
 
+from mpiopt.errors import StorageError
 from mpiopt.trial import TrialStatus
 
-LEASE_PERIOD_S = 30.0
+
+def lease_period_s() -> float:
+    """Seconds between the lease's heartbeats (MPIOPT_LEASE_PERIOD, default 30): a job
+    silent for three periods has died, and a resume may take its study over."""
+    try:
+        return max(0.2, float(os.environ.get("MPIOPT_LEASE_PERIOD", "30")))
+    except ValueError:
+        return 30.0
 
 
 class StudyRun:
-    def __init__(self, storage, opened, notes, lease_token=None):
+    """The opened study, its unfinished trials settled, its lease kept fresh by a thread.
+
+    The beat runs in its own thread (and its own database connection from the pool), not
+    in the coordinator's loop: a single-process study runs its trial in that loop, and a
+    ten-minute trial must not look like a dead job. A beat that finds the lease taken
+    over (this job was silent too long) is reported by `on_tick`, which ends the job.
+    """
+
+    def __init__(self, storage, opened, notes, lease_token=None, period_s: float = 30.0):
         self.storage, self.study_id = storage, opened.study_id
         self.existing, self.resumed = opened.existing, opened.resumed
         self.notes = notes
         self.lease_token = lease_token
-        self._next_beat = time.monotonic() + LEASE_PERIOD_S
+        self.lost: str | None = None
+        self._stop = threading.Event()
+        self._beat = None
+        if lease_token is not None:
+            self._beat = threading.Thread(target=self._beat_loop, args=(period_s,),
+                                          name="mpiopt-lease", daemon=True)
+            self._beat.start()
+
+    def _beat_loop(self, period_s: float) -> None:
+        while not self._stop.wait(period_s):
+            try:
+                self.storage.heartbeat(self.study_id, self.lease_token)
+            except StorageError as exc:
+                if "lost its lease" in str(exc):
+                    self.lost = str(exc)
+                    return
+                # a database outage: the next beat tries again (the lease is stale only
+                # after three periods without one)
 
     def on_tick(self) -> None:
-        """Called by the coordinator while it waits: renew the lease once a period."""
-        if self.lease_token is None or time.monotonic() < self._next_beat:
-            return
-        self._next_beat = time.monotonic() + LEASE_PERIOD_S
-        self.storage.heartbeat(self.study_id, self.lease_token)
+        """Called by the coordinator while it waits: ends the job if the lease was lost."""
+        if self.lost:
+            raise StorageError(self.lost)
 
     def close(self) -> None:
+        self._stop.set()
+        if self._beat is not None:
+            self._beat.join(timeout=10)
         try:
-            if self.lease_token is not None:
+            if self.lease_token is not None and self.lost is None:
                 self.storage.release_lease(self.study_id, self.lease_token)
         except Exception:
             pass          # a lease left behind goes stale by itself
@@ -55,18 +89,17 @@ def open_run(spec, url: str, resume: bool, isolated: bool) -> StudyRun:
     from mpiopt.study import open_study
 
     storage = open_storage(url, create=True)
+    period = lease_period_s()
     try:
-        opened = open_study(storage, spec, resume, url)
-        token = getattr(opened, "lease_token", None)
-        if token is None and hasattr(storage, "acquire_lease"):
-            token = storage.acquire_lease(opened.study_id, socket.gethostname(), os.getpid(),
-                                          period_s=LEASE_PERIOD_S)
+        opened = open_study(storage, spec, resume, url, lambda study_id: storage.acquire_lease(
+            study_id, socket.gethostname(), os.getpid(), period_s=period))
+        token = opened.lease_token
         notes = []
         if opened.resumed:
             notes = settle_unfinished(storage, opened.study_id, isolated,
                                       getattr(spec.search, "max_attempts", 2))
             opened.existing = storage.get_trials(opened.study_id)
-        return StudyRun(storage, opened, notes, token)
+        return StudyRun(storage, opened, notes, token, period)
     except BaseException:
         storage.close()
         raise

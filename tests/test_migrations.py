@@ -42,7 +42,7 @@ def fresh(tmp_path):
 
 def test_fresh_database_is_built_by_the_migrations(fresh):
     assert set(inspect(fresh.engine).get_table_names()) == TABLES
-    assert migrate.current_revision(fresh.engine) == migrate.head_revision() == "0002"
+    assert migrate.current_revision(fresh.engine) == migrate.head_revision() == "0003"
 
 
 def test_autogenerate_finds_no_difference_between_migrations_and_models(fresh):
@@ -77,8 +77,8 @@ NEXT = '''
 from alembic import op
 import sqlalchemy as sa
 
-revision = "0003"
-down_revision = "0002"
+revision = "0004"
+down_revision = "0003"
 branch_labels = None
 depends_on = None
 
@@ -96,11 +96,11 @@ def downgrade():
 
 @pytest.fixture
 def newer_scripts(tmp_path, monkeypatch):
-    """The shipped scripts plus a hypothetical revision 0003, as a later release would be."""
+    """The shipped scripts plus a hypothetical revision 0004, as a later release would be."""
     scripts = tmp_path / "scripts"
     shutil.copytree(migrate.script_location(), scripts,
                     ignore=shutil.ignore_patterns("__pycache__"))
-    (scripts / "versions" / "0003_note.py").write_text(NEXT)
+    (scripts / "versions" / "0004_note.py").write_text(NEXT)
     monkeypatch.setattr(migrate, "script_location", lambda: scripts)
     return scripts
 
@@ -110,15 +110,19 @@ def _old_database(tmp_path) -> str:
     url = f"sqlite:///{tmp_path / 'old.db'}"
     engine = make_engine(url)
     migrate.upgrade(engine, "0001")
-    with Storage(engine, url) as st:
-        st.create_study("kept", "minimize", "value", "s", "0" * 64, "{}")
+    with engine.begin() as conn:          # as the mpiopt of revision 0001 wrote it
+        conn.execute(text(
+            "insert into studies (name, direction, metric, spec_text, fingerprint, space_json, "
+            "status, created_at, updated_at) values ('kept', 'minimize', 'value', 's', :fp, "
+            "'{}', 'RUNNING', '2026-11-22 10:00:00', '2026-11-22 10:00:00')"), {"fp": "0" * 64})
+    engine.dispose()
     return url
 
 
 def test_opening_an_old_database_upgrades_it_and_keeps_its_data(tmp_path, newer_scripts):
     url = _old_database(tmp_path)
     with open_storage(url) as st:
-        assert migrate.current_revision(st.engine) == "0003"
+        assert migrate.current_revision(st.engine) == "0004"
         assert "note" in {c["name"] for c in inspect(st.engine).get_columns("studies")}
         assert st.get_study("kept").name == "kept"
 
@@ -126,11 +130,11 @@ def test_opening_an_old_database_upgrades_it_and_keeps_its_data(tmp_path, newer_
 def test_db_current_and_db_upgrade(tmp_path, newer_scripts, capsys):
     url = _old_database(tmp_path)
     assert main(["db", "current", "--storage", url]) == 0
-    assert capsys.readouterr().out.strip() == "0001 (head is 0003: run `mpiopt db upgrade`)"
+    assert capsys.readouterr().out.strip() == "0001 (head is 0004: run `mpiopt db upgrade`)"
     assert main(["db", "upgrade", "--storage", url]) == 0
-    assert "0001 -> 0003" in capsys.readouterr().out
+    assert "0001 -> 0004" in capsys.readouterr().out
     assert main(["db", "current", "--storage", url]) == 0
-    assert capsys.readouterr().out.strip() == "0003 (head)"
+    assert capsys.readouterr().out.strip() == "0004 (head)"
 
 
 def test_a_database_from_a_newer_mpiopt_is_refused(tmp_path):
@@ -197,5 +201,5 @@ def test_installed_wheel_finds_its_migrations(tmp_path):
     out = subprocess.run([sys.executable, "-c", CHECK, str(site)], cwd=elsewhere, env=env,
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "0002 ['w']"
+    assert out.stdout.strip() == "0003 ['w']"
     assert (elsewhere / "fresh.db").is_file()

@@ -1,5 +1,7 @@
-"""Storage: round trips of every field, status transitions, dense numbers, best trials,
-one transaction per write, SQLite settings, errors that name the file."""
+"""The storage conformance suite: every engine (SQLite and a real PostgreSQL server, see
+conftest.db_url) passes the same cases: round trips of every field, status transitions,
+dense numbers under concurrent writers, best trials, one transaction per write, leases.
+Engine-specific cases (SQLite's settings and files) say so in their names."""
 from __future__ import annotations
 
 import math
@@ -18,14 +20,26 @@ SPEC = "study: {name: s}\nsearch: {algorithm: random, trials: 10}\n"
 
 
 @pytest.fixture
-def url(tmp_path):
-    return f"sqlite:///{tmp_path / 'results.db'}"
+def url(db_url):
+    return db_url
 
 
 @pytest.fixture
 def storage(url):
     with open_storage(url, create=True) as st:
         yield st
+
+
+@pytest.fixture
+def sqlite_storage(tmp_path):
+    with open_storage(f"sqlite:///{tmp_path / 'results.db'}", create=True) as st:
+        yield st
+
+
+def test_every_engine_keeps_the_storage_contract(storage):
+    from mpiopt.storage.protocol import StudyStorage
+
+    assert isinstance(storage, StudyStorage)
 
 
 def new_study(st, name="s", direction="minimize") -> int:
@@ -71,8 +85,8 @@ def test_bad_url_is_a_storage_error():
         open_storage("no-such-scheme", create=True)
 
 
-def test_every_sqlite_connection_is_wal_with_busy_timeout(storage):
-    conns = [storage.engine.connect() for _ in range(3)]   # distinct pooled connections
+def test_every_sqlite_connection_is_wal_with_busy_timeout(sqlite_storage):
+    conns = [sqlite_storage.engine.connect() for _ in range(3)]   # distinct pooled connections
     try:
         for conn in conns:
             assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
@@ -357,3 +371,31 @@ def test_lost_attempts_are_counted_and_an_interrupted_trial_can_be_failed(storag
     assert [(t.lost_attempts, t.rank, t.host) for t in again] == [(2, 1, "n3")]
     failed = storage.finish_trial(again[0].id, TrialStatus.FAILED, error="killed its process 2 times")
     assert failed.status is TrialStatus.FAILED and storage.note_lost_attempts(sid) == []
+
+
+# ---- one coordinator per study ---------------------------------------------------------
+def test_a_fresh_lease_refuses_a_second_job_and_a_stale_one_is_taken_over(storage):
+    from datetime import timedelta
+
+    from mpiopt.errors import StudyBusyError
+    from mpiopt.storage.models import StudyModel
+
+    sid = new_study(storage)
+    token = storage.acquire_lease(sid, "n12", 4242, period_s=30)
+    with pytest.raises(StudyBusyError, match=r"host n12, pid 4242.*last heartbeat \d+s ago"):
+        storage.acquire_lease(sid, "n13", 77, period_s=30)
+    storage.heartbeat(sid, token)
+    lease = storage.get_study("s").lease
+    assert (lease.host, lease.pid, lease.period_s) == ("n12", 4242, 30.0)
+    with storage.engine.begin() as conn:        # the job died: no beat for 2 minutes
+        conn.execute(StudyModel.__table__.update().values(
+            lease_beat_at=lease.beat_at.replace(tzinfo=None) - timedelta(minutes=2)))
+    assert storage.get_study("s").lease.is_stale(datetime.now(lease.beat_at.tzinfo))
+    second = storage.acquire_lease(sid, "n13", 77, period_s=30)
+    with pytest.raises(StorageError, match="lost its lease"):
+        storage.heartbeat(sid, token)             # the dead job, back, learns it lost
+    storage.release_lease(sid, token)             # and its release changes nothing
+    assert storage.get_study("s").lease.host == "n13"
+    storage.release_lease(sid, second)
+    assert storage.get_study("s").lease is None
+    storage.release_lease(sid, storage.acquire_lease(sid, "n14", 1, period_s=30))

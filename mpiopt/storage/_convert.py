@@ -27,6 +27,25 @@ class StudyRecord:
     updated_at: datetime
     counts: dict[TrialStatus, int] = field(default_factory=dict)
     best_value: float | None = None
+    lease: "Lease | None" = None
+
+
+@dataclass(frozen=True)
+class Lease:
+    """Who runs a study now (or ran it last, if its job died without a word)."""
+
+    host: str
+    pid: int
+    started_at: datetime
+    beat_at: datetime
+    period_s: float
+
+    def age_s(self, now: datetime) -> float:
+        return (now - self.beat_at).total_seconds()
+
+    def is_stale(self, now: datetime) -> bool:
+        """No beat for three periods: the job that held it is gone."""
+        return self.age_s(now) > 3 * self.period_s
 
 
 def encode_param_row(trial_id: int, name: str, value: Any) -> dict:
@@ -97,5 +116,12 @@ def to_record(row: StudyModel, counts=None, best_value=None) -> StudyRecord:
         id=row.id, name=row.name, direction=row.direction, metric=row.metric,
         spec_text=row.spec_text, fingerprint=row.fingerprint, space_json=row.space_json,
         status=StudyStatus(row.status), created_at=row.created_at, updated_at=row.updated_at,
-        counts=dict(counts or {}), best_value=best_value,
+        counts=dict(counts or {}), best_value=best_value, lease=_lease(row),
     )
+
+
+def _lease(row: StudyModel) -> Lease | None:
+    if row.lease_token is None:
+        return None
+    return Lease(row.lease_host or "?", row.lease_pid or 0, row.lease_started_at,
+                 row.lease_beat_at, float(row.lease_period or 30.0))

@@ -7,6 +7,7 @@ Only the coordinator writes; any number of processes may read while it does.
 """
 from __future__ import annotations
 
+import uuid
 from datetime import datetime, timezone
 from typing import Iterable, Sequence
 
@@ -15,7 +16,7 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, selectinload, sessionmaker
 
-from mpiopt.errors import DuplicateStudyError, StorageError, UnknownStudyError
+from mpiopt.errors import DuplicateStudyError, StorageError, StudyBusyError, UnknownStudyError
 from mpiopt.storage import _writes
 from mpiopt.storage._convert import StudyRecord, dump_json, finite_or_none, to_frozen, to_record
 from mpiopt.storage._engine import writer
@@ -121,6 +122,47 @@ class Storage:
                              .values(updated_at=_now(), **values))
             if done.rowcount != 1:
                 raise StorageError(f"no study with id {study_id} in {self.shown_url}")
+
+    # ---- one coordinator per study ----------------------------------------------------
+    def acquire_lease(self, study_id: int, host: str, pid: int, period_s: float,
+                      takeover: bool = False) -> str:
+        """Take the study for this job; returns the token its beats and release name.
+
+        A fresh lease held by another job is a StudyBusyError naming the holder; a stale
+        one (no beat for three periods: the job died) is taken over. The check and the
+        take are one write transaction, so two jobs starting at once cannot both win.
+        """
+        now = _now()
+        token = uuid.uuid4().hex
+        with self._writing() as s:
+            row = self._require_study(s, study_id)
+            held = to_record(row).lease
+            if held is not None and not held.is_stale(now) and not takeover:
+                raise StudyBusyError(
+                    f"study '{row.name}' is being run by another job (host {held.host}, pid "
+                    f"{held.pid}, since {held.started_at:%Y-%m-%d %H:%M:%S} UTC, last heartbeat "
+                    f"{held.age_s(now):.0f}s ago): wait for it to end or stop it; a job that "
+                    f"died is taken over once its lease is {3 * held.period_s:.0f}s old")
+            row.lease_token, row.lease_host, row.lease_pid = token, host[:255], int(pid)
+            row.lease_started_at = row.lease_beat_at = now
+            row.lease_period = float(period_s)
+        return token
+
+    def heartbeat(self, study_id: int, token: str) -> None:
+        """Renew the lease; a StorageError if another job took it over meanwhile."""
+        with self._writing_core() as conn:
+            done = conn.execute(update(StudyModel).where(StudyModel.id == study_id,
+                                                         StudyModel.lease_token == token)
+                                .values(lease_beat_at=_now()))
+            if done.rowcount != 1:
+                raise StorageError(f"this job lost its lease on study {study_id}: another job "
+                                   "took the study over (this one was silent too long)")
+
+    def release_lease(self, study_id: int, token: str) -> None:
+        with self._writing_core() as conn:
+            conn.execute(update(StudyModel).where(StudyModel.id == study_id,
+                                                  StudyModel.lease_token == token)
+                         .values(lease_token=None, lease_beat_at=_now()))
 
     # ---- trial writes (the coordinator) ------------------------------------------------
     records_rank = True   # create_trial/restart_trial take the leader's world rank

@@ -36,6 +36,9 @@ UNFINISHED = (TrialStatus.RUNNING, TrialStatus.PENDING, TrialStatus.INTERRUPTED)
 # Built once: executing a prebuilt statement skips its construction and cache-key walk.
 _NEXT_NUMBER = select(func.max(TRIALS.c.number)).where(TRIALS.c.study_id == bindparam("sid"))
 _STUDY = select(STUDIES.c.id).where(STUDIES.c.id == bindparam("sid"))
+# Trial numbers are max+1: on PostgreSQL the study's row lock serialises the writers of one
+# study (SQLite's BEGIN IMMEDIATE already does; its dialect leaves FOR UPDATE out).
+_LOCK_STUDY = _STUDY.with_for_update()
 _NEW_TRIAL = insert(TRIALS)
 _NEW_PARAMS = insert(PARAMS)
 _HEAD = select(TRIALS.c.study_id, TRIALS.c.number, TRIALS.c.status, TRIALS.c.seed,
@@ -69,9 +72,9 @@ _SET_EPOCH = (update(EPOCHS).where(EPOCHS.c.trial_id == bindparam("t"),
 def insert_trial(conn: Connection, study_id: int, params: dict, seed, group, host,
                  now: datetime, where: str, rank: int | None = None) -> FrozenTrial:
     """A RUNNING trial numbered max+1 in its study, with one row per parameter."""
-    last = conn.execute(_NEXT_NUMBER, {"sid": study_id}).scalar()
-    if last is None:
+    if conn.execute(_LOCK_STUDY, {"sid": study_id}).scalar() is None:
         _require_study(conn, study_id, where)
+    last = conn.execute(_NEXT_NUMBER, {"sid": study_id}).scalar()
     number = 0 if last is None else last + 1
     trial_id = conn.execute(_NEW_TRIAL, {
         "study_id": study_id, "number": number, "status": TrialStatus.RUNNING, "seed": seed,

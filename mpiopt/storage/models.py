@@ -69,6 +69,13 @@ class StudyModel(Base):
     status: Mapped[StudyStatus] = mapped_column(_status(StudyStatus, "studystatus"))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    # the lease of the job running the study (migration 0003; mpiopt.study_run)
+    lease_token: Mapped[str | None] = mapped_column(String(32))
+    lease_host: Mapped[str | None] = mapped_column(String(NAME_LEN))
+    lease_pid: Mapped[int | None] = mapped_column(Integer)
+    lease_started_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    lease_beat_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    lease_period: Mapped[float | None] = mapped_column(Float)
 
     trials: Mapped[list["TrialModel"]] = relationship(
         back_populates="study", cascade="all, delete-orphan", passive_deletes=True)
