@@ -15,6 +15,11 @@ class StorageError(MpioptError):
     """The results database is missing, unknown, or in a state we refuse to touch."""
 
 
+class StorageUnavailable(StorageError):
+    """A transient database failure (connection lost, server restarting, locked): worth
+    retrying, unlike a StorageError about the data itself."""
+
+
 class UnknownStudyError(StorageError):
     """A study name that the storage does not hold; the message lists the known ones."""
 
@@ -24,7 +29,11 @@ class ResumeError(MpioptError):
 
 
 class StudyBusyError(ResumeError):
-    """Another job holds the study's lease and its heartbeat is fresh."""
+    """Another job holds the study's lease and its heartbeat is fresh (`lease` says who)."""
+
+    def __init__(self, message: str, lease=None):
+        super().__init__(message)
+        self.lease = lease
 
 
 class DuplicateStudyError(StorageError, ResumeError):

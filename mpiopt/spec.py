@@ -33,6 +33,7 @@ __all__ = ["Spec", "StudySpec", "ObjectiveSpec", "DataSpec", "SearchSpec", "Trai
            "shipped_searchspaces"]
 
 REQUIRED = object()
+STORAGE_RETRY_S = 600.0   # storage.retry_timeout default: ten minutes of outage ridden out
 TOP_KEYS = ("study", "storage", "objective", "search_space", "search", "training", "resources")
 ALGORITHMS = ("bayesian", "evolutionary", "random")
 
@@ -125,6 +126,7 @@ class Spec:
     resources: ResourcesSpec
     base_dir: Path
     source: str
+    storage_retry: float = STORAGE_RETRY_S   # storage.retry_timeout: outages ridden out
 
     @classmethod
     def from_dict(cls, data: dict, source: str = "<stored>", base_dir: Path | str | None = None,
@@ -145,7 +147,8 @@ class Spec:
         """The resolved spec: every default filled in, includes expanded, paths absolute."""
         return {
             "study": {"name": self.study.name, "description": self.study.description},
-            "storage": self.storage,
+            "storage": (self.storage if self.storage_retry == STORAGE_RETRY_S else
+                        {"url": self.storage, "retry_timeout": self.storage_retry}),
             "objective": _objective_dict(self.objective),
             "search_space": self.space.to_dict(),
             "search": _search_dict(self.search),
@@ -400,9 +403,11 @@ def _build(raw: Any, source: str, base_dir: Path, check_files: bool) -> Spec:
     origins = raw.pop("_origins", None) if isinstance(raw, dict) else None
     top = _Section(raw, source, "", TOP_KEYS, what="a mapping of sections (study, objective, ...)")
     space = _space(top, origins)
+    storage, retry = _storage(top, base_dir)
     return Spec(
         study=_study(top.section("study", ("name", "description"))),
-        storage=top.text("storage", default=None),
+        storage=storage,
+        storage_retry=retry,
         objective=_objective(top, base_dir, check_files),
         space=space,
         search=_search(top, space),
@@ -508,6 +513,31 @@ def _duration(sec: _Section, key: str) -> float | None:
     if not math.isfinite(value) or value <= 0:
         sec.fail(key, f"must be a positive duration, got {value}")
     return float(value)
+
+
+def _storage(top: _Section, base_dir: Path) -> tuple[str | None, float]:
+    """`storage: URL` or `storage: {url: URL, retry_timeout: 10m}`. A relative SQLite path
+    is relative to the spec file (stored absolute), so a resume from any directory finds
+    the same database."""
+    value = top.raw("storage", None)
+    retry = STORAGE_RETRY_S
+    if isinstance(value, dict):
+        sec = top.section("storage", ("url", "retry_timeout"))
+        value = sec.text("url", default=None)
+        retry = _duration(sec, "retry_timeout") or STORAGE_RETRY_S
+    elif value is not None:
+        value = top.text("storage", default=None)
+    return (_anchor_sqlite(value, base_dir) if value else None), retry
+
+
+def _anchor_sqlite(url: str, base_dir: Path) -> str:
+    prefix = next((p for p in ("sqlite:///", "sqlite+pysqlite:///") if url.startswith(p)), None)
+    if prefix is None:
+        return url
+    path = url[len(prefix):]
+    if not path or path.startswith("/") or path.startswith(":memory:") or path.startswith("file:"):
+        return url
+    return prefix + str((base_dir / path).resolve())
 
 
 SEARCH_KEYS = ("algorithm", "trials", "seed", "target", "time_limit", "max_initial_failures",

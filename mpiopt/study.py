@@ -54,6 +54,12 @@ def open_study(storage, spec, resume: bool, url: str, take_lease=None) -> Opened
         record = storage.get_study(name)
     except UnknownStudyError:
         record = None
+    if record is None and resume:
+        known = [r.name for r in storage.list_studies()]
+        raise UnknownStudyError(
+            f"--resume: there is no study '{name}' in {storage.shown_url} to resume ("
+            + (f"it holds: {', '.join(known)}" if known else "it holds no studies")
+            + f"); start it with `mpiopt search` without --resume")
     if record is None:
         study_id = storage.create_study(
             name, spec.objective.direction, spec.objective.metric, spec_text(spec),

@@ -19,8 +19,9 @@ from __future__ import annotations
 import os
 import socket
 import threading
+from pathlib import Path
 
-from mpiopt.errors import StorageError
+from mpiopt.errors import StorageError, StudyBusyError
 from mpiopt.trial import TrialStatus
 
 
@@ -42,8 +43,10 @@ class StudyRun:
     over (this job was silent too long) is reported by `on_tick`, which ends the job.
     """
 
-    def __init__(self, storage, opened, notes, lease_token=None, period_s: float = 30.0):
+    def __init__(self, storage, opened, notes, lease_token=None, period_s: float = 30.0,
+                 recovery=None):
         self.storage, self.study_id = storage, opened.study_id
+        self.recovery = recovery      # where results go when the database stays away
         self.existing, self.resumed = opened.existing, opened.resumed
         self.notes = notes
         self.lease_token = lease_token
@@ -84,6 +87,54 @@ class StudyRun:
             self.storage.close()
 
 
+def take_lease(storage, study_id: int, period: float) -> str:
+    """The study's lease for this job. A holder on this very host whose process is gone
+    (a job that ended while the database was away could not give its lease back) is
+    taken over at once; elsewhere a silent holder goes stale after three periods."""
+    host = socket.gethostname()
+    try:
+        return storage.acquire_lease(study_id, host, os.getpid(), period_s=period)
+    except StudyBusyError as exc:
+        if exc.lease is None or exc.lease.host != host[:255] or _alive(exc.lease.pid):
+            raise
+        return storage.acquire_lease(study_id, host, os.getpid(), period_s=period, takeover=True)
+
+
+def _alive(pid: int) -> bool:
+    """A running process (a zombie that nobody reaped has ended: it holds nothing)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def recovery_path(spec) -> Path:
+    """The recovery file of a run: beside the spec file, or in the current directory when
+    the spec came from the database (`mpiopt resume`)."""
+    from mpiopt.storage.resilient import recovery_file
+
+    source = Path(spec.source)
+    folder = source.parent if source.suffix in (".yaml", ".yml") and source.is_file() else Path.cwd()
+    return recovery_file(folder.resolve(), spec.study.name)
+
+
+def _import_recoveries(storage, spec) -> list[str]:
+    from mpiopt.storage.resilient import import_recovery, recovery_file
+
+    notes = []
+    for path in dict.fromkeys([recovery_path(spec), recovery_file(Path.cwd(), spec.study.name)]):
+        n = import_recovery(storage, path)
+        if n:
+            notes.append(f"imported {n} result write(s) kept in {path} during a database outage")
+    return notes
+
+
 def open_run(spec, url: str, resume: bool, isolated: bool) -> StudyRun:
     from mpiopt.storage import open_storage
     from mpiopt.study import open_study
@@ -91,15 +142,16 @@ def open_run(spec, url: str, resume: bool, isolated: bool) -> StudyRun:
     storage = open_storage(url, create=True)
     period = lease_period_s()
     try:
-        opened = open_study(storage, spec, resume, url, lambda study_id: storage.acquire_lease(
-            study_id, socket.gethostname(), os.getpid(), period_s=period))
+        opened = open_study(storage, spec, resume, url,
+                            lambda study_id: take_lease(storage, study_id, period))
         token = opened.lease_token
         notes = []
         if opened.resumed:
-            notes = settle_unfinished(storage, opened.study_id, isolated,
+            notes = _import_recoveries(storage, spec)
+            notes += settle_unfinished(storage, opened.study_id, isolated,
                                       getattr(spec.search, "max_attempts", 2))
             opened.existing = storage.get_trials(opened.study_id)
-        return StudyRun(storage, opened, notes, token, period)
+        return StudyRun(storage, opened, notes, token, period, recovery_path(spec))
     except BaseException:
         storage.close()
         raise

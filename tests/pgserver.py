@@ -58,7 +58,13 @@ class PostgresServer:
             cmd = ["runuser", "-u", self.user, "--", *cmd]
         return subprocess.run(cmd, capture_output=True, text=True, check=check, cwd=self.dir)
 
+    def running(self) -> bool:
+        return self._run("pg_ctl", "-D", str(self.data), "status", check=False).returncode == 0
+
     def start(self) -> None:
+        """Start the server (again, after stop()); a no-op while it runs."""
+        if self.running():
+            return
         options = (f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1 -c fsync=off "
                    "-c synchronous_commit=off -c full_page_writes=off -c max_connections=200")
         self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-o", options, "-w", "start")

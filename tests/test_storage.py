@@ -5,9 +5,11 @@ Engine-specific cases (SQLite's settings and files) say so in their names."""
 from __future__ import annotations
 
 import math
+import subprocess
 import sqlite3
 import threading
 from datetime import datetime
+from pathlib import Path
 
 import pytest
 from sqlalchemy import event, text
@@ -59,18 +61,71 @@ def test_missing_file_is_an_error_naming_it_and_nothing_is_created(tmp_path):
     assert not path.exists()
 
 
-def test_create_makes_the_file_and_its_directory(tmp_path):
+def test_create_makes_the_file_but_never_its_directory(tmp_path):
     path = tmp_path / "deep" / "dir" / "r.db"
+    with pytest.raises(StorageError, match=r"directory .*deep/dir .*does not exist"):
+        open_storage(f"sqlite:///{path}", create=True)
+    assert not (tmp_path / "deep").exists()
+    path.parent.mkdir(parents=True)
     open_storage(f"sqlite:///{path}", create=True).close()
     assert path.is_file()
     open_storage(f"sqlite:///{path}").close()      # now it opens without create
 
 
-def test_a_file_without_our_schema_is_refused(tmp_path):
-    path = tmp_path / "other.db"
-    sqlite3.connect(path).execute("create table t (x)").connection.close()
-    with pytest.raises(StorageError, match="not an mpiopt results database"):
-        open_storage(f"sqlite:///{path}")
+@pytest.mark.parametrize("create", [False, True])
+def test_another_applications_database_is_refused_and_left_untouched(db_url, create):
+    from sqlalchemy import create_engine, inspect
+
+    engine = create_engine(db_url)
+    with engine.begin() as conn:
+        conn.execute(text("create table events (id integer primary key, what text)"))
+    before = _snapshot(db_url)
+    with pytest.raises(StorageError, match=r"not an mpiopt results database: it holds other "
+                                           r"tables \(events\)"):
+        open_storage(db_url, create=create)
+    assert inspect(engine).get_table_names() == ["events"] and _snapshot(db_url) == before
+    engine.dispose()
+
+
+def test_an_empty_file_is_refused_and_stays_empty(tmp_path):
+    path = tmp_path / "empty.db"
+    path.touch()
+    with pytest.raises(StorageError, match="empty file, not an mpiopt results database"):
+        open_storage(f"sqlite:///{path}", create=True)
+    assert path.stat().st_size == 0 and not list(tmp_path.glob("empty.db-*"))
+
+
+def test_read_only_opens_never_write(tmp_path):
+    path = tmp_path / "r.db"
+    with open_storage(f"sqlite:///{path}", create=True) as st:
+        finished(st, new_study(st), 1.0)
+    con = sqlite3.connect(path)
+    con.execute("PRAGMA journal_mode = DELETE")      # as another tool might have left it
+    con.close()
+    before = path.read_bytes()
+    with open_storage(f"sqlite:///{path}", read_only=True) as st:
+        assert [t.value for t in st.get_trials(st.get_study("s").id)] == [1.0]
+        with pytest.raises(StorageError):
+            new_study(st, "other")
+    assert path.read_bytes() == before and not list(tmp_path.glob("r.db-*"))
+
+
+def test_read_only_opens_of_an_older_schema_say_to_upgrade(db_url):
+    from mpiopt.storage import migrate
+    from mpiopt.storage._engine import make_engine
+
+    engine = make_engine(db_url)
+    migrate.upgrade(engine, "0001")
+    engine.dispose()
+    with pytest.raises(StorageError, match=r"revision 0001, older .* run `mpiopt db upgrade"):
+        open_storage(db_url, read_only=True)
+    with open_storage(db_url) as st:                 # a writer (a study) upgrades it
+        assert migrate.current_revision(st.engine) == migrate.head_revision()
+
+
+def _snapshot(url):
+    path = url.removeprefix("sqlite:///")
+    return Path(path).read_bytes() if url.startswith("sqlite") else None
 
 
 def test_garbage_file_is_a_storage_error(tmp_path):
@@ -399,3 +454,20 @@ def test_a_fresh_lease_refuses_a_second_job_and_a_stale_one_is_taken_over(storag
     storage.release_lease(sid, second)
     assert storage.get_study("s").lease is None
     storage.release_lease(sid, storage.acquire_lease(sid, "n14", 1, period_s=30))
+
+
+def test_eight_jobs_starting_at_once_on_an_empty_database_all_open_it(db_url, tmp_path):
+    """The first migration under concurrency: one job migrates, the others wait and find
+    the schema current (SQLite: BEGIN IMMEDIATE; PostgreSQL: an advisory lock)."""
+    from conftest import BIN, subprocess_env
+
+    script = ("import sys\nfrom mpiopt.storage import open_storage\n"
+              "with open_storage(sys.argv[1], create=True) as st:\n"
+              "    st.create_study(sys.argv[2], 'minimize', 'value', 's', '0' * 64, '{}')\n")
+    jobs = [subprocess.Popen([str(BIN / "python"), "-c", script, db_url, f"s{i}"], cwd=tmp_path,
+                             env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True) for i in range(8)]
+    outcomes = [(job.wait(timeout=120), job.stderr.read()) for job in jobs]
+    assert all(rc == 0 for rc, _ in outcomes), [err for rc, err in outcomes if rc]
+    with open_storage(db_url) as st:
+        assert sorted(s.name for s in st.list_studies()) == [f"s{i}" for i in range(8)]

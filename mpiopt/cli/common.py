@@ -12,9 +12,18 @@ def add_storage_option(parser) -> None:
     parser.add_argument(
         "--storage",
         default=None,
-        help=f"SQLAlchemy URL of the results database (default: {DEFAULT_STORAGE}, "
-        "in the current directory)",
+        help="SQLAlchemy URL of the results database (default: $MPIOPT_STORAGE, then the "
+        f"spec's storage, then {DEFAULT_STORAGE} in the current directory)",
     )
+
+
+def storage_url(args, from_spec: str | None = None) -> str:
+    """--storage, else MPIOPT_STORAGE (a URL with a password need not sit in a spec file or
+    a shell history), else the spec's storage, else the default."""
+    import os
+
+    return (getattr(args, "storage", None) or os.environ.get("MPIOPT_STORAGE") or from_spec
+            or DEFAULT_STORAGE)
 
 
 def add_format_option(parser) -> None:

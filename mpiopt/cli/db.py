@@ -5,7 +5,7 @@ migrate (or check) before a study starts, e.g. a shared PostgreSQL database.
 """
 from __future__ import annotations
 
-from mpiopt.cli.common import DEFAULT_STORAGE, add_storage_option
+from mpiopt.cli.common import add_storage_option, storage_url
 
 
 def register(subparsers) -> None:
@@ -21,7 +21,7 @@ def register(subparsers) -> None:
 
 
 def cmd_upgrade(args) -> int:
-    url = args.storage or DEFAULT_STORAGE
+    url = storage_url(args)
     with _engine(url) as engine:
         from mpiopt.storage import migrate
 
@@ -34,11 +34,15 @@ def cmd_upgrade(args) -> int:
 
 
 def cmd_current(args) -> int:
-    url = args.storage or DEFAULT_STORAGE
+    url = storage_url(args)
     with _engine(url) as engine:
         from mpiopt.storage import migrate
 
         current, head = migrate.current_revision(engine), migrate.head_revision()
+        if current is not None and current not in migrate.known_revisions():
+            from mpiopt.errors import StorageError
+
+            raise StorageError(migrate.newer_message(engine.url.render_as_string(), current, head))
     if current == head:
         print(f"{current} (head)")
     else:

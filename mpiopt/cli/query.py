@@ -10,7 +10,7 @@ import sys
 from contextlib import contextmanager
 from pathlib import Path
 
-from mpiopt.cli.common import DEFAULT_STORAGE, add_format_option, add_storage_option, print_rows
+from mpiopt.cli.common import add_format_option, add_storage_option, print_rows, storage_url
 from mpiopt.errors import MpioptError
 from mpiopt.trial import TrialStatus
 
@@ -63,7 +63,7 @@ def _opened(args, study: bool = True):
     """(storage, study record or None), closed afterwards."""
     from mpiopt.storage import open_storage
 
-    storage = open_storage(args.storage or DEFAULT_STORAGE)
+    storage = open_storage(storage_url(args), read_only=True)
     try:
         yield storage, (storage.get_study(args.study) if study else None)
     finally:

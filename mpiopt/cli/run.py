@@ -1,7 +1,7 @@
 """`mpiopt search SPEC` and `mpiopt resume STUDY`: run a study, under mpirun or alone."""
 from __future__ import annotations
 
-from mpiopt.cli.common import DEFAULT_STORAGE, add_storage_option
+from mpiopt.cli.common import add_storage_option, storage_url
 
 
 def register(sub) -> None:
@@ -39,7 +39,7 @@ def cmd_search(args) -> int:
         from mpiopt.spec import load_spec
 
         spec = load_spec(args.spec, overrides=_overrides(args))
-        url = args.storage or spec.storage or DEFAULT_STORAGE
+        url = storage_url(args, spec.storage)
         return spec, url, args.resume
 
     from mpiopt.parallel.launch import run_study_command
@@ -53,7 +53,7 @@ def cmd_resume(args) -> int:
         from mpiopt.storage import open_storage
         from mpiopt.study import stored_spec_dict
 
-        url = args.storage or DEFAULT_STORAGE
+        url = storage_url(args)
         storage = open_storage(url)
         try:
             data = stored_spec_dict(storage, args.study)

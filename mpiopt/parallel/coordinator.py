@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from mpiopt.parallel.protocol import Decision, Tag, Verdict
 from mpiopt.parallel.scheduler import Answer, Dispatch, StopGroup
 from mpiopt.backoff import Backoff
+from mpiopt.errors import StorageUnavailable
 from mpiopt.parallel.waiting import probe
 
 WIND_DOWN_S = 10.0
@@ -76,6 +77,9 @@ class Coordinator:
         try:
             self.execute(self.sched.start())
             cause = self._loop()
+        except StorageUnavailable as exc:   # an outage past storage.retry_timeout
+            cause = str(exc)
+            self.sched.stop("error", cause)
         except Exception as exc:  # the coordinator's own failure still ends every rank
             cause = (f"coordinator failed on rank 0 ({socket.gethostname()}): "
                      f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}")

@@ -181,18 +181,21 @@ def _coordinate(world, spec, url, opened, quiet, objective=None) -> int:
     from mpiopt.parallel.topology import make_topology
     from mpiopt.progress import Progress
 
+    from mpiopt.parallel.coordinator import Coordinator, StopFlag
+    from mpiopt.storage.resilient import Resilient
+
     topo, comm = make_topology(world, spec.resources.group_size)
     hosts = _leader_hosts(world, topo)
     progress = Progress(spec.search.trials, quiet=quiet)
     ranks = [0] if topo.single_process else [topo.leader(g) for g in range(topo.n_groups)]
-    sched = _scheduler(spec, opened, topo.n_groups, progress, hosts, ranks)
+    flag = StopFlag()
+    storage = Resilient(opened.storage, spec.storage_retry, opened.recovery, say=_progress,
+                        should_stop=flag.is_set)
+    sched = _scheduler(spec, opened, storage, topo.n_groups, progress, hosts, ranks)
     _announce(progress, spec, url, topo, opened, sched)
     progress.start()
     if topo.single_process:
         return _run_single(spec, url, opened, sched, progress, comm, objective)
-    from mpiopt.parallel.coordinator import Coordinator, StopFlag
-
-    flag = StopFlag()
     flag.install()
     ending = Coordinator(world, topo, sched, flag, on_tick=opened.on_tick).run()
     stuck = "" if ending.orderly else (f" (rank(s) {', '.join(map(str, ending.stuck))} did not "
@@ -275,13 +278,13 @@ def _leader_hosts(world, topo) -> list[str]:
     return None if names is None else [names[topo.leader(g)] for g in range(topo.n_groups)]
 
 
-def _scheduler(spec, opened, n_groups, progress, hosts, ranks):
+def _scheduler(spec, opened, storage, n_groups, progress, hosts, ranks):
     from mpiopt.parallel.scheduler import Scheduler
     from mpiopt.search import make_searcher, make_pruner
 
     s = spec.search
     return Scheduler(
-        storage=opened.storage, study_id=opened.study_id,
+        storage=storage, study_id=opened.study_id,
         searcher=make_searcher(s.algorithm, spec.space, s.options, s.seed),
         direction=spec.objective.direction, budget=s.trials, n_groups=n_groups, seed=s.seed,
         pruner=make_pruner(spec.training.pruning), target=s.target, time_limit=s.time_limit,

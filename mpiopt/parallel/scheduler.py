@@ -135,10 +135,14 @@ class Scheduler:
             self.searcher.forget(run.params)
             self.idle.append(group)
             return self._stop_idle()
-        self.storage.finish_trial(
-            run.trial_id, status, value=result.value, value_std=result.value_std,
-            fold_values=result.fold_values, metrics=result.metrics, error=error,
-            duration=result.duration)
+        try:
+            self.storage.finish_trial(
+                run.trial_id, status, value=result.value, value_std=result.value_std,
+                fold_values=result.fold_values, metrics=result.metrics, error=error,
+                duration=result.duration)
+        except BaseException:
+            self.idle.append(group)     # so the wind-down stops it (the result is in the
+            raise                       # recovery file: storage/resilient.py)
         self.counts[status] += 1
         trial = FrozenTrial(id=run.trial_id, study_id=self.study_id, number=run.number,
                             status=status, params=run.params, value=result.value,

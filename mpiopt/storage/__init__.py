@@ -21,19 +21,26 @@ from mpiopt.storage._session import describe
 from mpiopt.storage._urls import check_url, mask_url
 
 
-def open_storage(url: str, create: bool = False) -> Storage:
+def open_storage(url: str, create: bool = False, read_only: bool = False) -> Storage:
     """Open the database at `url`, migrating its schema to the newest revision.
 
-    Without `create`, a missing SQLite file or a database without mpiopt's schema is a
-    StorageError naming it: query commands never leave an empty database behind.
+    - `create` (a study starts): a missing SQLite file is created, in a directory that
+      must exist; an empty database gets the schema. A database that holds other tables
+      and no mpiopt schema, or an existing empty file, is refused: it is someone else's.
+    - without `create`: a missing file or a database without mpiopt's schema is a
+      StorageError naming it; query commands never leave an empty database behind.
+    - `read_only` (query commands): the database is never written, migrated or switched
+      to another journal mode; an older schema says to run `mpiopt db upgrade`.
     """
     check_exists(url, create)
-    engine = make_engine(url)
+    path = sqlite_path(url)
+    if path is not None and create and not path.exists():
+        _create_sqlite(url, path)
+    elif path is not None and path.is_file() and not read_only:
+        _look_first(url, create)     # before a writer's connection switches it to WAL
+    engine = make_engine(url, read_only=read_only)
     try:
-        if not create and migrate.current_revision(engine) is None:
-            raise StorageError(f"{_where(url)} is not an mpiopt results database "
-                               "(it has no schema revision)")
-        migrate.ensure_current(engine)
+        _check_schema(engine, url, create, read_only)
     except sa_exc.DBAPIError as exc:
         engine.dispose()
         raise StorageError(f"{_where(url)}: {describe(exc)}") from exc
@@ -41,6 +48,61 @@ def open_storage(url: str, create: bool = False) -> Storage:
         engine.dispose()
         raise
     return Storage(engine, url)
+
+
+def _create_sqlite(url: str, path) -> None:
+    """A new SQLite database appears whole or not at all: it is built and migrated under a
+    temporary name, then linked into place (atomic; the first of several jobs starting at
+    once wins and the others open its file). No job ever sees a half-made database."""
+    import os
+
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.creating")
+    engine = make_engine(url.replace(str(path), str(tmp)) if str(path) in url else f"sqlite:///{tmp}")
+    try:
+        migrate.upgrade(engine)
+        with engine.connect() as conn:       # everything into the main file before the link
+            conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
+    except sa_exc.DBAPIError as exc:
+        raise StorageError(f"{_where(url)}: {describe(exc)}") from exc
+    finally:
+        engine.dispose()
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        pass
+    finally:
+        for leftover in (tmp, tmp.with_name(tmp.name + "-wal"), tmp.with_name(tmp.name + "-shm")):
+            leftover.unlink(missing_ok=True)
+
+
+def _look_first(url: str, create: bool) -> None:
+    """Refuse a foreign SQLite file through a read-only connection, so it is not touched."""
+    probe = make_engine(url, read_only=True)
+    try:
+        if migrate.current_revision(probe) is None and (migrate.table_names(probe) or not create):
+            _check_schema(probe, url, create, read_only=True)
+    except sa_exc.DBAPIError as exc:
+        raise StorageError(f"{_where(url)}: {describe(exc)}") from exc
+    finally:
+        probe.dispose()
+
+
+def _check_schema(engine, url: str, create: bool, read_only: bool) -> None:
+    current = migrate.current_revision(engine)
+    if current is None:
+        tables = migrate.table_names(engine)
+        if tables:
+            shown = ", ".join(tables[:5]) + (" ..." if len(tables) > 5 else "")
+            raise StorageError(f"{_where(url)} is not an mpiopt results database: it holds "
+                               f"other tables ({shown}) and no mpiopt schema; mpiopt will not "
+                               "add its tables to another application's database")
+        if not create or read_only:
+            raise StorageError(f"{_where(url)} is not an mpiopt results database "
+                               "(it has no schema revision)")
+    if read_only:
+        migrate.check_readable(engine, current, url)
+        return
+    migrate.ensure_current(engine)
 
 
 def _where(url: str) -> str:

@@ -8,6 +8,7 @@ takes the write lock up front and waits on the busy timeout instead of failing m
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from sqlalchemy import create_engine, event
@@ -17,7 +18,16 @@ from sqlalchemy.pool import StaticPool
 
 from mpiopt.errors import StorageError
 
-BUSY_TIMEOUT_MS = 30_000
+def _busy_timeout_ms() -> int:
+    """How long one SQLite statement waits for a lock before it is a (transient) error that
+    storage/resilient.py retries: MPIOPT_SQLITE_BUSY_MS, default 30 s."""
+    try:
+        return max(1, int(os.environ.get("MPIOPT_SQLITE_BUSY_MS", "30000")))
+    except ValueError:
+        return 30_000
+
+
+BUSY_TIMEOUT_MS = _busy_timeout_ms()
 WRITE_OPTION = "mpiopt_write"
 
 
@@ -33,27 +43,44 @@ def sqlite_path(url: str) -> Path | None:
 
 
 def check_exists(url: str, create: bool) -> None:
-    """Refuse a missing SQLite file unless asked to create it (then make its directory)."""
+    """Before anything connects: a missing SQLite file is an error unless asked to create
+    it, and then its directory must exist (a typo in a path must not make a new tree);
+    an existing empty file is refused (it is not ours, and connecting would write it)."""
     path = sqlite_path(url)
     if path is None:
         return
     if create:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        if not path.parent.is_dir():
+            raise StorageError(f"the directory {path.parent.resolve()} of the results database "
+                               f"does not exist ({url}): create it, or fix the path")
+        if path.is_file() and path.stat().st_size == 0:
+            raise StorageError(f"{path.resolve()} is an empty file, not an mpiopt results "
+                               "database: remove it, or name a file that does not exist yet "
+                               "(mpiopt creates it)")
     elif not path.is_file():
         raise StorageError(f"no results database at {path.resolve()} ({url}): check --storage, "
                            "or start a study with `mpiopt search`")
 
 
-def make_engine(url: str) -> Engine:
+def make_engine(url: str, read_only: bool = False) -> Engine:
+    """An engine for `url`; `read_only` never writes: PostgreSQL sessions are read-only
+    transactions, a SQLite file is opened with mode=ro and its journal mode left alone."""
     parsed = _parse(url)
     if parsed.get_backend_name() != "sqlite":
-        return create_engine(parsed, pool_pre_ping=True)
+        kwargs = {"pool_pre_ping": True}
+        if read_only and parsed.get_backend_name() == "postgresql":
+            kwargs["execution_options"] = {"postgresql_readonly": True}
+        return create_engine(parsed, **kwargs)
     kwargs = {"connect_args": {"timeout": BUSY_TIMEOUT_MS / 1000}}
-    if sqlite_path(url) is None and not parsed.query.get("uri"):
+    path = sqlite_path(url)
+    if path is None and not parsed.query.get("uri"):
         kwargs["poolclass"] = StaticPool      # one in-memory database shared by all sessions
         kwargs["connect_args"]["check_same_thread"] = False
+    elif path is not None and read_only:
+        parsed = parsed.set(database=f"file:{path.resolve()}?mode=ro",
+                            query={**parsed.query, "uri": "true"})
     engine = create_engine(parsed, **kwargs)
-    _tune_sqlite(engine)
+    _tune_sqlite(engine, read_only)
     return engine
 
 
@@ -62,14 +89,15 @@ def writer(engine: Engine) -> Engine:
     return engine.execution_options(**{WRITE_OPTION: True})
 
 
-def _tune_sqlite(engine: Engine) -> None:
+def _tune_sqlite(engine: Engine, read_only: bool = False) -> None:
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn, _record):
         dbapi_conn.isolation_level = None     # SQLAlchemy, not pysqlite, emits BEGIN
         cursor = dbapi_conn.cursor()
         cursor.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-        cursor.execute("PRAGMA journal_mode = WAL")
-        cursor.execute("PRAGMA synchronous = NORMAL")
+        if not read_only:                     # switching the journal mode writes the file
+            cursor.execute("PRAGMA journal_mode = WAL")
+            cursor.execute("PRAGMA synchronous = NORMAL")
         cursor.execute("PRAGMA foreign_keys = ON")
         cursor.close()
 

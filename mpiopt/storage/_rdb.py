@@ -142,7 +142,7 @@ class Storage:
                     f"study '{row.name}' is being run by another job (host {held.host}, pid "
                     f"{held.pid}, since {held.started_at:%Y-%m-%d %H:%M:%S} UTC, last heartbeat "
                     f"{held.age_s(now):.0f}s ago): wait for it to end or stop it; a job that "
-                    f"died is taken over once its lease is {3 * held.period_s:.0f}s old")
+                    f"died is taken over once its lease is {3 * held.period_s:.0f}s old", held)
             row.lease_token, row.lease_host, row.lease_pid = token, host[:255], int(pid)
             row.lease_started_at = row.lease_beat_at = now
             row.lease_period = float(period_s)

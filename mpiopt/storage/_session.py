@@ -8,7 +8,7 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.orm import Session, sessionmaker
 
-from mpiopt.errors import MpioptError, StorageError
+from mpiopt.errors import MpioptError, StorageError, StorageUnavailable
 
 
 @contextmanager
@@ -24,7 +24,7 @@ def session_scope(factory: sessionmaker, where: str) -> Iterator[Session]:
             yield session
             session.commit()
     finally:
-        session.close()
+        _quietly(session.close)
 
 
 @contextmanager
@@ -34,13 +34,14 @@ def connection_scope(engine: Engine, where: str) -> Iterator[Connection]:
     The coordinator's per-trial writes use it: a Session's setup, identity map and
     commit bookkeeping cost more than the few statements it would run.
     """
-    conn = engine.connect()
+    with _translated(where, lambda: None):     # a refused connection is translated too
+        conn = engine.connect()
     try:
         with _translated(where, conn.rollback):
             yield conn
             conn.commit()
     finally:
-        conn.close()
+        _quietly(conn.close)
 
 
 @contextmanager
@@ -49,14 +50,44 @@ def _translated(where: str, rollback) -> Iterator[None]:
     try:
         yield
     except MpioptError:
-        rollback()
+        _quietly(rollback)
         raise
     except sa_exc.DBAPIError as exc:
-        rollback()
-        raise StorageError(f"{where}: {describe(exc)}") from exc
+        _quietly(rollback)           # on a dead connection the rollback fails as well
+        kind = StorageUnavailable if is_transient(exc) else StorageError
+        raise kind(f"{where}: {describe(exc)}") from exc
     except BaseException:
-        rollback()
+        _quietly(rollback)
         raise
+
+
+def _quietly(action) -> None:
+    try:
+        action()
+    except Exception:
+        pass
+
+
+# SQLSTATE classes that say "try again": connection exception, transaction rollback
+# (serialization failure, deadlock), insufficient resources, operator intervention
+# (server shutting down or starting up).
+_TRANSIENT_SQLSTATE = ("08", "40", "53", "57")
+_TRANSIENT_WORDS = ("locked", "busy", "connection", "connect", "server closed", "timeout",
+                    "timed out", "terminating", "shutting down", "starting up", "recovery mode")
+
+
+def is_transient(exc: sa_exc.DBAPIError) -> bool:
+    """A failure of the database's availability, not of the statement: retry it."""
+    if getattr(exc, "connection_invalidated", False):
+        return True
+    orig = getattr(exc, "orig", None)
+    state = getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None)
+    if state:
+        return str(state)[:2] in _TRANSIENT_SQLSTATE
+    if isinstance(exc, (sa_exc.OperationalError, sa_exc.InterfaceError)):
+        message = str(orig or exc).lower()
+        return any(word in message for word in _TRANSIENT_WORDS)
+    return False
 
 
 def describe(exc: sa_exc.DBAPIError) -> str:

@@ -49,15 +49,53 @@ def current_revision(engine: Engine) -> str | None:
         return MigrationContext.configure(conn).get_current_revision()
 
 
-def is_empty(engine: Engine) -> bool:
+def table_names(engine: Engine) -> list[str]:
     with engine.connect() as conn:
-        return not inspect(conn).get_table_names()
+        return sorted(inspect(conn).get_table_names())
+
+
+def is_empty(engine: Engine) -> bool:
+    return not table_names(engine)
+
+
+def known_revisions() -> set[str]:
+    return {s.revision for s in ScriptDirectory.from_config(make_config()).walk_revisions()}
+
+
+def check_readable(engine: Engine, current: str | None, url: str) -> None:
+    """For read-only opens: the schema must be exactly this mpiopt's (never migrated here)."""
+    head = head_revision()
+    if current == head:
+        return
+    shown = engine.url.render_as_string()
+    if current not in known_revisions():
+        raise StorageError(newer_message(shown, current, head))
+    raise StorageError(f"{shown}: the database has schema revision {current}, older than this "
+                       f"mpiopt's {head}: run `mpiopt db upgrade --storage ...` first (query "
+                       "commands never change the database)")
+
+
+def newer_message(shown: str, current: str | None, head: str) -> str:
+    return (f"{shown}: the database has schema revision {current}, unknown to this mpiopt "
+            f"(head {head}); it was written by a newer mpiopt: upgrade mpiopt to use it")
+
+
+# One constant key for PostgreSQL's advisory lock: every mpiopt job that migrates waits on it.
+_MIGRATION_LOCK = 0x6D70696F7074  # "mpiopt"
 
 
 def upgrade(engine: Engine, revision: str = "head") -> None:
-    """Migrate to `revision` in one write transaction (SQLite DDL is transactional)."""
+    """Migrate to `revision` in one write transaction (SQLite and PostgreSQL DDL is
+    transactional), under a lock that any number of jobs starting at once queue on:
+    BEGIN IMMEDIATE on SQLite, a transaction-scoped advisory lock on PostgreSQL. The
+    revision is read again under the lock, so only the first job migrates."""
     cfg = make_config(engine)
     with writer(engine).begin() as conn:
+        if engine.dialect.name == "postgresql":
+            conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_MIGRATION_LOCK})")
+        if revision == "head" and \
+                MigrationContext.configure(conn).get_current_revision() == head_revision():
+            return
         cfg.attributes["connection"] = conn
         try:
             command.upgrade(cfg, revision)
@@ -73,7 +111,6 @@ def ensure_current(engine: Engine) -> None:
 
 def _explain(exc: CommandError, engine: Engine) -> str:  # render_as_string hides the password
     if "Can't locate revision" in str(exc):
-        return (f"{engine.url.render_as_string()}: the database has schema revision "
-                f"{current_revision(engine)}, unknown to this mpiopt (head "
-                f"{head_revision()}); it was written by a newer mpiopt")
+        return newer_message(engine.url.render_as_string(), current_revision(engine),
+                             head_revision())
     return f"{engine.url.render_as_string()}: migration failed: {exc}"

@@ -1,0 +1,156 @@
+"""Riding out a database outage, and losing no finished result when it lasts too long.
+
+The coordinator's storage is wrapped in `Resilient`: a call that fails with
+StorageUnavailable (connection lost, server restarting, SQLite locked) is retried with a
+growing pause for up to `storage.retry_timeout` (default 10 minutes). Groups keep
+training meanwhile; their results wait in the coordinator. Past the limit the wrapper
+gives up: the call raises, the job ends with one line, and from then on every result
+write (finish_trial, add_intermediate) goes to the recovery file instead of the database.
+A write that fails for good is in the recovery file too, so a finished result is never
+lost, however long the outage. The next resume imports the file first (`import_recovery`).
+
+The recovery file is JSON lines, one write per line, flushed and fsynced as it is written.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+from mpiopt.errors import StorageError, StorageUnavailable
+
+JOURNALED = ("finish_trial", "add_intermediate")
+RECOVERY_SUFFIX = ".mpiopt-recovery.jsonl"
+
+
+def recovery_file(folder: Path, study: str) -> Path:
+    return Path(folder) / f"{study}{RECOVERY_SUFFIX}"
+
+
+class Resilient:
+    """A storage whose calls survive outages up to `limit_s` (see the module docstring).
+
+    `say(line)` tells the user once per outage; `should_stop()` (a signal arrived) ends
+    the waiting early. Attributes that are not methods pass straight through.
+    """
+
+    def __init__(self, storage, limit_s: float, recovery: Path, say=print,
+                 should_stop=lambda: False, clock=time.monotonic, sleep=time.sleep):
+        self.storage, self.limit_s, self.recovery = storage, float(limit_s), Path(recovery)
+        self.say, self.should_stop, self.clock, self._sleep = say, should_stop, clock, sleep
+        self.given_up: str | None = None     # why, once an outage outlasted the limit
+        self.journaled = 0
+
+    def __getattr__(self, name):
+        attr = getattr(self.storage, name)
+        if not callable(attr) or name.startswith("_") or name == "close":
+            return attr
+
+        def call(*args, **kwargs):
+            return self._call(name, attr, args, kwargs)
+
+        call.__name__ = name
+        return call
+
+    def _call(self, name, method, args, kwargs):
+        if self.given_up is not None:
+            if name in JOURNALED:
+                return self._journal(name, args, kwargs)
+            raise StorageUnavailable(self.given_up)
+        start, pause, tries = self.clock(), 0.5, 0
+        while True:
+            try:
+                result = method(*args, **kwargs)
+            except StorageUnavailable as exc:
+                tries += 1
+                waited = self.clock() - start
+                if waited >= self.limit_s or self.should_stop():
+                    return self._give_up(name, args, kwargs, exc, waited)
+                if tries == 1:
+                    self.say(f"database unavailable ({_first_line(exc)}); retrying for up "
+                             f"to {_minutes(self.limit_s)} (storage.retry_timeout), results "
+                             "wait here meanwhile")
+                self._sleep(min(pause, max(0.0, self.limit_s - waited)))
+                pause = min(pause * 2, 15.0)
+                continue
+            except StorageError as exc:
+                if tries and name == "finish_trial" and "already" in str(exc):
+                    return None      # the try that lost its connection did commit
+                raise
+            if tries:
+                self.say(f"database back after {self.clock() - start:.0f}s "
+                         f"({tries} failed tr{'y' if tries == 1 else 'ies'})")
+            return result
+
+    def _give_up(self, name, args, kwargs, exc, waited):
+        self.given_up = (f"the database was unavailable for {waited:.0f}s ({_first_line(exc)})"
+                         f"; finished results are kept in {self.recovery}")
+        if name in JOURNALED:
+            self._journal(name, args, kwargs)
+        raise StorageUnavailable(self.given_up) from exc
+
+    def _journal(self, name, args, kwargs) -> None:
+        entry = {"op": name, "args": list(args), "kwargs": _plain(kwargs)}
+        self.recovery.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.recovery, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(entry, default=_json_default) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        self.journaled += 1
+        return None
+
+
+def import_recovery(storage, path: Path) -> int:
+    """Write what a recovery file kept into the database (first thing on resume), then
+    remove the file. Writes that the database already holds are skipped. Returns how
+    many were written."""
+    path = Path(path)
+    if not path.is_file():
+        return 0
+    written = 0
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if not line.strip():
+            continue
+        try:
+            entry = json.loads(line)
+        except json.JSONDecodeError:
+            continue          # a line cut short by the crash that ended the job
+        kwargs = entry.get("kwargs", {})
+        if entry.get("op") == "finish_trial" and "status" in kwargs:
+            from mpiopt.trial import TrialStatus
+
+            kwargs["status"] = TrialStatus(kwargs["status"])
+        try:
+            getattr(storage, entry["op"])(*entry.get("args", []), **kwargs)
+            written += 1
+        except StorageUnavailable:
+            raise
+        except StorageError:
+            pass              # already there (or the trial is gone): nothing to redo
+    path.unlink()
+    return written
+
+
+def _plain(kwargs: dict) -> dict:
+    out = {}
+    for key, value in kwargs.items():
+        out[key] = getattr(value, "value", value) if key == "status" else value
+    return out
+
+
+def _json_default(value):
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    if hasattr(value, "value"):
+        return value.value
+    return str(value)
+
+
+def _first_line(exc) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:.0f}m" if seconds >= 60 else f"{seconds:.0f}s"
