@@ -139,12 +139,34 @@ def budget_of(spec_text: str) -> int | None:
     return trials if isinstance(trials, int) else None
 
 
-def status_summary(record, counts: dict, best: FrozenTrial | None) -> dict[str, Any]:
+def liveness(record, resume_hint: str, now: datetime | None = None) -> tuple[str, str]:
+    """(short, long) state of a study: its status, except that a RUNNING study is either
+    held by a live job (fresh lease) or "stopped without a word" (its job died)."""
+    now = now or datetime.now(timezone.utc)
+    if record.status.value != "RUNNING":
+        text = record.status.value.lower()
+        return text, text
+    lease = getattr(record, "lease", None)
+    if lease is not None and not lease.is_stale(now):
+        text = (f"running (host {lease.host}, pid {lease.pid}, last heartbeat "
+                f"{_seconds(lease.age_s(now))} ago)")
+        return "running", text
+    last = lease.beat_at if lease is not None else record.updated_at
+    host = lease.host if lease is not None else "?"
+    ago = _seconds((now - last).total_seconds())
+    return (f"stopped ({ago} ago, {host})",
+            f"stopped without a word (last heartbeat {ago} ago, host {host}); resume with: "
+            f"{resume_hint}")
+
+
+def status_summary(record, counts: dict, best: FrozenTrial | None, groups=(),
+                   resume_hint: str = "mpiopt resume NAME") -> dict[str, Any]:
     """The numbers `mpiopt status` shows, read from the database alone."""
     done = sum(n for s, n in counts.items() if TrialStatus(s).is_finished())
     now = datetime.now(timezone.utc)
     return {
-        "study": record.name, "status": record.status.value, "direction": record.direction,
+        "study": record.name, "status": record.status.value,
+        "state": liveness(record, resume_hint, now)[1], "direction": record.direction,
         "metric": record.metric, "budget": budget_of(record.spec_text), "done": done,
         "complete": counts[TrialStatus.COMPLETE], "running": counts[TrialStatus.RUNNING],
         "failed": counts[TrialStatus.FAILED], "pruned": counts[TrialStatus.PRUNED],
@@ -154,6 +176,8 @@ def status_summary(record, counts: dict, best: FrozenTrial | None) -> dict[str, 
         "created_at": _iso(record.created_at), "updated_at": _iso(record.updated_at),
         "elapsed": (now - record.created_at).total_seconds(),
         "since_update": (now - record.updated_at).total_seconds(),
+        "groups": [{**g, "since": (now - g["last_at"]).total_seconds(),
+                    "last_at": _iso(g["last_at"])} for g in groups],
     }
 
 
@@ -170,7 +194,11 @@ def status_lines(summary: dict[str, Any]) -> list[str]:
             f"{summary['interrupted']} interrupted",
             f"best     {best_text}",
             f"started  {summary['created_at']} ({_seconds(summary['elapsed'])} ago), "
-            f"last update {_seconds(summary['since_update'])} ago"]
+            f"last update {_seconds(summary['since_update'])} ago",
+            f"state    {summary['state']}"] + [
+            f"group {g['group']:<3} {g['host'] or '?'}: last reported {_seconds(g['since'])} ago"
+            + (f", running trial {g['running']}" if g["running"] is not None else "")
+            for g in summary["groups"]]
 
 
 def _section(title: str, items: dict) -> list[str]:

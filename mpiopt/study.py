@@ -41,6 +41,20 @@ def spec_text(spec) -> str:
     return yaml.safe_dump(data, sort_keys=False)
 
 
+def resume_command(name: str, url: str) -> str:
+    """The exact command that continues a study, as every closing line prints it."""
+    shown = shown_url(url)
+    hint = "" if shown == url else " (with the password: set MPIOPT_STORAGE to the full URL)"
+    return f"mpiopt resume {name} --storage {shown}{hint}"
+
+
+def shown_url(url: str) -> str:
+    """The URL with its password masked, for every line printed."""
+    from mpiopt.storage._urls import mask_url
+
+    return mask_url(url)
+
+
 def stored_spec_dict(storage, name: str) -> dict:
     return yaml.safe_load(storage.get_study(name).spec_text)
 

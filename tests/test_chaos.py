@@ -41,8 +41,9 @@ def spec_file(tmp_path: Path, function: str, trials=8, algorithm="random", objec
 
 
 @pytest.fixture
-def url(tmp_path):
-    return f"sqlite:///{tmp_path / 'c.db'}"
+def url(db_url):
+    """Every case on SQLite and on a real PostgreSQL server (conftest.db_url)."""
+    return db_url
 
 
 def study_state(url: str):

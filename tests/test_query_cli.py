@@ -58,9 +58,11 @@ def test_studies(db):
     assert rows["alpha"]["trials"] == 6 and rows["alpha"]["complete"] == 3
     assert rows["alpha"]["running"] == 1 and rows["alpha"]["failed"] == 1
     assert rows["alpha"]["best"] == 0.2 and rows["beta"]["best"] == 0.9
-    assert rows["beta"]["status"] == "COMPLETE"
+    assert rows["beta"]["status"] == "COMPLETE" and rows["beta"]["state"] == "complete"
+    assert rows["alpha"]["status"] == "RUNNING"          # but no job holds it: no lease
+    assert rows["alpha"]["state"].startswith("stopped (")
     table = mpiopt("studies", "--storage", db, check=True).stdout.splitlines()
-    assert table[0].split()[:3] == ["name", "status", "direction"] and len(table) == 3
+    assert table[0].split()[:3] == ["name", "state", "direction"] and len(table) == 3
 
 
 def test_trials_filter_sort_limit(db):

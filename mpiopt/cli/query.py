@@ -14,7 +14,7 @@ from mpiopt.cli.common import add_format_option, add_storage_option, print_rows,
 from mpiopt.errors import MpioptError
 from mpiopt.trial import TrialStatus
 
-STUDY_COLUMNS = ("name", "status", "direction", "metric", "trials", "complete", "running",
+STUDY_COLUMNS = ("name", "state", "direction", "metric", "trials", "complete", "running",
                  "failed", "best", "created")
 
 
@@ -73,7 +73,12 @@ def _opened(args, study: bool = True):
 def cmd_studies(args) -> int:
     with _opened(args, study=False) as (storage, _):
         records = storage.list_studies()
-    rows = [{"name": r.name, "status": r.status.value, "direction": r.direction,
+    from mpiopt.study import resume_command
+    from mpiopt.report import liveness
+
+    url = storage_url(args)
+    rows = [{"name": r.name, "status": r.status.value,
+             "state": liveness(r, resume_command(r.name, url))[0], "direction": r.direction,
              "metric": r.metric, "trials": sum(r.counts.values()),
              "complete": r.counts[TrialStatus.COMPLETE], "running": r.counts[TrialStatus.RUNNING],
              "failed": r.counts[TrialStatus.FAILED], "best": r.best_value,
@@ -141,10 +146,14 @@ def cmd_export(args) -> int:
 def cmd_status(args) -> int:
     from mpiopt.report import status_lines, status_summary
 
+    from mpiopt.study import resume_command
+
     with _opened(args) as (storage, record):
         counts = storage.count_trials(record.id)
         best = storage.best_trials(record.id, 1)
-    summary = status_summary(record, counts, best[0] if best else None)
+        groups = storage.group_activity(record.id)
+    summary = status_summary(record, counts, best[0] if best else None, groups,
+                             resume_command(record.name, storage_url(args)))
     if args.format == "json":
         print(json.dumps(summary, indent=2))
     else:

@@ -21,6 +21,7 @@ import sys
 import time
 
 from mpiopt.errors import MpioptError
+from mpiopt.study import resume_command, shown_url
 from mpiopt.parallel.protocol import Tag
 from mpiopt.trial import StudyStatus
 
@@ -232,21 +233,6 @@ def _close(spec, url, opened, sched, progress, cause, interrupted, stuck: str = 
     print(f"mpiopt: {cause or sched.message or 'stopped'}; resume with: {resume}{stuck}",
           file=sys.stderr, flush=True)
     return EXIT_INTERRUPTED if sched.stop_reason == "interrupted" else EXIT_FAILED
-
-
-def resume_command(name: str, url: str) -> str:
-    shown = shown_url(url)
-    hint = "" if shown == url else " (with the password: set MPIOPT_STORAGE to the full URL)"
-    return f"mpiopt resume {name} --storage {shown}{hint}"
-
-
-def shown_url(url: str) -> str:
-    """The URL with its password masked, for every line printed."""
-    try:
-        from mpiopt.storage import mask_url
-    except ImportError:
-        return url
-    return mask_url(url)
 
 
 # ---- shared helpers -------------------------------------------------------------------------

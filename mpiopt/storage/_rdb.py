@@ -300,6 +300,29 @@ class Storage:
             counts[TrialStatus(status)] = n
         return counts
 
+    def group_activity(self, study_id: int) -> list[dict]:
+        """Per group: its host, when it last started or finished a trial, and the trial
+        it runs now (None when idle), for `mpiopt status`."""
+        last = func.max(func.coalesce(TrialModel.finished_at, TrialModel.started_at))
+        with self._reading() as s:
+            rows = s.execute(select(TrialModel.group, last, func.max(TrialModel.started_at))
+                             .where(TrialModel.study_id == study_id, TrialModel.group.is_not(None))
+                             .group_by(TrialModel.group).order_by(TrialModel.group)).all()
+            running = dict(s.execute(select(TrialModel.group, TrialModel.number).where(
+                TrialModel.study_id == study_id,
+                TrialModel.status == TrialStatus.RUNNING)).all())
+            hosts = dict(s.execute(select(TrialModel.group, TrialModel.host).where(
+                TrialModel.study_id == study_id).order_by(TrialModel.started_at)).all())
+        out = []
+        for group, last_finish, last_start in rows:
+            moments = [m for m in (last_finish, last_start) if m is not None]
+            if not moments:
+                continue
+            at = max(m if m.tzinfo else m.replace(tzinfo=timezone.utc) for m in moments)
+            out.append({"group": group, "host": hosts.get(group), "last_at": at,
+                        "running": running.get(group)})
+        return out
+
     # ---- helpers -----------------------------------------------------------------------
     def _require_study(self, s: Session, study_id: int) -> StudyModel:
         row = s.get(StudyModel, study_id)

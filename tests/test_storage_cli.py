@@ -1,0 +1,141 @@
+"""What users of a shared database see, on SQLite and on a real PostgreSQL server: one job
+per study (a second search refused naming the holder), a dead study told from a live
+one, `db current` on a newer schema, MPIOPT_STORAGE, paths that mean one thing."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import BIN, ROOT, mpiopt, subprocess_env
+from mpiopt.storage import open_storage
+from mpiopt.trial import TrialStatus
+
+FUNCTIONS = ROOT / "tests" / "objectives" / "functions.py"
+
+
+def spec_file(folder: Path, function="steady", trials=6, storage=None) -> Path:
+    spec = {"study": {"name": "s"},
+            "objective": {"function": f"{FUNCTIONS}:{function}", "direction": "minimize"},
+            "search_space": {"x": {"type": "real", "low": -5.0, "high": 10.0},
+                             "y": {"type": "real", "low": 0.0, "high": 15.0}},
+            "search": {"algorithm": "random", "trials": trials, "seed": 2}}
+    if storage:
+        spec["storage"] = storage
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "s.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def wait_running(url, job, limit_s=90):
+    end = time.monotonic() + limit_s
+    while time.monotonic() < end and job.poll() is None:
+        try:
+            with open_storage(url) as st:
+                if any(t.status is TrialStatus.RUNNING for t in st.get_trials(st.get_study("s").id)):
+                    return
+        except Exception:
+            pass
+        time.sleep(0.2)
+    raise AssertionError("the study never started a trial")
+
+
+def test_one_job_per_study_and_a_dead_one_told_from_a_live_one(tmp_path, db_url):
+    spec = spec_file(tmp_path, "never_returns", trials=4)
+    job = subprocess.Popen([str(BIN / "mpiexec"), "-n", "3", str(BIN / "mpiopt"), "search", str(spec),
+                            "--storage", db_url], cwd=tmp_path, env=subprocess_env(), text=True,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        wait_running(db_url, job)
+        second = mpiopt("search", spec, "--storage", db_url, "--resume", np=3, cwd=tmp_path,
+                        timeout=120)
+        assert second.returncode == 2, second.stdout + second.stderr
+        assert "is being run by another job (host " in second.stderr
+        assert "pid " in second.stderr and "Traceback" not in second.stderr
+        status = mpiopt("status", "s", "--storage", db_url, "--format", "json", cwd=tmp_path)
+        summary = json.loads(status.stdout)
+        assert summary["state"].startswith("running (host ")
+        assert summary["groups"] and all(g["since"] < 120 for g in summary["groups"])
+        assert any(g["running"] is not None for g in summary["groups"])
+        os.killpg(job.pid, signal.SIGKILL)          # the job dies without a word
+        job.communicate(timeout=30)
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+    with open_storage(db_url) as st:                # as if its last beat was 5 minutes ago
+        from mpiopt.storage.models import StudyModel
+
+        with st.engine.begin() as conn:
+            conn.execute(StudyModel.__table__.update().values(
+                lease_host="n12", lease_beat_at=datetime.now(timezone.utc).replace(tzinfo=None)
+                - timedelta(minutes=5)))
+    table = mpiopt("studies", "--storage", db_url, cwd=tmp_path)
+    assert "stopped (" in table.stdout and "n12" in table.stdout, table.stdout
+    text = mpiopt("status", "s", "--storage", db_url, cwd=tmp_path).stdout
+    assert "stopped without a word (last heartbeat" in text and "host n12" in text
+    assert "resume with: mpiopt resume s --storage" in text
+
+
+def test_db_current_on_a_newer_schema_exits_2_and_says_to_upgrade_mpiopt(tmp_path, db_url):
+    open_storage(db_url, create=True).close()
+    with open_storage(db_url) as st:
+        with st.engine.begin() as conn:
+            conn.exec_driver_sql("update alembic_version set version_num = '0099'")
+    proc = mpiopt("db", "current", "--storage", db_url, cwd=tmp_path)
+    assert proc.returncode == 2 and "0099" in proc.stderr and "upgrade mpiopt" in proc.stderr
+    studies = mpiopt("studies", "--storage", db_url, cwd=tmp_path)
+    assert studies.returncode == 2 and "newer mpiopt" in studies.stderr
+
+
+def test_mpiopt_storage_gives_the_url_to_every_command(tmp_path, db_url):
+    spec = spec_file(tmp_path, "branin", trials=3)
+    env = {**subprocess_env(), "MPIOPT_STORAGE": db_url}
+    assert mpiopt("search", spec, cwd=tmp_path, env=env).returncode == 0
+    best = mpiopt("best", "s", "--format", "json", cwd=tmp_path, env=env)
+    assert best.returncode == 0 and len(json.loads(best.stdout)) == 1
+    assert not (tmp_path / "mpiopt.db").exists()      # the default was not used
+
+
+def test_a_relative_sqlite_path_in_a_spec_counts_from_the_spec_file(tmp_path):
+    spec = spec_file(tmp_path / "project", "branin", trials=3, storage="sqlite:///results.db")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    assert mpiopt("search", spec, cwd=elsewhere).returncode == 0
+    assert (tmp_path / "project" / "results.db").is_file() and not list(elsewhere.iterdir())
+    data = yaml.safe_load(spec.read_text())
+    data["search"]["trials"] = 5
+    spec.write_text(yaml.safe_dump(data))
+    again = mpiopt("search", spec, "--resume", cwd=tmp_path)   # from yet another directory
+    assert again.returncode == 0, again.stderr
+    with open_storage(f"sqlite:///{tmp_path / 'project' / 'results.db'}") as st:
+        assert len(st.get_trials(st.get_study("s").id)) == 5
+        assert f"{tmp_path / 'project' / 'results.db'}" in st.get_study("s").spec_text
+
+
+def test_resume_of_a_study_that_does_not_exist_names_those_that_do(tmp_path, db_url):
+    spec = spec_file(tmp_path, "branin", trials=2)
+    assert mpiopt("search", spec, "--storage", db_url, cwd=tmp_path).returncode == 0
+    data = yaml.safe_load(spec.read_text())
+    data["study"]["name"] = "typo"
+    spec.write_text(yaml.safe_dump(data))
+    proc = mpiopt("search", spec, "--storage", db_url, "--resume", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert "no study 'typo'" in proc.stderr and "it holds: s" in proc.stderr
+    with open_storage(db_url) as st:
+        assert [s.name for s in st.list_studies()] == ["s"]
+
+
+def test_a_missing_storage_directory_is_an_error_not_a_new_tree(tmp_path):
+    spec = spec_file(tmp_path, "branin", trials=2)
+    proc = mpiopt("search", spec, "--storage", f"sqlite:///{tmp_path / 'no' / 'such' / 'r.db'}",
+                  cwd=tmp_path)
+    assert proc.returncode == 2 and "does not exist" in proc.stderr
+    assert not (tmp_path / "no").exists()
