@@ -8,7 +8,7 @@ def register(sub) -> None:
     p = sub.add_parser("search", help="run a study from a spec (under mpirun: rank 0 coordinates)")
     p.add_argument("spec", help="the study's YAML spec")
     p.add_argument("--resume", action="store_true",
-                   help="continue the study of this name if it exists (finished trials are kept)")
+                   help="continue the study of this name (it must exist; finished trials are kept)")
     _common(p)
     p.set_defaults(func=cmd_search)
 
