@@ -91,6 +91,9 @@ def _check_schema(engine, url: str, create: bool, read_only: bool) -> None:
     current = migrate.current_revision(engine)
     if current is None:
         tables = migrate.table_names(engine)
+        if tables:   # another job's first migration may have committed between the reads
+            current = migrate.current_revision(engine)
+    if current is None:
         if tables:
             shown = ", ".join(tables[:5]) + (" ..." if len(tables) > 5 else "")
             raise StorageError(f"{_where(url)} is not an mpiopt results database: it holds "
