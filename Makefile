@@ -27,9 +27,7 @@ test: $(STAMP)
 	.ci/ensure-postgresql
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -q tests
 
-# Optuna is an outside reference for benchmarks/search_quality.py only, never a dependency.
 bench: $(STAMP)
-	$(BIN)/python -m pip install -q optuna || echo "optuna not installed: search_quality.py skips TPE"
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python benchmarks/run_all.py
 
 clean:

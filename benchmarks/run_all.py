@@ -13,7 +13,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 SCRIPTS = ["scheduling.py", "coordinator_cost.py", "searcher_cost.py", "training_throughput.py",
-           "search_quality.py", "pruning.py"]
+           "quality_suite.py", "pruning.py", "storage.py"]
 
 
 def final_report(stdout: str) -> str:

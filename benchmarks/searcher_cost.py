@@ -21,6 +21,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from mpiopt.search import make_searcher  # noqa: E402
+from mpiopt.search._skopt import skopt_dimensions, to_point  # noqa: E402
 from mpiopt.space import Real, Space  # noqa: E402
 
 SPACE = Space([Real(f"x{i}", 0.0, 1.0) for i in range(6)])
@@ -71,11 +72,11 @@ def skopt_reference(n: int) -> float:
     """One ask after tell in plain scikit-optimize (GP, defaults) at n told points."""
     from skopt import Optimizer
 
-    opt = Optimizer(SPACE.to_skopt(), base_estimator="GP", random_state=0)
+    opt = Optimizer(skopt_dimensions(SPACE), base_estimator="GP", random_state=0)
     hist = history(n, seed=n)
-    opt.tell([SPACE.to_point(p) for p, _ in hist[:-1]], [v for _, v in hist[:-1]])
+    opt.tell([to_point(SPACE, p) for p, _ in hist[:-1]], [v for _, v in hist[:-1]])
     t0 = time.perf_counter()
-    opt.tell(SPACE.to_point(hist[-1][0]), hist[-1][1])
+    opt.tell(to_point(SPACE, hist[-1][0]), hist[-1][1])
     opt.ask()
     return time.perf_counter() - t0
 

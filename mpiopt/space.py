@@ -134,10 +134,6 @@ class Real:
     def to_dict(self) -> dict:
         return {"type": "real", "low": self.low, "high": self.high, "prior": self.prior}
 
-    def to_skopt(self):
-        from skopt.space import Real as SkReal
-
-        return SkReal(self.low, self.high, prior=self.prior, name=self.name)
 
 
 @dataclass(frozen=True)
@@ -191,10 +187,6 @@ class Integer:
     def to_dict(self) -> dict:
         return {"type": "integer", "low": self.low, "high": self.high, "prior": self.prior}
 
-    def to_skopt(self):
-        from skopt.space import Integer as SkInteger
-
-        return SkInteger(self.low, self.high, prior=self.prior, name=self.name)
 
 
 @dataclass(frozen=True)
@@ -256,10 +248,6 @@ class Categorical:
     def to_dict(self) -> dict:
         return {"type": "categorical", "choices": list(self.choices)}
 
-    def to_skopt(self):
-        from skopt.space import Categorical as SkCategorical
-
-        return SkCategorical(list(self.choices), name=self.name)
 
 
 Dimension = Union[Real, Integer, Categorical]
@@ -279,7 +267,8 @@ def dimension_from_dict(name: str, entry: dict) -> Dimension:
 
 
 class Space:
-    """An ordered collection of named dimensions; the order is the skopt/genome order."""
+    """An ordered collection of named dimensions; the order is the genome's (and the
+    encoder's, mpiopt.search._skopt)."""
 
     def __init__(self, dimensions: Iterable[Dimension]):
         self.dimensions: list[Dimension] = list(dimensions)
@@ -307,20 +296,6 @@ class Space:
 
     def __repr__(self) -> str:
         return f"Space({self.dimensions!r})"
-
-    # -- scikit-optimize ------------------------------------------------------------
-    def to_skopt(self) -> list:
-        return [d.to_skopt() for d in self.dimensions]
-
-    def to_point(self, params: dict) -> list:
-        self.check(params)
-        return [params[d.name] for d in self.dimensions]
-
-    def from_point(self, point: Sequence) -> dict:
-        """skopt point -> params with native types (skopt hands back numpy int64)."""
-        if len(point) != len(self.dimensions):
-            raise ValueError(f"expected a point of {len(self)} values, got {len(point)}")
-        return {d.name: d.native(_native(v)) for d, v in zip(self.dimensions, point)}
 
     # -- DEAP genome ----------------------------------------------------------------
     def to_genome(self, params: dict) -> list[float]:

@@ -35,7 +35,7 @@ __all__ = ["Spec", "StudySpec", "ObjectiveSpec", "DataSpec", "SearchSpec", "Trai
 REQUIRED = object()
 STORAGE_RETRY_S = 600.0   # storage.retry_timeout default: ten minutes of outage ridden out
 TOP_KEYS = ("study", "storage", "objective", "search_space", "search", "training", "resources")
-ALGORITHMS = ("bayesian", "evolutionary", "random")
+ALGORITHMS = ("auto", "bayesian", "cmaes", "evolutionary", "random", "tpe")
 
 
 # --------------------------------------------------------------------------- dataclasses
@@ -546,7 +546,7 @@ SEARCH_KEYS = ("algorithm", "trials", "seed", "target", "time_limit", "max_initi
 
 def _search(top: _Section, space: Space) -> SearchSpec:
     sec = top.section("search", SEARCH_KEYS)
-    algorithm = sec.text("algorithm", "bayesian", choices=ALGORITHMS)
+    algorithm = sec.text("algorithm", "auto", choices=ALGORITHMS)
     trials = sec.integer("trials", minimum=1)
     options = {name: _OPTIONS[name](sec, space) for name in ALGORITHMS}
     return SearchSpec(
@@ -567,7 +567,7 @@ def _bayesian(search: _Section, space: Space) -> dict:
     """Defaults equal mpiopt.search.bayesian.DEFAULTS (a test keeps them in step); that
     module is not imported here because it pulls in scikit-learn (seconds per rank)."""
     keys = ("estimator", "acquisition", "initial_points", "refit_every", "max_points",
-            "hyper_points", "candidates", "liar", "xi", "kappa", "min_distance")
+            "hyper_points", "candidates", "liar", "xi", "kappa", "min_distance", "output_warping")
     sec = search.section("bayesian", keys, default={})
     return {
         "estimator": sec.text("estimator", "GP", choices=("GP", "RF", "ET", "GBRT")),
@@ -581,6 +581,7 @@ def _bayesian(search: _Section, space: Space) -> dict:
         "xi": sec.number("xi", 0.01, low=0.0),
         "kappa": sec.number("kappa", 1.96, low=0.0),
         "min_distance": sec.number("min_distance", 0.01, low=0.0, high=1.0),
+        "output_warping": sec.flag("output_warping", True),
     }
 
 
@@ -612,7 +613,26 @@ def _random(search: _Section, space: Space) -> dict:
     return {}
 
 
-_OPTIONS = {"bayesian": _bayesian, "evolutionary": _evolutionary, "random": _random}
+def _auto(search: _Section, space: Space) -> dict:
+    search.section("auto", (), default={})
+    return {}
+
+
+def _tpe(search: _Section, space: Space) -> dict:
+    """Defaults equal mpiopt.search.optuna_samplers.TPESearcher.defaults (a test checks)."""
+    sec = search.section("tpe", ("startup_trials", "multivariate", "constant_liar"), default={})
+    return {"startup_trials": sec.integer("startup_trials", 10, minimum=1),
+            "multivariate": sec.flag("multivariate", True),
+            "constant_liar": sec.flag("constant_liar", True)}
+
+
+def _cmaes(search: _Section, space: Space) -> dict:
+    sec = search.section("cmaes", ("population",), default={})
+    return {"population": sec.integer("population", 0, minimum=0)}
+
+
+_OPTIONS = {"auto": _auto, "bayesian": _bayesian, "cmaes": _cmaes, "evolutionary": _evolutionary,
+            "random": _random, "tpe": _tpe}
 
 TRAINING_KEYS = ("epochs", "batch_size", "mode", "sync_every", "easgd_alpha", "easgd_period",
                  "kfold", "holdout", "early_stopping", "pruning", "shuffle")

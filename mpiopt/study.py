@@ -73,7 +73,7 @@ def open_study(storage, spec, resume: bool, url: str, take_lease=None) -> Opened
         raise UnknownStudyError(
             f"--resume: there is no study '{name}' in {storage.shown_url} to resume ("
             + (f"it holds: {', '.join(known)}" if known else "it holds no studies")
-            + f"); start it with `mpiopt search` without --resume")
+            + "); start it with `mpiopt search` without --resume")
     if record is None:
         study_id = storage.create_study(
             name, spec.objective.direction, spec.objective.metric, spec_text(spec),

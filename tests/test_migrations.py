@@ -17,7 +17,7 @@ from sqlalchemy import Column, Integer, MetaData, Table, inspect, text
 
 from mpiopt.cli.main import main
 from mpiopt.errors import StorageError
-from mpiopt.storage import Storage, migrate, open_storage
+from mpiopt.storage import migrate, open_storage
 from mpiopt.storage._engine import make_engine
 from mpiopt.storage.models import Base
 

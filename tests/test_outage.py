@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import sqlite3
 import subprocess
-import threading
 import time
 from pathlib import Path
 
-import pytest
 import yaml
 
 from conftest import BIN, ROOT, mpiopt, subprocess_env

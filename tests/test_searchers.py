@@ -1,6 +1,6 @@
 """Searchers: the ask/tell contract every strategy follows, then each strategy's own rules.
 
-Pure objects, no MPI and no database. Quality is measured by benchmarks/search_quality.py;
+Pure objects, no MPI and no database. Quality is measured by benchmarks/quality_suite.py;
 here only what must always hold (and small, fast problems). No timing assertions.
 """
 from __future__ import annotations
@@ -31,6 +31,9 @@ CONFIGS = [
     ("evolutionary", {"mode": "generational", "population": 6}),
     ("bayesian", {"initial_points": 4}),
     ("bayesian", {"initial_points": 4, "estimator": "RF", "candidates": 200}),
+    ("tpe", {}),
+    ("cmaes", {}),
+    ("portfolio", {}),
 ]
 IDS = [f"{a}-{'-'.join(f'{k}={v}' for k, v in o.items()) or 'default'}" for a, o in CONFIGS]
 
@@ -91,7 +94,7 @@ def test_replay_gives_the_same_next_suggestions(algorithm, options):
     assert [a.ask() for _ in range(4)] == [b.ask() for _ in range(4)]
 
 
-EXACT = [("random", {}), ("evolutionary", {}),
+EXACT = [("random", {}), ("evolutionary", {}), ("tpe", {}),
          ("evolutionary", {"mode": "generational", "population": 4}),
          ("evolutionary", {"cma": True, "population": 4})]
 
@@ -258,7 +261,7 @@ def test_bayesian_tree_estimators_run(estimator):
 
 
 def test_bayesian_caps_the_points_in_the_model():
-    searcher = BayesianSearcher(SQUARE, {"max_points": 20}, seed=0)
+    searcher = BayesianSearcher(SQUARE, {"max_points": 20, "output_warping": False}, seed=0)
     searcher.replay([(SQUARE.sample(np.random.default_rng(i)), float(i)) for i in range(50)])
     X, y = searcher._training_set()
     assert len(y) == 20 and set(range(10)) <= set(y.astype(int))  # the best half is kept
@@ -333,3 +336,23 @@ def test_cma_replay_before_any_ask():
     searcher.replay(history)
     assert searcher.generation == 2
     SQUARE.check(searcher.ask())
+
+
+def test_output_warping_keeps_the_order_and_tames_huge_values():
+    from mpiopt.search.bayesian import _warp
+
+    y = np.array([0.5, 3.0, 1e5, 12.0, 0.1, 4e3, 2.0])      # a valley's floor and its walls
+    w = _warp(y)
+    assert list(np.argsort(w)) == list(np.argsort(y))      # monotone: the best stays best
+    spread = lambda v: (np.sort(v)[-1] - np.median(v)) / (np.median(v) - np.sort(v)[0])
+    assert spread(w) < spread(y) / 5                        # the walls no longer set the scale
+
+
+def test_auto_chooses_by_the_number_of_groups():
+    few = make_searcher("auto", MIXED, {}, seed=0, budget=50, parallel=4)
+    many = make_searcher("auto", MIXED, {}, seed=0, budget=50, parallel=16)
+    assert few.algorithm == "bayesian" and few.choice.startswith("auto chose bayesian")
+    assert many.algorithm == "portfolio" and "cmaes" in many.choice
+    asked = [many.ask() for _ in range(6)]
+    assert {type(m).__name__ for m in many.members} == {"BayesianSearcher", "CmaEsSearcher"}
+    assert len({many.key(p) for p in asked}) == 6

@@ -8,6 +8,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
+from mpiopt.search._skopt import from_point, skopt_dimensions, to_point
 from mpiopt.space import Categorical, Integer, Real, Space, SpaceError
 
 N = 500  # random parameter sets per property check
@@ -97,16 +98,16 @@ def test_bounds_become_native_floats_and_ints():
 
 # ----------------------------------------------------------------------------- skopt
 def test_skopt_dimensions_keep_order_and_names(space):
-    dims = space.to_skopt()
+    dims = skopt_dimensions(space)
     assert [d.name for d in dims] == space.names
     assert dims[0].prior == "log-uniform" and dims[3].prior == "log-uniform"
 
 
 def test_skopt_point_round_trip(space):
     for params in samples(space):
-        point = space.to_point(params)
+        point = to_point(space, params)
         assert point == [params[n] for n in space.names]
-        back = space.from_point(point)
+        back = from_point(space, point)
         assert back == params
         assert_native(space, back)
 
@@ -114,22 +115,22 @@ def test_skopt_point_round_trip(space):
 def test_points_drawn_by_skopt_come_back_native_and_inside(space):
     from skopt.space import Space as SkSpace
 
-    sk = SkSpace(space.to_skopt())
+    sk = SkSpace(skopt_dimensions(space))
     for point in sk.rvs(N, random_state=1):
-        params = space.from_point(point)
+        params = from_point(space, point)
         assert space.contains(params), params
         assert_native(space, params)
     # skopt's own transform / inverse transform (what its optimizer works in)
-    points = [space.to_point(p) for p in samples(space, 100)]
+    points = [to_point(space, p) for p in samples(space, 100)]
     for params, point in zip(samples(space, 100), sk.inverse_transform(sk.transform(points))):
-        back = space.from_point(point)
+        back = from_point(space, point)
         assert_native(space, back)
         assert_same(space, back, params)
 
 
 def test_from_point_checks_length(space):
     with pytest.raises(ValueError):
-        space.from_point([1.0])
+        from_point(space, [1.0])
 
 
 # ----------------------------------------------------------------------------- genome
@@ -218,7 +219,7 @@ def test_sampling_respects_priors():
 def test_check_names_the_parameter(space, change, name):
     params = dict(samples(space, 1)[0], **change)
     if name == "kernel":  # a float equal to an int choice is accepted and normalized
-        assert space.contains(params) and space.from_point(space.to_point(params))["kernel"] == 3
+        assert space.contains(params) and from_point(space, to_point(space, params))["kernel"] == 3
         return
     assert not space.contains(params)
     with pytest.raises(ValueError, match=rf"^{name}:"):
@@ -236,7 +237,7 @@ def test_numpy_values_are_accepted_and_normalized(space):
     params = dict(samples(space, 1)[0], layers=np.int64(2), lr=np.float64(0.01),
                   optimizer=np.str_("sgd"))
     assert space.contains(params)
-    back = space.from_point(space.to_point(params))
+    back = from_point(space, to_point(space, params))
     assert_native(space, back)
 
 

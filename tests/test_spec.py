@@ -84,14 +84,25 @@ def test_algorithm_options_get_defaults(folder):
     assert spec.search.options["population"] == 8 and spec.search.options["tournament"] == 5
 
 
-@pytest.mark.parametrize("algorithm", ["bayesian", "evolutionary", "random"])
+@pytest.mark.parametrize("algorithm", ["bayesian", "evolutionary", "random", "tpe", "cmaes"])
 def test_option_defaults_match_the_searchers(folder, algorithm):
     """The spec fills in each algorithm's options without importing the searcher (which
     costs seconds per rank); this keeps the two tables of defaults in step."""
-    module = pytest.importorskip(f"mpiopt.search.{algorithm}")
-    defaults = getattr(module, "DEFAULTS", {})
+    if algorithm in ("tpe", "cmaes"):
+        from mpiopt.search import optuna_samplers
+
+        cls = {"tpe": optuna_samplers.TPESearcher, "cmaes": optuna_samplers.CmaEsSearcher}[algorithm]
+        defaults = {k: v for k, v in cls.defaults.items() if k != "parallel"}
+    else:
+        module = pytest.importorskip(f"mpiopt.search.{algorithm}")
+        defaults = getattr(module, "DEFAULTS", {})
     spec = load_spec(write(folder, changed(lambda d: d["search"].update(algorithm=algorithm))))
     assert spec.search.options == defaults
+
+
+def test_the_default_algorithm_is_auto(folder):
+    assert load_spec(write(folder, changed(lambda d: d["search"].pop("algorithm", None)))) \
+        .search.algorithm == "auto"
 
 
 def test_resolved_dict_round_trips(folder):
@@ -291,7 +302,7 @@ BAD = [
     (_set("search_space.lr.type", "float"), "search_space.lr.type: expected real, integer or categorical, got 'float'"),
     (_set("search_space.lr.prior", "log"), "search_space.lr.prior: expected one of uniform, log-uniform, got 'log'"),
     (_set("search_space", ["lr"]), "search_space: expected a mapping of parameter name -> definition"),
-    (_set("search.algorithm", "grid"), "search.algorithm: expected one of bayesian, evolutionary, random, got 'grid'"),
+    (_set("search.algorithm", "grid"), "search.algorithm: expected one of auto, bayesian, cmaes, evolutionary, random, tpe, got 'grid'"),
     (_set("objective.direction", "down"), "objective.direction: expected one of minimize, maximize"),
     (_set("search.target", "low"), "search.target: expected a finite number, got 'low'"),
     (_set("search.time_limit", "soon"), "search.time_limit: expected seconds or a duration"),

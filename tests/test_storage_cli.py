@@ -11,7 +11,6 @@ import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-import pytest
 import yaml
 
 from conftest import BIN, ROOT, mpiopt, subprocess_env

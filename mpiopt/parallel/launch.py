@@ -271,7 +271,8 @@ def _scheduler(spec, opened, storage, n_groups, progress, hosts, ranks):
     s = spec.search
     return Scheduler(
         storage=storage, study_id=opened.study_id,
-        searcher=make_searcher(s.algorithm, spec.space, s.options, s.seed),
+        searcher=make_searcher(s.algorithm, spec.space, s.options, s.seed, budget=s.trials,
+                               parallel=n_groups),
         direction=spec.objective.direction, budget=s.trials, n_groups=n_groups, seed=s.seed,
         pruner=make_pruner(spec.training.pruning), target=s.target, time_limit=s.time_limit,
         max_initial_failures=s.max_initial_failures, existing=opened.existing, progress=progress,
@@ -293,6 +294,9 @@ def _announce(progress, spec, url, topo, opened, sched) -> None:
     shown = shown_url(url)
     progress.say(f"study '{spec.study.name}': {spec.search.algorithm} search, "
                  f"{spec.search.trials} trials, {layout}; storage {shown}")
+    choice = getattr(sched.searcher, "choice", None)
+    if choice:
+        progress.say(choice)
     if opened.resumed:
         progress.say(f"resuming: {sched.finished} finished trials kept, {len(sched.reruns)} to run again")
     for line in getattr(opened, "notes", ()):

@@ -7,7 +7,6 @@ sandboxed one at once; a Keras one at its next epoch) and the study is INTERRUPT
 from __future__ import annotations
 
 import signal
-import time
 from collections import deque
 
 from mpiopt.errors import TrialCancelled

@@ -23,17 +23,39 @@ ALGORITHMS = {
     "bayesian": ("mpiopt.search.bayesian", "BayesianSearcher"),
     "evolutionary": ("mpiopt.search.evolutionary", "EvolutionarySearcher"),
     "random": ("mpiopt.search.random", "RandomSearcher"),
+    "tpe": ("mpiopt.search.optuna_samplers", "TPESearcher"),
+    "cmaes": ("mpiopt.search.optuna_samplers", "CmaEsSearcher"),
 }
 _LAZY = {cls: mod for mod, cls in ALGORITHMS.values()}
 
 
-def make_searcher(algorithm: str, space, options: dict | None = None, seed: int = 0) -> Searcher:
-    """The searcher for `algorithm` (bayesian | evolutionary | random) over `space`."""
+def make_searcher(algorithm: str, space, options: dict | None = None, seed: int = 0,
+                  budget: int | None = None, parallel: int = 1) -> Searcher:
+    """The searcher for `algorithm` (auto | bayesian | cmaes | evolutionary | random | tpe) over
+    `space`; `auto` chooses by the space, the budget and the number of groups (see
+    mpiopt.search.auto) and the choice is in the searcher's `choice` attribute."""
+    chosen_because = None
+    if algorithm == "auto":
+        from mpiopt.search.auto import choose
+
+        algorithm, chosen_because = choose(space, budget, parallel)
+        options = {}
+    if algorithm == "portfolio":             # auto's choice for many groups (see there)
+        from mpiopt.search.portfolio import PortfolioSearcher
+
+        members = [make_searcher(a, space, {}, seed, budget, parallel) for a in ("bayesian", "cmaes")]
+        searcher = PortfolioSearcher(space, members, seed)
+        searcher.choice = f"auto chose bayesian + cmaes in turn: {chosen_because}"
+        return searcher
     if algorithm not in ALGORITHMS:
-        raise SpecError(f"search.algorithm: expected one of {', '.join(ALGORITHMS)}, "
+        raise SpecError(f"search.algorithm: expected one of auto, {', '.join(ALGORITHMS)}, "
                         f"got {algorithm!r}")
+    if algorithm == "cmaes":            # a generation as large as the groups (see there)
+        options = {"parallel": parallel, **(options or {})}
     module, cls = ALGORITHMS[algorithm]
-    return getattr(importlib.import_module(module), cls)(space, options or {}, seed)
+    searcher = getattr(importlib.import_module(module), cls)(space, options or {}, seed)
+    searcher.choice = (f"auto chose {algorithm}: {chosen_because}" if chosen_because else None)
+    return searcher
 
 
 def __getattr__(name: str):

@@ -30,7 +30,7 @@ class Encoder:
 
     def __init__(self, space):
         self.space = space
-        self.sk = normalize_dimensions(space.to_skopt())
+        self.sk = normalize_dimensions(skopt_dimensions(space))
         self.n_cols = self.sk.transformed_n_dims
         self.blocks = []
         col = 0
@@ -41,13 +41,13 @@ class Encoder:
         self.all_categorical = all(b["kind"] == "cat" for b in self.blocks)
 
     def encode(self, params_list) -> np.ndarray:
-        points = [self.space.to_point(p) for p in params_list]
+        points = [to_point(self.space, p) for p in params_list]
         return np.asarray(self.sk.transform(points), dtype=float).reshape(-1, self.n_cols)
 
     def decode(self, row) -> dict:
         row = np.clip(np.asarray(row, dtype=float), 0.0, 1.0)[None, :]
         point = self.sk.inverse_transform(row)[0]
-        return self.space.from_point([_native(v) for v in point])
+        return from_point(self.space, point)
 
     def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
         """n random rows: uniform in the encoded space, which is the prior's own scale."""
@@ -80,6 +80,38 @@ class Encoder:
                 right = grid[idx]
                 rows[:, b["cols"][0]] = np.where(col - left < right - col, left, right)
         return rows
+
+
+def skopt_dimensions(space) -> list:
+    """scikit-optimize's dimensions for mpiopt's (the only place that knows skopt's space:
+    mpiopt.space stays free of any searcher's types)."""
+    from skopt.space import Categorical as SkCategorical
+    from skopt.space import Integer as SkInteger
+    from skopt.space import Real as SkReal
+
+    out = []
+    for dim in space.dimensions:
+        kind = type(dim).__name__
+        if kind == "Categorical":
+            out.append(SkCategorical(list(dim.choices), name=dim.name))
+        elif kind == "Integer":
+            out.append(SkInteger(dim.low, dim.high, prior=dim.prior, name=dim.name))
+        else:
+            out.append(SkReal(dim.low, dim.high, prior=dim.prior, name=dim.name))
+    return out
+
+
+def to_point(space, params: dict) -> list:
+    """params -> a skopt point (values in dimension order), checked against the space."""
+    space.check(params)
+    return [params[d.name] for d in space.dimensions]
+
+
+def from_point(space, point) -> dict:
+    """skopt point -> params with native types (skopt hands back numpy int64)."""
+    if len(point) != len(space.dimensions):
+        raise ValueError(f"expected a point of {len(space)} values, got {len(point)}")
+    return {d.name: d.native(_native(v)) for d, v in zip(space.dimensions, point)}
 
 
 def _block(dim, col: int, size: int) -> dict:

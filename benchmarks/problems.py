@@ -1,0 +1,270 @@
+"""The problems of the search-quality suite (benchmarks/quality_suite.py).
+
+Chosen to cover what users meet, not what a searcher was tuned on: smooth low-dimensional
+functions, rugged multimodal ones, narrow curved valleys, 10 and 20 dimensions, a noisy
+objective, integer, categorical and mixed spaces, parameters spread over decades (log
+scale), and three real tuning tasks on data that ships with scikit-learn (cross-validated
+error of a model). Standard definitions (Surjanovic & Bingham's library of test
+functions; Bayesmark's sklearn tasks as the model). Every problem is minimised; budgets
+grow with the dimension (10 d + 20, at least 40).
+
+A problem's `reference` values (the best value a long random search finds and its
+median value) turn a best value into Bayesmark's normalized score: 1 at the reference
+optimum, 0 at the median random value.
+"""
+from __future__ import annotations
+
+import math
+import sys
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from mpiopt.space import Categorical, Integer, Real, Space  # noqa: E402
+
+
+@dataclass
+class Problem:
+    name: str
+    kind: str
+    space: Space
+    objective: object
+    optimum: float | None = None     # known global minimum, where there is one
+    noisy: bool = False
+    truth: object = None             # the noise-free objective of a noisy problem
+    cost: str = "cheap"              # "model": a cross-validated fit per evaluation
+    budget: int = field(default=0)
+
+    def __post_init__(self):
+        if not self.budget:
+            self.budget = max(40, 10 * len(self.space.dimensions) + 20)
+
+
+def _reals(n, low, high, prefix="x"):
+    return Space([Real(f"{prefix}{i}", low, high) for i in range(n)])
+
+
+def _vec(p, n, prefix="x"):
+    return np.array([p[f"{prefix}{i}"] for i in range(n)], dtype=float)
+
+
+# ---- smooth, low-dimensional ------------------------------------------------------------
+def branin(p):
+    x1, x2 = p["x0"], p["x1"]
+    b, c, t = 5.1 / (4 * math.pi ** 2), 5 / math.pi, 1 / (8 * math.pi)
+    return (x2 - b * x1 ** 2 + c * x1 - 6) ** 2 + 10 * (1 - t) * math.cos(x1) + 10
+
+
+_H3A = np.array([[3.0, 10, 30], [0.1, 10, 35], [3.0, 10, 30], [0.1, 10, 35]])
+_H3P = 1e-4 * np.array([[3689, 1170, 2673], [4699, 4387, 7470], [1091, 8732, 5547],
+                        [381, 5743, 8828]])
+_H6A = np.array([[10, 3, 17, 3.5, 1.7, 8], [0.05, 10, 17, 0.1, 8, 14],
+                 [3, 3.5, 1.7, 10, 17, 8], [17, 8, 0.05, 10, 0.1, 14]])
+_H6P = 1e-4 * np.array([[1312, 1696, 5569, 124, 8283, 5886], [2329, 4135, 8307, 3736, 1004, 9991],
+                        [2348, 1451, 3522, 2883, 3047, 6650], [4047, 8828, 8732, 5743, 1091, 381]])
+_ALPHA = np.array([1.0, 1.2, 3.0, 3.2])
+
+
+def hartmann3(p):
+    x = _vec(p, 3)
+    return -float(_ALPHA @ np.exp(-np.sum(_H3A * (x - _H3P) ** 2, axis=1)))
+
+
+def hartmann6(p):
+    x = _vec(p, 6)
+    return -float(_ALPHA @ np.exp(-np.sum(_H6A * (x - _H6P) ** 2, axis=1)))
+
+
+# ---- rugged, multimodal -------------------------------------------------------------------
+def ackley(n):
+    def f(p):
+        x = _vec(p, n)
+        return float(-20 * np.exp(-0.2 * np.sqrt(np.mean(x ** 2)))
+                     - np.exp(np.mean(np.cos(2 * np.pi * x))) + 20 + np.e)
+    return f
+
+
+def rastrigin(n):
+    def f(p):
+        x = _vec(p, n)
+        return float(10 * n + np.sum(x ** 2 - 10 * np.cos(2 * np.pi * x)))
+    return f
+
+
+def levy(n):
+    def f(p):
+        w = 1 + (_vec(p, n) - 1) / 4
+        return float(np.sin(np.pi * w[0]) ** 2
+                     + np.sum((w[:-1] - 1) ** 2 * (1 + 10 * np.sin(np.pi * w[:-1] + 1) ** 2))
+                     + (w[-1] - 1) ** 2 * (1 + np.sin(2 * np.pi * w[-1]) ** 2))
+    return f
+
+
+# ---- narrow valleys -----------------------------------------------------------------------
+def rosenbrock(n):
+    def f(p):
+        x = _vec(p, n)
+        return float(np.sum(100 * (x[1:] - x[:-1] ** 2) ** 2 + (1 - x[:-1]) ** 2))
+    return f
+
+
+def six_hump_camel(p):
+    x, y = p["x0"], p["x1"]
+    return (4 - 2.1 * x ** 2 + x ** 4 / 3) * x ** 2 + x * y + (-4 + 4 * y ** 2) * y ** 2
+
+
+# ---- many dimensions ----------------------------------------------------------------------
+def ellipsoid(n):
+    """Rotated-free but ill-conditioned (1 .. 1e4) and shifted off the centre."""
+    weights = 10.0 ** (4 * np.arange(n) / max(1, n - 1))
+    shift = np.linspace(-1.5, 1.5, n)
+
+    def f(p):
+        return float(np.sum(weights * (_vec(p, n) - shift) ** 2))
+    return f
+
+
+# ---- noisy ----------------------------------------------------------------------------------
+def noisy(fn, scale, seed=0):
+    """fn plus Gaussian noise of `scale` (a fresh draw per call, reproducible per run)."""
+    rng = np.random.default_rng(seed)
+
+    def f(p):
+        return fn(p) + float(rng.normal(0.0, scale))
+    return f
+
+
+# ---- integer, categorical, mixed, log-scaled ------------------------------------------------
+def int_quadratic(p):
+    """Integers over wide ranges, a coupled bowl (as layer counts and widths)."""
+    a, b, c, d = (p[k] for k in ("a", "b", "c", "d"))
+    return float((a - 37) ** 2 + 0.5 * (b - 3) ** 2 + (c - 2 * a / 10) ** 2 + 0.1 * (d - 120) ** 2
+                 + 0.3 * (a - 37) * (b - 3))
+
+
+_CAT_W = np.random.default_rng(7).normal(size=(6, 5))
+_CAT_PAIR = np.random.default_rng(8).normal(size=(5, 5)) * 0.8
+
+
+def categorical_interactions(p):
+    """Six 5-way choices with main effects and one strong pairwise interaction."""
+    idx = [p[f"c{i}"] for i in range(6)]
+    return float(sum(_CAT_W[i, idx[i]] for i in range(6)) + _CAT_PAIR[idx[0], idx[1]])
+
+
+_BEST_LR = {"adam": -3.0, "rmsprop": -3.3, "sgd": -1.3}
+
+
+def network_error(p):
+    """A validation-error surface shaped like a network's (optimum 0.100)."""
+    lr = math.log10(p["lr"]) - _BEST_LR[p["optimizer"]] - 0.15 * (math.log2(p["batch"]) - 6)
+    width = math.log2(p["units"]) - 7
+    return (0.100 + 0.04 * lr ** 2 + 0.01 * width ** 2 + 0.02 * (p["layers"] - 3) ** 2
+            + 0.3 * (p["dropout"] - 0.2 - 0.05 * width) ** 2
+            + {"relu": 0.0, "elu": 0.004, "tanh": 0.03}[p["activation"]]
+            + {"adam": 0.0, "rmsprop": 0.006, "sgd": 0.012}[p["optimizer"]])
+
+
+def log_valley(p):
+    """Four parameters spread over 6 decades whose best values depend on each other."""
+    a, b, c, d = (math.log10(p[k]) for k in ("a", "b", "c", "d"))
+    return (a + 3) ** 2 + (b - a / 2 + 1) ** 2 * 4 + (c - 1) ** 2 + 0.5 * (d + b) ** 2
+
+
+# ---- real tasks (scikit-learn data, cross-validated error) ----------------------------------
+@lru_cache(maxsize=None)
+def _data(name):
+    from sklearn import datasets
+
+    loader = {"digits": datasets.load_digits, "breast_cancer": datasets.load_breast_cancer,
+              "wine": datasets.load_wine}[name]
+    x, y = loader(return_X_y=True)
+    rng = np.random.default_rng(0)
+    keep = rng.permutation(len(x))[:600]
+    return x[keep], y[keep]
+
+
+def _cv_error(model, name, folds=3):
+    from sklearn.model_selection import cross_val_score
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    x, y = _data(name)
+    return 1.0 - float(np.mean(cross_val_score(make_pipeline(StandardScaler(), model), x, y, cv=folds)))
+
+
+def svc_digits(p):
+    from sklearn.svm import SVC
+
+    return _cv_error(SVC(C=p["C"], gamma=p["gamma"], kernel=p["kernel"]), "digits")
+
+
+def tree_cancer(p):
+    from sklearn.tree import DecisionTreeClassifier
+
+    return _cv_error(DecisionTreeClassifier(
+        max_depth=p["max_depth"], min_samples_leaf=p["min_samples_leaf"],
+        min_samples_split=p["min_samples_split"], criterion=p["criterion"],
+        max_features=p["max_features"], random_state=0), "breast_cancer")
+
+
+def sgd_wine(p):
+    from sklearn.linear_model import SGDClassifier
+
+    return _cv_error(SGDClassifier(
+        loss=p["loss"], alpha=p["alpha"], l1_ratio=p["l1_ratio"], penalty="elasticnet",
+        learning_rate="adaptive", eta0=p["eta0"], max_iter=60, tol=None, random_state=0), "wine")
+
+
+# ---- the catalogue ----------------------------------------------------------------------------
+def catalogue() -> dict[str, Problem]:
+    hart6 = Problem("hartmann6-noisy", "noisy", _reals(6, 0.0, 1.0), noisy(hartmann6, 0.1),
+                    -3.32237, noisy=True, truth=hartmann6)
+    items = [
+        Problem("branin", "smooth", Space([Real("x0", -5.0, 10.0), Real("x1", 0.0, 15.0)]),
+                branin, 0.397887),
+        Problem("hartmann3", "smooth", _reals(3, 0.0, 1.0), hartmann3, -3.86278),
+        Problem("hartmann6", "smooth", _reals(6, 0.0, 1.0), hartmann6, -3.32237),
+        Problem("ackley5", "rugged", _reals(5, -32.768, 32.768), ackley(5), 0.0),
+        Problem("rastrigin4", "rugged", _reals(4, -5.12, 5.12), rastrigin(4), 0.0),
+        Problem("levy6", "rugged", _reals(6, -10.0, 10.0), levy(6), 0.0),
+        Problem("rosenbrock4", "valley", _reals(4, -5.0, 10.0), rosenbrock(4), 0.0),
+        Problem("camel", "valley", Space([Real("x0", -3.0, 3.0), Real("x1", -2.0, 2.0)]),
+                six_hump_camel, -1.0316),
+        Problem("ellipsoid10", "high-dim", _reals(10, -5.0, 5.0), ellipsoid(10), 0.0),
+        Problem("levy20", "high-dim", _reals(20, -10.0, 10.0), levy(20), 0.0),
+        hart6,
+        Problem("int-quadratic", "integer", Space([Integer("a", 1, 100), Integer("b", 0, 10),
+                                                   Integer("c", 0, 20), Integer("d", 1, 500)]),
+                int_quadratic, 0.0),
+        Problem("categorical", "categorical",
+                Space([Categorical(f"c{i}", list(range(5))) for i in range(6)]),
+                categorical_interactions, None),
+        Problem("network-mixed", "mixed", Space([
+            Real("lr", 1e-5, 1.0, prior="log-uniform"), Integer("batch", 16, 512, prior="log-uniform"),
+            Integer("layers", 1, 6), Integer("units", 8, 1024, prior="log-uniform"),
+            Real("dropout", 0.0, 0.6), Categorical("activation", ["relu", "tanh", "elu"]),
+            Categorical("optimizer", ["sgd", "adam", "rmsprop"])]), network_error, 0.100),
+        Problem("log-valley", "log-scaled", Space([Real(k, 1e-6, 1.0, prior="log-uniform")
+                                                   for k in ("a", "b", "c", "d")]), log_valley, 0.0),
+        Problem("svc-digits", "real task", Space([
+            Real("C", 1e-3, 1e3, prior="log-uniform"), Real("gamma", 1e-5, 1.0, prior="log-uniform"),
+            Categorical("kernel", ["rbf", "sigmoid"])]), svc_digits, None, cost="model"),
+        Problem("tree-cancer", "real task", Space([
+            Integer("max_depth", 1, 20), Integer("min_samples_leaf", 1, 50, prior="log-uniform"),
+            Integer("min_samples_split", 2, 40), Categorical("criterion", ["gini", "entropy"]),
+            Real("max_features", 0.1, 1.0)]), tree_cancer, None, cost="model"),
+        Problem("sgd-wine", "real task", Space([
+            Categorical("loss", ["hinge", "log_loss", "modified_huber"]),
+            Real("alpha", 1e-7, 1.0, prior="log-uniform"), Real("l1_ratio", 0.0, 1.0),
+            Real("eta0", 1e-4, 1.0, prior="log-uniform")]), sgd_wine, None, cost="model"),
+    ]
+    return {p.name: p for p in items}
+
+
+QUICK = ["branin", "hartmann6", "ackley5", "rosenbrock4", "int-quadratic", "network-mixed",
+         "categorical", "svc-digits"]

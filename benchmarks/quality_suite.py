@@ -1,0 +1,276 @@
+"""The search-quality suite: every searcher on every problem of benchmarks/problems.py, at
+1, 4 and 16 pending suggestions (as 1, 4 and 16 groups), side by side in one run.
+
+Parallel groups are simulated exactly as the coordinator drives a searcher: P suggestions
+are pending at any time; the oldest is told, then one more is asked. Per problem and
+pending level it prints the median (and interquartile range) of the best value at half
+the budget and at the budget; across problems each searcher's mean rank and its median
+normalized score (Bayesmark's: 1 at the optimum, 0 at random search's median best at the
+same budget in this run; where the optimum is unknown, the best value any searcher found).
+For a noisy problem the value is the noise-free value of the point with the best observed
+value.
+
+Searchers: mpiopt's `auto` (the default), `bayesian`, `evolutionary`, `tpe` (mpiopt's
+Optuna TPE searcher) and `random`; as outside references Optuna's TPE (multivariate,
+constant liar) and CMA-ES samplers through ask/tell, and scikit-optimize's own sequential
+`gp_minimize` (at 1 pending only: it has no batch mode of its own; and only on budgets up to
+100 with 5 seeds, as its steps take seconds past ~100 points).
+
+    python benchmarks/quality_suite.py --quick          # 8 problems, 1 and 4 pending, 5 seeds
+    python benchmarks/quality_suite.py                   # everything: 18 problems, 1/4/16, 10 seeds
+    python benchmarks/quality_suite.py --problems branin levy20 --pending 16 --seeds 3
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import multiprocessing as mp
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))
+
+import problems as P  # noqa: E402
+
+OURS = {"auto": ("auto", {}), "bayesian": ("bayesian", {}), "evolutionary": ("evolutionary", {}),
+        "tpe": ("tpe", {}), "cmaes": ("cmaes", {}), "random": ("random", {})}
+REFERENCES = ["optuna-tpe", "optuna-cmaes", "skopt-gp"]
+SKOPT_MAX_BUDGET, SKOPT_SEEDS = 100, 5   # gp_minimize: 1 pending, small budgets, 5 seeds
+
+
+# ---- outside references, behind the same ask/tell shape ----------------------------------
+class OptunaSearcher:
+    def __init__(self, space, seed: int, kind: str):
+        import optuna
+
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        if kind == "tpe":
+            sampler = optuna.samplers.TPESampler(seed=seed, multivariate=True, constant_liar=True)
+        else:
+            sampler = optuna.samplers.CmaEsSampler(seed=seed)
+        self.study = optuna.create_study(sampler=sampler)
+        self.dists = _optuna_dists(space)
+        self.pending = {}
+
+    def ask(self):
+        trial = self.study.ask(self.dists)
+        params = dict(trial.params)
+        self.pending[_key(params)] = trial
+        return params
+
+    def tell(self, params, value):
+        self.study.tell(self.pending.pop(_key(params)), value)
+
+
+def _optuna_dists(space):
+    import optuna
+
+    from mpiopt.space import Categorical, Integer
+
+    d = optuna.distributions
+    out = {}
+    for dim in space.dimensions:
+        if isinstance(dim, Categorical):
+            out[dim.name] = d.CategoricalDistribution(list(dim.choices))
+        elif isinstance(dim, Integer):
+            out[dim.name] = d.IntDistribution(dim.low, dim.high, log=dim.prior != "uniform")
+        else:
+            out[dim.name] = d.FloatDistribution(dim.low, dim.high, log=dim.prior != "uniform")
+    return out
+
+
+def _key(params):
+    return tuple(sorted((k, repr(v)) for k, v in params.items()))
+
+
+def skopt_curve(problem, seed: int) -> list[float]:
+    """scikit-optimize's gp_minimize, as its users run it (sequential)."""
+    from skopt import gp_minimize
+
+    from mpiopt.search._skopt import skopt_dimensions
+
+    dims = skopt_dimensions(problem.space)
+    names = problem.space.names
+    values = []
+
+    def f(x):
+        params = {n: (v.item() if hasattr(v, "item") else v) for n, v in zip(names, x)}
+        value = problem.objective(params)
+        values.append(_truth(problem, params, value))
+        return value
+
+    gp_minimize(f, dims, n_calls=problem.budget, random_state=seed, n_initial_points=10)
+    return _best_so_far(values)
+
+
+# ---- one run ----------------------------------------------------------------------------------
+EXTRA = {}   # name -> (algorithm, options): variants measured with --variant NAME=ALG:JSON
+
+
+def make(name, space, seed, budget=None, parallel=1):
+    if name == "optuna-tpe":
+        return OptunaSearcher(space, seed, "tpe")
+    if name == "optuna-cmaes":
+        return OptunaSearcher(space, seed, "cmaes")
+    from mpiopt.search import make_searcher
+
+    algorithm, options = OURS.get(name) or EXTRA[name]
+    return make_searcher(algorithm, space, options, seed, budget=budget, parallel=parallel)
+
+
+def run(task) -> tuple:
+    pname, name, seed, pending_n = task
+    problem = P.catalogue()[pname]
+    if pname.endswith("-noisy"):
+        problem.objective = P.noisy(problem.truth, 0.1, seed)
+    start = time.perf_counter()
+    if name == "skopt-gp":
+        curve = skopt_curve(problem, seed)
+    else:
+        searcher = make(name, problem.space, seed, problem.budget, pending_n)
+        pending, incumbent, curve = [], (math.inf, math.inf), []
+        for evaluation in range(problem.budget):
+            while len(pending) < pending_n and evaluation + len(pending) < problem.budget:
+                pending.append(searcher.ask())
+            params = pending.pop(0)
+            value = problem.objective(params)
+            if value < incumbent[0]:
+                incumbent = (value, _truth(problem, params, value))
+            curve.append(incumbent[1])
+            searcher.tell(params, value)
+    return task, curve, time.perf_counter() - start
+
+
+def _truth(problem, params, value):
+    return problem.truth(params) if problem.noisy else value
+
+
+def _best_so_far(values):
+    out, best, shown = [], math.inf, math.inf
+    for v in values:
+        if v < best:
+            best = shown = v
+        out.append(shown)
+    return out
+
+
+# ---- summaries ------------------------------------------------------------------------------
+def normalized(best: float, random_median: float, optimum: float) -> float:
+    span = random_median - optimum
+    return 1.0 if span <= 0 else float((random_median - best) / span)
+
+
+def report(results, problems, searchers, pending_levels, seeds) -> str:
+    lines = []
+    overall = {}
+    for pending_n in pending_levels:
+        ranks = {s: [] for s in searchers}
+        scores = {s: [] for s in searchers}
+        lines.append(f"\n### {pending_n} pending suggestion(s), {seeds} seeds\n")
+        lines.append("| problem | budget | " + " | ".join(searchers) + " |")
+        lines.append("|---|---|" + "---|" * len(searchers))
+        for pname in problems:
+            problem = P.catalogue()[pname]
+            finals = {s: [c[-1] for c in results.get((pname, s, pending_n), [])] for s in searchers}
+            halves = {s: [c[len(c) // 2 - 1] for c in results.get((pname, s, pending_n), [])]
+                      for s in searchers}
+            present = [s for s in searchers if finals[s]]
+            if not present:
+                continue
+            every = [v for s in present for v in finals[s]]
+            optimum = problem.optimum if problem.optimum is not None else min(every)
+            random_median = float(np.median(finals["random"])) if finals.get("random") else max(every)
+            medians = {s: float(np.median(finals[s])) for s in present}
+            order = sorted(present, key=lambda s: medians[s])
+            for s in present:
+                ranks[s].append(1 + sum(medians[o] < medians[s] for o in present))
+                scores[s].append(normalized(medians[s], random_median, optimum))
+            cells = []
+            for s in searchers:
+                if not finals[s]:
+                    cells.append("-")
+                    continue
+                q1, q3 = np.percentile(finals[s], [25, 75])
+                mark = "**" if s == order[0] else ""
+                cells.append(f"{mark}{medians[s]:.4g}{mark} [{q1:.3g}, {q3:.3g}] (½: {np.median(halves[s]):.3g})")
+            lines.append(f"| {pname} | {problem.budget} | " + " | ".join(cells) + " |")
+        lines.append("\n| searcher | mean rank | median normalized score | worst normalized score |")
+        lines.append("|---|---|---|---|")
+        for s in sorted(searchers, key=lambda s: np.mean(ranks[s]) if ranks[s] else 99):
+            if ranks[s]:
+                lines.append(f"| {s} | {np.mean(ranks[s]):.2f} | {np.median(scores[s]):.3f} | "
+                             f"{min(scores[s]):.3f} |")
+                overall.setdefault(s, []).extend(ranks[s])
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="8 problems, 1 and 4 pending, 5 seeds")
+    ap.add_argument("--problems", nargs="+", default=None)
+    ap.add_argument("--searchers", nargs="+", default=None)
+    ap.add_argument("--pending", nargs="+", type=int, default=None)
+    ap.add_argument("--seeds", type=int, default=None)
+    ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--variant", action="append", default=[],
+                    help="NAME=ALGORITHM:JSON, e.g. 'gp-max=bayesian:{\"liar\": \"max\"}'")
+    args = ap.parse_args(argv)
+    import json
+
+    for text in args.variant:
+        name, rest = text.split("=", 1)
+        algorithm, options = rest.split(":", 1)
+        EXTRA[name] = (algorithm, json.loads(options))
+    problems = args.problems or (P.QUICK if args.quick else list(P.catalogue()))
+    pending_levels = args.pending or ([1, 4] if args.quick else [1, 4, 16])
+    seeds = args.seeds or (5 if args.quick else 10)
+    searchers = args.searchers or (list(OURS) + _references())
+    if args.quick and not args.searchers:
+        searchers = [s for s in searchers if s != "skopt-gp"]   # minutes per run: full suite only
+    from mpiopt.search.auto import MANY_GROUPS
+
+    def alias(s, n):    # auto below MANY_GROUPS is bayesian, same seeds: run it once
+        return "bayesian" if s == "auto" and n < MANY_GROUPS and "bayesian" in searchers else s
+
+    def skopt_runs(p, seed):   # gp_minimize costs seconds per step past ~100 points
+        return P.catalogue()[p].budget <= SKOPT_MAX_BUDGET and seed < SKOPT_SEEDS
+
+    tasks = [(p, s, seed, n) for n in pending_levels for p in problems for s in searchers
+             for seed in range(seeds) if alias(s, n) == s
+             and not (s == "skopt-gp" and (n != 1 or not skopt_runs(p, seed)))]
+    tasks.sort(key=lambda t: -P.catalogue()[t[0]].budget)     # long ones first
+    results, spent = {}, {}
+    start = time.perf_counter()
+    with mp.get_context("fork").Pool(args.workers) as pool:
+        for i, (task, curve, seconds) in enumerate(pool.imap_unordered(run, tasks), 1):
+            results.setdefault((task[0], task[1], task[3]), []).append(curve)
+            spent[task[1]] = spent.get(task[1], 0.0) + seconds
+            if i % 25 == 0 or i == len(tasks):
+                print(f"[{i}/{len(tasks)}] {time.perf_counter() - start:.0f}s", flush=True)
+    for (p, s, n), curves in list(results.items()):
+        if s == "bayesian" and "auto" in searchers and n < MANY_GROUPS:
+            results[(p, "auto", n)] = curves
+    print(f"\n### Search quality suite ({len(problems)} problems, pending {pending_levels}, "
+          f"{seeds} seeds, {time.perf_counter() - start:.0f}s on {args.workers} workers)")
+    print(report(results, problems, searchers, pending_levels, seeds))
+    print("\nSeconds spent per searcher (all runs): "
+          + ", ".join(f"{s} {v:.0f}" for s, v in sorted(spent.items(), key=lambda kv: -kv[1])))
+    return 0
+
+
+def _references() -> list[str]:
+    try:
+        import optuna  # noqa: F401
+    except ImportError:
+        return ["skopt-gp"]
+    return REFERENCES
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
