@@ -37,7 +37,7 @@ class OptunaSearcher(Searcher):
         self.options = check_options(self.algorithm, options, self.defaults)
         import optuna
 
-        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        optuna.logging.set_verbosity(optuna.logging.ERROR)   # its notes are not the user's
         self._optuna = optuna
         self.study = optuna.create_study(direction="minimize", sampler=self._sampler(seed))
         self.dists = distributions(space)
