@@ -26,6 +26,7 @@ import yaml
 
 from mpiopt.errors import SpecError
 from mpiopt.objective_ref import check_ref
+from mpiopt.search.options import OPTIONS
 from mpiopt.space import Space, SpaceError, dimension_from_dict
 
 __all__ = ["Spec", "StudySpec", "ObjectiveSpec", "DataSpec", "SearchSpec", "TrainingSpec",
@@ -35,7 +36,7 @@ __all__ = ["Spec", "StudySpec", "ObjectiveSpec", "DataSpec", "SearchSpec", "Trai
 REQUIRED = object()
 STORAGE_RETRY_S = 600.0   # storage.retry_timeout default: ten minutes of outage ridden out
 TOP_KEYS = ("study", "storage", "objective", "search_space", "search", "training", "resources")
-ALGORITHMS = ("auto", "bayesian", "cmaes", "evolutionary", "random", "tpe")
+ALGORITHMS = tuple(sorted(OPTIONS))   # auto, bayesian, cmaes, evolutionary, random, tpe
 
 
 # --------------------------------------------------------------------------- dataclasses
@@ -548,7 +549,7 @@ def _search(top: _Section, space: Space) -> SearchSpec:
     sec = top.section("search", SEARCH_KEYS)
     algorithm = sec.text("algorithm", "auto", choices=ALGORITHMS)
     trials = sec.integer("trials", minimum=1)
-    options = {name: _OPTIONS[name](sec, space) for name in ALGORITHMS}
+    options = {name: _algorithm_options(sec, name, space) for name in ALGORITHMS}
     return SearchSpec(
         algorithm=algorithm,
         trials=trials,
@@ -563,76 +564,23 @@ def _search(top: _Section, space: Space) -> SearchSpec:
     )
 
 
-def _bayesian(search: _Section, space: Space) -> dict:
-    """Defaults equal mpiopt.search.bayesian.DEFAULTS (a test keeps them in step); that
-    module is not imported here because it pulls in scikit-learn (seconds per rank)."""
-    keys = ("estimator", "acquisition", "initial_points", "refit_every", "max_points",
-            "hyper_points", "candidates", "liar", "xi", "kappa", "min_distance", "output_warping")
-    sec = search.section("bayesian", keys, default={})
-    return {
-        "estimator": sec.text("estimator", "GP", choices=("GP", "RF", "ET", "GBRT")),
-        "acquisition": sec.text("acquisition", "gp_hedge", choices=("gp_hedge", "EI", "LCB", "PI")),
-        "initial_points": sec.integer("initial_points", 10, minimum=1),
-        "refit_every": sec.integer("refit_every", 0, minimum=0),
-        "max_points": sec.integer("max_points", 400, minimum=1),
-        "hyper_points": sec.integer("hyper_points", 150, minimum=1),
-        "candidates": sec.integer("candidates", 2000, minimum=1),
-        "liar": sec.text("liar", "believer", choices=("mean", "min", "max", "believer")),
-        "xi": sec.number("xi", 0.01, low=0.0),
-        "kappa": sec.number("kappa", 1.96, low=0.0),
-        "min_distance": sec.number("min_distance", 0.01, low=0.0, high=1.0),
-        "output_warping": sec.flag("output_warping", True),
-    }
-
-
-def _evolutionary(search: _Section, space: Space) -> dict:
-    keys = ("mode", "population", "crossover", "mutation", "tournament", "elitism", "cma")
-    sec = search.section("evolutionary", keys, default={})
-    opts = {
-        "mode": sec.text("mode", "steady_state", choices=("steady_state", "generational")),
-        "population": sec.integer("population", 10, minimum=2),
-        "crossover": sec.number("crossover", 0.5, low=0.0, high=1.0),
-        "mutation": sec.number("mutation", 1.0, low=0.0, high=1.0),
-        "tournament": sec.integer("tournament", 5, minimum=1),
-        "elitism": sec.integer("elitism", 1, minimum=0),
-        "cma": sec.flag("cma", False),
-    }
-    if opts["tournament"] > opts["population"]:
-        sec.fail("tournament", f"must not exceed population ({opts['population']}), got {opts['tournament']}")
-    if opts["elitism"] >= opts["population"]:
-        sec.fail("elitism", f"must be less than population ({opts['population']}), got {opts['elitism']}")
-    if opts["cma"]:
-        other = [d.name for d in space if type(d).__name__ != "Real"]
-        if other:
-            sec.fail("cma", f"CMA-ES needs an all-real search space; '{other[0]}' is not real")
+def _algorithm_options(search: _Section, algorithm: str, space: Space) -> dict:
+    """`search.<algorithm>`, validated from the one declaration of the searchers' options
+    (mpiopt.search.options), plus the rules that tie two options or the space together."""
+    declared = OPTIONS[algorithm]
+    sec = search.section(algorithm, tuple(o.name for o in declared), default={})
+    opts = {o.name: o.read(sec) for o in declared}
+    if algorithm == "evolutionary":
+        if opts["tournament"] > opts["population"]:
+            sec.fail("tournament", f"must not exceed population ({opts['population']}), got {opts['tournament']}")
+        if opts["elitism"] >= opts["population"]:
+            sec.fail("elitism", f"must be less than population ({opts['population']}), got {opts['elitism']}")
+        if opts["cma"]:
+            other = [d.name for d in space if type(d).__name__ != "Real"]
+            if other:
+                sec.fail("cma", f"CMA-ES needs an all-real search space; '{other[0]}' is not real")
     return opts
 
-
-def _random(search: _Section, space: Space) -> dict:
-    search.section("random", (), default={})
-    return {}
-
-
-def _auto(search: _Section, space: Space) -> dict:
-    search.section("auto", (), default={})
-    return {}
-
-
-def _tpe(search: _Section, space: Space) -> dict:
-    """Defaults equal mpiopt.search.optuna_samplers.TPESearcher.defaults (a test checks)."""
-    sec = search.section("tpe", ("startup_trials", "multivariate", "constant_liar"), default={})
-    return {"startup_trials": sec.integer("startup_trials", 10, minimum=1),
-            "multivariate": sec.flag("multivariate", True),
-            "constant_liar": sec.flag("constant_liar", True)}
-
-
-def _cmaes(search: _Section, space: Space) -> dict:
-    sec = search.section("cmaes", ("population",), default={})
-    return {"population": sec.integer("population", 0, minimum=0)}
-
-
-_OPTIONS = {"auto": _auto, "bayesian": _bayesian, "cmaes": _cmaes, "evolutionary": _evolutionary,
-            "random": _random, "tpe": _tpe}
 
 TRAINING_KEYS = ("epochs", "batch_size", "mode", "sync_every", "easgd_alpha", "easgd_period",
                  "kfold", "holdout", "early_stopping", "pruning", "shuffle")

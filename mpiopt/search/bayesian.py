@@ -38,21 +38,9 @@ from threadpoolctl import ThreadpoolController
 from mpiopt.errors import SpecError
 from mpiopt.search import _gp, _skopt
 from mpiopt.search._base import Searcher, check_options
+from mpiopt.search.options import defaults as declared
 
-DEFAULTS = {
-    "estimator": "GP",
-    "acquisition": "gp_hedge",
-    "initial_points": 10,
-    "refit_every": 0,       # 0 = automatic schedule (see _schedule)
-    "max_points": 400,
-    "hyper_points": 150,
-    "candidates": 2000,
-    "liar": "believer",     # believer (the model's mean) | mean | min | max of told values
-    "xi": 0.01,
-    "kappa": 1.96,
-    "min_distance": 0.01,
-    "output_warping": True,  # Yeo-Johnson on the told values before the GP (see _warp)
-}
+DEFAULTS = declared("bayesian")   # declared in mpiopt.search.options
 _ESTIMATORS = ("GP", "RF", "ET", "GBRT")
 _ACQUISITIONS = ("gp_hedge", "EI", "LCB", "PI")
 _HEDGED = ("EI", "LCB", "PI")

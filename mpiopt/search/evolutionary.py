@@ -26,16 +26,9 @@ from deap import cma
 from mpiopt.errors import SpecError
 from mpiopt.search import _genetic as gen
 from mpiopt.search._base import Searcher, check_options
+from mpiopt.search.options import defaults as declared
 
-DEFAULTS = {
-    "mode": "steady_state",
-    "population": 10,
-    "crossover": 0.5,
-    "mutation": 1.0,
-    "tournament": 5,
-    "elitism": 1,
-    "cma": False,
-}
+DEFAULTS = declared("evolutionary")   # declared in mpiopt.search.options
 _MAX_RETRIES = 10  # re-breeding attempts when a child repeats a known point
 _MIN_DISTANCE = 0.01  # from pending suggestions, as in the bayesian searcher
 _GENERATION = 2       # first word of the key of a CMA-ES generation's samples

@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 
 from mpiopt.search._base import Searcher, check_options
+from mpiopt.search.options import defaults as declared
 
 
 class OptunaSearcher(Searcher):
@@ -81,7 +82,7 @@ class OptunaSearcher(Searcher):
 
 class TPESearcher(OptunaSearcher):
     algorithm = "tpe"
-    defaults = {"startup_trials": 10, "multivariate": True, "constant_liar": True}
+    defaults = declared("tpe")
 
     def _sampler(self, seed: int):
         o = self.options
@@ -92,7 +93,7 @@ class TPESearcher(OptunaSearcher):
 
 class CmaEsSearcher(OptunaSearcher):
     algorithm = "cmaes"
-    defaults = {"population": 0, "parallel": 1}   # 0: max(4 + 3 ln d, parallel)
+    defaults = {**declared("cmaes"), "parallel": 1}   # parallel: set by make_searcher
 
     def __init__(self, space, options: dict | None = None, seed: int = 0):
         self._x0 = None
