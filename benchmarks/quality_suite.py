@@ -49,7 +49,7 @@ class OptunaSearcher:
     def __init__(self, space, seed: int, kind: str):
         import optuna
 
-        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        optuna.logging.set_verbosity(optuna.logging.ERROR)
         if kind == "tpe":
             sampler = optuna.samplers.TPESampler(seed=seed, multivariate=True, constant_liar=True)
         else:
