@@ -14,7 +14,7 @@ Searchers: mpiopt's `auto` (the default), `bayesian`, `evolutionary`, `tpe` (mpi
 Optuna TPE searcher) and `random`; as outside references Optuna's TPE (multivariate,
 constant liar) and CMA-ES samplers through ask/tell, and scikit-optimize's own sequential
 `gp_minimize` (at 1 pending only: it has no batch mode of its own; and only on budgets up to
-100 with 5 seeds, as its steps take seconds past ~100 points).
+60 with 3 seeds: a run of 80 steps takes minutes, which would put the suite past 40).
 
     python benchmarks/quality_suite.py --quick          # 8 problems, 1 and 4 pending, 5 seeds
     python benchmarks/quality_suite.py                   # everything: 18 problems, 1/4/16, 10 seeds
@@ -41,7 +41,7 @@ import problems as P  # noqa: E402
 OURS = {"auto": ("auto", {}), "bayesian": ("bayesian", {}), "evolutionary": ("evolutionary", {}),
         "tpe": ("tpe", {}), "cmaes": ("cmaes", {}), "random": ("random", {})}
 REFERENCES = ["optuna-tpe", "optuna-cmaes", "skopt-gp"]
-SKOPT_MAX_BUDGET, SKOPT_SEEDS = 100, 5   # gp_minimize: 1 pending, small budgets, 5 seeds
+SKOPT_MAX_BUDGET, SKOPT_SEEDS = 60, 3    # gp_minimize: 1 pending, small budgets, 3 seeds
 
 
 # ---- outside references, behind the same ask/tell shape ----------------------------------

@@ -28,6 +28,8 @@ def _busy_timeout_ms() -> int:
 
 
 BUSY_TIMEOUT_MS = _busy_timeout_ms()
+CONNECT_TIMEOUT_S = 10
+LOCK_TIMEOUT_MS = 30_000
 WRITE_OPTION = "mpiopt_write"
 
 
@@ -68,8 +70,14 @@ def make_engine(url: str, read_only: bool = False) -> Engine:
     parsed = _parse(url)
     if parsed.get_backend_name() != "sqlite":
         kwargs = {"pool_pre_ping": True}
-        if read_only and parsed.get_backend_name() == "postgresql":
-            kwargs["execution_options"] = {"postgresql_readonly": True}
+        if parsed.get_backend_name() == "postgresql":
+            # No wait without an end: a server that does not answer (a network partition)
+            # fails a connect after 10 s, a lock held by someone else fails after 30 s;
+            # both are transient errors that storage/resilient.py retries, within limits.
+            kwargs["connect_args"] = {"connect_timeout": CONNECT_TIMEOUT_S,
+                                      "options": f"-c lock_timeout={LOCK_TIMEOUT_MS}"}
+            if read_only:
+                kwargs["execution_options"] = {"postgresql_readonly": True}
         return create_engine(parsed, **kwargs)
     kwargs = {"connect_args": {"timeout": BUSY_TIMEOUT_MS / 1000}}
     path = sqlite_path(url)

@@ -83,7 +83,7 @@ def is_transient(exc: sa_exc.DBAPIError) -> bool:
     orig = getattr(exc, "orig", None)
     state = getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None)
     if state:
-        return str(state)[:2] in _TRANSIENT_SQLSTATE
+        return str(state)[:2] in _TRANSIENT_SQLSTATE or str(state) == "55P03"  # lock timeout
     if isinstance(exc, (sa_exc.OperationalError, sa_exc.InterfaceError)):
         message = str(orig or exc).lower()
         return any(word in message for word in _TRANSIENT_WORDS)
