@@ -34,6 +34,8 @@ ALGORITHMS = {
     "random": ("random", {}),
     "evolutionary": ("evolutionary", {}),
     "evolutionary-cma": ("evolutionary", {"cma": True}),
+    "tpe": ("tpe", {}),
+    "cmaes": ("cmaes", {}),
     "bayesian-GP": ("bayesian", {}),
     "bayesian-RF": ("bayesian", {"estimator": "RF"}),
 }
