@@ -1,0 +1,86 @@
+"""storage/resilient.py alone: retries within the limit, gives up with the results kept in
+the recovery file, a signal ends the waiting at once, and the file imports on resume."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from mpiopt.errors import StorageError, StorageUnavailable
+from mpiopt.storage import open_storage
+from mpiopt.storage.resilient import Resilient, import_recovery
+from mpiopt.trial import TrialStatus
+
+
+class Flaky:
+    """A storage whose calls fail `outage` times, then work."""
+
+    def __init__(self, outage: int):
+        self.outage, self.calls, self.written = outage, 0, []
+
+    def finish_trial(self, trial_id, status, **kw):
+        self.calls += 1
+        if self.calls <= self.outage:
+            raise StorageUnavailable("db: connection refused")
+        self.written.append((trial_id, status, kw))
+
+
+def wrapped(storage, tmp_path, limit=60.0, stop=lambda: False):
+    clock = {"t": 0.0}
+    lines = []
+
+    def sleep(s):
+        clock["t"] += s
+
+    r = Resilient(storage, limit, tmp_path / "s.mpiopt-recovery.jsonl", say=lines.append,
+                  should_stop=stop, clock=lambda: clock["t"], sleep=sleep)
+    return r, lines, clock
+
+
+def test_a_short_outage_is_ridden_out_and_said(tmp_path):
+    storage = Flaky(outage=4)
+    r, lines, clock = wrapped(storage, tmp_path)
+    r.finish_trial(7, TrialStatus.COMPLETE, value=1.0)
+    assert storage.written == [(7, TrialStatus.COMPLETE, {"value": 1.0})]
+    assert lines[0].startswith("database unavailable") and lines[-1].startswith("database back")
+    assert 0 < clock["t"] < 60 and not (tmp_path / "s.mpiopt-recovery.jsonl").exists()
+
+
+def test_past_the_limit_results_go_to_the_recovery_file(tmp_path):
+    storage = Flaky(outage=10**6)
+    r, lines, clock = wrapped(storage, tmp_path, limit=30.0)
+    with pytest.raises(StorageUnavailable, match=r"unavailable for 3\ds .*kept in"):
+        r.finish_trial(7, TrialStatus.COMPLETE, value=1.0)
+    assert 30 <= clock["t"] < 31
+    r.finish_trial(8, TrialStatus.FAILED, error="boom")      # later: kept, no waiting
+    assert clock["t"] < 31
+    kept = [json.loads(x) for x in (tmp_path / "s.mpiopt-recovery.jsonl").read_text().splitlines()]
+    assert [k["args"][0] for k in kept] == [7, 8] and kept[1]["kwargs"]["error"] == "boom"
+
+
+def test_an_ending_job_does_not_wait_out_an_outage(tmp_path):
+    r, lines, clock = wrapped(Flaky(outage=10**6), tmp_path, stop=lambda: True)
+    with pytest.raises(StorageUnavailable):
+        r.finish_trial(1, TrialStatus.COMPLETE, value=2.0)
+    assert clock["t"] == 0 and (tmp_path / "s.mpiopt-recovery.jsonl").is_file()
+
+
+def test_the_recovery_file_imports_once_and_skips_what_is_there(tmp_path, db_url):
+    with open_storage(db_url, create=True) as st:
+        sid = st.create_study("s", "minimize", "value", "s", "0" * 64, "{}")
+        a = st.create_trial(sid, {"x": 1.0}, seed=0, group=0)
+        b = st.create_trial(sid, {"x": 2.0}, seed=0, group=1)
+        st.finish_trial(b.id, TrialStatus.COMPLETE, value=5.0)       # already written
+        path = tmp_path / "s.mpiopt-recovery.jsonl"
+        r = Resilient(st, 1, path)
+        r.given_up = "down"
+        r.finish_trial(a.id, TrialStatus.COMPLETE, value=3.0, fold_values=[2.0, 4.0])
+        r.finish_trial(b.id, TrialStatus.COMPLETE, value=9.0)
+        with path.open("a") as fh:
+            fh.write('{"op": "finish_tri')                              # cut by the crash
+        assert import_recovery(st, path) == 1 and not path.exists()
+        trials = {t.number: t for t in st.get_trials(sid)}
+        assert trials[0].value == 3.0 and trials[0].fold_values == [2.0, 4.0]
+        assert trials[1].value == 5.0                                  # not overwritten
+        with pytest.raises(StorageError):
+            st.finish_trial(a.id, TrialStatus.COMPLETE, value=1.0)
