@@ -168,7 +168,6 @@ def normalized(best: float, random_median: float, optimum: float) -> float:
 
 def report(results, problems, searchers, pending_levels, seeds) -> str:
     lines = []
-    overall = {}
     for pending_n in pending_levels:
         ranks = {s: [] for s in searchers}
         scores = {s: [] for s in searchers}
@@ -206,7 +205,6 @@ def report(results, problems, searchers, pending_levels, seeds) -> str:
             if ranks[s]:
                 lines.append(f"| {s} | {np.mean(ranks[s]):.2f} | {np.median(scores[s]):.3f} | "
                              f"{min(scores[s]):.3f} |")
-                overall.setdefault(s, []).extend(ranks[s])
     return "\n".join(lines)
 
 

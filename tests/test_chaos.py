@@ -202,15 +202,21 @@ def test_signals_end_cleanly_with_130_and_one_line(tmp_path, url, np, sig):
 
 
 # ---- start-up -----------------------------------------------------------------------------
-def test_an_import_error_on_one_rank_is_one_line_status_2_nothing_written(tmp_path):
-    module = tmp_path / "picky.py"
-    module.write_text("import os\nif os.environ.get('PMI_RANK') == '2':\n"
-                      "    raise ImportError('no module named physics on this node')\n"
-                      "def f(params):\n    return params['x'] ** 2\n")
+def spec_with_module(tmp_path, name: str, on_rank: str, action: str):
+    """A spec whose objective module does `action` at import time on one rank only."""
+    module = tmp_path / f"{name}.py"
+    module.write_text(f"import os, time\nif os.environ.get('PMI_RANK') == '{on_rank}':\n"
+                      f"{action}def f(params):\n    return params['x'] ** 2\n")
     spec = spec_file(tmp_path, "branin")
     data = yaml.safe_load(spec.read_text())
     data["objective"]["function"] = f"{module}:f"
     spec.write_text(yaml.safe_dump(data))
+    return spec
+
+
+def test_an_import_error_on_one_rank_is_one_line_status_2_nothing_written(tmp_path):
+    spec = spec_with_module(tmp_path, "picky", "2",
+                            "    raise ImportError('no module named physics on this node')\n")
     db = tmp_path / "none.db"
     proc, wall = run(tmp_path, f"sqlite:///{db}", spec, 3)
     assert proc.returncode == 2, proc.stdout + proc.stderr
@@ -337,14 +343,7 @@ def _resume(tmp_path, url, spec):
 
 
 def test_a_rank_stuck_in_its_import_ends_the_job_at_the_start_up_limit(tmp_path):
-    module = tmp_path / "stuck.py"
-    module.write_text("import os, time\nif os.environ.get('PMI_RANK') == '1':\n"
-                      "    while True:\n        time.sleep(1)\n"
-                      "def f(params):\n    return params['x'] ** 2\n")
-    spec = spec_file(tmp_path, "branin")
-    data = yaml.safe_load(spec.read_text())
-    data["objective"]["function"] = f"{module}:f"
-    spec.write_text(yaml.safe_dump(data))
+    spec = spec_with_module(tmp_path, "stuck", "1", "    while True:\n        time.sleep(1)\n")
     db = tmp_path / "none.db"
     start = time.monotonic()
     proc = mpiopt("search", spec, "--storage", f"sqlite:///{db}", np=3, cwd=tmp_path,

@@ -190,18 +190,11 @@ def _coordinate(world, spec, url, opened, quiet, objective=None) -> int:
     progress = Progress(spec.search.trials, quiet=quiet)
     ranks = [0] if topo.single_process else [topo.leader(g) for g in range(topo.n_groups)]
     flag = StopFlag()
-    holder = {}
-
-    def ending() -> bool:
-        """A job that is ending (a signal, a failed rank) does not wait out an outage:
-        what cannot be written goes to the recovery file at once."""
-        sched_ = holder.get("sched")
-        return flag.is_set() or (sched_ is not None and sched_.stop_reason in ("interrupted", "error"))
-
-    storage = Resilient(opened.storage, spec.storage_retry, opened.recovery, say=_progress,
-                        should_stop=ending)
-    sched = holder["sched"] = _scheduler(spec, opened, storage, topo.n_groups, progress, hosts,
-                                         ranks)
+    storage = Resilient(opened.storage, spec.storage_retry, opened.recovery, say=_progress)
+    sched = _scheduler(spec, opened, storage, topo.n_groups, progress, hosts, ranks)
+    # A job that is ending (a signal, a failed rank) does not wait out an outage: what
+    # cannot be written goes to the recovery file at once.
+    storage.should_stop = lambda: flag.is_set() or sched.stop_reason in ("interrupted", "error")
     _announce(progress, spec, url, topo, opened, sched)
     progress.start()
     if topo.single_process:

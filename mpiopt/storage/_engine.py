@@ -30,6 +30,7 @@ def _busy_timeout_ms() -> int:
 BUSY_TIMEOUT_MS = _busy_timeout_ms()
 CONNECT_TIMEOUT_S = 10
 LOCK_TIMEOUT_MS = 30_000
+STATEMENT_TIMEOUT_MS = 300_000
 WRITE_OPTION = "mpiopt_write"
 
 
@@ -72,10 +73,15 @@ def make_engine(url: str, read_only: bool = False) -> Engine:
         kwargs = {"pool_pre_ping": True}
         if parsed.get_backend_name() == "postgresql":
             # No wait without an end: a server that does not answer (a network partition)
-            # fails a connect after 10 s, a lock held by someone else fails after 30 s;
-            # both are transient errors that storage/resilient.py retries, within limits.
-            kwargs["connect_args"] = {"connect_timeout": CONNECT_TIMEOUT_S,
-                                      "options": f"-c lock_timeout={LOCK_TIMEOUT_MS}"}
+            # fails a connect after 10 s, a lock held by someone else after 30 s, a
+            # statement after 5 min, and TCP keepalives notice a server gone mid-query
+            # within a minute; all are transient errors that storage/resilient.py retries,
+            # within storage.retry_timeout.
+            kwargs["connect_args"] = {
+                "connect_timeout": CONNECT_TIMEOUT_S,
+                "options": f"-c lock_timeout={LOCK_TIMEOUT_MS} -c statement_timeout={STATEMENT_TIMEOUT_MS}",
+                "keepalives": 1, "keepalives_idle": 30, "keepalives_interval": 10,
+                "keepalives_count": 3}
             if read_only:
                 kwargs["execution_options"] = {"postgresql_readonly": True}
         return create_engine(parsed, **kwargs)

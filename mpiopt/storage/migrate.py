@@ -54,10 +54,6 @@ def table_names(engine: Engine) -> list[str]:
         return sorted(inspect(conn).get_table_names())
 
 
-def is_empty(engine: Engine) -> bool:
-    return not table_names(engine)
-
-
 def known_revisions() -> set[str]:
     return {s.revision for s in ScriptDirectory.from_config(make_config()).walk_revisions()}
 

@@ -91,7 +91,7 @@ class Resilient:
         raise StorageUnavailable(self.given_up) from exc
 
     def _journal(self, name, args, kwargs) -> None:
-        entry = {"op": name, "args": list(args), "kwargs": _plain(kwargs)}
+        entry = {"op": name, "args": list(args), "kwargs": kwargs}
         self.recovery.parent.mkdir(parents=True, exist_ok=True)
         with open(self.recovery, "a", encoding="utf-8") as fh:
             fh.write(json.dumps(entry, default=_json_default) + "\n")
@@ -116,13 +116,8 @@ def import_recovery(storage, path: Path) -> int:
             entry = json.loads(line)
         except json.JSONDecodeError:
             continue          # a line cut short by the crash that ended the job
-        kwargs = entry.get("kwargs", {})
-        if entry.get("op") == "finish_trial" and "status" in kwargs:
-            from mpiopt.trial import TrialStatus
-
-            kwargs["status"] = TrialStatus(kwargs["status"])
-        try:
-            getattr(storage, entry["op"])(*entry.get("args", []), **kwargs)
+        try:      # (a status comes back as its text, which finish_trial takes as well)
+            getattr(storage, entry["op"])(*entry.get("args", []), **entry.get("kwargs", {}))
             written += 1
         except StorageUnavailable:
             raise
@@ -130,13 +125,6 @@ def import_recovery(storage, path: Path) -> int:
             pass              # already there (or the trial is gone): nothing to redo
     path.unlink()
     return written
-
-
-def _plain(kwargs: dict) -> dict:
-    out = {}
-    for key, value in kwargs.items():
-        out[key] = getattr(value, "value", value) if key == "status" else value
-    return out
 
 
 def _json_default(value):
