@@ -326,7 +326,15 @@ def test_gp_posterior_interpolates_and_samples():
     assert np.allclose(mu, y, atol=1e-3) and np.all(std < 1e-2)
     far_mu, far_std = post.predict(np.array([[3.0, 3.0]]))
     assert far_std[0] > 10 * std.max()
-    assert np.allclose(post.sample(X, rng), y, atol=1e-2)
+    draw = post.sample(X, rng)
+    finite = np.isfinite(draw)          # rows that cannot hold the draw's minimum: +inf
+    assert finite[np.argmin(y)] and np.allclose(draw[finite], y[finite], atol=1e-2)
+    assert np.argmin(draw) == np.argmin(y)
+    many = rng.random((3000, 2))            # a joint draw is made on a few hundred rows only
+    wide = post.sample(many, rng)
+    assert 0 < np.isfinite(wide).sum() <= _gp._SAMPLE_ROWS
+    best_mean = np.argmin(post.predict(many)[0])
+    assert np.isfinite(wide[best_mean])
 
 
 def test_cma_replay_before_any_ask():

@@ -50,8 +50,6 @@ def make_searcher(algorithm: str, space, options: dict | None = None, seed: int 
     if algorithm not in ALGORITHMS:
         raise SpecError(f"search.algorithm: expected one of auto, {', '.join(ALGORITHMS)}, "
                         f"got {algorithm!r}")
-    if algorithm == "cmaes":            # a generation as large as the groups (see there)
-        options = {"parallel": parallel, **(options or {})}
     module, cls = ALGORITHMS[algorithm]
     searcher = getattr(importlib.import_module(module), cls)(space, options or {}, seed)
     searcher.choice = (f"auto chose {algorithm}: {chosen_because}" if chosen_because else None)

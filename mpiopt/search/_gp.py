@@ -24,6 +24,7 @@ LS_PRIOR_SIGMA = 1.0
 # L-BFGS iterations per start: the likelihood surface is flat near its top, and a warm
 # start from the previous kernel needs few steps
 _MAX_ITER = {True: 100, False: 40}
+_SAMPLE_ROWS = 400  # candidates in one joint posterior draw at most (see Posterior.sample)
 
 
 def default_kernel(n_cols: int, base=None):
@@ -108,7 +109,25 @@ class Posterior:
         return mu * self.scale + self.mean, std * self.scale
 
     def sample(self, Xs: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        """One joint draw of the latent function at rows Xs (objective units)."""
+        """One joint draw of the latent function at rows Xs (objective units), where it
+        can be the draw's minimum; +inf elsewhere.
+
+        A joint draw costs a Cholesky of the candidates' covariance (cubic: 1,256
+        candidates took 66 ms). Only rows whose lower bound mean - 4 sd lies below the
+        lowest upper bound mean + 4 sd can hold the minimum (each bound fails with
+        probability 3e-5), so the draw is made there alone, on at most _SAMPLE_ROWS
+        rows with the lowest lower bounds: the argmin is the same in all but rare cases.
+        """
+        mu, std = self.predict(Xs, normalized=True)
+        lower = mu - 4.0 * std
+        keep = np.flatnonzero(lower <= np.min(mu + 4.0 * std))
+        if len(keep) > _SAMPLE_ROWS:
+            keep = keep[np.argsort(lower[keep], kind="stable")[:_SAMPLE_ROWS]]
+        out = np.full(len(Xs), np.inf)
+        out[keep] = self._joint_draw(Xs[keep], rng)
+        return out
+
+    def _joint_draw(self, Xs: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         Ks = self.signal(Xs, self.X)
         v = solve_triangular(self.L, Ks.T, lower=True, check_finite=False)
         cov = self.signal(Xs) - v.T @ v

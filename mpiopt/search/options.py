@@ -67,7 +67,7 @@ OPTIONS: dict[str, tuple[Option, ...]] = {
         Option("constant_liar", True, "flag", "pending trials count as bad results"),
     ),
     "cmaes": (
-        Option("population", 0, "integer", "0: the larger of 4 + 3 ln d and the groups", low=0),
+        Option("population", 0, "integer", "0: Hansen's default, 4 + 3 ln d", low=0),
     ),
 }
 
