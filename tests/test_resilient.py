@@ -84,3 +84,21 @@ def test_the_recovery_file_imports_once_and_skips_what_is_there(tmp_path, db_url
         assert trials[1].value == 5.0                                  # not overwritten
         with pytest.raises(StorageError):
             st.finish_trial(a.id, TrialStatus.COMPLETE, value=1.0)
+
+
+def test_a_batch_that_cannot_be_written_is_kept_one_line_per_result(tmp_path, db_url):
+    """Results written together (finish_trials) are journaled one per line, so on import
+    one that the database already holds does not hide the others."""
+    with open_storage(db_url, create=True) as st:
+        sid = st.create_study("s", "minimize", "value", "s", "0" * 64, "{}")
+        a, b, c = st.create_trials(sid, [dict(params={"x": float(i)}, seed=i, group=i)
+                                         for i in range(3)])
+        st.finish_trial(b.id, TrialStatus.COMPLETE, value=5.0)       # already written
+        path = tmp_path / "s.mpiopt-recovery.jsonl"
+        r = Resilient(st, 1, path)
+        r.given_up = "down"
+        r.finish_trials([dict(trial_id=t.id, status=TrialStatus.COMPLETE, value=10.0 + i)
+                         for i, t in enumerate((a, b, c))])
+        assert len(path.read_text().splitlines()) == 3
+        assert import_recovery(st, path) == 2
+        assert [t.value for t in st.get_trials(sid)] == [10.0, 5.0, 12.0]

@@ -350,6 +350,30 @@ def test_one_transaction_per_trial_write(storage):
     assert rows == {"trial_params": 3, "trial_folds": 3, "trial_intermediate": 10}
 
 
+def test_batches_of_creates_and_finishes_are_one_transaction_each(storage):
+    sid = new_study(storage)
+    storage.create_trial(sid, {"x": 0.0}, seed=0, group=0)
+    begins = []
+    event.listen(storage.engine, "begin", lambda conn: begins.append(1))
+    made = storage.create_trials(sid, [dict(params={"x": float(i)}, seed=i, group=i, host="n1")
+                                       for i in range(1, 5)])
+    assert len(begins) == 1 and [t.number for t in made] == [1, 2, 3, 4]
+    assert [t.params for t in made] == [{"x": float(i)} for i in range(1, 5)]
+    assert all(t.status is TrialStatus.RUNNING for t in made)
+    done = storage.finish_trials([
+        dict(trial_id=made[0].id, status=TrialStatus.COMPLETE, value=1.0, fold_values=[1.0, 2.0]),
+        dict(trial_id=made[1].id, status="FAILED", error="boom"),
+        dict(trial_id=made[2].id, status=TrialStatus.PRUNED, value=3.0, intermediate={0: 3.0})])
+    assert len(begins) == 2
+    assert [storage.get_trial(sid, n) for n in (1, 2, 3)] == done
+    assert [t.status for t in done] == [TrialStatus.COMPLETE, TrialStatus.FAILED, TrialStatus.PRUNED]
+    with pytest.raises(StorageError, match="already"):   # all or nothing
+        storage.finish_trials([dict(trial_id=made[3].id, status="COMPLETE", value=4.0),
+                               dict(trial_id=made[0].id, status="COMPLETE", value=9.0)])
+    assert storage.get_trial(sid, 4).status is TrialStatus.RUNNING
+    assert storage.get_trial(sid, 1).value == 1.0
+
+
 def test_get_trials_filters_sorts_limits(storage):
     sid = new_study(storage)
     for v in (3.0, 1.0, 2.0):

@@ -184,9 +184,27 @@ class Storage:
         raise AssertionError("unreachable")
 
     def _insert_trial(self, study_id, params, seed, group, host, rank=None) -> FrozenTrial:
+        return self._insert_trials(study_id, [dict(params=params, seed=seed, group=group,
+                                                   host=host, rank=rank)])[0]
+
+    def create_trials(self, study_id: int, requests: Sequence[dict]) -> list[FrozenTrial]:
+        """Several create_trial calls (dicts of its keyword arguments) in one transaction,
+        numbered in order: many groups that become idle together cost one commit."""
+        for attempt in range(NUMBER_RETRIES):
+            try:
+                return self._insert_trials(study_id, requests)
+            except StorageError as exc:
+                if not isinstance(exc.__cause__, sa_exc.IntegrityError) or \
+                        attempt == NUMBER_RETRIES - 1:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _insert_trials(self, study_id, requests) -> list[FrozenTrial]:
+        now = _now()
         with self._writing_core() as conn:
-            return _writes.insert_trial(conn, study_id, params, seed, group, host, _now(),
-                                        self.shown_url, rank)
+            return [_writes.insert_trial(conn, study_id, r["params"], r.get("seed"),
+                                         r.get("group"), r.get("host"), now, self.shown_url,
+                                         r.get("rank")) for r in requests]
 
     def restart_trial(self, trial_id: int, group: int | None,
                       host: str | None = None, rank: int | None = None) -> FrozenTrial:
@@ -212,14 +230,28 @@ class Storage:
                      duration: float | None = None, intermediate: dict | None = None,
                      fold_metrics: Sequence[dict] | None = None) -> FrozenTrial:
         """Record a trial's outcome, folds and per-epoch values in one transaction."""
-        status = TrialStatus(status)
-        if status in (TrialStatus.RUNNING, TrialStatus.PENDING):
-            raise StorageError(f"finish_trial needs a final status, not {status.value}")
-        outcome = {"value": finite_or_none(value), "value_std": finite_or_none(value_std),
-                   "error": error, "metrics_json": dump_json(metrics), "duration": duration}
+        return self.finish_trials([dict(
+            trial_id=trial_id, status=status, value=value, value_std=value_std,
+            fold_values=fold_values, metrics=metrics, error=error, duration=duration,
+            intermediate=intermediate, fold_metrics=fold_metrics)])[0]
+
+    def finish_trials(self, outcomes: Sequence[dict]) -> list[FrozenTrial]:
+        """Several finish_trial calls (dicts of its keyword arguments) in one transaction:
+        results that arrive together cost one commit. All or none are written."""
+        now, prepared = _now(), []
+        for o in outcomes:
+            status = TrialStatus(o["status"])
+            if status in (TrialStatus.RUNNING, TrialStatus.PENDING):
+                raise StorageError(f"finish_trial needs a final status, not {status.value}")
+            prepared.append((o["trial_id"], status, {
+                "value": finite_or_none(o.get("value")),
+                "value_std": finite_or_none(o.get("value_std")), "error": o.get("error"),
+                "metrics_json": dump_json(o.get("metrics")), "duration": o.get("duration")},
+                o.get("fold_values") or (), o.get("fold_metrics") or (), o.get("intermediate") or {}))
         with self._writing_core() as conn:
-            return _writes.finish(conn, trial_id, status, outcome, fold_values,
-                                  fold_metrics or (), intermediate or {}, _now(), self.shown_url)
+            return [_writes.finish(conn, tid, status, outcome, folds, fold_metrics, epochs, now,
+                                   self.shown_url)
+                    for tid, status, outcome, folds, fold_metrics, epochs in prepared]
 
     def add_intermediate(self, trial_id: int, epoch: int, value: float) -> None:
         with self._writing_core() as conn:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from mpiopt.errors import StorageError, StorageUnavailable
 
-JOURNALED = ("finish_trial", "add_intermediate")
+JOURNALED = ("finish_trial", "finish_trials", "add_intermediate")
 RECOVERY_SUFFIX = ".mpiopt-recovery.jsonl"
 
 
@@ -75,7 +75,7 @@ class Resilient:
                 pause = min(pause * 2, 15.0)
                 continue
             except StorageError as exc:
-                if tries and name == "finish_trial" and "already" in str(exc):
+                if tries and name.startswith("finish_trial") and "already" in str(exc):
                     return None      # the try that lost its connection did commit
                 raise
             if tries:
@@ -91,13 +91,18 @@ class Resilient:
         raise StorageUnavailable(self.given_up) from exc
 
     def _journal(self, name, args, kwargs) -> None:
-        entry = {"op": name, "args": list(args), "kwargs": kwargs}
+        if name == "finish_trials":      # one line each: on import, one already written
+            outcomes = args[0] if args else kwargs["outcomes"]    # must not hide the rest
+            entries = [{"op": "finish_trial", "args": [], "kwargs": dict(o)} for o in outcomes]
+        else:
+            entries = [{"op": name, "args": list(args), "kwargs": kwargs}]
         self.recovery.parent.mkdir(parents=True, exist_ok=True)
         with open(self.recovery, "a", encoding="utf-8") as fh:
-            fh.write(json.dumps(entry, default=_json_default) + "\n")
+            for entry in entries:
+                fh.write(json.dumps(entry, default=_json_default) + "\n")
             fh.flush()
             os.fsync(fh.fileno())
-        self.journaled += 1
+        self.journaled += len(entries)
         return None
 
 
