@@ -1,11 +1,13 @@
 """Scheduling efficiency: how much of the machine goes into trials, not into the tool.
 
-A sleeping objective of fixed duration runs `trials` times on G groups of one rank.
-Ideal wall time is trials x duration / G. The objective records when it starts and ends,
-so the gap between a group's trial ending and its next one starting is measured where it
-matters, on the group. The coordinator prints its own CPU time over its wall time.
+A sleeping objective of fixed duration runs on G groups: trials = max(40, 4 G), rounded
+up to a multiple of G so that the last wave is full. Ideal wall time is trials x duration
+/ G. The objective records when it starts and ends, so the gap between a group's trial
+ending and its next one starting is measured where it matters, on the group; "busy %" is
+duration / (duration + mean gap). The coordinator prints its own CPU time over its wall
+time. Then 64 ranks: 63 groups of 1 and 16 groups of 4 (`--wide`).
 
-    python benchmarks/scheduling.py --groups 1 2 4 8 16 --trials 40 --duration 0.5
+    python benchmarks/scheduling.py --groups 1 2 4 8 16 --duration 0.5
 """
 from __future__ import annotations
 
@@ -20,8 +22,9 @@ from _common import OBJECTIVES, machine, mpiopt, table, write_spec
 CPU_LINE = re.compile(r"coordinator: ([\d.]+)s CPU over ([\d.]+)s wall")
 
 
-def run_one(tmp: Path, algorithm: str, groups: int, trials: int, duration: float) -> dict:
-    name = f"{algorithm}-{groups}"
+def run_one(tmp: Path, algorithm: str, groups: int, duration: float, group_size: int = 1) -> dict:
+    trials = -(-max(40, 4 * groups) // groups) * groups
+    name = f"{algorithm}-{groups}x{group_size}"
     spec = write_spec(
         tmp / f"{name}.yaml",
         study={"name": name},
@@ -29,10 +32,10 @@ def run_one(tmp: Path, algorithm: str, groups: int, trials: int, duration: float
         search_space={"x": {"type": "real", "low": -5.0, "high": 10.0},
                       "y": {"type": "real", "low": 0.0, "high": 15.0}},
         search={"algorithm": algorithm, "trials": trials, "seed": 1},
-        resources={"group_size": 1},
+        resources={"group_size": group_size},
     )
     url = f"sqlite:///{tmp / (name + '.db')}"
-    proc = mpiopt(["search", spec, "--storage", url], np=groups + 1, cwd=tmp,
+    proc = mpiopt(["search", spec, "--storage", url], np=groups * group_size + 1, cwd=tmp,
                   MPIOPT_BENCH_SLEEP=duration)
     if proc.returncode != 0:
         raise SystemExit(f"{name} failed:\n{proc.stdout}\n{proc.stderr}")
@@ -43,9 +46,35 @@ def run_one(tmp: Path, algorithm: str, groups: int, trials: int, duration: float
     ideal = trials * duration / groups
     gaps = _gaps(trials_)
     cpu, cwall = map(float, CPU_LINE.search(proc.stdout).groups())
-    return {"algorithm": algorithm, "groups": groups, "wall s": wall, "ideal s": ideal,
-            "efficiency %": 100 * ideal / wall, "median gap ms": 1000 * statistics.median(gaps),
-            "worst gap ms": 1000 * max(gaps), "coordinator CPU %": 100 * cpu / cwall}
+    p99 = sorted(gaps)[min(len(gaps) - 1, int(0.99 * len(gaps)))]
+    return {"algorithm": algorithm, "groups": f"{groups}" + (f" x {group_size}" if group_size > 1 else ""),
+            "trials": trials, "wall s": wall, "ideal s": ideal,
+            "efficiency %": 100 * ideal / wall,
+            "busy %": 100 * duration / (duration + statistics.fmean(gaps)),
+            "median gap ms": 1000 * statistics.median(gaps), "p99 gap ms": 1000 * p99,
+            "worst gap ms": 1000 * max(gaps), "coordinator CPU %": 100 * cpu / cwall,
+            "_gaps": gaps}
+
+
+EDGES_MS = [0.5, 1, 2, 5, 10, 20, 50]
+
+
+def histogram(rows) -> str:
+    """Gaps from a trial's end to its group's next start, per algorithm, all runs."""
+    labels = [f"< {EDGES_MS[0]}"] + [f"{a}-{b}" for a, b in zip(EDGES_MS, EDGES_MS[1:])] + [f">= {EDGES_MS[-1]}"]
+    out = []
+    for algorithm in dict.fromkeys(r["algorithm"] for r in rows):
+        gaps = [1000 * g for r in rows if r["algorithm"] == algorithm for g in r["_gaps"]]
+        counts = [0] * len(labels)
+        for g in gaps:
+            counts[sum(g >= e for e in EDGES_MS)] += 1
+        out.append({"algorithm": algorithm, "gaps": len(gaps),
+                    **{f"{lab} ms": f"{100 * c / len(gaps):.1f}%" for lab, c in zip(labels, counts)}})
+    return table(out)
+
+
+def _shown(rows):
+    return [{k: v for k, v in r.items() if not k.startswith("_")} for r in rows]
 
 
 def _trials(url, name):
@@ -72,19 +101,26 @@ def _gaps(trials) -> list[float]:
 def main(argv=None) -> str:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--groups", type=int, nargs="+", default=[1, 2, 4, 8, 16])
-    ap.add_argument("--trials", type=int, default=40)
     ap.add_argument("--duration", type=float, default=0.5)
     ap.add_argument("--algorithms", nargs="+", default=["random", "evolutionary", "bayesian"])
+    ap.add_argument("--wide", nargs="*", default=["random", "evolutionary", "bayesian"],
+                    help="algorithms also run on 64 ranks (63 x 1 and 16 x 4); none to skip")
     args = ap.parse_args(argv)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for algorithm in args.algorithms:
             for g in args.groups:
-                rows.append(run_one(Path(tmp), algorithm, g, args.trials, args.duration))
-                print(table(rows[-1:]), flush=True)
+                rows.append(run_one(Path(tmp), algorithm, g, args.duration))
+                print(table(_shown(rows[-1:])), flush=True)
+        for algorithm in args.wide:
+            for g, size in ((63, 1), (16, 4)):
+                rows.append(run_one(Path(tmp), algorithm, g, args.duration, size))
+                print(table(_shown(rows[-1:])), flush=True)
     report = (f"### Scheduling efficiency\n\n{machine()}\n\n"
               f"`python benchmarks/scheduling.py --groups {' '.join(map(str, args.groups))} "
-              f"--trials {args.trials} --duration {args.duration}`\n\n{table(rows)}\n")
+              f"--duration {args.duration}`\n\n{table(_shown(rows))}\n\n"
+              f"Dispatch gaps (a trial's end to its group's next start), every run above:\n\n"
+              f"{histogram(rows)}\n")
     print(report)
     return report
 

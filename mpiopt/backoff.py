@@ -13,15 +13,29 @@ import time
 
 
 class Backoff:
-    """Exponential sleep between polls, reset whenever something arrived."""
+    """Exponential sleep between polls, reset whenever something arrived.
 
-    def __init__(self, first: float = 5e-5, limit: float = 5e-3):
+    `eager_s`: for that long after the start (or a reset) the sleep stays at most
+    `eager_limit`, for a wait whose answer is due soon (a group that just sent its result
+    waits for its next trial; doubling alone would notice a reply after 3 ms up to 3 ms
+    late). About 20 polls a millisecond for a few tens of milliseconds: a fraction of a
+    millisecond of CPU per wait.
+    """
+
+    def __init__(self, first: float = 5e-5, limit: float = 5e-3, eager_s: float = 0.0,
+                 eager_limit: float = 2e-4):
         self.first, self.limit = first, limit
+        self.eager_s, self.eager_limit = eager_s, eager_limit
         self.delay = first
+        self.since = time.monotonic()
 
     def reset(self) -> None:
         self.delay = self.first
+        self.since = time.monotonic()
 
     def sleep(self) -> None:
         time.sleep(self.delay)
-        self.delay = min(self.delay * 2, self.limit)
+        cap = self.limit
+        if self.eager_s and time.monotonic() - self.since < self.eager_s:
+            cap = min(cap, self.eager_limit)
+        self.delay = min(self.delay * 2, cap)

@@ -34,6 +34,16 @@ class FakeStorage:
         self.trials[trial_id].update(status=TrialStatus(status).value, **kw)
         self.log.append(("finish", trial_id))
 
+    def create_trials(self, study_id, requests):
+        return [self.create_trial(study_id, r["params"], r["seed"], r["group"], r.get("host"))
+                for r in requests]
+
+    def finish_trials(self, outcomes):
+        self.log.append(("batch", len(outcomes)))
+        for o in outcomes:
+            o = dict(o)
+            self.finish_trial(o.pop("trial_id"), o.pop("status"), **o)
+
     def add_intermediate(self, trial_id, epoch, value):
         self.intermediate.append((trial_id, epoch, value))
 
@@ -108,8 +118,39 @@ def test_finished_group_gets_prefetched_work_before_searcher_is_told():
     assert sched.prefetch() is True and sched.prefetch() is False  # one suggestion ahead
     actions = sched.on_result(0, done(first[0].trial.trial_id, 3.0))
     assert isinstance(actions[0], Dispatch) and actions[0].trial.params == {"x": 2}
-    assert storage.log.index(("finish", 1)) < storage.log.index(("create", 3))
     assert searcher.told == [(0, 3.0)]
+    assert storage.trials[1]["status"] == "COMPLETE"
+
+
+def test_the_next_trial_is_sent_before_the_result_is_written_but_committed_first():
+    sched, storage, _ = make(n_groups=2, budget=5)
+    first = sched.start()
+    sent = []
+    sched.send_now = lambda actions: sent.append((list(actions), list(storage.log)))
+    actions = sched.on_result(0, done(first[0].trial.trial_id, 3.0))
+    assert not [a for a in actions if isinstance(a, Dispatch)]
+    (dispatched, log_then), = sent
+    assert dispatched[0].group == 0 and ("create", 3) in log_then     # RUNNING before it left
+    assert ("finish", 1) not in log_then and ("finish", 1) in storage.log
+    assert sched.finished == 1 and len(sched.running) == 2
+
+
+@pytest.mark.parametrize("result", [done(1, None, "FAILED", "boom"), done(1, 0.5)])
+def test_a_result_that_may_stop_the_study_is_written_before_the_next_trial(result):
+    sched, storage, _ = make(n_groups=1, budget=5, target=1.0, max_initial_failures=1)
+    sched.start()
+    sched.send_now = lambda actions: pytest.fail("sent before the result was written")
+    actions = sched.on_result(0, result)
+    assert storage.log[-1] == ("finish", 1) and sched.stop_reason is not None
+    assert actions == [StopGroup(0)]
+
+
+def test_the_budget_counts_a_result_still_being_written():
+    sched, storage, _ = make(n_groups=2, budget=2)
+    first = sched.start()
+    sched.send_now = lambda actions: pytest.fail(f"budget exceeded: {actions}")
+    actions = sched.on_result(0, done(first[0].trial.trial_id, 3.0))
+    assert actions == [StopGroup(0)] and len(storage.trials) == 2
 
 
 def test_without_a_prefetched_suggestion_the_result_is_told_before_the_next_ask():
@@ -223,3 +264,98 @@ def test_interrupt_marks_running_and_study():
     assert {t["status"] for t in storage.trials.values()} == {"INTERRUPTED"}
     assert storage.status is StudyStatus.INTERRUPTED and sched.done
     assert sorted(searcher.forgotten) == [0, 1]
+
+
+# ---- a slow searcher asked in the background ------------------------------------------------
+class BlockingSearcher(CountingSearcher):
+    """CountingSearcher whose asks after the first `free` wait for `gate` (a model fit that
+    takes as long as the test wants)."""
+
+    def __init__(self, free: int):
+        super().__init__()
+        import threading
+
+        self.free, self.gate = free, threading.Event()
+
+    def ask(self, number=None):
+        if len(self.numbers) >= self.free:
+            assert self.gate.wait(30), "the test never opened the gate"
+        return super().ask(number)
+
+
+def _until(predicate, what: str, limit_s: float = 30.0):
+    """Poll until predicate() is truthy; the limit only turns a hang into a failure."""
+    import time
+
+    end = time.monotonic() + limit_s
+    while not (value := predicate()):
+        assert time.monotonic() < end, f"never happened: {what}"
+        time.sleep(0.001)
+    return value
+
+
+def _run_with_guard(fn, limit_s: float = 30.0):
+    """fn() in a thread; fails (instead of hanging the suite) if it does not return."""
+    import threading
+
+    out = {}
+    thread = threading.Thread(target=lambda: out.setdefault("value", fn()), daemon=True)
+    thread.start()
+    thread.join(limit_s)
+    assert not thread.is_alive(), "the scheduler waited for the searcher's fit"
+    return out["value"]
+
+
+def test_groups_get_work_while_the_searcher_is_stuck_in_a_fit():
+    from mpiopt.search.background import BackgroundSearcher
+
+    inner = BlockingSearcher(free=3)
+    storage = FakeStorage()
+    searcher = BackgroundSearcher(inner, max_stock=2)
+    sched = Scheduler(storage=storage, study_id=1, searcher=searcher, direction="minimize",
+                      budget=8, n_groups=2)
+    dispatched = _until(lambda: sched.start() or sched.tick(), "a first dispatch")
+    dispatched += _until(lambda: sched.tick(), "a second dispatch") if len(dispatched) < 2 else []
+    assert sorted(a.group for a in dispatched) == [0, 1]
+    _until(lambda: len(inner.numbers) == 3, "the third (stocked) suggestion")
+    # the 4th ask is now stuck in its "fit": results still come in, are recorded and told,
+    # and the finished group gets the stocked suggestion at once
+    ids = {a.group: a.trial.trial_id for a in dispatched}
+    first = _run_with_guard(lambda: sched.on_result(0, done(ids[0], 3.0)))
+    assert [a.trial.params for a in first if isinstance(a, Dispatch)] == [{"x": 2}]
+    second = _run_with_guard(lambda: sched.on_result(1, done(ids[1], 2.0)))
+    assert not [a for a in second if isinstance(a, Dispatch)] and sched.idle == [1]
+    assert storage.trials[ids[0]]["status"] == storage.trials[ids[1]]["status"] == "COMPLETE"
+    assert _run_with_guard(sched.tick) == [] and not sched.done    # still fitting: group 1 waits
+    inner.gate.set()
+    later = _until(lambda: sched.tick(), "the suggestion after the fit")
+    assert [a.group for a in later] == [1]
+    _until(lambda: len(inner.told) == 2, "the queued tells")
+    assert inner.told == [(0, 3.0), (1, 2.0)]
+    sched.finish()
+    assert not searcher._thread.is_alive()
+
+
+def test_a_failing_background_searcher_ends_the_study_with_its_error():
+    from mpiopt.search.background import BackgroundSearcher
+
+    class Broken(CountingSearcher):
+        def ask(self, number=None):
+            raise ValueError("singular matrix")
+
+    sched = Scheduler(storage=FakeStorage(), study_id=1, searcher=BackgroundSearcher(Broken(), 2),
+                      direction="minimize", budget=4, n_groups=1)
+    with pytest.raises(RuntimeError, match="searcher failed: ValueError: singular matrix"):
+        _until(lambda: sched.start() or sched.tick(), "the error")
+
+
+def test_the_stock_follows_results_per_ask():
+    from mpiopt.search.background import BackgroundSearcher
+
+    clock = iter(range(0, 10_000, 1))
+    searcher = BackgroundSearcher(CountingSearcher(), max_stock=16, clock=lambda: next(clock))
+    assert searcher.stock_target == 1                     # nothing measured yet
+    searcher._ask_s, searcher._gap_s = 0.5, 0.1           # 5 results during one ask
+    assert searcher.stock_target == 6
+    searcher._ask_s = 100.0
+    assert searcher.stock_target == 16                    # never more than the groups

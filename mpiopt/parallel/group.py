@@ -21,6 +21,7 @@ from mpiopt.backoff import Backoff
 from mpiopt.parallel.waiting import probe, wait_message
 
 FATAL_WAIT_S = 10.0
+REPLY_DUE_S = 0.05
 
 
 def run_group(world, comm, objective) -> int:
@@ -39,7 +40,8 @@ def run_group(world, comm, objective) -> int:
 def _serve(world, comm, objective) -> None:
     leader = comm.Get_rank() == 0
     while True:
-        trial = _next_trial(world, comm, objective) if leader else wait_message(comm, 0, Tag.TRIAL)[0]
+        trial = (_next_trial(world, comm, objective) if leader
+                 else wait_message(comm, 0, Tag.TRIAL, _reply_due())[0])
         if trial is None:
             return
         if not leader:
@@ -57,7 +59,7 @@ def _serve(world, comm, objective) -> None:
 
 def _next_trial(world, comm, objective) -> Trial | None:
     while True:
-        msg, status = wait_message(world, source=0)
+        msg, status = wait_message(world, source=0, backoff=_reply_due())
         if status.Get_tag() != Tag.CANCEL:       # a cancel for a trial that already ended
             break
     trial = msg if status.Get_tag() == Tag.TRIAL else None
@@ -82,7 +84,7 @@ class Reporter:
         if self.deadline is not None and time.monotonic() >= self.deadline:
             return TrialTimeout(f"timed out after {format_duration(self.trial.timeout)}")
         self.world.send(Report(self.trial.trial_id, int(epoch), self.last), dest=0, tag=Tag.REPORT)
-        decision, _ = wait_message(self.world, source=0, tag=Tag.DECISION)
+        decision, _ = wait_message(self.world, source=0, tag=Tag.DECISION, backoff=_reply_due())
         if decision.verdict is Verdict.CANCEL or self.cancelled():
             return TrialCancelled("cancelled: the job is ending")
         return decision.verdict is not Verdict.PRUNE
@@ -93,6 +95,12 @@ class Reporter:
             trial_id = self.world.recv(source=0, tag=Tag.CANCEL)
             self._cancel = trial_id == self.trial.trial_id
         return self._cancel
+
+
+def _reply_due() -> Backoff:
+    """The wait of a rank whose answer is due at once (its next trial after a result, a
+    report's decision): polled finely for REPLY_DUE_S, then as any wait (mpiopt.backoff)."""
+    return Backoff(eager_s=REPLY_DUE_S)
 
 
 def _fatal(world, comm, exc: BaseException) -> int:

@@ -191,7 +191,8 @@ def _coordinate(world, spec, url, opened, quiet, objective=None) -> int:
     ranks = [0] if topo.single_process else [topo.leader(g) for g in range(topo.n_groups)]
     flag = StopFlag()
     storage = Resilient(opened.storage, spec.storage_retry, opened.recovery, say=_progress)
-    sched = _scheduler(spec, opened, storage, topo.n_groups, progress, hosts, ranks)
+    sched = _scheduler(spec, opened, storage, topo.n_groups, progress, hosts, ranks,
+                       background=not topo.single_process)
     # A job that is ending (a signal, a failed rank) does not wait out an outage: what
     # cannot be written goes to the recovery file at once.
     storage.should_stop = lambda: flag.is_set() or sched.stop_reason in ("interrupted", "error")
@@ -266,15 +267,19 @@ def _leader_hosts(world, topo) -> list[str]:
     return None if names is None else [names[topo.leader(g)] for g in range(topo.n_groups)]
 
 
-def _scheduler(spec, opened, storage, n_groups, progress, hosts, ranks):
+def _scheduler(spec, opened, storage, n_groups, progress, hosts, ranks, background=False):
     from mpiopt.parallel.scheduler import Scheduler
     from mpiopt.search import make_searcher, make_pruner
 
     s = spec.search
+    searcher = make_searcher(s.algorithm, spec.space, s.options, s.seed, budget=s.trials,
+                             parallel=n_groups)
+    if background and searcher.slow:      # no group waits for a model fit (see there)
+        from mpiopt.search.background import BackgroundSearcher
+
+        searcher = BackgroundSearcher(searcher, max_stock=n_groups)
     return Scheduler(
-        storage=storage, study_id=opened.study_id,
-        searcher=make_searcher(s.algorithm, spec.space, s.options, s.seed, budget=s.trials,
-                               parallel=n_groups),
+        storage=storage, study_id=opened.study_id, searcher=searcher,
         direction=spec.objective.direction, budget=s.trials, n_groups=n_groups, seed=s.seed,
         pruner=make_pruner(spec.training.pruning), target=s.target, time_limit=s.time_limit,
         max_initial_failures=s.max_initial_failures, existing=opened.existing, progress=progress,

@@ -4,7 +4,18 @@ No MPI here. The MPI loop (coordinator.py) and the single-process driver (local.
 it events -- a result, a per-epoch report, a clock tick, a signal -- and carry out the
 actions it returns: send a trial to a group, answer a report, stop a group. Its writes go
 through the storage API in the order that makes a crash harmless: a trial is committed
-RUNNING before its parameters leave, and finished before the searcher is told.
+RUNNING before its parameters leave.
+
+A finished trial's group gets its next trial before the result is written (`send_now`,
+set by the MPI loop, sends it at once): the group's wait is then one write, not two. The
+result is durable before anything else depends on it (the progress line, the budget
+count, the study's end); a crash in between leaves the trial RUNNING, to run again on
+resume. A failure or a value that reaches the target is written first, since it may stop
+the study.
+
+A slow searcher comes wrapped in mpiopt.search.background.BackgroundSearcher: suggestions
+are taken from its stock (none ready: the group waits for the next tick), tells are
+queued, and no event here ever waits for a model fit.
 """
 from __future__ import annotations
 
@@ -84,7 +95,12 @@ class Scheduler:
         self.last_error: str | None = None
         self.next_number = 0
         self.reruns: list[FrozenTrial] = []
+        self.finishing = 0            # results being written while their group already runs
+        self.send_now = None          # callable(actions): the MPI loop sends at once
+        self.background = hasattr(searcher, "take")
         self._restore(existing)
+        if self.background:
+            searcher.start(self.next_number)
 
     # ---- resume -------------------------------------------------------------------
     def _restore(self, existing) -> None:
@@ -117,10 +133,12 @@ class Scheduler:
     def done(self) -> bool:
         return not self.running and not self._can_dispatch()
 
-    def _can_dispatch(self) -> bool:
+    def _can_dispatch(self, extra: int = 0) -> bool:
+        """Whether one more trial may start (`extra`: ones already promised this round)."""
         if self.stop_reason is None and self.deadline is not None and self.clock() >= self.deadline:
             self._stop("time_limit", "time limit reached: running trials finish, no new ones start")
-        return self.stop_reason is None and self.finished + len(self.running) < self.budget
+        started = self.finished + len(self.running) + self.finishing + extra
+        return self.stop_reason is None and started < self.budget
 
     # ---- events -------------------------------------------------------------------
     def start(self) -> list:
@@ -128,36 +146,75 @@ class Scheduler:
         return self._fill_idle() + self._stop_idle()
 
     def on_result(self, group: int, result: Result) -> list:
-        run = self.running.pop(group)
-        status = TrialStatus(result.status)
-        error = result.error
-        if status is TrialStatus.INTERRUPTED:      # cancelled: stays unfinished, runs again
-            self.searcher.forget(run.params)
-            self.idle.append(group)
+        return self.on_results([(group, result)])
+
+    def on_results(self, batch: list[tuple[int, Result]]) -> list:
+        """Results that arrived together: written in one transaction, and their groups'
+        next trials created in one (see the module docstring for the order)."""
+        done: list[FrozenTrial] = []
+        outcomes: list[dict] = []
+        for group, result in batch:
+            run = self.running.pop(group)
+            status = TrialStatus(result.status)
+            if status is TrialStatus.INTERRUPTED:      # cancelled: stays unfinished, runs again
+                self.searcher.forget(run.params)
+                self.idle.append(group)
+                continue
+            done.append(FrozenTrial(
+                id=run.trial_id, study_id=self.study_id, number=run.number, status=status,
+                params=run.params, value=result.value, group=group, duration=result.duration,
+                error=result.error))
+            outcomes.append(dict(
+                trial_id=run.trial_id, status=status, value=result.value,
+                value_std=result.value_std, fold_values=result.fold_values,
+                metrics=result.metrics, error=result.error, duration=result.duration))
+        if not done:
             return self._stop_idle()
+        actions: list = []
+        first = all(self._dispatch_first(t) for t in done)
+        if first:                            # the groups' next trials leave before the write
+            self.idle.extend(t.group for t in done)
+            self.finishing += len(done)
+            try:
+                actions = self._teach_and_fill(done)
+            finally:
+                self.finishing -= len(done)
+            if self.send_now is not None and actions:
+                self.send_now(actions)
+                actions = []
         try:
-            self.storage.finish_trial(
-                run.trial_id, status, value=result.value, value_std=result.value_std,
-                fold_values=result.fold_values, metrics=result.metrics, error=error,
-                duration=result.duration)
+            self.storage.finish_trials(outcomes)
         except BaseException:
-            self.idle.append(group)     # so the wind-down stops it (the result is in the
-            raise                       # recovery file: storage/resilient.py)
-        self.counts[status] += 1
-        trial = FrozenTrial(id=run.trial_id, study_id=self.study_id, number=run.number,
-                            status=status, params=run.params, value=result.value,
-                            group=group, duration=result.duration, error=error)
-        self._account(trial)
-        if self.progress:
-            self.progress.trial_finished(trial, self)
-        self.idle.append(group)
-        if self.prefetched is not None or self.reruns:
-            actions = self._fill_idle()      # work ready: the group gets it before the refit
-            self._teach(trial)
-        else:
-            self._teach(trial)               # else the next ask must know this result
-            actions = self._fill_idle()
+            if not first:               # so the wind-down stops them (the results are in
+                self.idle.extend(t.group for t in done)   # the recovery file)
+            raise
+        for trial in done:
+            self.counts[trial.status] += 1
+            self._account(trial)
+            if self.progress:
+                self.progress.trial_finished(trial, self)
+        if not first:
+            self.idle.extend(t.group for t in done)
+            actions = self._teach_and_fill(done)
         return actions + self._stop_idle()
+
+    def _dispatch_first(self, trial: FrozenTrial) -> bool:
+        """Whether the group may get its next trial before this result is written: not
+        when the result may stop the study (a failure; the target reached)."""
+        if trial.status is TrialStatus.FAILED or not _is_number(trial.value):
+            return False
+        return self.target is None or self.sign * trial.value > self.sign * self.target
+
+    def _teach_and_fill(self, trials: list[FrozenTrial]) -> list:
+        if self.background or self.prefetched is not None or self.reruns:
+            actions = self._fill_idle()      # work ready: the group gets it before the refit
+            for trial in trials:
+                self._teach(trial)
+        else:
+            for trial in trials:             # else the next ask must know these results
+                self._teach(trial)
+            actions = self._fill_idle()
+        return actions
 
     def on_report(self, group: int, report: Report) -> list:
         run = self.running.get(group)
@@ -176,9 +233,9 @@ class Scheduler:
         return [Answer(group, Decision(report.trial_id, verdict))]
 
     def tick(self) -> list:
-        """Called while waiting: notices the time limit."""
-        self._can_dispatch()
-        return self._stop_idle()
+        """Called while waiting: notices the time limit; idle groups take suggestions the
+        background searcher made meanwhile."""
+        return self._fill_idle() + self._stop_idle()
 
     def stop(self, reason: str, message: str) -> None:
         """No new trial starts; the first reason given is the one reported."""
@@ -224,7 +281,7 @@ class Scheduler:
 
     def prefetch(self) -> bool:
         """Ask ahead while groups are busy, so a finishing group need not wait for a fit."""
-        if self.prefetched is not None or self.reruns or self.idle:
+        if self.background or self.prefetched is not None or self.reruns or self.idle:
             return False
         if not self.running or self.finished + len(self.running) >= self.budget:
             return False
@@ -238,10 +295,16 @@ class Scheduler:
         if self.prefetched is not None:
             self.searcher.forget(self.prefetched)
             self.prefetched = None
+        self.close_searcher()
         status = {"interrupted": StudyStatus.INTERRUPTED, "error": StudyStatus.INTERRUPTED,
                   "failures": StudyStatus.FAILED}.get(self.stop_reason, StudyStatus.COMPLETE)
         self.storage.set_study_status(self.study_id, status)
         return status
+
+    def close_searcher(self) -> None:
+        """Stop a background searcher's thread (bounded; see there)."""
+        if self.background:
+            self.searcher.close()
 
     def stop_all(self) -> list:
         """STOP for every group not yet stopped (the end of the study)."""
@@ -251,22 +314,48 @@ class Scheduler:
 
     # ---- internals ----------------------------------------------------------------
     def _fill_idle(self) -> list:
+        """Work for every idle group the budget allows: re-runs first, then new trials,
+        created in one transaction."""
         actions = []
-        while self.idle and self._can_dispatch():
-            actions.append(self._dispatch(self.idle.pop(0)))
+        while self.idle and self.reruns and self._can_dispatch():
+            actions.append(self._rerun(self.idle[0]))
+        fresh: list[dict] = []
+        while len(fresh) < len(self.idle) and self._can_dispatch(extra=len(fresh)):
+            params = self._suggestion()
+            if params is None:
+                break                   # the background searcher is still making one
+            fresh.append(params)
+        if fresh:
+            actions += self._start(fresh)
         return actions
 
-    def _dispatch(self, group: int) -> Dispatch:
-        if self.reruns:
-            old = self.reruns.pop(0)
-            rec = self.storage.restart_trial(old.id, group=group, host=self.hosts[group],
-                                             **self._rank_of(group))
-            params = old.params
-        else:
-            params, self.prefetched = (self.prefetched or self.searcher.ask(self.next_number)), None
-            number = self.next_number
-            rec = self.storage.create_trial(self.study_id, params, seed=trial_seed(self.seed, number),
-                                            group=group, host=self.hosts[group], **self._rank_of(group))
+    def _suggestion(self) -> dict | None:
+        if self.prefetched is not None:
+            params, self.prefetched = self.prefetched, None
+            return params
+        if self.background:
+            return self.searcher.take()
+        return self.searcher.ask(self.next_number)
+
+    def _start(self, fresh: list[dict]) -> list[Dispatch]:
+        groups = self.idle[:len(fresh)]
+        requests = [dict(params=params, seed=trial_seed(self.seed, self.next_number + i),
+                         group=g, host=self.hosts[g], **self._rank_of(g))
+                    for i, (g, params) in enumerate(zip(groups, fresh))]
+        records = self.storage.create_trials(self.study_id, requests)
+        for g in groups:
+            self.idle.remove(g)         # only once they run: a failed write leaves them idle
+        return [self._running(g, rec, params) for g, rec, params in zip(groups, records, fresh)]
+
+    def _rerun(self, group: int) -> Dispatch:
+        old = self.reruns[0]
+        rec = self.storage.restart_trial(old.id, group=group, host=self.hosts[group],
+                                         **self._rank_of(group))
+        self.reruns.pop(0)
+        self.idle.remove(group)
+        return self._running(group, rec, old.params)
+
+    def _running(self, group: int, rec: FrozenTrial, params: dict) -> Dispatch:
         self.next_number = max(self.next_number, rec.number + 1)
         self.running[group] = _Running(rec.id, rec.number, params, group, self.clock())
         seed = rec.seed if rec.seed is not None else trial_seed(self.seed, rec.number)

@@ -59,6 +59,7 @@ class Searcher(abc.ABC):
     """
 
     algorithm = "base"
+    slow = False   # asks cost a model fit: the MPI coordinator asks it in the background
 
     def __init__(self, space, options: dict | None = None, seed: int = 0):
         self.space = space

@@ -60,6 +60,7 @@ class BayesianSearcher(Searcher):
     """Surrogate model + acquisition; see the module docstring for the parallel handling."""
 
     algorithm = "bayesian"
+    slow = True
 
     def __init__(self, space, options: dict | None = None, seed: int = 0):
         super().__init__(space, options, seed)

@@ -16,6 +16,7 @@ from mpiopt.search._base import Searcher
 
 class PortfolioSearcher(Searcher):
     algorithm = "portfolio"
+    slow = True
 
     def __init__(self, space, members: list[Searcher], seed: int = 0):
         super().__init__(space, {}, seed)

@@ -1,0 +1,192 @@
+"""One coordinator, thousands of groups: the real coordinator logic on a simulated clock.
+
+No MPI here: the real Scheduler, the real searcher and the real storage (SQLite on disk;
+PostgreSQL too where Debian's server binaries are found) are driven as the MPI loop
+drives them, against 1,000 and 10,000 simulated groups whose trials last a random time
+(log-normal, mean D, sd 0.5 D). The coordinator is one server: each batch of results
+that arrived while it was busy costs the wall time it really took (writes included), on
+a simulated clock, and the groups wait meanwhile. Reported:
+
+- completions per second the coordinator sustains (trials / its busy seconds);
+- how busy the groups are at D = 10 s and 60 s: mean trial time / (mean trial time +
+  mean wait between a trial's end and the group's next start), with 1,000 and 10,000
+  groups (a short last wave that is nobody's fault is left out: only the gaps count);
+- the coordinator's cost per trial around 100 and around 10,000 finished trials;
+- for Bayesian search, suggestions per second when 16 are asked in a row (one batch of
+  groups), at 200 and 500 told results.
+
+    python benchmarks/simulate.py
+    python benchmarks/simulate.py --groups 1000 --algorithms random --engines sqlite
+"""
+from __future__ import annotations
+
+import argparse
+import heapq
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE.parent / "tests"))
+
+from _common import machine, table  # noqa: E402
+
+SPACE = {"x": {"type": "real", "low": -5.0, "high": 10.0},
+         "y": {"type": "real", "low": 0.0, "high": 15.0}}
+
+
+def _space():
+    from mpiopt.space import Space
+
+    return Space.from_dict(SPACE)
+
+
+def _branin(p):
+    x, y = p["x"], p["y"]
+    return (y - 5.1 / (4 * np.pi ** 2) * x ** 2 + 5 / np.pi * x - 6) ** 2 \
+        + 10 * (1 - 1 / (8 * np.pi)) * np.cos(x) + 10
+
+
+def simulate(url: str, algorithm: str, groups: int, trials: int, mean_s: float,
+             seed: int = 0, marks=()) -> dict:
+    """Run `trials` trials on `groups` simulated groups; returns the measures."""
+    from mpiopt.parallel.protocol import Result
+    from mpiopt.parallel.scheduler import Dispatch, Scheduler
+    from mpiopt.search import make_searcher
+    from mpiopt.storage import open_storage
+    from mpiopt.trial import TrialStatus
+
+    rng = np.random.default_rng(seed)
+    sigma = np.sqrt(np.log(1.25))                       # sd = 0.5 x mean
+    now = {"t": 0.0}
+    with open_storage(url, create=True) as st:
+        name = f"{algorithm}-{groups}-{mean_s:g}-{trials}"
+        sid = st.create_study(name, "minimize", "value", "sim", "0" * 64, "{}")
+        sched = Scheduler(storage=st, study_id=sid,
+                          searcher=make_searcher(algorithm, _space(), {}, seed),
+                          direction="minimize", budget=trials, n_groups=groups, seed=seed,
+                          clock=lambda: now["t"])
+        events: list[tuple] = []     # (end time, group, trial id, params)
+        last_end: dict[int, float] = {}
+        gaps, durations, busy_s, cost_at = [], [], 0.0, {}
+
+        def start(actions, at):
+            for a in actions:
+                if isinstance(a, Dispatch):
+                    d = float(mean_s * rng.lognormal(-sigma ** 2 / 2, sigma))
+                    if a.group in last_end:
+                        gaps.append(at - last_end[a.group])
+                    durations.append(d)
+                    heapq.heappush(events, (at + d, a.group, a.trial.trial_id, a.trial.params))
+
+        t0 = time.perf_counter()
+        start(sched.start(), 0.0)
+        free = time.perf_counter() - t0                 # the coordinator is busy until then
+        busy_s += free
+        while events:
+            first = events[0][0]
+            now["t"] = max(free, first)
+            batch = []
+            while events and events[0][0] <= now["t"]:
+                end, group, tid, params = heapq.heappop(events)
+                last_end[group] = end
+                batch.append((group, Result(tid, TrialStatus.COMPLETE, value=float(_branin(params)))))
+            before = sched.finished
+            t0 = time.perf_counter()
+            actions = sched.on_results(batch)
+            spent = time.perf_counter() - t0
+            busy_s += spent
+            for mark in marks:
+                if before < mark + 100 and sched.finished > mark:
+                    cost_at.setdefault(mark, []).append(spent / len(batch))
+            free = now["t"] + spent
+            start(actions, free)
+        sched.finish()
+    mean_gap = statistics.fmean(gaps) if gaps else 0.0
+    return {"completions/s": trials / busy_s, "busy %": 100 * mean_s / (mean_s + mean_gap),
+            "mean gap ms": 1e3 * mean_gap, "cost per trial ms": 1e3 * busy_s / trials,
+            "cost_at": {m: 1e3 * statistics.median(v) for m, v in cost_at.items()}}
+
+
+def bayes_batches(told_sizes=(200, 500), batch: int = 16) -> list[dict]:
+    from mpiopt.search import make_searcher
+
+    rows = []
+    for told in told_sizes:
+        searcher = make_searcher("bayesian", _space(), {}, 0)
+        rng = np.random.default_rng(0)
+        history = [(p, float(_branin(p))) for p in (_space().sample(rng) for _ in range(told))]
+        searcher.replay(history)
+        searcher.ask()                                  # the first fit after a replay
+        start = time.perf_counter()
+        asked = [searcher.ask() for _ in range(batch)]
+        seconds = time.perf_counter() - start
+        rows.append({"told": told, "batch": batch, "seconds": round(seconds, 2),
+                     "suggestions/s": round(batch / seconds, 1), "distinct": len({tuple(a.values()) for a in asked})})
+    return rows
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--groups", nargs="+", type=int, default=[1000, 10000])
+    ap.add_argument("--durations", nargs="+", type=float, default=[10.0, 60.0])
+    ap.add_argument("--algorithms", nargs="+", default=["random", "evolutionary"])
+    ap.add_argument("--engines", nargs="+", default=["sqlite", "postgresql"])
+    ap.add_argument("--waves", type=int, default=3, help="trials = waves x groups")
+    args = ap.parse_args(argv)
+    server = None
+    rows, growth = [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        urls = {"sqlite": lambda n: f"sqlite:///{Path(tmp) / (n + '.db')}"}
+        if "postgresql" in args.engines:
+            from pgserver import PostgresServer, find_bindir
+
+            bindir = find_bindir()
+            if bindir is not None:
+                server = PostgresServer(bindir)
+                urls["postgresql"] = lambda n: server.new_database()
+            else:
+                print("PostgreSQL server binaries not found: only SQLite measured.")
+        try:
+            for engine in [e for e in args.engines if e in urls]:
+                for algorithm in args.algorithms:
+                    for groups in args.groups:
+                        for mean_s in args.durations:
+                            url = urls[engine](f"{algorithm}-{groups}-{mean_s:g}")
+                            r = simulate(url, algorithm, groups, args.waves * groups, mean_s)
+                            rows.append({"engine": engine, "algorithm": algorithm, "groups": groups,
+                                         "trial s": mean_s, "completions/s": round(r["completions/s"]),
+                                         "busy %": round(r["busy %"], 2),
+                                         "mean gap ms": round(r["mean gap ms"], 1),
+                                         "cost per trial ms": round(r["cost per trial ms"], 3)})
+                            print(rows[-1], flush=True)
+                    r = simulate(urls[engine](f"{algorithm}-growth"), algorithm, 16, 10_100, 10.0,
+                                 marks=(100, 10_000))
+                    growth.append({"engine": engine, "algorithm": algorithm,
+                                   "ms per trial near 100 finished": round(r["cost_at"][100], 3),
+                                   "near 10,000": round(r["cost_at"][10_000], 3),
+                                   "ratio": round(r["cost_at"][10_000] / r["cost_at"][100], 2)})
+                    print(growth[-1], flush=True)
+        finally:
+            if server is not None:
+                server.close()
+    print(f"\n### Coordinator at scale (simulated groups, real scheduler, searcher and storage)\n")
+    print(f"Machine: {machine()}\n")
+    print(f"`python benchmarks/simulate.py` (trials = {args.waves} x groups; durations "
+          "log-normal, sd = mean / 2)\n")
+    print(table(rows))
+    print("\nCost per trial as the study grows (16 groups, 10,100 trials):\n")
+    print(table(growth))
+    print("\nBayesian suggestions asked in a row (as for a batch of idle groups):\n")
+    print(table(bayes_batches()))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

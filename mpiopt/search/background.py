@@ -1,0 +1,155 @@
+"""A slow searcher asked beside the coordinator's loop, so no group waits for a model fit.
+
+A Gaussian-process suggestion costs 50-300 ms. Asked in the loop, every group that
+finishes during a fit waits for it, and at 16 groups the Bayesian study kept only 59% of
+them busy (benchmarks/RESULTS.md). Here one thread owns the searcher: it keeps a stock of
+suggestions ready, and the coordinator only takes from the stock and queues tells and
+forgets (both return at once). The stock holds about as many suggestions as results
+arrive during one ask (Little's law: results per second x seconds per ask, measured as
+the study runs, plus one), at most one per group; every stocked suggestion is pending in
+the searcher, so the suggestions after it keep away from it as usual.
+
+The price: a suggestion may be made before the last few results were told, as any
+asynchronous optimiser's are. Randomness stays keyed by trial number, so a replay still
+gives what an uninterrupted study would have asked, whenever a suggestion happens to be
+made with the same results told.
+
+Only the thread touches the searcher once it runs; replay() comes before. An error in the
+searcher is raised from the next take(), so the coordinator ends the job as for any of
+its own errors. The thread checks its stop flag between asks (close() waits at most
+CLOSE_WAIT_S for it) and is a daemon, so a job never waits on it.
+"""
+from __future__ import annotations
+
+import collections
+import math
+import sys
+import threading
+import time
+
+CLOSE_WAIT_S = 5.0
+SWITCH_INTERVAL_S = 0.0005   # the loop's thread gets the GIL back within 0.5 ms (default 5)
+_SMOOTHING = 0.3             # weight of the newest sample in the moving averages
+
+
+class BackgroundSearcher:
+    """take() a ready suggestion (or None), tell()/forget() queued; see the module doc."""
+
+    def __init__(self, searcher, max_stock: int, clock=time.monotonic):
+        self.inner = searcher
+        self.max_stock = max(1, int(max_stock))
+        self.clock = clock
+        self.choice = getattr(searcher, "choice", None)
+        self._ready: collections.deque[dict] = collections.deque()
+        self._inbox: collections.deque[tuple] = collections.deque()
+        self._wake = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+        self._closed = False
+        self._number = 0
+        self._ask_s: float | None = None     # moving average of one ask's seconds
+        self._gap_s: float | None = None     # moving average of seconds between results
+        self._last_result: float | None = None
+        self.asks = 0
+
+    # ---- the coordinator's side ------------------------------------------------------
+    def replay(self, trials, pending=(), next_number=None) -> None:
+        """Before the thread starts: as Searcher.replay."""
+        assert self._thread is None, "replay after the background thread started"
+        self.inner.replay(trials, pending, next_number)
+
+    def start(self, next_number: int) -> None:
+        if self._thread is None:
+            self._number = int(next_number)
+            self._previous_interval = sys.getswitchinterval()
+            sys.setswitchinterval(min(self._previous_interval, SWITCH_INTERVAL_S))
+            self._thread = threading.Thread(target=self._serve, name="mpiopt-searcher", daemon=True)
+            self._thread.start()
+
+    def take(self) -> dict | None:
+        """A ready suggestion, or None while the thread is still making one."""
+        self._raise_error()
+        with self._wake:
+            params = self._ready.popleft() if self._ready else None
+            self._wake.notify()
+        return params
+
+    def tell(self, params: dict, value: float) -> None:
+        now = self.clock()
+        if self._last_result is not None:
+            self._gap_s = _average(self._gap_s, now - self._last_result)
+        self._last_result = now
+        self._post(("tell", params, value))
+
+    def forget(self, params: dict) -> None:
+        self._post(("forget", params, None))
+
+    def put_back(self, params: dict) -> None:
+        """A taken suggestion that was not used (the study ended): it stays pending."""
+        with self._wake:
+            self._ready.appendleft(params)
+
+    def close(self) -> None:
+        """Stop the thread (it ends after the ask it is in, if any)."""
+        with self._wake:
+            self._closed = True
+            self._wake.notify()
+        if self._thread is not None:
+            self._thread.join(CLOSE_WAIT_S)
+            sys.setswitchinterval(self._previous_interval)
+
+    @property
+    def stock_target(self) -> int:
+        """Suggestions to keep ready: results during one ask, plus one (see module doc)."""
+        if self._ask_s is None or self._gap_s is None:
+            return 1
+        expected = self._ask_s / max(self._gap_s, 1e-6)
+        return max(1, min(self.max_stock, 1 + math.ceil(expected)))
+
+    @property
+    def ready(self) -> int:
+        return len(self._ready)
+
+    # ---- the thread -------------------------------------------------------------------
+    def _post(self, item: tuple) -> None:
+        self._raise_error()
+        with self._wake:
+            self._inbox.append(item)
+            self._wake.notify()
+
+    def _serve(self) -> None:
+        try:
+            while True:
+                with self._wake:
+                    while not self._closed and not self._inbox and len(self._ready) >= self.stock_target:
+                        self._wake.wait()
+                    if self._closed:
+                        return
+                    inbox, self._inbox = list(self._inbox), collections.deque()
+                for kind, params, value in inbox:
+                    if kind == "tell":
+                        self.inner.tell(params, value)
+                    else:
+                        self.inner.forget(params)
+                if len(self._ready) < self.stock_target:
+                    self._ask_one()
+        except BaseException as exc:   # raised to the coordinator at its next call
+            self._error = exc
+
+    def _ask_one(self) -> None:
+        start = self.clock()
+        params = self.inner.ask(self._number)
+        self._number += 1
+        self.asks += 1
+        self._ask_s = _average(self._ask_s, self.clock() - start)
+        with self._wake:
+            self._ready.append(params)
+
+    def _raise_error(self) -> None:
+        if self._error is not None:
+            raise RuntimeError(f"the searcher failed: {type(self._error).__name__}: "
+                               f"{self._error}") from self._error
+
+
+def _average(old: float | None, new: float) -> float:
+    return new if old is None else (1 - _SMOOTHING) * old + _SMOOTHING * new
