@@ -243,12 +243,13 @@ def main(argv=None) -> int:
              for seed in range(seeds) if alias(s, n) == s
              and not (s == "skopt-gp" and (n != 1 or not skopt_runs(p, seed)))]
     tasks.sort(key=lambda t: -P.catalogue()[t[0]].budget)     # long ones first
-    results, spent = {}, {}
+    results, spent, per_problem = {}, {}, {}
     start = time.perf_counter()
     with mp.get_context("fork").Pool(args.workers) as pool:
         for i, (task, curve, seconds) in enumerate(pool.imap_unordered(run, tasks), 1):
             results.setdefault((task[0], task[1], task[3]), []).append(curve)
             spent[task[1]] = spent.get(task[1], 0.0) + seconds
+            per_problem[task[0]] = per_problem.get(task[0], 0.0) + seconds
             if i % 25 == 0 or i == len(tasks):
                 print(f"[{i}/{len(tasks)}] {time.perf_counter() - start:.0f}s", flush=True)
     for (p, s, n), curves in list(results.items()):
@@ -259,6 +260,8 @@ def main(argv=None) -> int:
     print(report(results, problems, searchers, pending_levels, seeds))
     print("\nSeconds spent per searcher (all runs): "
           + ", ".join(f"{s} {v:.0f}" for s, v in sorted(spent.items(), key=lambda kv: -kv[1])))
+    print("Seconds spent per problem (all runs, evaluations included): "
+          + ", ".join(f"{p} {v:.0f}" for p, v in sorted(per_problem.items(), key=lambda kv: -kv[1])))
     return 0
 
 

@@ -103,8 +103,9 @@ def done(trial_id, value=1.0, status="COMPLETE", error=None):
 
 
 def test_start_dispatches_every_idle_group_and_commits_running_first():
-    sched, storage, _ = make(n_groups=3, budget=10)
+    sched, storage, searcher = make(n_groups=3, budget=10)
     actions = sched.start()
+    assert searcher.numbers == [0, 1, 2]        # each ask for its own trial number
     assert [a.group for a in actions] == [0, 1, 2]
     assert all(isinstance(a, Dispatch) for a in actions)
     assert [storage.trials[a.trial.trial_id]["status"] for a in actions] == ["RUNNING"] * 3
@@ -359,3 +360,18 @@ def test_the_stock_follows_results_per_ask():
     assert searcher.stock_target == 6
     searcher._ask_s = 100.0
     assert searcher.stock_target == 16                    # never more than the groups
+
+
+def test_results_are_kept_when_the_next_trial_cannot_be_created():
+    from mpiopt.errors import StorageUnavailable
+
+    sched, storage, _ = make(n_groups=2, budget=6)
+    first = sched.start()
+
+    def down(study_id, requests):
+        raise StorageUnavailable("db: connection refused")
+
+    storage.create_trials = down
+    with pytest.raises(StorageUnavailable):
+        sched.on_result(0, done(first[0].trial.trial_id, 3.0))
+    assert storage.trials[1]["status"] == "COMPLETE" and 0 in sched.idle

@@ -228,6 +228,7 @@ def _close(spec, url, opened, sched, progress, cause, interrupted, stuck: str = 
         status = StudyStatus.INTERRUPTED if interrupted else sched.finish()
     except Exception as exc:
         status, cause = StudyStatus.INTERRUPTED, cause or f"could not record the study's end: {exc}"
+    sched.close_searcher()
     progress.summary(sched, status)
     opened.close()
     if status is StudyStatus.COMPLETE or (status is StudyStatus.FAILED and not cause):

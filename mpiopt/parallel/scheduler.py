@@ -177,6 +177,9 @@ class Scheduler:
             self.finishing += len(done)
             try:
                 actions = self._teach_and_fill(done)
+            except BaseException:        # the next trials could not start (an outage past
+                self._keep(outcomes)     # its limit): the results are still kept
+                raise
             finally:
                 self.finishing -= len(done)
             if self.send_now is not None and actions:
@@ -197,6 +200,14 @@ class Scheduler:
             self.idle.extend(t.group for t in done)
             actions = self._teach_and_fill(done)
         return actions + self._stop_idle()
+
+    def _keep(self, outcomes: list[dict]) -> None:
+        """Write results while another error is on its way up: the database, or the
+        recovery file once the outage wrapper gave up (storage/resilient.py)."""
+        try:
+            self.storage.finish_trials(outcomes)
+        except Exception:
+            pass
 
     def _dispatch_first(self, trial: FrozenTrial) -> bool:
         """Whether the group may get its next trial before this result is written: not
@@ -321,7 +332,7 @@ class Scheduler:
             actions.append(self._rerun(self.idle[0]))
         fresh: list[dict] = []
         while len(fresh) < len(self.idle) and self._can_dispatch(extra=len(fresh)):
-            params = self._suggestion()
+            params = self._suggestion(self.next_number + len(fresh))
             if params is None:
                 break                   # the background searcher is still making one
             fresh.append(params)
@@ -329,13 +340,14 @@ class Scheduler:
             actions += self._start(fresh)
         return actions
 
-    def _suggestion(self) -> dict | None:
+    def _suggestion(self, number: int) -> dict | None:
+        """The suggestion for trial `number` (keyed searchers draw by it), or None."""
         if self.prefetched is not None:
             params, self.prefetched = self.prefetched, None
             return params
         if self.background:
             return self.searcher.take()
-        return self.searcher.ask(self.next_number)
+        return self.searcher.ask(number)
 
     def _start(self, fresh: list[dict]) -> list[Dispatch]:
         groups = self.idle[:len(fresh)]
