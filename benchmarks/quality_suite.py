@@ -14,7 +14,8 @@ Searchers: mpiopt's `auto` (the default), `bayesian`, `evolutionary`, `tpe` (mpi
 Optuna TPE searcher) and `random`; as outside references Optuna's TPE (multivariate,
 constant liar) and CMA-ES samplers through ask/tell, and scikit-optimize's own sequential
 `gp_minimize` (at 1 pending only: it has no batch mode of its own; and only on budgets up to
-60 with 3 seeds: a run of 80 steps takes minutes, which would put the suite past 40).
+50 with 3 seeds: its runs took 58 s on average at budgets up to 60, a quarter of the whole
+suite's time, and minutes at 80).
 
     python benchmarks/quality_suite.py --quick          # 8 problems, 1 and 4 pending, 5 seeds
     python benchmarks/quality_suite.py                   # everything: 18 problems, 1/4/16, 10 seeds
@@ -41,7 +42,7 @@ import problems as P  # noqa: E402
 OURS = {"auto": ("auto", {}), "bayesian": ("bayesian", {}), "evolutionary": ("evolutionary", {}),
         "tpe": ("tpe", {}), "cmaes": ("cmaes", {}), "random": ("random", {})}
 REFERENCES = ["optuna-tpe", "optuna-cmaes", "skopt-gp"]
-SKOPT_MAX_BUDGET, SKOPT_SEEDS = 60, 3    # gp_minimize: 1 pending, small budgets, 3 seeds
+SKOPT_MAX_BUDGET, SKOPT_SEEDS = 50, 3    # gp_minimize: 1 pending, small budgets, 3 seeds
 
 
 # ---- outside references, behind the same ask/tell shape ----------------------------------
@@ -231,17 +232,12 @@ def main(argv=None) -> int:
     searchers = args.searchers or (list(OURS) + _references())
     if args.quick and not args.searchers:
         searchers = [s for s in searchers if s != "skopt-gp"]   # minutes per run: full suite only
-    from mpiopt.search.auto import MANY_GROUPS
-
-    def alias(s, n):    # auto below MANY_GROUPS is bayesian, same seeds: run it once
-        return "bayesian" if s == "auto" and n < MANY_GROUPS and "bayesian" in searchers else s
-
     def skopt_runs(p, seed):   # gp_minimize costs seconds per step past ~100 points
         return P.catalogue()[p].budget <= SKOPT_MAX_BUDGET and seed < SKOPT_SEEDS
 
     tasks = [(p, s, seed, n) for n in pending_levels for p in problems for s in searchers
-             for seed in range(seeds) if alias(s, n) == s
-             and not (s == "skopt-gp" and (n != 1 or not skopt_runs(p, seed)))]
+             for seed in range(seeds)
+             if not (s == "skopt-gp" and (n != 1 or not skopt_runs(p, seed)))]
     tasks.sort(key=lambda t: -P.catalogue()[t[0]].budget)     # long ones first
     results, spent, per_problem = {}, {}, {}
     start = time.perf_counter()
@@ -252,9 +248,6 @@ def main(argv=None) -> int:
             per_problem[task[0]] = per_problem.get(task[0], 0.0) + seconds
             if i % 25 == 0 or i == len(tasks):
                 print(f"[{i}/{len(tasks)}] {time.perf_counter() - start:.0f}s", flush=True)
-    for (p, s, n), curves in list(results.items()):
-        if s == "bayesian" and "auto" in searchers and n < MANY_GROUPS:
-            results[(p, "auto", n)] = curves
     print(f"\n### Search quality suite ({len(problems)} problems, pending {pending_levels}, "
           f"{seeds} seeds, {time.perf_counter() - start:.0f}s on {args.workers} workers)")
     print(report(results, problems, searchers, pending_levels, seeds))

@@ -356,11 +356,17 @@ def test_output_warping_keeps_the_order_and_tames_huge_values():
     assert spread(w) < spread(y) / 5                        # the walls no longer set the scale
 
 
-def test_auto_chooses_by_the_number_of_groups():
-    few = make_searcher("auto", MIXED, {}, seed=0, budget=50, parallel=4)
+def test_auto_chooses_by_the_space():
+    from mpiopt.space import Space
+
     many = make_searcher("auto", MIXED, {}, seed=0, budget=50, parallel=16)
+    one = make_searcher("auto", MIXED, {}, seed=0, budget=50, parallel=1)
+    assert many.algorithm == one.algorithm == "portfolio" and "cmaes" in many.choice
+    labels = Space.from_dict({"a": {"type": "categorical", "choices": ["x", "y", "z"]},
+                              "b": {"type": "categorical", "choices": [1, 2]},
+                              "c": {"type": "real", "low": 0.0, "high": 1.0}})
+    few = make_searcher("auto", labels, {}, seed=0, budget=50, parallel=4)
     assert few.algorithm == "bayesian" and few.choice.startswith("auto chose bayesian")
-    assert many.algorithm == "portfolio" and "cmaes" in many.choice
     asked = [many.ask() for _ in range(6)]
     assert {type(m).__name__ for m in many.members} == {"BayesianSearcher", "CmaEsSearcher"}
     assert len({many.key(p) for p in asked}) == 6

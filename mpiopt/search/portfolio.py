@@ -1,10 +1,9 @@
-"""Two searchers taking turns: the Gaussian-process searcher and CMA-ES, for many groups.
+"""Two searchers taking turns: the Gaussian-process searcher and CMA-ES (`auto`'s choice).
 
-With many groups and few rounds (budget / groups), a GP must suggest most points with
-little feedback, and on rugged problems it then does no better than random search, while
-CMA-ES, a population method, uses a whole generation at once (benchmarks/quality_suite.py
-at 16 pending). On smooth problems the GP stays far ahead. Nobody knows beforehand which
-kind a study is, so `auto` runs both, as algorithm portfolios do (Nevergrad's NGOpt;
+On rugged, multimodal problems a GP settles in the first good basin and ends near random
+search, while CMA-ES, a population method, keeps moving (benchmarks/quality_suite.py, at
+1, 4 and 16 pending); on smooth problems the GP is far ahead. Nobody knows beforehand
+which kind a study is, so `auto` runs both, as algorithm portfolios do (Nevergrad's NGOpt;
 Meunier et al. 2021): trial n goes to member n mod 2. Every result is told to both, so
 the GP also learns from the points CMA-ES chose, and every pending point is pending in
 the GP too, so its suggestions keep away from them.
