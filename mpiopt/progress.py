@@ -62,6 +62,10 @@ class Progress:
                  f"in {wall:.1f}s")
         if sched.message:
             self.say(sched.message)
+        fillers = getattr(sched.searcher, "fillers", 0)
+        if fillers:
+            self.say(f"{fillers} trial(s) got a random point because the model was still busy "
+                     "(results came faster than it could suggest; README: 'No group waits')")
         cpu = time.process_time() - self.cpu_started
         self.say(f"coordinator: {cpu:.2f}s CPU over {wall:.2f}s wall ({100 * cpu / max(wall, 1e-9):.1f}% of a core)")
         if sched.best is not None:

@@ -270,18 +270,32 @@ def test_interrupt_marks_running_and_study():
 # ---- a slow searcher asked in the background ------------------------------------------------
 class BlockingSearcher(CountingSearcher):
     """CountingSearcher whose asks after the first `free` wait for `gate` (a model fit that
-    takes as long as the test wants)."""
+    takes as long as the test wants); a space and pending dict as mpiopt's searchers have."""
 
     def __init__(self, free: int):
         super().__init__()
         import threading
 
+        from mpiopt.space import Space
+
         self.free, self.gate = free, threading.Event()
+        self.space, self.seed, self.pending = Space.from_dict({"x": {"type": "real", "low": 100.0, "high": 200.0}}), 0, {}
+
+    def key(self, params):
+        return tuple(sorted(params.items()))
 
     def ask(self, number=None):
         if len(self.numbers) >= self.free:
             assert self.gate.wait(30), "the test never opened the gate"
-        return super().ask(number)
+        self.calls.append("ask")
+        self.numbers.append(number)
+        p = {"x": next(self.counter)}
+        self.pending[self.key(p)] = p
+        return p
+
+    def tell(self, params, value):
+        self.pending.pop(self.key(params), None)
+        super().tell(params, value)
 
 
 def _until(predicate, what: str, limit_s: float = 30.0):
@@ -325,14 +339,15 @@ def test_groups_get_work_while_the_searcher_is_stuck_in_a_fit():
     first = _run_with_guard(lambda: sched.on_result(0, done(ids[0], 3.0)))
     assert [a.trial.params for a in first if isinstance(a, Dispatch)] == [{"x": 2}]
     second = _run_with_guard(lambda: sched.on_result(1, done(ids[1], 2.0)))
-    assert not [a for a in second if isinstance(a, Dispatch)] and sched.idle == [1]
+    assert not [a for a in second if isinstance(a, Dispatch)]   # a young study: group 1 waits
+    filler = _run_with_guard(sched.tick)          # then, the model still busy: a random point
+    assert [a.group for a in filler] == [1] and 100 <= filler[0].trial.params["x"] <= 200
+    assert searcher.fillers == 1 and not sched.idle
     assert storage.trials[ids[0]]["status"] == storage.trials[ids[1]]["status"] == "COMPLETE"
-    assert _run_with_guard(sched.tick) == [] and not sched.done    # still fitting: group 1 waits
     inner.gate.set()
-    later = _until(lambda: sched.tick(), "the suggestion after the fit")
-    assert [a.group for a in later] == [1]
     _until(lambda: len(inner.told) == 2, "the queued tells")
     assert inner.told == [(0, 3.0), (1, 2.0)]
+    _until(lambda: inner.key(filler[0].trial.params) in inner.pending, "the filler pending")
     sched.finish()
     assert not searcher._thread.is_alive()
 

@@ -9,6 +9,14 @@ arrive during one ask (Little's law: results per second x seconds per ask, measu
 the study runs, plus one), at most one per group; every stocked suggestion is pending in
 the searcher, so the suggestions after it keep away from it as usual.
 
+When results come faster than the model can be asked (measured: a GP suggestion costs
+30-100 ms on a loaded 2-core node, so 16 groups of 0.5 s trials need more than it
+gives), an idle group does not wait: it gets a random point from the space (a "filler",
+pending in the searcher like any suggestion, and told to it when done). An idle group
+produces nothing, a random trial at least a random-search result; the study's summary
+says how many fillers there were, so a user sees that the trials are too short for the
+model (and `evolutionary` or `random` would do as well).
+
 The price: a suggestion may be made before the last few results were told, as any
 asynchronous optimiser's are. Randomness stays keyed by trial number, so a replay still
 gives what an uninterrupted study would have asked, whenever a suggestion happens to be
@@ -26,6 +34,8 @@ import math
 import sys
 import threading
 import time
+
+import numpy as np
 
 CLOSE_WAIT_S = 5.0
 SWITCH_INTERVAL_S = 0.0005   # the loop's thread gets the GIL back within 0.5 ms (default 5)
@@ -51,6 +61,7 @@ class BackgroundSearcher:
         self._gap_s: float | None = None     # moving average of seconds between results
         self._last_result: float | None = None
         self.asks = 0
+        self.fillers = 0
 
     # ---- the coordinator's side ------------------------------------------------------
     def replay(self, trials, pending=(), next_number=None) -> None:
@@ -67,11 +78,23 @@ class BackgroundSearcher:
             self._thread.start()
 
     def take(self) -> dict | None:
-        """A ready suggestion, or None while the thread is still making one."""
+        """A ready suggestion, else a random filler while the model is busy (see above).
+        None while the study is young (fewer than two results): its first suggestions are
+        quick, and the thread makes them."""
         self._raise_error()
         with self._wake:
             params = self._ready.popleft() if self._ready else None
+            if params is None and self._gap_s is not None:
+                params = self._filler()
             self._wake.notify()
+        return params
+
+    def _filler(self) -> dict:
+        """A random point, pending in the searcher (the thread adds it before its next ask)."""
+        self.fillers += 1
+        rng = np.random.default_rng([self.inner.seed, 2, self.fillers])   # keyed, as asks are
+        params = self.inner.space.sample(rng)
+        self._inbox.append(("pending", params, None))
         return params
 
     def tell(self, params: dict, value: float) -> None:
@@ -129,6 +152,8 @@ class BackgroundSearcher:
                 for kind, params, value in inbox:
                     if kind == "tell":
                         self.inner.tell(params, value)
+                    elif kind == "pending":
+                        self.inner.pending[self.inner.key(params)] = params
                     else:
                         self.inner.forget(params)
                 if len(self._ready) < self.stock_target:
