@@ -375,6 +375,11 @@ def test_the_stock_follows_results_per_ask():
     assert searcher.stock_target == 6
     searcher._ask_s = 100.0
     assert searcher.stock_target == 16                    # never more than the groups
+    # a group waits for the model when that costs under 1% of a trial (0.1 s x 16 groups)
+    searcher._ask_s = 0.005
+    assert not searcher._waiting_costs_too_much()
+    searcher._ask_s = 0.05
+    assert searcher._waiting_costs_too_much()
 
 
 def test_results_are_kept_when_the_next_trial_cannot_be_created():

@@ -11,7 +11,9 @@ the searcher, so the suggestions after it keep away from it as usual.
 
 When results come faster than the model can be asked (measured: a GP suggestion costs
 30-100 ms on a loaded 2-core node, so 16 groups of 0.5 s trials need more than it
-gives), an idle group does not wait: it gets a random point from the space (a "filler",
+gives), an idle group does not wait for a wait longer than FILL_SHARE of a trial (the
+ask's expected time against the mean trial time, results' spacing x groups, Little's
+law again): it gets a random point from the space (a "filler",
 pending in the searcher like any suggestion, and told to it when done). An idle group
 produces nothing, a random trial at least a random-search result; the study's summary
 says how many fillers there were, so a user sees that the trials are too short for the
@@ -39,6 +41,7 @@ import numpy as np
 
 CLOSE_WAIT_S = 5.0
 SWITCH_INTERVAL_S = 0.0005   # the loop's thread gets the GIL back within 0.5 ms (default 5)
+FILL_SHARE = 0.01            # a group waits for the model if that costs under 1% of a trial
 _SMOOTHING = 0.3             # weight of the newest sample in the moving averages
 
 
@@ -62,6 +65,7 @@ class BackgroundSearcher:
         self._last_result: float | None = None
         self.asks = 0
         self.fillers = 0
+        self._asking_since: float | None = None
 
     # ---- the coordinator's side ------------------------------------------------------
     def replay(self, trials, pending=(), next_number=None) -> None:
@@ -78,16 +82,22 @@ class BackgroundSearcher:
             self._thread.start()
 
     def take(self) -> dict | None:
-        """A ready suggestion, else a random filler while the model is busy (see above).
-        None while the study is young (fewer than two results): its first suggestions are
-        quick, and the thread makes them."""
+        """A ready suggestion, else a random filler when waiting for the model would cost
+        more than FILL_SHARE of a trial (see above), else None (the group waits)."""
         self._raise_error()
         with self._wake:
             params = self._ready.popleft() if self._ready else None
-            if params is None and self._gap_s is not None:
+            if params is None and self._waiting_costs_too_much():
                 params = self._filler()
             self._wake.notify()
         return params
+
+    def _waiting_costs_too_much(self) -> bool:
+        if self._gap_s is None:        # fewer than two results: nothing known yet
+            return False
+        since = self._asking_since
+        wait = max(self._ask_s or 0.0, 0.0 if since is None else self.clock() - since)
+        return wait > FILL_SHARE * self._gap_s * self.max_stock
 
     def _filler(self) -> dict:
         """A random point, pending in the searcher (the thread adds it before its next ask)."""
@@ -162,8 +172,9 @@ class BackgroundSearcher:
             self._error = exc
 
     def _ask_one(self) -> None:
-        start = self.clock()
+        start = self._asking_since = self.clock()
         params = self.inner.ask(self._number)
+        self._asking_since = None
         self._number += 1
         self.asks += 1
         self._ask_s = _average(self._ask_s, self.clock() - start)
