@@ -27,6 +27,7 @@ from mpiopt.errors import SpecError
 from mpiopt.search import _genetic as gen
 from mpiopt.search._base import Searcher, check_options
 from mpiopt.search.options import defaults as declared
+from mpiopt.space import PointSet
 
 DEFAULTS = declared("evolutionary")   # declared in mpiopt.search.options
 _MAX_RETRIES = 10  # re-breeding attempts when a child repeats a known point
@@ -54,9 +55,16 @@ class EvolutionarySearcher(Searcher):
         self.asked_in_generation = 0
         self.known: set[tuple] = set()
         self.strategy = None
+        self._points = PointSet(space)
 
     # ---- ask ------------------------------------------------------------------------
     def _suggest(self) -> dict:
+        if self.options["cma"]:              # (it reseeds the private states per batch)
+            return self._suggest_one()
+        with self.globals.active():          # one swap of the random states per ask
+            return self._suggest_one()
+
+    def _suggest_one(self) -> dict:
         genome = self._next_genome()
         for _ in range(_MAX_RETRIES):
             params = self.space.from_genome(genome) if genome is not None else self.space.sample(self.rng)
@@ -67,6 +75,7 @@ class EvolutionarySearcher(Searcher):
             genome = self.space.to_genome(params)
         self.member_of[self.key(params)] = (self.generation, list(genome))
         self.asked_in_generation += 1
+        self._points.add(self.key(params), params)   # pending from here on (base class)
         return params
 
     def _fresh(self, params: dict) -> bool:
@@ -74,7 +83,19 @@ class EvolutionarySearcher(Searcher):
         parallel groups never evaluate near-copies."""
         if self.key(params) in self.known:
             return False
-        return all(self.space.distance(params, q) >= _MIN_DISTANCE for q in self.pending.values())
+        return self._pending_points().nearest(params) >= _MIN_DISTANCE
+
+    def _pending_points(self) -> PointSet:
+        """self.pending as a PointSet. Asks, tells and forgets keep it up to date through
+        the hooks; pending points added otherwise (replay, the background thread's
+        fillers) are caught by the size check."""
+        points, pending = self._points, self.pending
+        if len(points.slot) != len(pending):
+            for key in points.slot.keys() - pending.keys():
+                points.discard(key)
+            for key in pending.keys() - points.slot.keys():
+                points.add(key, pending[key])
+        return points
 
     def _next_genome(self) -> list | None:
         """None means: a random sample from the space (initial population)."""
@@ -124,6 +145,7 @@ class EvolutionarySearcher(Searcher):
     def _on_tell(self, params, value, was_pending) -> None:
         key = self.key(params)
         self.known.add(key)
+        self._points.discard(key)
         generation, genome = self.member_of.pop(key, (self.generation, None))
         if genome is None:
             genome = self.space.to_genome(params)
@@ -139,6 +161,7 @@ class EvolutionarySearcher(Searcher):
 
     def _on_forget(self, params) -> None:
         self.member_of.pop(self.key(params), None)
+        self._points.discard(self.key(params))
 
     def _on_reseed(self, key: tuple) -> None:
         self.globals.reseed([self.seed, *key])
