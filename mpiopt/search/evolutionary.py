@@ -80,10 +80,15 @@ class EvolutionarySearcher(Searcher):
 
     def _fresh(self, params: dict) -> bool:
         """Not a told point again, and at least 1% (scaled) from every pending one, so
-        parallel groups never evaluate near-copies."""
+        parallel groups never evaluate near-copies. With thousands of pending points the
+        1% boxes cover a small space entirely (5,000 in 2-D: twice over), and every child
+        was refused ten times: the distance is then a quarter of the typical spacing of
+        that many points, n ** (-1/d), when that is smaller."""
         if self.key(params) in self.known:
             return False
-        return self._pending_points().nearest(params) >= _MIN_DISTANCE
+        n = len(self.pending)
+        limit = _MIN_DISTANCE if n < 2 else min(_MIN_DISTANCE, 0.25 * n ** (-1 / len(self.names)))
+        return self._pending_points().nearest(params) >= limit
 
     def _pending_points(self) -> PointSet:
         """self.pending as a PointSet. Asks, tells and forgets keep it up to date through
