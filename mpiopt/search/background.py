@@ -59,7 +59,7 @@ class BackgroundSearcher:
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
         self._closed = False
-        self._number = 0
+        self._number = self._first_number = 0
         self._ask_s: float | None = None     # moving average of one ask's seconds
         self._gap_s: float | None = None     # moving average of seconds between results
         self._last_result: float | None = None
@@ -75,7 +75,7 @@ class BackgroundSearcher:
 
     def start(self, next_number: int) -> None:
         if self._thread is None:
-            self._number = int(next_number)
+            self._number = self._first_number = int(next_number)
             self._previous_interval = sys.getswitchinterval()
             sys.setswitchinterval(min(self._previous_interval, SWITCH_INTERVAL_S))
             self._thread = threading.Thread(target=self._serve, name="mpiopt-searcher", daemon=True)
@@ -102,7 +102,8 @@ class BackgroundSearcher:
     def _filler(self) -> dict:
         """A random point, pending in the searcher (the thread adds it before its next ask)."""
         self.fillers += 1
-        rng = np.random.default_rng([self.inner.seed, 2, self.fillers])   # keyed, as asks are
+        # keyed by this run's first trial number too: a resumed study draws new fillers
+        rng = np.random.default_rng([self.inner.seed, 2, self._first_number, self.fillers])
         params = self.inner.space.sample(rng)
         self._inbox.append(("pending", params, None))
         return params
