@@ -14,13 +14,11 @@ from mpiopt.parallel.protocol import Tag
 def probe(comm, source=MPI.ANY_SOURCE, tag=MPI.ANY_TAG) -> MPI.Status | None:
     """Status of a waiting message, or None (never blocks).
 
-    Probes twice: after a sleep, MPICH's first Iprobe often only moves an arrived message
-    out of the shared-memory queue, and the second sees it. Measured on the coordinator
-    (1 ms between wake-ups): a result was seen 2.2 ms after it was sent with one probe,
-    0.8-1.2 ms with two."""
+    One Iprobe per wake-up. (Two see a message sooner, since MPICH's first often only
+    moves it along: measured at 1 ms wake-ups, a result was seen 2.2 ms after it was sent
+    with one, 0.8-1.2 ms with two; but an Iprobe costs tens of microseconds, and the
+    coordinator then used 6.5% of a core, past the 5% of tests/test_search_mpi.py.)"""
     status = MPI.Status()
-    if comm.Iprobe(source=source, tag=tag, status=status):
-        return status
     return status if comm.Iprobe(source=source, tag=tag, status=status) else None
 
 
