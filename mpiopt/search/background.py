@@ -118,11 +118,6 @@ class BackgroundSearcher:
     def forget(self, params: dict) -> None:
         self._post(("forget", params, None))
 
-    def put_back(self, params: dict) -> None:
-        """A taken suggestion that was not used (the study ended): it stays pending."""
-        with self._wake:
-            self._ready.appendleft(params)
-
     def close(self) -> None:
         """Stop the thread (it ends after the ask it is in, if any)."""
         with self._wake:
