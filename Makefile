@@ -14,7 +14,7 @@ venv: $(STAMP)
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e ".[tensorflow,mpich,postgresql,dev]"
+	$(BIN)/python -m pip install -q -e ".[tensorflow,mpich,postgresql,report,dev]"
 	touch $(STAMP)
 
 # The demo study's database is build/demo.db; it is recreated on every `make demo`.
@@ -25,6 +25,7 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	.ci/ensure-postgresql
+	.ci/ensure-chromium
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -q tests
 
 bench: $(STAMP)
