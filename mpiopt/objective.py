@@ -22,10 +22,12 @@ import socket
 import time
 import traceback
 from contextlib import contextmanager
+from dataclasses import replace as _replace
 from typing import Any, Callable
 
 import numpy as np
 
+from mpiopt.device import describe_device
 from mpiopt.errors import Pruned, TrialStopped, TrialTimeout
 from mpiopt.parallel.protocol import Result, Trial
 from mpiopt.trial import TrialStatus
@@ -70,8 +72,10 @@ class Objective:
                 from mpiopt.sandbox import Sandbox
 
                 self._sandbox = Sandbox(self)
-            return self._sandbox.run(trial, report, should_cancel)
-        return self.run_here(trial, comm, report)
+            result = self._sandbox.run(trial, report, should_cancel)
+        else:
+            result = self.run_here(trial, comm, report)
+        return _replace(result, device=describe_device())
 
     def close(self) -> None:
         if self._sandbox is not None:
@@ -99,7 +103,7 @@ class Objective:
             res = run_training(self.spec, dict(trial.params), comm, trial.seed, report=report)
             return Result(trial.trial_id, TrialStatus.COMPLETE, value=_finite(res["value"], self.metric),
                           value_std=res.get("value_std"), fold_values=list(res.get("fold_values", [])),
-                          metrics=dict(res.get("metrics", {})))
+                          metrics=dict(res.get("metrics", {})), spans=list(res.get("spans", [])))
         random.seed(trial.seed)
         np.random.seed(trial.seed % 2**32)
         extra = {"comm": comm, "seed": trial.seed, "report": _plain_report(report)}
@@ -145,9 +149,7 @@ def failed_result(trial: Trial, error: str) -> Result:
 
 
 def _with_duration(result: Result, seconds: float) -> Result:
-    from dataclasses import replace
-
-    return replace(result, duration=seconds)
+    return _replace(result, duration=seconds)
 
 
 @contextmanager

@@ -51,3 +51,8 @@ class FrozenTrial:
     intermediate: dict[int, float] = field(default_factory=dict)
     rank: int | None = None           # world rank of the group leader it last ran on
     lost_attempts: int = 0            # jobs that died while it ran (mpiopt.study_run)
+    device: str | None = None         # what the group leader trained on ("cpu: ...", "gpu: ...")
+    suggest_seconds: float | None = None   # the searcher's time to suggest these params
+    # {"kind": "fold"|"epoch", "fold": int, "epoch": int|None, "start": s, "end": s}, seconds
+    # since the group began the trial (mpiopt.training records them)
+    spans: list[dict] = field(default_factory=list)

@@ -42,7 +42,7 @@ def fresh(tmp_path):
 
 def test_fresh_database_is_built_by_the_migrations(fresh):
     assert set(inspect(fresh.engine).get_table_names()) == TABLES
-    assert migrate.current_revision(fresh.engine) == migrate.head_revision() == "0003"
+    assert migrate.current_revision(fresh.engine) == migrate.head_revision() == SHIPPED_HEAD
 
 
 def test_autogenerate_finds_no_difference_between_migrations_and_models(fresh):
@@ -73,12 +73,15 @@ def test_scripts_are_found_from_a_checkout():
 
 
 # ---- upgrading an existing database ----------------------------------------------------
-NEXT = '''
+# The newest shipped revision; a later release's hypothetical one follows it.
+SHIPPED_HEAD = sorted(p.name[:4] for p in (ROOT / "alembic" / "versions").glob("0*.py"))[-1]
+LATER = f"{int(SHIPPED_HEAD) + 1:04d}"
+NEXT = f'''
 from alembic import op
 import sqlalchemy as sa
 
-revision = "0004"
-down_revision = "0003"
+revision = "{LATER}"
+down_revision = "{SHIPPED_HEAD}"
 branch_labels = None
 depends_on = None
 
@@ -96,11 +99,11 @@ def downgrade():
 
 @pytest.fixture
 def newer_scripts(tmp_path, monkeypatch):
-    """The shipped scripts plus a hypothetical revision 0004, as a later release would be."""
+    """The shipped scripts plus a hypothetical later revision, as a later release would be."""
     scripts = tmp_path / "scripts"
     shutil.copytree(migrate.script_location(), scripts,
                     ignore=shutil.ignore_patterns("__pycache__"))
-    (scripts / "versions" / "0004_note.py").write_text(NEXT)
+    (scripts / "versions" / f"{LATER}_note.py").write_text(NEXT)
     monkeypatch.setattr(migrate, "script_location", lambda: scripts)
     return scripts
 
@@ -122,7 +125,7 @@ def _old_database(tmp_path) -> str:
 def test_opening_an_old_database_upgrades_it_and_keeps_its_data(tmp_path, newer_scripts):
     url = _old_database(tmp_path)
     with open_storage(url) as st:
-        assert migrate.current_revision(st.engine) == "0004"
+        assert migrate.current_revision(st.engine) == LATER
         assert "note" in {c["name"] for c in inspect(st.engine).get_columns("studies")}
         assert st.get_study("kept").name == "kept"
 
@@ -130,11 +133,11 @@ def test_opening_an_old_database_upgrades_it_and_keeps_its_data(tmp_path, newer_
 def test_db_current_and_db_upgrade(tmp_path, newer_scripts, capsys):
     url = _old_database(tmp_path)
     assert main(["db", "current", "--storage", url]) == 0
-    assert capsys.readouterr().out.strip() == "0001 (head is 0004: run `mpiopt db upgrade`)"
+    assert capsys.readouterr().out.strip() == f"0001 (head is {LATER}: run `mpiopt db upgrade`)"
     assert main(["db", "upgrade", "--storage", url]) == 0
-    assert "0001 -> 0004" in capsys.readouterr().out
+    assert f"0001 -> {LATER}" in capsys.readouterr().out
     assert main(["db", "current", "--storage", url]) == 0
-    assert capsys.readouterr().out.strip() == "0004 (head)"
+    assert capsys.readouterr().out.strip() == f"{LATER} (head)"
 
 
 def test_a_database_from_a_newer_mpiopt_is_refused(tmp_path):
@@ -201,5 +204,5 @@ def test_installed_wheel_finds_its_migrations(tmp_path):
     out = subprocess.run([sys.executable, "-c", CHECK, str(site)], cwd=elsewhere, env=env,
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "0003 ['w']"
+    assert out.stdout.strip() == f"{SHIPPED_HEAD} ['w']"
     assert (elsewhere / "fresh.db").is_file()

@@ -68,6 +68,8 @@ def test_every_layout_and_algorithm_completes_its_budget(tmp_path, np, group_siz
     n_groups = 1 if np == 1 else (np - 1) // group_size
     assert {t.group for t in trials} == set(range(n_groups))     # every group worked
     assert all(t.host for t in trials) and all(t.seed is not None for t in trials)
+    assert all(t.device.startswith(("cpu: ", "gpu: ")) for t in trials)
+    assert all(t.suggest_seconds is not None and t.suggest_seconds >= 0 for t in trials)
     assert "[10/10]" in proc.stdout and "best value" in proc.stdout
 
 

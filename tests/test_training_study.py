@@ -47,8 +47,18 @@ def test_keras_study_with_pruning_on_five_ranks(tmp_path):
     for t in trials:
         curve = t.intermediate
         assert curve and sorted(curve) == list(range(1, len(curve) + 1)), t
+        assert t.device and t.device.split(": ")[0] in ("cpu", "gpu"), t.device
+        assert t.suggest_seconds is not None and t.suggest_seconds >= 0
         if t.status == TrialStatus.COMPLETE:
             assert len(curve) == 3 and len(t.fold_values) == 2
+            # the trace's spans: each fold's, holding its 3 epochs in order
+            folds = {s["fold"]: s for s in t.spans if s["kind"] == "fold"}
+            assert sorted(folds) == [0, 1]
+            for f, span in folds.items():
+                epochs = [s for s in t.spans if s["kind"] == "epoch" and s["fold"] == f]
+                assert [s["epoch"] for s in epochs] == [1, 2, 3]
+                assert span["start"] <= epochs[0]["start"] < epochs[0]["end"] <= span["end"]
+                assert all(a["end"] <= b["start"] + 1e-3 for a, b in zip(epochs, epochs[1:]))
             assert t.value == pytest.approx(sum(t.fold_values) / 2)
             assert t.metrics["val_accuracy"] == pytest.approx(t.value)
         else:

@@ -89,6 +89,8 @@ class Result:
     metrics: dict[str, float] = field(default_factory=dict)
     duration: float = 0.0
     error: str | None = None
+    device: str | None = None      # what the leader trained on (mpiopt.device)
+    spans: list[dict] = field(default_factory=list)  # fold/epoch spans (mpiopt.training)
 
 
 @dataclass(frozen=True)

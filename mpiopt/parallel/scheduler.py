@@ -85,7 +85,7 @@ class Scheduler:
         self.idle: list[int] = list(range(n_groups))
         self.stopped: set[int] = set()
         self.running: dict[int, _Running] = {}
-        self.prefetched: dict | None = None
+        self.prefetched: tuple[dict, float] | None = None   # (params, seconds to ask)
         self.stop_reason: str | None = None
         self.message: str | None = None
         self.best: FrozenTrial | None = None
@@ -167,7 +167,8 @@ class Scheduler:
             outcomes.append(dict(
                 trial_id=run.trial_id, status=status, value=result.value,
                 value_std=result.value_std, fold_values=result.fold_values,
-                metrics=result.metrics, error=result.error, duration=result.duration))
+                metrics=result.metrics, error=result.error, duration=result.duration,
+                device=result.device, spans=result.spans))
         if not done:
             return self._stop_idle()
         actions: list = []
@@ -298,13 +299,13 @@ class Scheduler:
             return False
         if self.stop_reason is not None:
             return False
-        self.prefetched = self.searcher.ask(self.next_number)
+        self.prefetched = self._timed_ask(self.next_number)
         return True
 
     def finish(self) -> StudyStatus:
         """Close the study record once done; returns its final status."""
         if self.prefetched is not None:
-            self.searcher.forget(self.prefetched)
+            self.searcher.forget(self.prefetched[0])
             self.prefetched = None
         self.close_searcher()
         status = {"interrupted": StudyStatus.INTERRUPTED, "error": StudyStatus.INTERRUPTED,
@@ -330,34 +331,41 @@ class Scheduler:
         actions = []
         while self.idle and self.reruns and self._can_dispatch():
             actions.append(self._rerun(self.idle[0]))
-        fresh: list[dict] = []
+        fresh: list[tuple[dict, float | None]] = []
         while len(fresh) < len(self.idle) and self._can_dispatch(extra=len(fresh)):
-            params = self._suggestion(self.next_number + len(fresh))
-            if params is None:
+            suggestion = self._suggestion(self.next_number + len(fresh))
+            if suggestion[0] is None:
                 break                   # the background searcher is still making one
-            fresh.append(params)
+            fresh.append(suggestion)
         if fresh:
             actions += self._start(fresh)
         return actions
 
-    def _suggestion(self, number: int) -> dict | None:
-        """The suggestion for trial `number` (keyed searchers draw by it), or None."""
+    def _suggestion(self, number: int) -> tuple[dict | None, float | None]:
+        """The suggestion for trial `number` (keyed searchers draw by it), or None, with
+        the seconds the searcher took to make it (recorded with the trial)."""
         if self.prefetched is not None:
-            params, self.prefetched = self.prefetched, None
-            return params
+            suggestion, self.prefetched = self.prefetched, None
+            return suggestion
         if self.background:
-            return self.searcher.take()
-        return self.searcher.ask(number)
+            return self.searcher.take(), self.searcher.last_ask_s
+        return self._timed_ask(number)
 
-    def _start(self, fresh: list[dict]) -> list[Dispatch]:
+    def _timed_ask(self, number: int) -> tuple[dict, float]:
+        start = time.perf_counter()
+        params = self.searcher.ask(number)
+        return params, time.perf_counter() - start
+
+    def _start(self, fresh: list[tuple[dict, float | None]]) -> list[Dispatch]:
         groups = self.idle[:len(fresh)]
         requests = [dict(params=params, seed=trial_seed(self.seed, self.next_number + i),
-                         group=g, host=self.hosts[g], **self._rank_of(g))
-                    for i, (g, params) in enumerate(zip(groups, fresh))]
+                         group=g, host=self.hosts[g], suggest_seconds=took, **self._rank_of(g))
+                    for i, (g, (params, took)) in enumerate(zip(groups, fresh))]
         records = self.storage.create_trials(self.study_id, requests)
         for g in groups:
             self.idle.remove(g)         # only once they run: a failed write leaves them idle
-        return [self._running(g, rec, params) for g, rec, params in zip(groups, records, fresh)]
+        return [self._running(g, rec, params)
+                for g, rec, (params, _) in zip(groups, records, fresh)]
 
     def _rerun(self, group: int) -> Dispatch:
         old = self.reruns[0]

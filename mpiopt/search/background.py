@@ -53,7 +53,8 @@ class BackgroundSearcher:
         self.max_stock = max(1, int(max_stock))
         self.clock = clock
         self.choice = getattr(searcher, "choice", None)
-        self._ready: collections.deque[dict] = collections.deque()
+        self._ready: collections.deque[tuple[dict, float]] = collections.deque()
+        self.last_ask_s: float | None = None   # the ask time of the suggestion take() gave
         self._inbox: collections.deque[tuple] = collections.deque()
         self._wake = threading.Condition()
         self._thread: threading.Thread | None = None
@@ -86,9 +87,11 @@ class BackgroundSearcher:
         more than FILL_SHARE of a trial (see above), else None (the group waits)."""
         self._raise_error()
         with self._wake:
-            params = self._ready.popleft() if self._ready else None
+            params, self.last_ask_s = self._ready.popleft() if self._ready else (None, None)
             if params is None and self._waiting_costs_too_much():
+                start = self.clock()
                 params = self._filler()
+                self.last_ask_s = self.clock() - start
             self._wake.notify()
         return params
 
@@ -173,9 +176,10 @@ class BackgroundSearcher:
         self._asking_since = None
         self._number += 1
         self.asks += 1
-        self._ask_s = _average(self._ask_s, self.clock() - start)
+        took = self.clock() - start
+        self._ask_s = _average(self._ask_s, took)
         with self._wake:
-            self._ready.append(params)
+            self._ready.append((params, took))
 
     def _raise_error(self) -> None:
         if self._error is not None:

@@ -97,6 +97,14 @@ def load_json(text: str | None) -> dict:
     return json.loads(text) if text else {}
 
 
+def dump_spans(spans) -> str | None:
+    return json.dumps(list(spans), default=float) if spans else None
+
+
+def load_spans(text: str | None) -> list[dict]:
+    return json.loads(text) if text else []
+
+
 def to_frozen(row: TrialModel) -> FrozenTrial:
     return FrozenTrial(
         id=row.id, study_id=row.study_id, number=row.number, status=TrialStatus(row.status),
@@ -107,7 +115,8 @@ def to_frozen(row: TrialModel) -> FrozenTrial:
         metrics=load_json(row.metrics_json),
         fold_values=[f.value for f in sorted(row.folds, key=lambda f: f.fold)],
         intermediate={i.epoch: i.value for i in sorted(row.intermediate, key=lambda i: i.epoch)},
-        rank=row.rank, lost_attempts=row.lost_attempts or 0,
+        rank=row.rank, lost_attempts=row.lost_attempts or 0, device=row.device,
+        suggest_seconds=row.suggest_seconds, spans=load_spans(row.spans_json),
     )
 
 

@@ -18,10 +18,11 @@ from sqlalchemy.orm import Session, selectinload, sessionmaker
 
 from mpiopt.errors import DuplicateStudyError, StorageError, StudyBusyError, UnknownStudyError
 from mpiopt.storage import _writes
-from mpiopt.storage._convert import StudyRecord, dump_json, finite_or_none, to_frozen, to_record
+from mpiopt.storage._convert import (StudyRecord, dump_json, dump_spans, finite_or_none,
+                                     to_frozen, to_record)
 from mpiopt.storage._engine import writer
 from mpiopt.storage._session import connection_scope, session_scope
-from mpiopt.storage.models import StudyModel, TrialModel
+from mpiopt.storage.models import NAME_LEN, StudyModel, TrialModel
 from mpiopt.trial import FrozenTrial, StudyStatus, TrialStatus
 
 DIRECTIONS = ("minimize", "maximize")
@@ -204,7 +205,8 @@ class Storage:
         with self._writing_core() as conn:
             return [_writes.insert_trial(conn, study_id, r["params"], r.get("seed"),
                                          r.get("group"), r.get("host"), now, self.shown_url,
-                                         r.get("rank")) for r in requests]
+                                         r.get("rank"), finite_or_none(r.get("suggest_seconds")))
+                    for r in requests]
 
     def restart_trial(self, trial_id: int, group: int | None,
                       host: str | None = None, rank: int | None = None) -> FrozenTrial:
@@ -228,12 +230,14 @@ class Storage:
                      value_std: float | None = None, fold_values: Sequence = (),
                      metrics: dict | None = None, error: str | None = None,
                      duration: float | None = None, intermediate: dict | None = None,
-                     fold_metrics: Sequence[dict] | None = None) -> FrozenTrial:
+                     fold_metrics: Sequence[dict] | None = None, device: str | None = None,
+                     spans: Sequence[dict] = ()) -> FrozenTrial:
         """Record a trial's outcome, folds and per-epoch values in one transaction."""
         return self.finish_trials([dict(
             trial_id=trial_id, status=status, value=value, value_std=value_std,
             fold_values=fold_values, metrics=metrics, error=error, duration=duration,
-            intermediate=intermediate, fold_metrics=fold_metrics)])[0]
+            intermediate=intermediate, fold_metrics=fold_metrics, device=device,
+            spans=spans)])[0]
 
     def finish_trials(self, outcomes: Sequence[dict]) -> list[FrozenTrial]:
         """Several finish_trial calls (dicts of its keyword arguments) in one transaction:
@@ -246,7 +250,8 @@ class Storage:
             prepared.append((o["trial_id"], status, {
                 "value": finite_or_none(o.get("value")),
                 "value_std": finite_or_none(o.get("value_std")), "error": o.get("error"),
-                "metrics_json": dump_json(o.get("metrics")), "duration": o.get("duration")},
+                "metrics_json": dump_json(o.get("metrics")), "duration": o.get("duration"),
+                "device": _short(o.get("device")), "spans_json": dump_spans(o.get("spans"))},
                 o.get("fold_values") or (), o.get("fold_metrics") or (), o.get("intermediate") or {}))
         with self._writing_core() as conn:
             return [_writes.finish(conn, tid, status, outcome, folds, fold_metrics, epochs, now,
@@ -383,3 +388,8 @@ def _unknown(name: str, known: Sequence[str], url: str) -> str:
     if not known:
         return f"unknown study '{name}': {url} holds no studies"
     return f"unknown study '{name}'; known studies: {', '.join(known)}"
+
+
+def _short(text: str | None) -> str | None:
+    """A device name fits its column (255 characters) whatever a driver reports."""
+    return None if text is None else str(text)[:NAME_LEN]

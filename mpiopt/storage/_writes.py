@@ -21,7 +21,7 @@ from sqlalchemy.engine import Connection
 
 from mpiopt.errors import StorageError
 from mpiopt.storage._convert import (decode_value, dump_json, encode_param_row,
-                                     finite_or_none, load_json)
+                                     finite_or_none, load_json, load_spans)
 from mpiopt.storage.models import (StudyModel, TrialFoldModel, TrialIntermediateModel,
                                    TrialModel, TrialParamModel)
 from mpiopt.trial import FrozenTrial, TrialStatus
@@ -43,7 +43,8 @@ _NEW_TRIAL = insert(TRIALS)
 _NEW_PARAMS = insert(PARAMS)
 _HEAD = select(TRIALS.c.study_id, TRIALS.c.number, TRIALS.c.status, TRIALS.c.seed,
                TRIALS.c.attempt, TRIALS.c.group_index, TRIALS.c.host,
-               TRIALS.c.started_at).where(TRIALS.c.id == bindparam("tid"))
+               TRIALS.c.started_at, TRIALS.c.rank,
+               TRIALS.c.suggest_seconds).where(TRIALS.c.id == bindparam("tid"))
 _SET_TRIAL = update(TRIALS).where(TRIALS.c.id == bindparam("tid"))   # SET from the params
 _DROP_FOLDS = delete(FOLDS).where(FOLDS.c.trial_id == bindparam("tid"))
 _NEW_FOLDS = insert(FOLDS)
@@ -70,7 +71,8 @@ _SET_EPOCH = (update(EPOCHS).where(EPOCHS.c.trial_id == bindparam("t"),
 
 
 def insert_trial(conn: Connection, study_id: int, params: dict, seed, group, host,
-                 now: datetime, where: str, rank: int | None = None) -> FrozenTrial:
+                 now: datetime, where: str, rank: int | None = None,
+                 suggest_seconds: float | None = None) -> FrozenTrial:
     """A RUNNING trial numbered max+1 in its study, with one row per parameter."""
     if conn.execute(_LOCK_STUDY, {"sid": study_id}).scalar() is None:
         _require_study(conn, study_id, where)
@@ -79,13 +81,14 @@ def insert_trial(conn: Connection, study_id: int, params: dict, seed, group, hos
     trial_id = conn.execute(_NEW_TRIAL, {
         "study_id": study_id, "number": number, "status": TrialStatus.RUNNING, "seed": seed,
         "attempt": 0, "group_index": group, "host": host, "rank": rank, "lost_attempts": 0,
-        "started_at": now}).inserted_primary_key[0]
+        "started_at": now, "suggest_seconds": suggest_seconds}).inserted_primary_key[0]
     rows = [encode_param_row(trial_id, k, v) for k, v in params.items()]
     if rows:
         conn.execute(_NEW_PARAMS, rows)
     return FrozenTrial(id=trial_id, study_id=study_id, number=number,
                        status=TrialStatus.RUNNING, params=_decoded(rows), seed=seed, attempt=0,
-                       group=group, host=host, started_at=now, rank=rank)
+                       group=group, host=host, started_at=now, rank=rank,
+                       suggest_seconds=suggest_seconds)
 
 
 def finish(conn: Connection, trial_id: int, status: TrialStatus, outcome: dict,
@@ -107,7 +110,9 @@ def finish(conn: Connection, trial_id: int, status: TrialStatus, outcome: dict,
         seed=head.seed, attempt=head.attempt, group=head.group_index, host=head.host,
         started_at=head.started_at, finished_at=now, duration=outcome["duration"],
         error=outcome["error"], metrics=load_json(outcome["metrics_json"]),
-        fold_values=folds, intermediate=dict(sorted(epochs.items())))
+        fold_values=folds, intermediate=dict(sorted(epochs.items())), rank=head.rank,
+        device=outcome.get("device"), suggest_seconds=head.suggest_seconds,
+        spans=load_spans(outcome.get("spans_json")))
 
 
 def add_epoch(conn: Connection, trial_id: int, epoch: int, value, where: str) -> None:

@@ -103,6 +103,10 @@ class TrialModel(Base):
     duration: Mapped[float | None] = mapped_column(Float)
     error: Mapped[str | None] = mapped_column(Text)
     metrics_json: Mapped[str | None] = mapped_column(Text)
+    # migration 0004: what it trained on, the suggestion's cost, fold/epoch spans (JSON)
+    device: Mapped[str | None] = mapped_column(String(NAME_LEN))
+    suggest_seconds: Mapped[float | None] = mapped_column(Float)
+    spans_json: Mapped[str | None] = mapped_column(Text)
 
     study: Mapped[StudyModel] = relationship(back_populates="trials")
     params: Mapped[list["TrialParamModel"]] = relationship(

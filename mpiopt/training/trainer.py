@@ -31,6 +31,7 @@ def run_training(spec, params: dict, comm, seed: int, report=None, on_epoch=None
     on_epoch(epoch, value, metrics) is called on rank 0 for logging (mpiopt train).
     A model that fails to build, or data that fail to load, raise on every rank."""
     threads.pin_threads(comm)
+    t0 = comm.bcast(time.time(), root=0)   # spans are seconds since here, on every rank
     from mpiopt.objective_ref import load_callable
     from mpiopt.training import backend
 
@@ -43,7 +44,7 @@ def run_training(spec, params: dict, comm, seed: int, report=None, on_epoch=None
     def make_trainer(fold_comm, fold: int) -> FoldTrainer:
         model.reset()
         x, y, xv, yv = splits.arrays(data, fold)
-        return FoldTrainer(model, fold_comm, spec, (x, y, xv, yv), seed, fold)
+        return FoldTrainer(model, fold_comm, spec, (x, y, xv, yv), seed, fold, t0)
 
     plan = fold_plan(splits.k, comm.Get_size())
     result = run_folds(comm, plan, make_trainer, spec.training.epochs, report, on_epoch)
@@ -127,7 +128,7 @@ class FoldTrainer:
     """One fold trained on one communicator, an epoch at a time (the fold driver interleaves
     epochs with reports and, for concurrent folds, with the other folds)."""
 
-    def __init__(self, model, comm, spec, arrays, seed: int, fold: int):
+    def __init__(self, model, comm, spec, arrays, seed: int, fold: int, t0: float | None = None):
         self.model, self.comm, self.spec = model, comm, spec
         self.x, self.y, self.x_val, self.y_val = arrays
         self.training = spec.training
@@ -138,6 +139,9 @@ class FoldTrainer:
         self.best_value, self.best_metrics = math.nan, {}
         self.done = False
         self.timing = Timing()
+        self.fold, self.t0 = fold, time.time() if t0 is None else t0
+        self.spans = [{"kind": "fold", "fold": fold, "epoch": None,
+                       "start": self._since_t0(), "end": self._since_t0()}]
         self.algorithm = make_algorithm(model, comm, self.training)
         self.algorithm.start()
 
@@ -154,8 +158,19 @@ class FoldTrainer:
         metrics["loss"] = float(stats.loss)
         value = self._figure(metrics)
         self.epoch += 1
+        self._span(start)
         self._track(value, metrics)
         return value, metrics
+
+    def _since_t0(self) -> float:
+        return round(time.time() - self.t0, 6)
+
+    def _span(self, started: float) -> None:
+        """This epoch's span, and the fold's end moved to now (for the report's trace)."""
+        end = self._since_t0()
+        self.spans.append({"kind": "epoch", "fold": self.fold, "epoch": self.epoch,
+                           "start": round(end - (time.perf_counter() - started), 6), "end": end})
+        self.spans[0]["end"] = end
 
     def _figure(self, metrics: dict) -> float:
         if self.metric not in metrics:
@@ -183,7 +198,7 @@ class FoldTrainer:
 
     def result(self) -> dict:
         return {"value": self.best_value, "metrics": self.best_metrics, "epochs": self.epoch,
-                "timing": self.timing.__dict__.copy()}
+                "timing": self.timing.__dict__.copy(), "spans": list(self.spans)}
 
 
 def summarize(fold_results: list[dict], intermediate: dict) -> dict:
@@ -202,4 +217,5 @@ def summarize(fold_results: list[dict], intermediate: dict) -> dict:
         "epochs": int(max(r["epochs"] for r in fold_results)),
         "intermediate": dict(intermediate),
         "timing": timing,
+        "spans": [s for r in fold_results for s in r.get("spans", ())],
     }
