@@ -28,6 +28,7 @@ from typing import Any, Callable
 import numpy as np
 
 from mpiopt.device import describe_device
+from mpiopt.durations import format_duration
 from mpiopt.errors import Pruned, TrialStopped, TrialTimeout
 from mpiopt.parallel.protocol import Result, Trial
 from mpiopt.trial import TrialStatus
@@ -103,7 +104,8 @@ class Objective:
             res = run_training(self.spec, dict(trial.params), comm, trial.seed, report=report)
             return Result(trial.trial_id, TrialStatus.COMPLETE, value=_finite(res["value"], self.metric),
                           value_std=res.get("value_std"), fold_values=list(res.get("fold_values", [])),
-                          metrics=dict(res.get("metrics", {})), spans=list(res.get("spans", [])))
+                          metrics=dict(res.get("metrics", {})), spans=list(res.get("spans", [])),
+                          unread=list(res.get("unread", [])))
         random.seed(trial.seed)
         np.random.seed(trial.seed % 2**32)
         extra = {"comm": comm, "seed": trial.seed, "report": _plain_report(report)}
@@ -170,17 +172,6 @@ def _alarm(seconds: float | None):
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
-
-
-def format_duration(seconds: float) -> str:
-    """90 -> '1m30s', 600 -> '10m', 3 -> '3s', 0.25 -> '0.25s'."""
-    if seconds < 10 and seconds != int(seconds):
-        return f"{seconds:.2g}s"
-    s = int(round(seconds))
-    h, rest = divmod(s, 3600)
-    m, s = divmod(rest, 60)
-    parts = [f"{h}h" if h else "", f"{m}m" if m else "", f"{s}s" if s or not (h or m) else ""]
-    return "".join(parts)
 
 
 def _accepted_args(fn: Callable) -> set[str]:

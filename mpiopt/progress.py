@@ -8,6 +8,7 @@ from __future__ import annotations
 import sys
 import time
 
+from mpiopt.durations import format_duration
 from mpiopt.trial import FrozenTrial, TrialStatus
 
 
@@ -42,7 +43,7 @@ class Progress:
         width = len(str(self.budget))
         value = "-" if trial.value is None else f"{trial.value:.6g}"
         line = (f"[{done:>{width}}/{self.budget}] trial {trial.number:<4} group {trial.group:<3} "
-                f"{trial.duration or 0:7.2f}s  {trial.status.value:<8} value={value:<12}")
+                f"{format_duration(trial.duration or 0):>7}  {trial.status.value:<8} value={value:<12}")
         if sched.best is not None:
             line += f" best={sched.best.value:.6g} (#{sched.best.number})"
         line += f"  running={len(sched.running)} failed={counts[TrialStatus.FAILED]}"
@@ -59,7 +60,7 @@ class Progress:
         parts = [f"{c[s]} {s.value.lower()}" for s in TrialStatus if c[s] and s.is_finished()]
         wall = time.monotonic() - self.started
         self.say(f"study {status.value.lower()}: {sched.finished} trials ({', '.join(parts) or 'none'}) "
-                 f"in {wall:.1f}s")
+                 f"in {format_duration(wall)}")
         if sched.message:
             self.say(sched.message)
         fillers = getattr(sched.searcher, "fillers", 0)

@@ -13,20 +13,23 @@ from typing import Any, Iterable, Sequence
 
 import yaml
 
+from mpiopt.durations import format_duration
 from mpiopt.trial import FrozenTrial, TrialStatus
 
 TABLE_COLUMNS = ("number", "status", "value", "value_std", "attempt", "group", "duration", "params")
 BASE_COLUMNS = ("number", "status", "value", "value_std", "seed", "attempt", "group", "host",
-                "started_at", "finished_at", "duration", "error")
+                "started_at", "finished_at", "duration", "error", "device", "suggest_seconds")
 SPARK = "▁▂▃▄▅▆▇█"
 SPARK_ASCII = "_.-~=*#@"
 
 
-def trial_row(trial: FrozenTrial) -> dict[str, Any]:
-    """One line of `mpiopt trials` / `mpiopt best`."""
+def trial_row(trial: FrozenTrial, human: bool = False) -> dict[str, Any]:
+    """One line of `mpiopt trials` / `mpiopt best`; human: the duration as '1m23s'
+    (tables), else in seconds (JSON)."""
     return {"number": trial.number, "status": trial.status.value, "value": trial.value,
             "value_std": trial.value_std, "attempt": trial.attempt, "group": trial.group,
-            "duration": trial.duration, "params": dict(trial.params)}
+            "duration": format_duration(trial.duration) if human else trial.duration,
+            "params": dict(trial.params)}
 
 
 def trial_dict(trial: FrozenTrial) -> dict[str, Any]:
@@ -36,7 +39,8 @@ def trial_dict(trial: FrozenTrial) -> dict[str, Any]:
     out["started_at"], out["finished_at"] = _iso(trial.started_at), _iso(trial.finished_at)
     out.update(params=dict(trial.params), metrics=dict(trial.metrics),
                fold_values=list(trial.fold_values),
-               intermediate={str(k): v for k, v in trial.intermediate.items()})
+               intermediate={str(k): v for k, v in trial.intermediate.items()},
+               spans=list(trial.spans))
     return out
 
 
@@ -112,7 +116,7 @@ def show_lines(trial: FrozenTrial, study_name: str, metric: str, direction: str,
     lines = [f"trial {trial.number} of study '{study_name}': {trial.status.value}",
              f"  {metric} ({direction}): {value}{spread}",
              f"  attempt {trial.attempt}, group {_dash(trial.group)}, host {_dash(trial.host)}, "
-             f"seed {_dash(trial.seed)}",
+             f"seed {_dash(trial.seed)}" + (f", device {trial.device}" if trial.device else ""),
              f"  started {_dash(_iso(trial.started_at))}, finished {_dash(_iso(trial.finished_at))}, "
              f"duration {_seconds(trial.duration)}"]
     lines += _section("params", trial.params)
@@ -164,6 +168,8 @@ def status_summary(record, counts: dict, best: FrozenTrial | None, groups=(),
     """The numbers `mpiopt status` shows, read from the database alone."""
     done = sum(n for s, n in counts.items() if TrialStatus(s).is_finished())
     now = datetime.now(timezone.utc)
+    # the last recorded event: a trial started or finished, or the study's own record changed
+    last_event = max([record.updated_at] + [g["last_at"] for g in groups])
     return {
         "study": record.name, "status": record.status.value,
         "state": liveness(record, resume_hint, now)[1], "direction": record.direction,
@@ -173,9 +179,9 @@ def status_summary(record, counts: dict, best: FrozenTrial | None, groups=(),
         "interrupted": counts[TrialStatus.INTERRUPTED],
         "best": None if best is None else {"number": best.number, "value": best.value,
                                            "params": dict(best.params)},
-        "created_at": _iso(record.created_at), "updated_at": _iso(record.updated_at),
+        "created_at": _iso(record.created_at), "updated_at": _iso(last_event),
         "elapsed": (now - record.created_at).total_seconds(),
-        "since_update": (now - record.updated_at).total_seconds(),
+        "since_update": (now - last_event).total_seconds(),
         "groups": [{**g, "since": (now - g["last_at"]).total_seconds(),
                     "last_at": _iso(g["last_at"])} for g in groups],
     }
@@ -226,11 +232,4 @@ def _iso(when: datetime | None) -> str | None:
     return None if when is None else when.isoformat()
 
 
-def _seconds(s: float | None) -> str:
-    if s is None:
-        return "-"
-    if s < 120:
-        return f"{s:.1f} s"
-    minutes, sec = divmod(int(s), 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h{minutes:02d}m{sec:02d}s" if hours else f"{minutes}m{sec:02d}s"
+_seconds = format_duration

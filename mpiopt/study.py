@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from pathlib import Path
 
 import yaml
 
@@ -46,6 +47,24 @@ def resume_command(name: str, url: str) -> str:
     shown = shown_url(url)
     hint = "" if shown == url else " (with the password: set MPIOPT_STORAGE to the full URL)"
     return f"mpiopt resume {name} --storage {shown}{hint}"
+
+
+NATIVE_LOG_ENV = "MPIOPT_NATIVE_LOG"
+
+
+def native_log_path(url: str, name: str) -> Path:
+    """The study's log: what native libraries (TensorFlow's C++ start-up lines, absl)
+    write to stderr goes here instead of the terminal. Beside a SQLite file, else in the
+    current directory (a cluster job's submission directory)."""
+    from sqlalchemy.engine import make_url
+
+    try:
+        parsed = make_url(url)
+        folder = (Path(parsed.database).parent if parsed.get_backend_name() == "sqlite"
+                  and parsed.database and parsed.database != ":memory:" else Path.cwd())
+    except Exception:        # a URL check elsewhere says what is wrong with it
+        folder = Path.cwd()
+    return folder / f"{name}.log"
 
 
 def shown_url(url: str) -> str:

@@ -150,3 +150,13 @@ def test_without_launcher_variables_the_node_is_found_by_splitting_the_communica
         monkeypatch.delenv(var, raising=False)
     assert threads.node_layout(MPI.COMM_SELF) == (0, 1)
     assert threads.node_layout(None) == (0, 1)
+
+
+def test_read_tracker_names_only_parameters_never_looked_at():
+    from mpiopt.training.tracking import ReadTracker
+
+    p = ReadTracker({"lr": 0.1, "units": 8, "momentum": 0.9, "act": "relu"})
+    assert p["lr"] == 0.1 and p.get("units") == 8 and ("act" in p)
+    assert p.unread() == ["momentum"]
+    q = ReadTracker({"a": 1, "b": 2})
+    assert dict(**q) == {"a": 1, "b": 2} and q.unread() == []   # unpacking reads them all

@@ -15,7 +15,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from conftest import mpiopt  # noqa: E402
+from conftest import mpiopt, subprocess_env  # noqa: E402
 from test_training import write_case  # noqa: E402
 
 
@@ -30,11 +30,22 @@ def test_keras_study_with_pruning_on_five_ranks(tmp_path):
     spec = yaml.safe_load(spec_path.read_text())
     spec["search"] = {"algorithm": "random", "trials": 6, "seed": 4}
     spec["search_space"]["lr"]["low"] = 1e-5  # some trials learn far too slowly: pruned
+    spec["search_space"]["momentum"] = {"type": "real", "low": 0.0, "high": 0.9}  # never read
     spec["resources"] = {"group_size": 2}
     spec_path.write_text(yaml.safe_dump(spec))
     url = f"sqlite:///{tmp_path / 'study.db'}"
-    proc = mpiopt("search", spec_path, "--storage", url, np=5, cwd=tmp_path, timeout=400)
+    env = {**subprocess_env(), "TF_CPP_MIN_LOG_LEVEL": "0"}     # all of TensorFlow's noise
+    proc = mpiopt("search", spec_path, "--storage", url, np=5, cwd=tmp_path, timeout=400, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    # TensorFlow's native start-up lines went to the study's log, none to the terminal
+    log = tmp_path / "tiny.log"
+    assert f"start-up messages go to {log}" in proc.stdout
+    assert "oneDNN" in log.read_text()
+    warned = [ln for ln in proc.stdout.splitlines() if "never read" in ln]
+    assert len(warned) == 1 and "'momentum'" in warned[0] and "'lr'" not in warned[0], warned
+    noise = [ln for ln in (proc.stdout + proc.stderr).splitlines()
+             if any(w in ln for w in ("oneDNN", "absl", "cpu_feature_guard", "cuda"))]
+    assert not noise, noise
 
     storage = open_storage(url)
     try:

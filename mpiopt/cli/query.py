@@ -94,7 +94,7 @@ def cmd_trials(args) -> int:
         trials = storage.get_trials(record.id, statuses=args.status, order_by=args.sort,
                                     limit=args.limit,
                                     descending=args.sort == "value" and record.direction == "maximize")
-    print_rows([trial_row(t) for t in trials], args.format, TABLE_COLUMNS)
+    print_rows([trial_row(t, args.format == "table") for t in trials], args.format, TABLE_COLUMNS)
     return 0
 
 
@@ -106,7 +106,7 @@ def cmd_best(args) -> int:
     if not trials and args.format == "table":
         print(f"study '{record.name}' has no complete trial yet")
         return 0
-    rows = [{"rank": i + 1, **trial_row(t)} for i, t in enumerate(trials)]
+    rows = [{"rank": i + 1, **trial_row(t, args.format == "table")} for i, t in enumerate(trials)]
     print_rows(rows, args.format, ("rank",) + TABLE_COLUMNS)
     return 0
 

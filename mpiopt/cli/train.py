@@ -75,6 +75,7 @@ def _train(spec, params: dict, seed: int, fmt: str) -> int:
 
     comm = world()
     leader = comm.Get_rank() == 0
+    _native_log(spec.study.name)
     t = spec.training
     if leader and fmt == "table":
         plan = fold_plan(t.kfold, comm.Get_size())
@@ -95,6 +96,16 @@ def _train(spec, params: dict, seed: int, fmt: str) -> int:
     if leader:
         _print_result(spec, params, seed, result, fmt)
     return 0
+
+
+def _native_log(name: str) -> None:
+    """TensorFlow's native start-up lines go to ./NAME.train.log, not the terminal."""
+    import os
+    from pathlib import Path
+
+    from mpiopt.study import NATIVE_LOG_ENV
+
+    os.environ.setdefault(NATIVE_LOG_ENV, str(Path.cwd() / f"{name}.train.log"))
 
 
 def _show(params: dict) -> str:

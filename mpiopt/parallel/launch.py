@@ -16,12 +16,13 @@ called only when a rank is stuck in user code and did not answer.
 """
 from __future__ import annotations
 
+import os
 import socket
 import sys
 import time
 
 from mpiopt.errors import MpioptError
-from mpiopt.study import resume_command, shown_url
+from mpiopt.study import NATIVE_LOG_ENV, native_log_path, resume_command, shown_url
 from mpiopt.parallel.protocol import Tag
 from mpiopt.trial import StudyStatus
 
@@ -51,8 +52,9 @@ def _rank0(world, prepare, quiet: bool) -> int:
         if multi:
             quiet_bcast(world, {"error": str(exc)}, tag=Tag.SETUP)
         raise
+    log = _use_native_log(str(native_log_path(url, spec.study.name)))
     if multi:
-        quiet_bcast(world, {"spec": spec.to_dict()}, tag=Tag.SETUP)
+        quiet_bcast(world, {"spec": spec.to_dict(), "native_log": log}, tag=Tag.SETUP)
     own = _set_up(world, spec) if not multi else (None, None)
     errors, payloads, silent = gather_ready(world, own[1], startup_limit(), say=_progress)
     if silent:
@@ -74,6 +76,13 @@ def _rank0(world, prepare, quiet: bool) -> int:
         raise
     _send_verdict(world, multi)
     return _coordinate(world, spec, url, opened, quiet, own[0])
+
+
+def _use_native_log(path: str | None) -> str | None:
+    """Where this rank's native stderr goes once TensorFlow is imported (training.backend)."""
+    if path and NATIVE_LOG_ENV not in os.environ:
+        os.environ[NATIVE_LOG_ENV] = path
+    return os.environ.get(NATIVE_LOG_ENV)
 
 
 def startup_limit() -> float:
@@ -129,6 +138,7 @@ def _other_rank(world) -> int:
     payload = quiet_bcast(world, None, tag=Tag.SETUP)
     if "error" in payload:
         return 2
+    _use_native_log(payload.get("native_log"))
     try:
         from mpiopt.spec import Spec
 
@@ -309,3 +319,5 @@ def _announce(progress, spec, url, topo, opened, sched) -> None:
         progress.say(f"resuming: {sched.finished} finished trials kept, {len(sched.reruns)} to run again")
     for line in getattr(opened, "notes", ()):
         progress.say(line)
+    if spec.objective.model and os.environ.get(NATIVE_LOG_ENV):
+        progress.say(f"TensorFlow's start-up messages go to {os.environ[NATIVE_LOG_ENV]}")

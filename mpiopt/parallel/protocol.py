@@ -91,6 +91,7 @@ class Result:
     error: str | None = None
     device: str | None = None      # what the leader trained on (mpiopt.device)
     spans: list[dict] = field(default_factory=list)  # fold/epoch spans (mpiopt.training)
+    unread: list[str] = field(default_factory=list)  # params build_model never read
 
 
 @dataclass(frozen=True)

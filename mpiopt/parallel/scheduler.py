@@ -86,6 +86,7 @@ class Scheduler:
         self.stopped: set[int] = set()
         self.running: dict[int, _Running] = {}
         self.prefetched: tuple[dict, float] | None = None   # (params, seconds to ask)
+        self.warned_unread = False
         self.stop_reason: str | None = None
         self.message: str | None = None
         self.best: FrozenTrial | None = None
@@ -154,6 +155,7 @@ class Scheduler:
         done: list[FrozenTrial] = []
         outcomes: list[dict] = []
         for group, result in batch:
+            self._warn_unread(result.unread)
             run = self.running.pop(group)
             status = TrialStatus(result.status)
             if status is TrialStatus.INTERRUPTED:      # cancelled: stays unfinished, runs again
@@ -201,6 +203,14 @@ class Scheduler:
             self.idle.extend(t.group for t in done)
             actions = self._teach_and_fill(done)
         return actions + self._stop_idle()
+
+    def _warn_unread(self, names: list[str]) -> None:
+        """Once per run: search-space parameters the model never read change nothing."""
+        if names and not self.warned_unread and self.progress:
+            self.warned_unread = True
+            listed = ", ".join(f"'{n}'" for n in names)
+            self.progress.say(f"warning: build_model never read search_space parameter(s) "
+                              f"{listed}: they change nothing (a misspelt name?)")
 
     def _keep(self, outcomes: list[dict]) -> None:
         """Write results while another error is on its way up: the database, or the

@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from mpiopt.training import threads
+from mpiopt.training.tracking import ReadTracker
 
 _tf = None
 
@@ -27,6 +28,7 @@ def import_tf():
         threads.defaults()
         import os
 
+        _native_stderr_to_log()
         import tensorflow as tf
 
         if os.environ.get("TF_CPP_MIN_LOG_LEVEL", "0") >= "2":
@@ -42,6 +44,30 @@ def import_tf():
     return _tf
 
 
+def _native_stderr_to_log() -> None:
+    """TensorFlow's C++ start-up lines (oneDNN, CPU features, absl, CUDA factories; 3-4 per
+    rank, not all stopped by TF_CPP_MIN_LOG_LEVEL) are written to file descriptor 2. Point
+    that descriptor at the study's log ($MPIOPT_NATIVE_LOG, set by the launcher) and keep
+    Python's own sys.stderr on the terminal: mpiopt's one-line errors and tracebacks still
+    show; native noise does not. A log that cannot be opened leaves stderr as it was."""
+    import os
+    import sys
+
+    path = os.environ.get("MPIOPT_NATIVE_LOG")
+    if not path:
+        return
+    try:
+        log = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    except OSError:
+        return
+    sys.stderr.flush()
+    terminal = os.dup(2)
+    os.dup2(log, 2)
+    os.close(log)
+    sys.stderr = os.fdopen(terminal, "w", buffering=1, encoding=sys.stderr.encoding or "utf-8",
+                           errors="backslashreplace")
+
+
 def build_model(build, params: dict, seed: int):
     """Call the user's build_model(params) with every random generator seeded."""
     import_tf()
@@ -49,7 +75,7 @@ def build_model(build, params: dict, seed: int):
 
     keras.backend.clear_session()
     keras.utils.set_random_seed(int(seed) % 2**31)
-    model = build(dict(params))
+    model = build(params if isinstance(params, ReadTracker) else dict(params))
     if not isinstance(model, keras.Model):
         raise TypeError(f"build_model returned {type(model).__name__}, expected a keras.Model")
     if getattr(model, "optimizer", None) is None or not getattr(model, "compiled", True):

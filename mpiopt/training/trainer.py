@@ -21,6 +21,7 @@ import numpy as np
 from mpiopt.training import threads
 from mpiopt.training.data import epoch_order, load_data, shard
 from mpiopt.training.folds import fold_plan, make_splits, run_folds
+from mpiopt.training.tracking import ReadTracker
 
 
 def run_training(spec, params: dict, comm, seed: int, report=None, on_epoch=None) -> dict:
@@ -39,7 +40,8 @@ def run_training(spec, params: dict, comm, seed: int, report=None, on_epoch=None
     data = together(comm, lambda: load_data(obj.data, spec.base_dir))
     splits = make_splits(data, spec.training, seed)
     build = together(comm, lambda: load_callable(obj.model, spec.base_dir, field="objective.model"))
-    model = together(comm, lambda: backend.KerasModel(backend.build_model(build, params, seed), data.x))
+    tracked = ReadTracker(params)
+    model = together(comm, lambda: backend.KerasModel(backend.build_model(build, tracked, seed), data.x))
 
     def make_trainer(fold_comm, fold: int) -> FoldTrainer:
         model.reset()
@@ -48,6 +50,7 @@ def run_training(spec, params: dict, comm, seed: int, report=None, on_epoch=None
 
     plan = fold_plan(splits.k, comm.Get_size())
     result = run_folds(comm, plan, make_trainer, spec.training.epochs, report, on_epoch)
+    result["unread"] = tracked.unread()
     return comm.bcast(result, root=0)
 
 

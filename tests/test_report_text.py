@@ -1,0 +1,40 @@
+"""The text a person reads: durations, `status`'s last update (pure functions, no MPI)."""
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from types import SimpleNamespace
+
+import pytest
+
+from mpiopt.durations import format_duration
+from mpiopt.report import status_lines, status_summary, trial_row
+from mpiopt.trial import FrozenTrial, StudyStatus, TrialStatus
+
+
+@pytest.mark.parametrize("seconds,text", [
+    (83, "1m23s"), (83.4, "1m23s"), (600, "10m"), (3725, "1h2m5s"), (3, "3s"), (0.25, "0.25s"),
+    (9.87, "9.9s"), (0, "0s"), (None, "-")])
+def test_durations_read_as_people_write_them(seconds, text):
+    assert format_duration(seconds) == text
+
+
+def test_tables_show_durations_and_json_keeps_seconds():
+    trial = FrozenTrial(id=1, study_id=1, number=0, status=TrialStatus.COMPLETE, params={},
+                        duration=83.2)
+    assert trial_row(trial, human=True)["duration"] == "1m23s"
+    assert trial_row(trial)["duration"] == 83.2
+
+
+def test_last_update_is_the_last_recorded_event_not_the_study_row():
+    now = datetime.now(timezone.utc)
+    record = SimpleNamespace(
+        name="s", status=StudyStatus.COMPLETE, direction="minimize", metric="loss",
+        spec_text="search: {trials: 5}", created_at=now - timedelta(hours=2),
+        updated_at=now - timedelta(hours=2), lease=None)
+    counts = {s: 0 for s in TrialStatus}
+    groups = [{"group": 0, "host": "n1", "last_at": now - timedelta(seconds=95), "running": None},
+              {"group": 1, "host": "n2", "last_at": now - timedelta(hours=1), "running": None}]
+    summary = status_summary(record, counts, None, groups)
+    assert 94 <= summary["since_update"] <= 110
+    text = "\n".join(status_lines(summary))
+    assert "last update 1m3" in text and "(2h ago)" in text
