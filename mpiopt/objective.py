@@ -17,6 +17,7 @@ from __future__ import annotations
 import inspect
 import math
 import random
+import re
 import signal
 import socket
 import time
@@ -205,7 +206,13 @@ def describe_error(exc: BaseException, where: str) -> str:
     The first line is the deepest message worth reading (Keras wraps errors raised in a
     traced function as "ValueError: in user code:"; the real one is further down)."""
     tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)[-6:])
-    return f"{type(exc).__name__}: {_first_line(exc)} ({where})\n{tb}".rstrip()
+    first = _first_line(exc)
+    if not _NAMED.match(first):          # the wrapped error's line names its own type
+        first = f"{type(exc).__name__}: {first}"
+    return f"{first} ({where})\n{tb}".rstrip()
+
+
+_NAMED = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt): ")
 
 
 def _first_line(exc: BaseException) -> str:

@@ -38,3 +38,14 @@ def test_last_update_is_the_last_recorded_event_not_the_study_row():
     assert 94 <= summary["since_update"] <= 110
     text = "\n".join(status_lines(summary))
     assert "last update 1m3" in text and "(2h ago)" in text
+
+
+def test_the_error_line_is_the_real_error_not_kerass_wrapper():
+    from mpiopt.objective import describe_error
+
+    wrapped = ValueError('in user code:\n\n    File "model.py", line 3, in train_step\n'
+                         "        loss = ...\n\n    ValueError: Arguments `target` and "
+                         "`output` must have the same rank")
+    assert describe_error(wrapped, "rank 1").splitlines()[0] == \
+        "ValueError: Arguments `target` and `output` must have the same rank (rank 1)"
+    assert describe_error(KeyError("lr"), "rank 2").splitlines()[0] == "KeyError: 'lr' (rank 2)"
