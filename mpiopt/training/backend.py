@@ -19,6 +19,11 @@ from mpiopt.training import threads
 from mpiopt.training.tracking import ReadTracker
 
 _tf = None
+# The two cuts of a trial's fixed cost (benchmarks/trial_overhead.py turns them off to
+# measure each side by side): one trace per step function per trial, whatever the batch
+# size, and no gc.collect() in Keras's clear_session before each build.
+TRACE_ONCE = True
+COLLECT_ON_BUILD = False
 
 
 def import_tf():
@@ -73,7 +78,10 @@ def build_model(build, params: dict, seed: int):
     import_tf()
     import keras
 
-    keras.backend.clear_session()
+    try:                # Keras's gc.collect() here cost 0.24 s a trial (digits, 2-core VM);
+        keras.backend.clear_session(free_memory=COLLECT_ON_BUILD)   # Python's GC still runs
+    except TypeError:   # a Keras without the argument
+        keras.backend.clear_session()
     keras.utils.set_random_seed(int(seed) % 2**31)
     model = build(params if isinstance(params, ReadTracker) else dict(params))
     if not isinstance(model, keras.Model):
@@ -83,6 +91,14 @@ def build_model(build, params: dict, seed: int):
     return model
 
 
+def _batch_specs(tf, x, y):
+    """(x, y) TensorSpecs with a free batch dimension, from plain arrays; None otherwise
+    (dicts or lists of inputs: tf.function then traces per shape)."""
+    if y is None or not all(isinstance(a, np.ndarray) and a.ndim >= 1 for a in (x, y)):
+        return None
+    return tuple(tf.TensorSpec([None, *a.shape[1:]], tf.as_dtype(a.dtype)) for a in (x, y))
+
+
 def _is_float(v) -> bool:
     return "float" in str(v.dtype)
 
@@ -90,7 +106,7 @@ def _is_float(v) -> bool:
 class KerasModel:
     """A compiled Keras model seen as flat buffers: gradients, weights, updates."""
 
-    def __init__(self, model, sample_x):
+    def __init__(self, model, sample_x, sample_y=None):
         tf = import_tf()
         self.model = model
         if not model.built:
@@ -105,10 +121,13 @@ class KerasModel:
         self.n_weights = sum(self.sizes)
         self.optimizer.build(self.trainable)
         self._snapshot = self._state()
-        self._compile(tf)
+        self._compile(tf, _batch_specs(tf, sample_x, sample_y) if TRACE_ONCE else None)
 
     # ------------------------------------------------------------------ compiled steps
-    def _compile(self, tf):
+    def _compile(self, tf, specs):
+        """specs: (x, y) TensorSpecs whose batch dimension is None, so each step is traced
+        once per trial, not again for the last, smaller batch (tracing is most of a small
+        model's fixed cost per trial); None: trace per shape (reduce_retracing)."""
         model, trainable, variables = self.model, self.trainable, self.variables
         grad_sizes, sizes = self.sizes[: len(trainable)], self.sizes
 
@@ -160,15 +179,26 @@ class KerasModel:
         def test_batch(x, y):
             model.test_step((x, y))
 
-        fn = lambda f: tf.function(f, reduce_retracing=True)  # noqa: E731
         # The training steps use XLA when model.fit would (compile's jit_compile, which
         # Keras resolves to False on CPU-only machines).
         jit = bool(getattr(model, "jit_compile", False))
-        step = lambda f: tf.function(f, reduce_retracing=True, jit_compile=jit)  # noqa: E731
-        self._grad, self._apply, self._step = step(grad_flat), step(apply_flat), step(local_step)
-        self._apply_grad, self._apply_get = step(apply_then_grad), step(apply_then_get)
-        self._set_grad = step(set_then_grad)
-        self._get, self._set, self._test = fn(get_flat), fn(set_flat), fn(test_batch)
+        flat, scalar = tf.TensorSpec([None], tf.float32), tf.TensorSpec([], tf.float32)
+
+        def compiled(f, *signature, jit_compile=jit):
+            """Traced once for every batch size when the data's specs are known."""
+            if specs is None or any(s is None for s in signature):
+                return tf.function(f, reduce_retracing=True, jit_compile=jit_compile)
+            return tf.function(f, input_signature=list(signature), jit_compile=jit_compile)
+
+        xs, ys = specs if specs is not None else (None, None)
+        self._grad = compiled(grad_flat, xs, ys, scalar)
+        self._apply, self._apply_get = compiled(apply_flat, flat), compiled(apply_then_get, flat)
+        self._step = compiled(local_step, xs, ys)
+        self._apply_grad = compiled(apply_then_grad, flat, xs, ys, scalar)
+        self._set_grad = compiled(set_then_grad, flat, xs, ys, scalar)
+        self._get = compiled(get_flat, jit_compile=False)
+        self._set = compiled(set_flat, flat, jit_compile=False)
+        self._test = compiled(test_batch, xs, ys, jit_compile=False)
 
     def gradient(self, x, y, scale: float, out: np.ndarray) -> None:
         """out[:n_grad] = d(scale * loss)/dw for the batch, out[n_grad] = scale * loss."""

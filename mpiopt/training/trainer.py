@@ -41,7 +41,8 @@ def run_training(spec, params: dict, comm, seed: int, report=None, on_epoch=None
     splits = make_splits(data, spec.training, seed)
     build = together(comm, lambda: load_callable(obj.model, spec.base_dir, field="objective.model"))
     tracked = ReadTracker(params)
-    model = together(comm, lambda: backend.KerasModel(backend.build_model(build, tracked, seed), data.x))
+    model = together(comm, lambda: backend.KerasModel(backend.build_model(build, tracked, seed),
+                                                         data.x, data.y))
 
     def make_trainer(fold_comm, fold: int) -> FoldTrainer:
         model.reset()

@@ -1,0 +1,110 @@
+"""A trial's fixed cost: what a digits trial spends beyond its epochs, and what each cut saves.
+
+Fixed cost = a trial's wall time minus epochs x its median epoch (the first epoch's extra
+time is tracing, so it counts as fixed). Trials run in this one process on one rank
+(MPI.COMM_SELF), the same parameter sets in every configuration, configurations
+interleaved trial by trial so that machine noise hits them alike:
+
+- before:     gc.collect() in Keras's clear_session before each build, and every step
+              function traced again for the last, smaller batch (the code before the cut)
+- one trace:  each step function traced once per trial (a signature whose batch
+              dimension is free)
+- after:      both cuts (the shipped default)
+
+It also breaks the fixed cost down for the default: building the model, wrapping it in
+flat buffers, the first training step (tracing), the first validation (tracing).
+
+    python benchmarks/trial_overhead.py --trials 8
+"""
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+
+from _common import ROOT, machine, table
+
+CONFIGS = {"before": dict(TRACE_ONCE=False, COLLECT_ON_BUILD=True),
+           "one trace": dict(TRACE_ONCE=True, COLLECT_ON_BUILD=True),
+           "after": dict(TRACE_ONCE=True, COLLECT_ON_BUILD=False)}
+
+
+def one_trial(spec, params, seed) -> tuple[float, float]:
+    """(wall s, fixed s) of one trial on one rank."""
+    from mpi4py import MPI
+
+    from mpiopt.training import run_training
+
+    start = time.perf_counter()
+    res = run_training(spec, params, MPI.COMM_SELF, seed)
+    wall = time.perf_counter() - start
+    epochs = [s["end"] - s["start"] for s in res["spans"] if s["kind"] == "epoch"]
+    return wall, wall - len(epochs) * float(np.median(epochs))
+
+
+def breakdown(spec, params, seed) -> dict:
+    """Seconds of each fixed part of one trial (the shipped default)."""
+    from mpiopt.objective_ref import load_callable
+    from mpiopt.training import backend
+    from mpiopt.training.data import load_data
+
+    data = load_data(spec.objective.data, spec.base_dir)
+    build = load_callable(spec.objective.model, spec.base_dir)
+    marks = [time.perf_counter()]
+    model = backend.build_model(build, params, seed)
+    marks.append(time.perf_counter())
+    km = backend.KerasModel(model, data.x, data.y)
+    marks.append(time.perf_counter())
+    b = spec.training.batch_size
+    km.train_step(data.x[:b], data.y[:b])
+    marks.append(time.perf_counter())
+    km.train_step(data.x[:b], data.y[:b])
+    marks.append(time.perf_counter())
+    km.metric_state(data.x[:b], data.y[:b], b)
+    marks.append(time.perf_counter())
+    km.metric_state(data.x[:b], data.y[:b], b)
+    marks.append(time.perf_counter())
+    d = np.diff(marks)
+    return {"build s": d[0], "flat buffers s": d[1], "first step s": d[2] - d[3],
+            "first validation s": d[4] - d[5]}
+
+
+def main(argv=None) -> str:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--trials", type=int, default=8, help="trials per configuration")
+    args = ap.parse_args(argv)
+    from mpiopt.spec import load_spec
+    from mpiopt.training import backend
+
+    spec = load_spec(ROOT / "examples" / "digits" / "spec.yaml")
+    rng = np.random.default_rng(7)
+    trials = [spec.space.sample(rng) for _ in range(args.trials + 1)]
+    one_trial(spec, trials[0], 0)          # TensorFlow's import and first use: not a trial's
+    runs = {name: [] for name in CONFIGS}
+    for i, params in enumerate(trials[1:], 1):
+        for name, flags in CONFIGS.items():
+            for flag, value in flags.items():
+                setattr(backend, flag, value)
+            runs[name].append(one_trial(spec, params, i))
+    rows = []
+    for name, got in runs.items():
+        walls, fixed = np.array(got).T
+        rows.append({"configuration": name, "trial s (median)": float(np.median(walls)),
+                     "fixed s (median)": float(np.median(fixed)),
+                     "fixed s (p90)": float(np.quantile(fixed, 0.9))})
+    base = rows[0]["fixed s (median)"]
+    for r in rows:
+        r["fixed vs before"] = r["fixed s (median)"] / base
+    parts = [breakdown(spec, p, i) for i, p in enumerate(trials[1:4])]
+    split = {k: float(np.median([p[k] for p in parts])) for k in parts[0]}
+    report = (f"### A digits trial's fixed cost (one rank, {args.trials} trials per configuration, "
+              f"3 folds x up to {spec.training.epochs} epochs)\n\n{machine()}\n\n"
+              f"`python benchmarks/trial_overhead.py --trials {args.trials}`\n\n{table(rows)}\n\n"
+              f"Where the default's fixed cost goes (median of 3 trials):\n\n{table([split])}\n")
+    print(report)
+    return report
+
+
+if __name__ == "__main__":
+    main()
