@@ -25,6 +25,7 @@ from typing import Any
 import yaml
 
 from mpiopt.errors import SpecError
+from mpiopt.objectives import DIRECTIONS, parse_constraint
 from mpiopt.objective_ref import check_ref
 from mpiopt.search.options import OPTIONS
 from mpiopt.space import Space, SpaceError, dimension_from_dict
@@ -62,9 +63,23 @@ class ObjectiveSpec:
     function: str | None = None
     model: str | None = None
     data: DataSpec | None = None
-    metric: str = "value"
+    metric: str = "value"          # the primary objective: the first of `metrics`
     direction: str = "minimize"
     isolate: bool = True
+    # several objectives, in order ((name, direction), ...): empty for a single objective
+    metrics: tuple = ()
+    constraints: tuple = ()        # mpiopt.objectives.Constraint, ...
+    reference: tuple = ()          # ((name, value), ...): the hypervolume's reference point
+
+    @property
+    def objectives(self) -> tuple:
+        """((name, direction), ...): every objective, the primary one first."""
+        return self.metrics or ((self.metric, self.direction),)
+
+    @property
+    def vector(self) -> bool:
+        """Searchers are told vectors (several objectives, or constraints to weigh)."""
+        return len(self.objectives) > 1 or bool(self.constraints)
 
 
 @dataclass(frozen=True)
@@ -429,7 +444,8 @@ def _resources(top: _Section) -> ResourcesSpec:
 
 
 def _objective(top: _Section, base_dir: Path, check_files: bool) -> ObjectiveSpec:
-    sec = top.section("objective", ("function", "model", "data", "metric", "direction", "isolate"))
+    sec = top.section("objective", ("function", "model", "data", "metric", "direction", "isolate",
+                                    "metrics", "constraints", "reference"))
     has_function, has_model = "function" in sec.data, "model" in sec.data
     if has_function and has_model:
         sec.fail(None, "give either 'function' or 'model' (with 'data'), not both")
@@ -442,14 +458,69 @@ def _objective(top: _Section, base_dir: Path, check_files: bool) -> ObjectiveSpe
         data = _data(sec.section("data", DATA_KEYS), base_dir, check_files)
     elif "data" in sec.data:
         sec.fail("data", "is only used with 'model'; a function objective loads its own data")
+    metrics = _metrics(sec)
+    if metrics and ("metric" in sec.data or "direction" in sec.data):
+        sec.fail("metrics", "give either 'metric' and 'direction' or 'metrics', not both")
+    first = metrics[0] if metrics else None
     return ObjectiveSpec(
         function=ref if has_function else None,
         model=ref if has_model else None,
         data=data,
-        metric=sec.text("metric", "value" if has_function else "val_loss"),
-        direction=sec.text("direction", "minimize", choices=("minimize", "maximize")),
+        metric=first[0] if first else sec.text("metric", "value" if has_function else "val_loss"),
+        direction=first[1] if first else sec.text("direction", "minimize",
+                                                  choices=("minimize", "maximize")),
         isolate=sec.flag("isolate", True),
+        metrics=metrics if len(metrics) > 1 else (),
+        constraints=_constraints(sec),
+        reference=_reference(sec, metrics),
     )
+
+
+def _metrics(sec: _Section) -> tuple:
+    """objective.metrics: {name: minimize|maximize, ...}, in the order written."""
+    raw = sec.raw("metrics", None)
+    if raw is None:
+        return ()
+    if not isinstance(raw, dict) or not raw:
+        sec.fail("metrics", f"expected a mapping of metric names to minimize or maximize, "
+                            f"got {_show(raw)}")
+    out = []
+    for name, direction in raw.items():
+        if not isinstance(name, str) or not name.strip():
+            sec.fail("metrics", f"expected metric names, got {_show(name)}")
+        if direction not in DIRECTIONS:
+            sec.fail(f"metrics.{name}", f"expected minimize or maximize, got {_show(direction)}")
+        out.append((name, direction))
+    return tuple(out)
+
+
+def _constraints(sec: _Section) -> tuple:
+    raw = sec.raw("constraints", None)
+    if raw is None:
+        return ()
+    if isinstance(raw, str):
+        raw = [raw]
+    if not isinstance(raw, list):
+        sec.fail("constraints", f"expected a list like ['n_params <= 200000'], got {_show(raw)}")
+    return tuple(parse_constraint(item, lambda msg, i=i: sec.fail(f"constraints[{i}]", msg))
+                 for i, item in enumerate(raw))
+
+
+def _reference(sec: _Section, metrics: tuple) -> tuple:
+    raw = sec.raw("reference", None)
+    if raw is None:
+        return ()
+    names = [n for n, _ in metrics]
+    if len(names) < 2:
+        sec.fail("reference", "is the hypervolume's reference point: it needs 'metrics' with "
+                              "two or more objectives")
+    if not isinstance(raw, dict) or set(raw) != set(names):
+        sec.fail("reference", f"expected a value for each of {', '.join(names)}, got {_show(raw)}")
+    for name in names:
+        value = raw[name]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            sec.fail(f"reference.{name}", f"expected a finite number, got {_show(value)}")
+    return tuple((n, float(raw[n])) for n in names)
 
 
 def _ref(sec: _Section, key: str, base_dir: Path, check_files: bool) -> str:
@@ -767,6 +838,13 @@ def _identity_objective_dict(obj: ObjectiveSpec) -> dict:
                        "features": d.features, "labels": d.labels,
                        "val_npz": list(d.val_npz), "val_hdf5": list(d.val_hdf5)}
     out.update(metric=obj.metric, direction=obj.direction)
+    if obj.metrics:          # only when given: single-objective fingerprints stay as they were
+        del out["metric"], out["direction"]
+        out["metrics"] = dict(obj.metrics)
+    if obj.constraints:
+        out["constraints"] = [c.text() for c in obj.constraints]
+    if obj.reference:
+        out["reference"] = dict(obj.reference)
     return out
 
 

@@ -60,6 +60,7 @@ class Searcher(abc.ABC):
 
     algorithm = "base"
     slow = False   # asks cost a model fit: the MPI coordinator asks it in the background
+    vector = False  # takes pareto.Objectives values (several objectives, constraints)
 
     def __init__(self, space, options: dict | None = None, seed: int = 0):
         self.space = space
@@ -82,10 +83,14 @@ class Searcher(abc.ABC):
         self.next_number = max(self.next_number, self.number + 1)
         return params
 
-    def tell(self, params: dict, value: float) -> None:
-        """Learn a finished trial's value (finite, lower is better)."""
-        value = float(value)
-        assert math.isfinite(value), f"searcher told a non-finite value {value!r}"
+    def tell(self, params: dict, value) -> None:
+        """Learn a finished trial's value (finite, lower is better): a float, or for several
+        objectives or constraints a pareto.Objectives vector (searchers that take those
+        say so with `vector = True`)."""
+        if not isinstance(value, tuple):
+            value = float(value)
+        assert all(math.isfinite(v) for v in (value if isinstance(value, tuple) else (value,))), \
+            f"searcher told a non-finite value {value!r}"
         was_pending = self.pending.pop(self.key(params), None) is not None
         self._reseed(_TELL, len(self.told))
         self.told.append((dict(params), value))
@@ -104,7 +109,9 @@ class Searcher(abc.ABC):
         count = 0
         for params, value in trials:
             count += 1
-            if value is not None and math.isfinite(float(value)):
+            if isinstance(value, tuple):
+                self.tell(params, value)
+            elif value is not None and math.isfinite(float(value)):
                 self.tell(params, float(value))
         reruns = [dict(p) for p in pending]
         for params in reruns:

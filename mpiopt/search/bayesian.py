@@ -36,7 +36,7 @@ import numpy as np
 from threadpoolctl import ThreadpoolController
 
 from mpiopt.errors import SpecError
-from mpiopt.search import _gp, _skopt
+from mpiopt.search import _gp, _skopt, pareto
 from mpiopt.search._base import Searcher, check_options
 from mpiopt.search.options import defaults as declared
 
@@ -61,6 +61,7 @@ class BayesianSearcher(Searcher):
 
     algorithm = "bayesian"
     slow = True
+    vector = True     # several objectives or constraints: ParEGO (see _values)
 
     def __init__(self, space, options: dict | None = None, seed: int = 0):
         super().__init__(space, options, seed)
@@ -118,7 +119,7 @@ class BayesianSearcher(Searcher):
     def _training_set(self) -> tuple[np.ndarray, np.ndarray]:
         """Told rows, capped at max_points: the best half and the most recent half."""
         X = np.array(self._rows)
-        y = np.array([v for _, v in self.told])
+        y = self._values()
         cap = self.options["max_points"]
         if len(y) > cap:
             best = np.argsort(y, kind="stable")[: cap // 2]
@@ -128,6 +129,27 @@ class BayesianSearcher(Searcher):
             keep = np.union1d(keep, extra)
             X, y = X[keep], y[keep]
         return X, (_warp(y) if self.options["output_warping"] else y)
+
+    def _values(self) -> np.ndarray:
+        """The told values, one number each. With several objectives: ParEGO (Knowles,
+        2006): an augmented Chebyshev scalarization with weights drawn for this ask (the
+        ask's keyed stream), so successive suggestions aim at different parts of the
+        front. Infeasible trials rank after every feasible one, by their violation (a
+        share of the largest), so the model learns where the feasible region ends."""
+        told = [v for _, v in self.told]
+        if not told or not isinstance(told[0], tuple):
+            return np.array(told, dtype=float)
+        values = np.array([tuple(v) for v in told], dtype=float)
+        broken = np.array([getattr(v, "violation", 0.0) for v in told])
+        ok = broken <= 0
+        y = np.zeros(len(told))
+        if ok.any():
+            weights = pareto.simplex_weights(values.shape[1], self.rng)
+            y[ok] = pareto.chebyshev(values[ok], weights)
+        if (~ok).any():
+            top = y[ok].max() if ok.any() else 0.0
+            y[~ok] = top + broken[~ok] / broken[~ok].max()
+        return y
 
     # ---- surrogate ---------------------------------------------------------------------
     def _surrogate(self, X: np.ndarray, y: np.ndarray):

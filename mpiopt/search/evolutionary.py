@@ -25,6 +25,7 @@ from deap import cma
 
 from mpiopt.errors import SpecError
 from mpiopt.search import _genetic as gen
+from mpiopt.search import pareto
 from mpiopt.search._base import Searcher, check_options
 from mpiopt.search.options import defaults as declared
 from mpiopt.space import PointSet
@@ -39,6 +40,7 @@ class EvolutionarySearcher(Searcher):
     """See the module docstring for the modes; options as in `DEFAULTS`."""
 
     algorithm = "evolutionary"
+    vector = True     # several objectives: NSGA-II's ranking (see _on_tell_vector)
 
     def __init__(self, space, options: dict | None = None, seed: int = 0):
         super().__init__(space, options, seed)
@@ -56,6 +58,8 @@ class EvolutionarySearcher(Searcher):
         self.known: set[tuple] = set()
         self.strategy = None
         self._points = PointSet(space)
+        self.front_pool: list[tuple[list, tuple]] = []  # several objectives: (genome, value)
+        self.front_current: list[tuple[list, tuple]] = []
 
     # ---- ask ------------------------------------------------------------------------
     def _suggest(self) -> dict:
@@ -148,6 +152,8 @@ class EvolutionarySearcher(Searcher):
 
     # ---- tell -----------------------------------------------------------------------
     def _on_tell(self, params, value, was_pending) -> None:
+        if isinstance(value, tuple):
+            return self._on_tell_vector(params, value)
         key = self.key(params)
         self.known.add(key)
         self._points.discard(key)
@@ -164,6 +170,45 @@ class EvolutionarySearcher(Searcher):
         if len(self.pool) > self.size:
             self._drop_one()
 
+    # ---- several objectives: NSGA-II -------------------------------------------------
+    def _on_tell_vector(self, params, value) -> None:
+        """NSGA-II (Deb et al., 2002) on the same operators: breeding pools are ranked by
+        front, then crowding distance (pareto.nsga2_keys, via DEAP), with constrained
+        domination. Steady state: a told child joins and the lowest-ranked member leaves;
+        generational: the next pool is the best `population` of parents and children."""
+        key = self.key(params)
+        self.known.add(key)
+        self._points.discard(key)
+        generation, genome = self.member_of.pop(key, (self.generation, None))
+        genome = genome if genome is not None else self.space.to_genome(params)
+        if self.options["mode"] == "generational":
+            if generation == self.generation:
+                self.front_current.append((genome, value))
+                if len(self.front_current) >= self.size:
+                    self._close_vector_generation()
+            return
+        self.front_pool.append((genome, value))
+        self._rank_pool(self.size)
+
+    def _rank_pool(self, keep: int) -> None:
+        """Keep the best `keep` of front_pool by NSGA-II's order; `pool` holds their keys
+        for the tournaments."""
+        values = [v for _, v in self.front_pool]
+        keys = pareto.nsga2_keys(values, [getattr(v, "violation", 0.0) for v in values])
+        order = sorted(range(len(keys)), key=lambda i: (keys[i], i))[:keep]
+        if len(order) < len(keys):        # survivors ranked again among themselves
+            self.front_pool = [self.front_pool[i] for i in sorted(order)]
+            return self._rank_pool(keep)
+        self.pool = [(g, k) for (g, _), k in zip(self.front_pool, keys)]
+
+    def _close_vector_generation(self) -> None:
+        self.front_pool = self.front_pool + self.front_current
+        self._rank_pool(self.size)
+        self.queue = self._breed_generation()
+        self.generation += 1
+        self.front_current, self.current = [], []
+        self.asked_in_generation = 0
+
     def _on_forget(self, params) -> None:
         self.member_of.pop(self.key(params), None)
         self._points.discard(self.key(params))
@@ -174,7 +219,7 @@ class EvolutionarySearcher(Searcher):
     def _on_replay(self, reruns: list[dict]) -> None:
         """The open generation has had its told and its re-run members asked already."""
         if self.options["cma"] or self.options["mode"] == "generational":
-            self.asked_in_generation = len(self.current) + len(reruns)
+            self.asked_in_generation = len(self.current) + len(self.front_current) + len(reruns)
             if not self.options["cma"]:
                 self.queue = self.queue[self.asked_in_generation:]
 
