@@ -15,17 +15,23 @@ from mpiopt.trial import TrialStatus
 
 
 def intervals(view: StudyView) -> list[tuple]:
-    """(trial, start datetime, end datetime) for trials with a group and a start time."""
+    """(trial, start datetime, end datetime) for trials with a group and a start time.
+
+    A trial starts when the coordinator commits it and lasts its measured duration (the
+    group's own clock), not until finished_at: a group gets its next trial before its
+    result is committed, so finished_at may fall after the group's next start. A running
+    trial ends now; one without a duration ends at finished_at."""
     out = []
     for t in view.trials:
         start = utc(t.started_at)
         if start is None or t.group is None:
             continue
-        end = utc(t.finished_at)
-        if end is None and t.status == TrialStatus.RUNNING:
-            end = view.now
-        if end is None and t.duration is not None:
-            end = start + timedelta(seconds=t.duration)
+        if t.status == TrialStatus.RUNNING:
+            end = max(view.now, start)
+        elif t.duration is not None:
+            end = start + timedelta(seconds=max(0.0, t.duration))
+        else:
+            end = utc(t.finished_at)
         if end is not None:
             out.append((t, start, max(end, start)))
     return out
