@@ -17,7 +17,7 @@ from mpiopt.reporting.view import Panel, StudyView, hover
 from mpiopt.trial import TrialStatus
 
 STYLE = """
-body{font-family:system-ui,sans-serif;margin:1.5em auto;max-width:1100px;color:#222}
+body{font-family:system-ui,sans-serif;margin:1.5em auto;max-width:1100px;padding:0 1em;color:#222}
 h1{font-size:1.5em;margin-bottom:.2em} h2{font-size:1.15em;margin-top:1.6em}
 .meta{color:#555} .note{color:#8a5a00;background:#fff6e0;padding:.5em .8em;border-radius:4px}
 .figure{font-size:1.3em} table{border-collapse:collapse;width:100%}

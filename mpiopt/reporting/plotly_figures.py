@@ -68,6 +68,7 @@ def importance(d: dict) -> dict:
                       "text": [f"{s:.0%}" for s in shares], "textposition": "auto"}],
             "layout": {"xaxis": {"title": {"text": "share of the variance (main effect)"},
                                  "tickformat": ".0%", "range": [0, 1]},
+                       "yaxis": {"automargin": True},
                        "annotations": [{"text": f"interactions: {d['rest']:.0%} · "
                                                 f"{d['trials']} complete trials",
                                         "xref": "paper", "yref": "paper", "x": 1, "y": 0,
@@ -163,7 +164,7 @@ def timeline(d: dict) -> dict:
     return {"data": data, "layout": {
         "barmode": "overlay", "shapes": shapes, "height": 120 + 40 * len(d["groups"]),
         "xaxis": {"title": {"text": f"seconds since {d['t0'][:19].replace('T', ' ')} UTC"}},
-        "yaxis": {"type": "category", "categoryorder": "array",
+        "yaxis": {"type": "category", "categoryorder": "array", "automargin": True,
                   "categoryarray": [f"group {g}" for g in d["groups"]]}}}
 
 

@@ -139,6 +139,12 @@ def timeline(fig, d: dict) -> None:
     for bar in d["bars"]:
         ax.barh(groups.index(bar["group"]), bar["end"] - bar["start"], left=bar["start"],
                 height=0.9, color=STATUS_COLORS.get(bar["status"], "#7f7f7f"), edgecolor="white")
+    from matplotlib.patches import Patch
+
+    shown = sorted({bar["status"] for bar in d["bars"]})
+    ax.legend(handles=[Patch(color=STATUS_COLORS.get(s, "#7f7f7f"), label=s.lower()) for s in shown]
+              + [Patch(color=(0.8, 0, 0, 0.12), label="idle")], loc="upper left",
+              bbox_to_anchor=(1.0, 1.0), fontsize=8)
     ax.set_yticks(range(len(groups)), [f"group {g}" for g in groups])
     ax.set_xlabel(f"seconds since {d['t0'][:19].replace('T', ' ')} UTC; efficiency "
                   f"{d['efficiency']:.1%} = {d['busy']:.1f} busy group-s / "
