@@ -39,7 +39,7 @@ BROWSER_NOISE = re.compile(r'"\[\.WebGL-|Automatic fallback to software WebGL')
 
 @pytest.fixture(scope="module")
 def studies(tmp_path_factory):
-    """{name: storage URL} of the two studies, both in one SQLite file."""
+    """The storage URL of one SQLite file holding both studies."""
     folder = tmp_path_factory.mktemp("studies")
     url = f"sqlite:///{folder / 'studies.db'}"
     spec = folder / "curves.yaml"
@@ -190,8 +190,13 @@ def test_chrome_trace_of_a_four_group_study(studies, tmp_path):
         ["group 0", "group 1", "group 2", "group 3"]
     trials = [e for e in trace["traceEvents"] if e["ph"] == "X" and e["cat"] == "trial"]
     assert len(trials) == 20 and {e["pid"] for e in trials} == {1}
-    for e in trials:
-        assert names[e["tid"]].startswith("group") and isinstance(e["ts"], int) and e["dur"] >= 0
+    from mpiopt.storage import open_storage
+
+    with open_storage(studies, read_only=True) as st:
+        group_of = {t.number: t.group for t in st.get_trials(st.get_study("curves").id)}
+    for e in trials:          # each trial on its own group's track
+        assert names[e["tid"]] == f"group {group_of[int(e['name'].split()[1])]}"
+        assert isinstance(e["ts"], int) and e["ts"] >= 0 and e["dur"] >= 0
     for tid in {e["tid"] for e in trials}:       # a group runs one trial at a time
         spans = sorted((e["ts"], e["ts"] + e["dur"]) for e in trials if e["tid"] == tid)
         assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:]))
