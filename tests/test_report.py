@@ -179,6 +179,15 @@ def test_bad_input_is_one_line_exit_2_nothing_written(studies, tmp_path, args, n
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("command", [("report", "s", "-o", "s.html"),
+                                     ("plot", "history", "s", "-o", "s.png")])
+def test_a_missing_database_is_one_line_and_never_created(tmp_path, command):
+    path = tmp_path / "absent.db"
+    proc = mpiopt(*command, "--storage", f"sqlite:///{path}", cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "absent.db" in proc.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_chrome_trace_of_a_four_group_study(studies, tmp_path):
     out = tmp_path / "trace.json"
     mpiopt("export", "curves", "--storage", studies, "--format", "chrome-trace", "-o", out,
