@@ -154,13 +154,11 @@ def failures(view: StudyView) -> Panel:
     return Panel("failures", title, data={"rows": rows})
 
 
-_LAST: list = [None, None]     # (view, shares): importance and contour share one fit
-
-
 def _shares(view: StudyView, trials) -> dict[str, float]:
-    if _LAST[0] is not view:
-        _LAST[:] = [view, imp.importances(view.params, trials)]
-    return _LAST[1]
+    """Importance, computed once per view: the importance and contour panels share it."""
+    if "shares" not in view.cache:
+        view.cache["shares"] = imp.importances(view.params, trials)
+    return view.cache["shares"]
 
 
 def _axis(p, values) -> dict:

@@ -84,6 +84,7 @@ class StudyView:
     trials: tuple[FrozenTrial, ...]
     params: tuple[Param, ...]
     now: datetime                  # when the report was made: running trials end here
+    cache: dict = field(default_factory=dict, compare=False, repr=False)   # shared fits
 
     @classmethod
     def of(cls, record, trials: Sequence[FrozenTrial], now: datetime | None = None) -> "StudyView":
