@@ -120,9 +120,15 @@ def test_report_loads_offline_in_a_browser_with_every_plot_drawn(studies, study,
     rest = text.replace(plotly_js, "")
     assert not re.search(r"src=|href=|https?://", rest)   # nothing else to fetch
     assert len(rest) < 200_000, "the page beyond plotly.js should stay small"
-    proc = browse(page, "--enable-logging=stderr", "--v=0", "--dump-dom")
+    shot = tmp_path / "shot.png"
+    proc = browse(page, "--enable-logging=stderr", "--v=0", "--dump-dom",
+                  "--window-size=1000,1400", f"--screenshot={shot}")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert console_errors(proc.stderr) == []
+    from matplotlib.image import imread
+
+    pixels = imread(shot)                    # what a person sees is not a blank page
+    assert pixels.shape[:2] == (1400, 1000) and pixels[..., :3].std() > 0.05
     drawn = drawn_plots(proc.stdout)
     expected = {"curves": set(KINDS) - {"folds"}, "tiny": set(KINDS)}[study]
     assert {k.removeprefix("plot-") for k in drawn} == expected
@@ -132,17 +138,6 @@ def test_report_loads_offline_in_a_browser_with_every_plot_drawn(studies, study,
         assert "no trial has per-fold values" in proc.stdout
     efficiency = re.search(r'id="efficiency">([\d.]+)%<', proc.stdout)
     assert efficiency and 0 < float(efficiency.group(1)) <= 100
-
-
-def test_report_screenshot_is_not_blank(studies, tmp_path):
-    from matplotlib.image import imread
-
-    page = report(studies, "curves", tmp_path / "curves.html")
-    shot = tmp_path / "shot.png"
-    proc = browse(page, "--window-size=1000,1400", f"--screenshot={shot}")
-    assert shot.exists(), proc.stderr[-2000:]
-    pixels = imread(shot)
-    assert pixels.shape[:2] == (1400, 1000) and pixels[..., :3].std() > 0.05
 
 
 @pytest.mark.parametrize("fmt", ["png", "svg"])
