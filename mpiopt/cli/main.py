@@ -14,6 +14,7 @@ COMMAND_MODULES = (
     "mpiopt.cli.run",
     "mpiopt.cli.train",
     "mpiopt.cli.query",
+    "mpiopt.cli.report",
     "mpiopt.cli.db",
 )
 

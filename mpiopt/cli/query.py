@@ -30,9 +30,9 @@ def register(subparsers) -> None:
     p.add_argument("--top", type=_positive, default=1, metavar="K", help="how many (default 1)")
     p = _command(subparsers, "show", cmd_show, "one trial in full", study=True)
     p.add_argument("number", type=int, help="trial number (from `mpiopt trials`)")
-    p = _command(subparsers, "export", cmd_export, "all trials as CSV or JSON", study=True,
-                 fmt=False)
-    p.add_argument("--format", choices=("csv", "json"), default="csv")
+    p = _command(subparsers, "export", cmd_export, "all trials as CSV or JSON, or a Chrome "
+                 "trace of the groups' work (open in ui.perfetto.dev)", study=True, fmt=False)
+    p.add_argument("--format", choices=("csv", "json", "chrome-trace"), default="csv")
     p.add_argument("-o", "--output", metavar="FILE", help="write here instead of stdout")
     _command(subparsers, "status", cmd_status, "progress of a study (also while it runs)",
              study=True)
@@ -131,6 +131,8 @@ def cmd_export(args) -> int:
     with _opened(args) as (storage, record):
         trials = storage.get_trials(record.id)
     write = write_csv if args.format == "csv" else write_json
+    if args.format == "chrome-trace":
+        write = _trace_writer(record)
     if not args.output:
         write(trials, sys.stdout)
         return 0
@@ -141,6 +143,13 @@ def cmd_export(args) -> int:
         raise MpioptError(f"cannot write {args.output}: {exc.strerror}") from exc
     print(f"wrote {len(trials)} trials to {Path(args.output)}", file=sys.stderr)
     return 0
+
+
+def _trace_writer(record):
+    from mpiopt.reporting.trace import write_chrome_trace
+    from mpiopt.reporting.view import StudyView
+
+    return lambda trials, out: write_chrome_trace(StudyView.of(record, trials), out)
 
 
 def cmd_status(args) -> int:

@@ -1,0 +1,200 @@
+"""What each plot of a study shows: the data, computed once for every renderer.
+
+`panel(kind, view)` returns a Panel: a title and either `data` (plain lists and numbers,
+the keys documented per builder below) or a `note` saying in one sentence why there is
+nothing to draw (no finished trial, no epochs, ...). The plotly page (html.py) and the
+matplotlib files (static.py) draw Panels and compute nothing themselves, so the two never
+disagree about what a study looks like.
+"""
+from __future__ import annotations
+
+from mpiopt.reporting import importance as imp
+from mpiopt.reporting.timeline import timeline
+from mpiopt.reporting.view import Panel, StudyView, finite
+from mpiopt.trial import TrialStatus
+
+KINDS = ("history", "parallel", "importance", "slice", "contour", "curves", "folds", "timeline")
+MIN_MODEL_TRIALS = 4       # a forest fitted to fewer points says nothing
+CONTOUR_GRID = 24
+
+
+def panel(kind: str, view: StudyView) -> Panel:
+    return BUILDERS[kind](view)
+
+
+def history(view: StudyView) -> Panel:
+    """points: [{number, value, status}] (COMPLETE and PRUNED with a value);
+    best: [[number, best so far]] over COMPLETE trials in trial order."""
+    title = f"Optimization history ({view.metric}, {view.direction})"
+    points = [{"number": t.number, "value": t.value, "status": t.status.value}
+              for t in view.trials
+              if t.status in (TrialStatus.COMPLETE, TrialStatus.PRUNED) and finite(t.value)]
+    if not points:
+        return Panel("history", title, _no_finished(view))
+    best, out = None, []
+    for t in view.complete():
+        if best is None or (t.value > best if view.maximize else t.value < best):
+            best = t.value
+        out.append([t.number, best])
+    return Panel("history", title, data={"points": points, "best": out})
+
+
+def parallel(view: StudyView) -> Panel:
+    """axes: [{name, values (encoded), log, ticks: [[encoded, label]] or None}], the
+    metric last; one entry per COMPLETE trial in every axis' values."""
+    title = "Parallel coordinates (complete trials)"
+    trials = view.complete()
+    if not trials:
+        return Panel("parallel", title, _no_complete(view))
+    axes = [{"name": p.name, "log": p.log, "values": [p.encode(t.params.get(p.name))
+                                                      for t in trials],
+             "ticks": [[float(i), p.label(c)] for i, c in enumerate(p.choices)] or None}
+            for p in view.params]
+    axes.append({"name": view.metric, "log": False, "values": [t.value for t in trials],
+                 "ticks": None})
+    return Panel("parallel", title, data={"axes": axes, "numbers": [t.number for t in trials]})
+
+
+def importance(view: StudyView) -> Panel:
+    """shares: [[name, share]] largest first; rest: the share left to interactions."""
+    title = "Parameter importance (random-forest main effects, fANOVA-style)"
+    trials = view.complete()
+    note = _model_note(view, trials, need_params=2)
+    if note:
+        return Panel("importance", title, note)
+    shares = _shares(view, trials)
+    if not shares:
+        return Panel("importance", title, f"every complete trial has the same {view.metric}: "
+                                          "nothing to explain")
+    shares = {k: min(1.0, v) for k, v in shares.items()}
+    return Panel("importance", title, data={
+        "shares": [[k, v] for k, v in shares.items()], "trials": len(trials),
+        "rest": max(0.0, 1.0 - sum(shares.values()))})
+
+
+def slices(view: StudyView) -> Panel:
+    """params: [{name, log, choices (labels) or None, x (values; choice labels for a
+    categorical), y, numbers}] over COMPLETE trials."""
+    title = f"Slices: {view.metric} against each parameter"
+    trials = view.complete()
+    if not trials:
+        return Panel("slice", title, _no_complete(view))
+    out = []
+    for p in view.params:
+        have = [t for t in trials if p.encode(t.params.get(p.name)) is not None]
+        out.append({"name": p.name, "log": p.log,
+                    "choices": [p.label(c) for c in p.choices] if p.categorical else None,
+                    "x": [p.label(t.params[p.name]) if p.categorical else t.params[p.name]
+                          for t in have],
+                    "y": [t.value for t in have], "numbers": [t.number for t in have]})
+    return Panel("slice", title, data={"params": out})
+
+
+def contour(view: StudyView) -> Panel:
+    """x, y: {name, log, grid (values, or choice indices), ticks or None}; z: rows over
+    y.grid of the forest's two-parameter partial dependence; points: {x, y, value, numbers}
+    (encoded like the grid: log10 values are shown on log axes as the values)."""
+    title = f"Contour of {view.metric} over the two most important parameters"
+    trials = view.complete()
+    note = _model_note(view, trials, need_params=2)
+    if note:
+        return Panel("contour", title, note)
+    shares = _shares(view, trials)
+    order = list(shares) or [p.name for p in view.params]
+    index = {p.name: j for j, p in enumerate(view.params)}
+    i, j = index[order[0]], index[order[1]]
+    pi, pj = view.params[i], view.params[j]
+    model = imp.fit(view.params, trials)
+    background = imp.uniform_points(view.params, trials, imp.SAMPLES // 4)
+    gx, gy = imp.grid(pi, trials, CONTOUR_GRID), imp.grid(pj, trials, CONTOUR_GRID)
+    z = imp.surface(model, background, i, j, gx, gy)
+    return Panel("contour", f"Contour of {view.metric}: {pi.name} × {pj.name}", data={
+        "x": _axis(pi, gx), "y": _axis(pj, gy), "z": z.tolist(),
+        "points": {"x": [_shown(pi, t.params.get(pi.name)) for t in trials],
+                   "y": [_shown(pj, t.params.get(pj.name)) for t in trials],
+                   "value": [t.value for t in trials],
+                   "numbers": [t.number for t in trials]}})
+
+
+def curves(view: StudyView) -> Panel:
+    """lines: [{number, status, epochs, values, pruned}] for trials with per-epoch
+    values; a pruned trial's line ends where it was stopped."""
+    title = "Learning curves (per-epoch values; × marks a pruned trial's last epoch)"
+    lines = [{"number": t.number, "status": t.status.value, "pruned": t.status == TrialStatus.PRUNED,
+              "epochs": sorted(t.intermediate),
+              "values": [t.intermediate[e] for e in sorted(t.intermediate)]}
+             for t in view.trials if t.intermediate]
+    if not lines:
+        return Panel("curves", title, "no trial reported per-epoch values (a Keras model "
+                                      "objective, or a function calling report(epoch, value))")
+    return Panel("curves", title, data={"lines": lines,
+                                        "pruned": sum(line["pruned"] for line in lines)})
+
+
+def folds(view: StudyView) -> Panel:
+    """trials: [{number, folds, value, std}] for trials with per-fold values."""
+    title = "K-fold spread (each fold's value per trial; the line is the mean)"
+    rows = [{"number": t.number, "folds": list(t.fold_values), "value": t.value,
+             "std": t.value_std, "status": t.status.value}
+            for t in view.trials if t.fold_values]
+    if not rows:
+        return Panel("folds", title, "no trial has per-fold values (training.kfold is 1, "
+                                     "or the objective is a function)")
+    return Panel("folds", title, data={"trials": rows})
+
+
+def failures(view: StudyView) -> Panel:
+    """rows: [{number, group, host, attempt, error}] of FAILED trials."""
+    rows = [{"number": t.number, "group": t.group, "host": t.host, "attempt": t.attempt,
+             "error": t.error or "(no error text)"}
+            for t in view.trials if t.status == TrialStatus.FAILED]
+    title = f"Failures ({len(rows)})"
+    if not rows:
+        return Panel("failures", title, "no failed trial")
+    return Panel("failures", title, data={"rows": rows})
+
+
+def _shares(view: StudyView, trials) -> dict[str, float]:
+    """Importance, computed once per view: the importance and contour panels share it."""
+    if "shares" not in view.cache:
+        view.cache["shares"] = imp.importances(view.params, trials)
+    return view.cache["shares"]
+
+
+def _axis(p, values) -> dict:
+    return {"name": p.name, "log": p.log, "grid": [_shown(p, p.decode(v)) if not p.categorical
+                                                    else v for v in values],
+            "ticks": [[float(i), p.label(c)] for i, c in enumerate(p.choices)] or None}
+
+
+def _shown(p, value):
+    """A value where a contour draws it: the choice's index, else the value itself."""
+    return p.encode(value) if p.categorical else value
+
+
+def _model_note(view: StudyView, trials, need_params: int) -> str | None:
+    if len(view.params) < need_params:
+        return (f"the study has {len(view.params)} parameter(s): this plot needs "
+                f"at least {need_params}")
+    if len(trials) < MIN_MODEL_TRIALS:
+        return (f"{len(trials)} complete trial(s): a model of {view.metric} needs at least "
+                f"{MIN_MODEL_TRIALS}")
+    return None
+
+
+def _no_complete(view: StudyView) -> str:
+    if not view.trials:
+        return "the study has no trial yet"
+    failed = view.count(TrialStatus.FAILED)
+    if failed == len(view.trials):
+        return f"all {failed} trial(s) failed: see the failures"
+    return f"no complete trial yet ({len(view.trials)} trial(s), {failed} failed)"
+
+
+def _no_finished(view: StudyView) -> str:
+    return _no_complete(view).replace("no complete trial", "no finished trial with a value")
+
+
+BUILDERS = {"history": history, "parallel": parallel, "importance": importance,
+            "slice": slices, "contour": contour, "curves": curves, "folds": folds,
+            "timeline": timeline, "failures": failures}

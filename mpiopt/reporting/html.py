@@ -1,0 +1,128 @@
+"""`mpiopt report`: one self-contained HTML page that opens offline.
+
+plotly.js is inlined (plotly.offline.get_plotlyjs(), about 4.6 MB): a cluster's login
+node or a laptop on a train has no CDN. Everything else is small: each figure's JSON
+once, and one table of trial hover texts that the figures share. Sections follow
+figures.KINDS, then the failures table; a section with nothing to draw shows its note.
+"""
+from __future__ import annotations
+
+import html
+import json
+import math
+from datetime import datetime
+
+from mpiopt.reporting.figures import KINDS, panel
+from mpiopt.reporting.view import Panel, StudyView, hover
+from mpiopt.trial import TrialStatus
+
+STYLE = """
+body{font-family:system-ui,sans-serif;margin:1.5em auto;max-width:1100px;padding:0 1em;color:#222}
+h1{font-size:1.5em;margin-bottom:.2em} h2{font-size:1.15em;margin-top:1.6em}
+.meta{color:#555} .note{color:#8a5a00;background:#fff6e0;padding:.5em .8em;border-radius:4px}
+.figure{font-size:1.3em} table{border-collapse:collapse;width:100%}
+td,th{border-bottom:1px solid #ddd;padding:.3em .5em;text-align:left;vertical-align:top}
+pre{white-space:pre-wrap;margin:0;font-size:.85em}
+"""
+
+# Fills every trial trace's hover text from HOVER, then draws each figure.
+SCRIPT = """
+for (const [id, fig] of Object.entries(FIGURES)) {
+  for (const trace of fig.data) {
+    if (trace.meta === "trials") trace.text = trace.customdata.map(n => HOVER[n]);
+  }
+  Plotly.newPlot(id, fig.data, fig.layout, {displaylogo: false, responsive: true});
+}
+"""
+
+
+def render(view: StudyView, kinds=KINDS) -> str:
+    """The whole page as a string."""
+    from plotly.offline import get_plotlyjs
+
+    from mpiopt.reporting.plotly_figures import figure
+
+    panels = [panel(kind, view) for kind in kinds]
+    figures = {f"plot-{p.kind}": figure(p) for p in panels if p.note is None}
+    body = [_header(view)] + [_section(p) for p in panels] + [_failures(panel("failures", view))]
+    hovers = {t.number: hover(t, view.metric) for t in view.trials}
+    return "\n".join([
+        "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+        f"<title>mpiopt report: {html.escape(view.name)}</title>",
+        f"<style>{STYLE}</style>", f"<script>{get_plotlyjs()}</script>", "</head><body>",
+        *body,
+        f"<script>const HOVER = {_json(hovers)};\nconst FIGURES = {_json(figures)};\n{SCRIPT}</script>",
+        "</body></html>", ""])
+
+
+def _header(view: StudyView) -> str:
+    counts = ", ".join(f"{view.count(s)} {s.value.lower()}" for s in TrialStatus if view.count(s))
+    lines = [f"<h1>Study {html.escape(view.name)}</h1>",
+             f'<p class="meta">{html.escape(view.metric)} ({view.direction}) · '
+             f"{len(view.trials)} trials{': ' + counts if counts else ''} · "
+             f"{len(view.params)} parameters · report made {_when(view.now)}</p>"]
+    best = view.complete()
+    if best:
+        top = (max if view.maximize else min)(best, key=lambda t: t.value)
+        params = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                           for k, v in top.params.items())
+        lines.append(f"<p>Best {html.escape(view.metric)} <b>{top.value:.6g}</b> "
+                     f"(trial {top.number}): {html.escape(params)}</p>")
+    timeline = panel("timeline", view)
+    if timeline.note is None:
+        d = timeline.data
+        lines.append(f'<p class="figure">Efficiency <b id="efficiency">{d["efficiency"]:.1%}</b>'
+                     f" <span class=\"meta\">= {d['busy']:.1f} busy group-seconds / "
+                     f"({len(d['groups'])} groups × {d['wall']:.1f} s wall)</span></p>")
+    return "\n".join(lines)
+
+
+def _section(p: Panel) -> str:
+    head = f'<section id="{p.kind}"><h2>{html.escape(p.title)}</h2>'
+    if p.note is not None:
+        return f'{head}<p class="note">{html.escape(p.note)}</p></section>'
+    return f'{head}<div id="plot-{p.kind}" class="plot"></div></section>'
+
+
+def _failures(p: Panel) -> str:
+    head = f'<section id="failures"><h2>{html.escape(p.title)}</h2>'
+    if p.note is not None:
+        return f'{head}<p class="note">{html.escape(p.note)}</p></section>'
+    rows = "".join(
+        f"<tr><td>{r['number']}</td><td>{_dash(r['group'])}</td><td>{html.escape(_dash(r['host']))}"
+        f"</td><td>{r['attempt']}</td><td><details><summary>"
+        f"{html.escape(_first_line(r['error']))}</summary><pre>{html.escape(r['error'])}</pre>"
+        "</details></td></tr>" for r in p.data["rows"])
+    return (f"{head}<table><tr><th>trial</th><th>group</th><th>host</th><th>attempt</th>"
+            f"<th>error</th></tr>{rows}</table></section>")
+
+
+def _json(value) -> str:
+    """JSON safe inside <script>: no '</' can end the element early; an infinite value
+    (a diverged epoch) becomes null, as JSON has no infinity."""
+    return json.dumps(_finite_only(value), separators=(",", ":"), allow_nan=False,
+                      default=float).replace("</", "<\\/")
+
+
+def _finite_only(value):
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite_only(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite_only(v) for v in value]
+    return value
+
+
+def _first_line(text: str) -> str:
+    """mpiopt's error texts start with the message and where (objective.describe_error)."""
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return lines[0][:200] if lines else text
+
+
+def _dash(v) -> str:
+    return "-" if v is None else str(v)
+
+
+def _when(now: datetime) -> str:
+    return now.strftime("%Y-%m-%d %H:%M:%S UTC")

@@ -1,0 +1,114 @@
+"""A study as a Chrome Trace Event file: open it in https://ui.perfetto.dev or chrome://tracing.
+
+The JSON object format: {"traceEvents": [...], "displayTimeUnit": "ms", "otherData": {...}}.
+pid 1 is the study; each group is a thread track ("group G", tid G + 1) holding its
+trials as "X" (complete) events, with ts and dur in microseconds since the study's first
+moment. Inside a trial, where the trial records them (FrozenTrial.spans: dicts with kind
+"fold" | "epoch", fold, epoch, start and end in seconds since the trial's start), fold
+and epoch spans nest under it; folds that ran at the same time (one sub-communicator
+each) get a track of their own per fold ("group G fold F"), because events on one track
+must nest. The coordinator's suggestion time (FrozenTrial.suggest_seconds) is a span on
+the "coordinator" track (tid 0) ending when the trial started. Fields a trial does not
+have are simply left out, so older databases give a trace of trials per group.
+"""
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from typing import Iterable
+
+from mpiopt.reporting.timeline import intervals
+from mpiopt.reporting.view import StudyView
+
+PID = 1
+FOLD_TID = 1000     # tid of "group G fold F" = FOLD_TID * (G + 1) + F
+
+
+def chrome_trace(view: StudyView) -> dict:
+    """The trace as a JSON-ready dict."""
+    spans = intervals(view)
+    starts = [s for _, s, _ in spans] + [s - _delta(getattr(t, "suggest_seconds", None))
+                                         for t, s, _ in spans]
+    t0 = min(starts) if starts else view.now
+    events, tracks = [], {}
+
+    def us(when) -> int:
+        return round((when - t0).total_seconds() * 1e6)
+
+    for trial, start, end in spans:
+        tid = trial.group + 1
+        tracks[tid] = f"group {trial.group}"
+        events.append(_complete(f"trial {trial.number}", "trial", us(start), us(end) - us(start),
+                                tid, _args(trial)))
+        suggest = getattr(trial, "suggest_seconds", None)
+        if suggest:
+            tracks[0] = "coordinator"
+            events.append(_complete(f"suggest trial {trial.number}", "suggest",
+                                    us(start) - round(suggest * 1e6), round(suggest * 1e6), 0,
+                                    {"trial": trial.number}))
+        events += _inner_spans(trial, us(start), tid, tracks)
+    meta = [{"ph": "M", "name": "process_name", "pid": PID, "tid": 0,
+             "args": {"name": f"study {view.name}"}}]
+    for tid, name in sorted(tracks.items()):
+        meta.append({"ph": "M", "name": "thread_name", "pid": PID, "tid": tid, "args": {"name": name}})
+        meta.append({"ph": "M", "name": "thread_sort_index", "pid": PID, "tid": tid,
+                     "args": {"sort_index": tid}})
+    return {"traceEvents": meta + sorted(events, key=lambda e: (e["tid"], e["ts"], -e["dur"])),
+            "displayTimeUnit": "ms",
+            "otherData": {"study": view.name, "metric": view.metric, "t0": t0.isoformat()}}
+
+
+def write_chrome_trace(view: StudyView, out) -> None:
+    json.dump(chrome_trace(view), out, separators=(",", ":"))
+    out.write("\n")
+
+
+def _inner_spans(trial, trial_us: int, tid: int, tracks: dict) -> list[dict]:
+    spans = [s for s in (getattr(trial, "spans", None) or []) if _valid(s)]
+    folds = [s for s in spans if s["kind"] == "fold"]
+    concurrent = _overlap(folds)
+    out = []
+    for s in spans:
+        track = tid
+        if concurrent:
+            track = FOLD_TID * tid + int(s["fold"])
+            tracks[track] = f"{tracks[tid]} fold {int(s['fold'])}"
+        name = (f"fold {s['fold']}" if s["kind"] == "fold"
+                else f"fold {s['fold']} epoch {s.get('epoch')}")
+        ts = trial_us + round(s["start"] * 1e6)
+        out.append(_complete(name, s["kind"], ts, round((s["end"] - s["start"]) * 1e6), track,
+                             {"trial": trial.number, "fold": s["fold"], "epoch": s.get("epoch")}))
+    return out
+
+
+def _complete(name: str, cat: str, ts: int, dur: int, tid: int, args: dict) -> dict:
+    return {"ph": "X", "name": name, "cat": cat, "ts": ts, "dur": max(0, dur), "pid": PID,
+            "tid": tid, "args": args}
+
+
+def _args(trial) -> dict:
+    args = {"status": trial.status.value, "value": trial.value, "params": dict(trial.params),
+            "host": trial.host, "attempt": trial.attempt}
+    device = getattr(trial, "device", None)
+    if device:
+        args["device"] = device
+    if trial.error:
+        args["error"] = trial.error.splitlines()[0]
+    return args
+
+
+def _valid(span) -> bool:
+    try:
+        return (span["kind"] in ("fold", "epoch") and float(span["end"]) >= float(span["start"])
+                and span.get("fold") is not None)
+    except (KeyError, TypeError, ValueError):
+        return False
+
+
+def _overlap(folds: Iterable[dict]) -> bool:
+    ordered = sorted(folds, key=lambda s: s["start"])
+    return any(b["start"] < a["end"] for a, b in zip(ordered, ordered[1:]))
+
+
+def _delta(seconds) -> timedelta:
+    return timedelta(seconds=seconds or 0.0)
