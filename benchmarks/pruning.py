@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import tempfile
 
-import numpy as np
+import numpy
 from pathlib import Path
 
 from _common import ROOT, machine, mpiopt, table, write_spec
@@ -58,7 +58,7 @@ def run(tmp: Path, name: str, pruning, trials: int, np: int, epochs: int) -> dic
     return {"pruner": name, "wall s": wall, "best value": best.value,
             "pruned": sum(t.status.value == "PRUNED" for t in rows), "trials": len(rows),
             "epochs run": epochs_run / most,
-            "fixed s/trial": float(np.median(fixed)) if fixed else float("nan")}
+            "fixed s/trial": float(numpy.median(fixed)) if fixed else float("nan")}
 
 
 def main(argv=None) -> str:

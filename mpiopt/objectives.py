@@ -67,3 +67,95 @@ def signed(objectives, metrics: dict) -> tuple[float, ...] | None:
             return None
         out.append(-float(value) if direction == "maximize" else float(value))
     return tuple(out)
+
+
+class FrontTracker:
+    """The coordinator's view of a study with several objectives or constraints: what to
+    tell the searcher for a trial, and the Pareto front and hypervolume so far.
+
+    The front holds feasible complete trials that no other one dominates; the hypervolume
+    is measured up to objective.reference when given, else up to the worst value seen in
+    each objective (so it only grows)."""
+
+    def __init__(self, objective):
+        self.objectives = tuple(objective.objectives)
+        self.constraints = tuple(objective.constraints)
+        self.primary = objective.metric
+        ref = dict(objective.reference)
+        self.reference = (tuple(-ref[n] if d == "maximize" else ref[n] for n, d in self.objectives)
+                          if ref else None)
+        self.front: list[tuple[Any, tuple]] = []     # (trial, signed values)
+        self.worst: list[float] | None = None
+
+    def outcome(self, trial):
+        """pareto.Objectives for the searcher, or None (a value is missing: learn nothing)."""
+        from mpiopt.search.pareto import Objectives
+
+        metrics = self.metrics_of(trial)
+        values = signed(self.objectives, metrics)
+        return None if values is None else Objectives(values, violation(self.constraints, metrics))
+
+    def metrics_of(self, trial) -> dict:
+        metrics = dict(trial.metrics or {})
+        if trial.value is not None:
+            metrics.setdefault(self.primary, trial.value)
+        return metrics
+
+    def feasible(self, trial) -> bool:
+        return violation(self.constraints, self.metrics_of(trial)) <= 0
+
+    def add(self, trial) -> bool:
+        """A complete trial; True when it joined the front."""
+        from mpiopt.search.pareto import dominates
+
+        out = self.outcome(trial)
+        if out is None:
+            return False
+        self.worst = list(out) if self.worst is None else [max(a, b) for a, b in zip(self.worst, out)]
+        if out.violation > 0:
+            return False
+        if any(dominates(v, out) or tuple(v) == tuple(out) for _, v in self.front):
+            return False
+        self.front = [(t, v) for t, v in self.front if not dominates(out, v)] + [(trial, tuple(out))]
+        return True
+
+    def hypervolume(self) -> float:
+        from mpiopt.search.pareto import hypervolume
+
+        ref = self.reference or self.worst
+        if not self.front or ref is None:
+            return 0.0
+        return hypervolume([v for _, v in self.front], ref)
+
+    @property
+    def best(self):
+        """With one objective (and constraints): the best feasible trial."""
+        return min(self.front, key=lambda tv: tv[1])[0] if self.front else None
+
+
+def from_stored(spec_text: str):
+    """The objectives of a stored study (its resolved spec), for the query commands;
+    None when it has one objective and no constraint."""
+    import yaml
+    from types import SimpleNamespace
+
+    try:
+        obj = (yaml.safe_load(spec_text) or {}).get("objective") or {}
+    except (yaml.YAMLError, AttributeError):
+        return None
+    metrics = tuple((obj.get("metrics") or {}).items())
+    try:
+        constraints = tuple(parse_constraint(c, _raise) for c in obj.get("constraints") or [])
+    except ValueError:
+        constraints = ()
+    if len(metrics) < 2 and not constraints:
+        return None
+    first = metrics[0] if metrics else (obj.get("metric", "value"), obj.get("direction", "minimize"))
+    return SimpleNamespace(metrics=metrics if len(metrics) > 1 else (), metric=first[0],
+                           direction=first[1], objectives=metrics or (first,),
+                           constraints=constraints,
+                           reference=tuple((obj.get("reference") or {}).items()), vector=True)
+
+
+def _raise(message: str):
+    raise ValueError(message)

@@ -16,6 +16,12 @@ def format_params(params: dict) -> str:
     return " ".join(f"{k}={_fmt(v)}" for k, v in params.items())
 
 
+def _pareto(sched):
+    """The scheduler's front tracker when the study has several objectives, else None."""
+    front = getattr(sched, "front", None)
+    return front if front is not None and len(front.objectives) > 1 else None
+
+
 def _fmt(v) -> str:
     return f"{v:.5g}" if isinstance(v, float) else str(v)
 
@@ -44,13 +50,19 @@ class Progress:
         value = "-" if trial.value is None else f"{trial.value:.6g}"
         line = (f"[{done:>{width}}/{self.budget}] trial {trial.number:<4} group {trial.group:<3} "
                 f"{format_duration(trial.duration or 0):>7}  {trial.status.value:<8} value={value:<12}")
-        if sched.best is not None:
+        front = _pareto(sched)
+        if front is not None:
+            line += f" front={len(front.front)} hv={front.hypervolume():.6g}"
+        elif sched.best is not None:
             line += f" best={sched.best.value:.6g} (#{sched.best.number})"
         line += f"  running={len(sched.running)} failed={counts[TrialStatus.FAILED]}"
         self.say(line)
         if trial.status is TrialStatus.FAILED and trial.error:
             self.say(f"    error: {trial.error.splitlines()[0]}")
-        if sched.best is not None and sched.best.number == trial.number:
+        if front is not None:
+            if any(t.number == trial.number for t, _ in front.front):
+                self.say(f"    on the front: {format_params(trial.params)}")
+        elif sched.best is not None and sched.best.number == trial.number:
             self.say(f"    new best: {format_params(sched.best.params)}")
 
     def summary(self, sched, status) -> None:
@@ -69,6 +81,11 @@ class Progress:
                      "(results came faster than it could suggest; README: 'No group waits')")
         cpu = time.process_time() - self.cpu_started
         self.say(f"coordinator: {cpu:.2f}s CPU over {wall:.2f}s wall ({100 * cpu / max(wall, 1e-9):.1f}% of a core)")
-        if sched.best is not None:
+        front = _pareto(sched)
+        if front is not None:
+            names = ", ".join(n for n, _ in front.objectives)
+            self.say(f"Pareto front ({names}): {len(front.front)} trial(s), hypervolume "
+                     f"{front.hypervolume():.6g}; `mpiopt best` lists them")
+        elif sched.best is not None:
             self.say(f"best value {sched.best.value:.6g} (trial {sched.best.number}): "
                      f"{format_params(sched.best.params)}")

@@ -44,6 +44,27 @@ def trial_dict(trial: FrozenTrial) -> dict[str, Any]:
     return out
 
 
+def front_rows(trials, tracker, top: int) -> tuple[list[dict], list[str], str]:
+    """`mpiopt best` of a study with several objectives (its Pareto front, by the first
+    objective) or constraints (the best feasible trials, top k): rows, columns, a title."""
+    names = [n for n, _ in tracker.objectives]
+    if len(names) > 1:
+        for t in sorted(trials, key=lambda t: t.number):
+            tracker.add(t)
+        chosen = [t for t, _ in sorted(tracker.front, key=lambda tv: tv[1])]
+        title = (f"Pareto front: {len(chosen)} of {len(trials)} complete trials "
+                 f"({', '.join(f'{n} {d}' for n, d in tracker.objectives)}), hypervolume "
+                 f"{tracker.hypervolume():.6g}")
+    else:
+        feasible = [t for t in trials if tracker.outcome(t) is not None and tracker.feasible(t)]
+        chosen = sorted(feasible, key=lambda t: tracker.outcome(t))[:top]
+        title = ""
+    extra = list(dict.fromkeys(names + [c.metric for c in tracker.constraints]))
+    rows = [{"number": t.number, **{n: tracker.metrics_of(t).get(n) for n in extra},
+             "params": dict(t.params)} for t in chosen]
+    return rows, ["number", *extra, "params"], title
+
+
 def flat_row(trial: FrozenTrial) -> dict[str, Any]:
     """A spreadsheet row: params_*, metrics_* and fold_* become their own columns."""
     row = {c: getattr(trial, c) for c in BASE_COLUMNS}

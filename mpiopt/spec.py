@@ -420,13 +420,15 @@ def _build(raw: Any, source: str, base_dir: Path, check_files: bool) -> Spec:
     top = _Section(raw, source, "", TOP_KEYS, what="a mapping of sections (study, objective, ...)")
     space = _space(top, origins)
     storage, retry = _storage(top, base_dir)
+    objective, search = _objective(top, base_dir, check_files), _search(top, space)
+    _check_objectives(source, objective, search)
     return Spec(
         study=_study(top.section("study", ("name", "description"))),
         storage=storage,
         storage_retry=retry,
-        objective=_objective(top, base_dir, check_files),
+        objective=objective,
         space=space,
-        search=_search(top, space),
+        search=search,
         training=_training(top),
         resources=_resources(top),
         base_dir=base_dir,
@@ -521,6 +523,24 @@ def _reference(sec: _Section, metrics: tuple) -> tuple:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             sec.fail(f"reference.{name}", f"expected a finite number, got {_show(value)}")
     return tuple((n, float(raw[n])) for n in names)
+
+
+def _check_objectives(source: str, objective: ObjectiveSpec, search: SearchSpec) -> None:
+    """Several objectives or constraints need a searcher that takes vectors; a target is
+    one number, so it needs one objective."""
+    from mpiopt.search import VECTOR_ALGORITHMS
+
+    what = "several objectives" if objective.metrics else "constraints"
+    if objective.vector and search.algorithm not in VECTOR_ALGORITHMS:
+        raise SpecError(f"{source}: search.algorithm: {search.algorithm} optimizes one "
+                        f"objective without constraints; with {what} use "
+                        f"{', '.join(VECTOR_ALGORITHMS)}")
+    if objective.vector and search.algorithm == "evolutionary" and search.options.get("cma"):
+        raise SpecError(f"{source}: search.evolutionary.cma: CMA-ES takes one objective; with "
+                        f"{what} leave it off (NSGA-II)")
+    if objective.metrics and search.target is not None:
+        raise SpecError(f"{source}: search.target: a target is one value; a study with "
+                        "several objectives has none (set search.trials or time_limit)")
 
 
 def _ref(sec: _Section, key: str, base_dir: Path, check_files: bool) -> str:

@@ -13,6 +13,7 @@ from mpiopt.trial import FrozenTrial, StudyStatus, TrialStatus
 
 @pytest.mark.parametrize("seconds,text", [
     (83, "1m23s"), (83.4, "1m23s"), (600, "10m"), (3725, "1h2m5s"), (3, "3s"), (0.25, "0.25s"),
+    (0.0042, "4.2ms"), (5e-05, "0.05ms"),
     (9.87, "9.9s"), (0, "0s"), (None, "-")])
 def test_durations_read_as_people_write_them(seconds, text):
     assert format_duration(seconds) == text

@@ -99,8 +99,12 @@ def cmd_trials(args) -> int:
 
 
 def cmd_best(args) -> int:
+    from mpiopt.objectives import from_stored
     from mpiopt.report import TABLE_COLUMNS, trial_row
 
+    objective = from_stored(record_spec := _spec_text(args))
+    if objective is not None:
+        return _best_of_vector(args, objective, record_spec)
     with _opened(args) as (storage, record):
         trials = storage.best_trials(record.id, args.top)
     if not trials and args.format == "table":
@@ -108,6 +112,30 @@ def cmd_best(args) -> int:
         return 0
     rows = [{"rank": i + 1, **trial_row(t, args.format == "table")} for i, t in enumerate(trials)]
     print_rows(rows, args.format, ("rank",) + TABLE_COLUMNS)
+    return 0
+
+
+def _spec_text(args) -> str:
+    with _opened(args) as (_, record):
+        return record.spec_text
+
+
+def _best_of_vector(args, objective, spec_text) -> int:
+    """Several objectives: the Pareto front of the feasible complete trials, by the first
+    objective; one objective with constraints: the best feasible trials."""
+    from mpiopt.objectives import FrontTracker
+    from mpiopt.report import front_rows
+
+    with _opened(args) as (storage, record):
+        trials = storage.get_trials(record.id, statuses=[TrialStatus.COMPLETE.value])
+    tracker = FrontTracker(objective)
+    rows, columns, title = front_rows(trials, tracker, args.top)
+    if not rows and args.format == "table":
+        print(f"study '{record.name}' has no feasible complete trial yet")
+        return 0
+    if args.format == "table" and title:
+        print(title)
+    print_rows(rows, args.format, columns)
     return 0
 
 

@@ -284,7 +284,7 @@ def _scheduler(spec, opened, storage, n_groups, progress, hosts, ranks, backgrou
 
     s = spec.search
     searcher = make_searcher(s.algorithm, spec.space, s.options, s.seed, budget=s.trials,
-                             parallel=n_groups)
+                             parallel=n_groups, vector=spec.objective.vector)
     if background and searcher.slow:      # no group waits for a model fit (see there)
         from mpiopt.search.background import BackgroundSearcher
 
@@ -295,7 +295,8 @@ def _scheduler(spec, opened, storage, n_groups, progress, hosts, ranks, backgrou
         pruner=make_pruner(spec.training.pruning), target=s.target, time_limit=s.time_limit,
         max_initial_failures=s.max_initial_failures, existing=opened.existing, progress=progress,
         hosts=hosts, ranks=ranks, trial_timeout=getattr(s, "trial_timeout", None),
-        grace=getattr(s, "grace", 300.0), stuck_grace=stuck_grace(getattr(s, "trial_timeout", None)))
+        grace=getattr(s, "grace", 300.0), stuck_grace=stuck_grace(getattr(s, "trial_timeout", None)),
+        objective=spec.objective)
 
 
 def stuck_grace(timeout: float | None) -> float:

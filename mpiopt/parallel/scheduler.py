@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from mpiopt.objectives import FrontTracker
 from mpiopt.parallel.protocol import Decision, Report, Result, Trial, Verdict
 from mpiopt.trial import FrozenTrial, StudyStatus, TrialStatus
 
@@ -70,7 +71,7 @@ class Scheduler:
                  existing: list[FrozenTrial] = (), progress=None, clock=time.monotonic,
                  hosts: list[str] | None = None, ranks: list[int] | None = None,
                  trial_timeout: float | None = None, grace: float = 300.0,
-                 stuck_grace: float = 60.0):
+                 stuck_grace: float = 60.0, objective=None):
         self.storage, self.study_id, self.searcher = storage, study_id, searcher
         self.sign = -1.0 if direction == "maximize" else 1.0
         self.budget, self.seed, self.pruner = budget, seed, pruner
@@ -90,6 +91,9 @@ class Scheduler:
         self.stop_reason: str | None = None
         self.message: str | None = None
         self.best: FrozenTrial | None = None
+        # several objectives or constraints: tells vectors, keeps the Pareto front
+        self.front = (FrontTracker(objective) if objective is not None and objective.vector
+                      else None)
         self.history: dict[int, dict[int, float]] = {}
         self.counts = {s: 0 for s in TrialStatus}
         self.initial_failures = 0
@@ -112,7 +116,7 @@ class Scheduler:
             if t.status.is_finished():
                 self.counts[t.status] += 1
                 usable = t.status is not TrialStatus.FAILED and _is_number(t.value)
-                finished.append((t.params, self.sign * t.value if usable else None))
+                finished.append((t.params, self._told_value(t) if usable else None))
                 if usable:
                     self._consider_best(t)
                 if t.intermediate:
@@ -165,7 +169,7 @@ class Scheduler:
             done.append(FrozenTrial(
                 id=run.trial_id, study_id=self.study_id, number=run.number, status=status,
                 params=run.params, value=result.value, group=group, duration=result.duration,
-                error=result.error))
+                error=result.error, metrics=dict(result.metrics)))
             outcomes.append(dict(
                 trial_id=run.trial_id, status=status, value=result.value,
                 value_std=result.value_std, fold_values=result.fold_values,
@@ -408,7 +412,8 @@ class Scheduler:
             self.any_success = True
         if trial.status is TrialStatus.COMPLETE:
             self._consider_best(trial)
-            if self.target is not None and self.sign * trial.value <= self.sign * self.target:
+            if (self.target is not None and self.sign * trial.value <= self.sign * self.target
+                    and (self.front is None or self.front.feasible(trial))):
                 self._stop("target", f"target {self.target} reached by trial {trial.number}")
         elif trial.status is TrialStatus.FAILED:
             self.last_error = (trial.error or "").splitlines()[0] if trial.error else None
@@ -422,13 +427,26 @@ class Scheduler:
     def _teach(self, trial: FrozenTrial) -> None:
         """Tell the searcher; it never sees a non-finite value or a failed trial's params."""
         usable = trial.status is not TrialStatus.FAILED and _is_number(trial.value)
-        if usable:
-            self.searcher.tell(trial.params, self.sign * trial.value)
+        value = self._told_value(trial) if usable else None
+        if value is not None:
+            self.searcher.tell(trial.params, value)
         else:
             self.searcher.forget(trial.params)
 
+    def _told_value(self, trial: FrozenTrial):
+        """The signed value, or with several objectives or constraints the vector of
+        signed values and the violation (None when an objective is missing)."""
+        if self.front is None:
+            return self.sign * trial.value
+        return self.front.outcome(trial)
+
     def _consider_best(self, trial: FrozenTrial) -> None:
         if trial.status is not TrialStatus.COMPLETE:
+            return
+        if self.front is not None:
+            self.front.add(trial)
+            if len(self.front.objectives) == 1:
+                self.best = self.front.best
             return
         if self.best is None or self.sign * trial.value < self.sign * self.best.value:
             self.best = trial

@@ -29,8 +29,11 @@ ALGORITHMS = {
 _LAZY = {cls: mod for mod, cls in ALGORITHMS.values()}
 
 
+VECTOR_ALGORITHMS = ("auto", "bayesian", "evolutionary", "random")
+
+
 def make_searcher(algorithm: str, space, options: dict | None = None, seed: int = 0,
-                  budget: int | None = None, parallel: int = 1) -> Searcher:
+                  budget: int | None = None, parallel: int = 1, vector: bool = False) -> Searcher:
     """The searcher for `algorithm` (auto | bayesian | cmaes | evolutionary | random | tpe) over
     `space`; `auto` chooses by the space, the budget and the number of groups (see
     mpiopt.search.auto) and the choice is in the searcher's `choice` attribute."""
@@ -38,7 +41,7 @@ def make_searcher(algorithm: str, space, options: dict | None = None, seed: int 
     if algorithm == "auto":
         from mpiopt.search.auto import choose
 
-        algorithm, chosen_because = choose(space, budget, parallel)
+        algorithm, chosen_because = choose(space, budget, parallel, vector)
         options = {}
     if algorithm == "portfolio":             # auto's choice for many groups (see there)
         from mpiopt.search.portfolio import PortfolioSearcher

@@ -52,7 +52,31 @@ def run_training(spec, params: dict, comm, seed: int, report=None, on_epoch=None
     plan = fold_plan(splits.k, comm.Get_size())
     result = run_folds(comm, plan, make_trainer, spec.training.epochs, report, on_epoch)
     result["unread"] = tracked.unread()
+    if comm.Get_rank() == 0:
+        result["metrics"].update(model_metrics(spec, model.model, data.x))
     return comm.bcast(result, root=0)
+
+
+LATENCY_RUNS = 5
+
+
+def model_metrics(spec, keras_model, x) -> dict:
+    """Metrics of the model itself, for objectives and constraints beside accuracy:
+    n_params (its parameter count) always; latency_ms (one forward pass over a batch of
+    training.batch_size samples, the median of 5 after a warm-up, on the group's first
+    rank) when objective.metrics or a constraint names it."""
+    wanted = {n for n, _ in spec.objective.objectives} | {c.metric for c in spec.objective.constraints}
+    out = {"n_params": float(keras_model.count_params())}
+    if "latency_ms" in wanted:
+        batch = x[: spec.training.batch_size]
+        keras_model(batch, training=False)
+        runs = []
+        for _ in range(LATENCY_RUNS):
+            start = time.perf_counter()
+            keras_model(batch, training=False)
+            runs.append(time.perf_counter() - start)
+        out["latency_ms"] = float(np.median(runs) * 1000)
+    return out
 
 
 def together(comm, fn):
