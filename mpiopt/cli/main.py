@@ -15,6 +15,7 @@ COMMAND_MODULES = (
     "mpiopt.cli.train",
     "mpiopt.cli.query",
     "mpiopt.cli.db",
+    "mpiopt.cli.study",
 )
 
 
@@ -23,6 +24,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="mpiopt",
         description="Distributed hyperparameter optimization under MPI.",
     )
+    from mpiopt import __version__
+
+    parser.add_argument("--version", action="version", version=f"mpiopt {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(sub)
