@@ -15,9 +15,9 @@ the study.
 
 Queued parameter sets (`mpiopt enqueue`, `search.initial_trials`, `--retry-failed`: PENDING
 trials in the database) run after re-runs and before the searcher's own suggestions. The
-queue is read on every dispatch while it holds something, and at most every
-QUEUE_POLL_S while it is empty, so a set enqueued into a running study is taken by the
-next dispatch without a query per 5 ms tick. Their results are told like any other.
+queue is read on every dispatch (one indexed SELECT, about 0.1 ms on SQLite), so a set
+enqueued into a running study is taken by the next dispatch; idle ticks read an empty
+queue at most every QUEUE_POLL_S, not every 5 ms. Their results are told like any other.
 
 A slow searcher comes wrapped in mpiopt.search.background.BackgroundSearcher: suggestions
 are taken from its stock (none ready: the group waits for the next tick), tells are
@@ -260,7 +260,7 @@ class Scheduler:
     def tick(self) -> list:
         """Called while waiting: notices the time limit; idle groups take suggestions the
         background searcher made meanwhile."""
-        return self._fill_idle() + self._stop_idle()
+        return self._fill_idle(tick=True) + self._stop_idle()
 
     def stop(self, reason: str, message: str) -> None:
         """No new trial starts; the first reason given is the one reported."""
@@ -338,14 +338,14 @@ class Scheduler:
         return [StopGroup(g) for g in fresh]
 
     # ---- internals ----------------------------------------------------------------
-    def _fill_idle(self) -> list:
+    def _fill_idle(self, tick: bool = False) -> list:
         """Work for every idle group the budget allows: re-runs first, then new trials,
         created in one transaction."""
         actions = []
         while self.idle and self.reruns and self._can_dispatch():
             actions.append(self._rerun(self.idle[0]))
         if self.idle and self._can_dispatch():
-            actions += self._take_queued()
+            actions += self._take_queued(tick)
         fresh: list[dict] = []
         while len(fresh) < len(self.idle) and self._can_dispatch(extra=len(fresh)):
             params = self._suggestion(self.next_number + len(fresh))
@@ -356,11 +356,11 @@ class Scheduler:
             actions += self._start(fresh)
         return actions
 
-    def _take_queued(self) -> list[Dispatch]:
+    def _take_queued(self, tick: bool) -> list[Dispatch]:
         """Queued parameter sets for idle groups, taken (PENDING -> RUNNING) in one
-        transaction; the queue is read again at once only while it held something."""
+        transaction. A tick reads an empty queue again only after QUEUE_POLL_S."""
         now = self.clock()
-        if self._queue_read_at is not None and now - self._queue_read_at < QUEUE_POLL_S:
+        if tick and self._queue_read_at is not None and now - self._queue_read_at < QUEUE_POLL_S:
             return []
         if getattr(self.storage, "pending_trials", None) is None:
             return []             # a storage without a queue (a test's fake)

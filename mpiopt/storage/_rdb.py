@@ -164,10 +164,11 @@ class Storage:
     def pending_trials(self, study_id: int, limit: int | None = None) -> list[FrozenTrial]:
         """The queue, oldest first. One indexed SELECT when it is empty: the coordinator
         asks on every dispatch."""
+        with connection_scope(self.engine, self.shown_url) as conn:      # no Session: cheap
+            ids = _studies.pending_ids(conn, study_id, limit)
+        if not ids:
+            return []
         with self._reading() as s:
-            ids = _studies.pending_ids(s.connection(), study_id, limit)
-            if not ids:
-                return []
             rows = s.scalars(_with_children(select(TrialModel).where(TrialModel.id.in_(ids)))
                              .order_by(TrialModel.number)).all()
             return [to_frozen(r) for r in rows]

@@ -19,7 +19,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Sequence
 
-from sqlalchemy import delete, insert, select, update
+from sqlalchemy import bindparam, delete, insert, select, update
 from sqlalchemy.engine import Connection
 
 from mpiopt.storage._convert import decode_value
@@ -83,14 +83,16 @@ def enqueue(conn: Connection, study_id: int, params_list: Sequence[dict], now: d
     return ids
 
 
+# Built once (the coordinator runs it on every dispatch): the queue, oldest first.
+_PENDING = (select(TRIALS.c.id).where(TRIALS.c.study_id == bindparam("sid"),
+                                      TRIALS.c.status == TrialStatus.PENDING)
+            .order_by(TRIALS.c.number).limit(bindparam("n")))
+
+
 def pending_ids(conn: Connection, study_id: int, limit: int | None = None) -> list[int]:
     """The queue, oldest first."""
-    stmt = (select(TRIALS.c.id).where(TRIALS.c.study_id == study_id,
-                                      TRIALS.c.status == TrialStatus.PENDING)
-            .order_by(TRIALS.c.number))
-    if limit is not None:
-        stmt = stmt.limit(limit)
-    return list(conn.execute(stmt).scalars())
+    return list(conn.execute(_PENDING, {"sid": study_id, "n": 1 << 30 if limit is None
+                                        else int(limit)}).scalars())
 
 
 def take(conn: Connection, trial_id: int, seed, group, host, rank, now: datetime) -> bool:
