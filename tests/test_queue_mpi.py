@@ -1,0 +1,113 @@
+"""The queue of parameter sets under mpiexec -n 3 (a coordinator and two groups): a set
+enqueued into a running study is taken by its next dispatch, search.initial_trials and
+--retry-failed run first and exactly once across a kill -9 and a resume, and SIGUSR1 (the
+Slurm template's "walltime is near") stops a study cleanly."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+from conftest import BIN, mpiopt, subprocess_env
+from test_search_mpi import db_url, trials_of, write_spec
+from mpiopt.trial import StudyStatus, TrialStatus
+
+
+def _job(tmp_path, spec, *extra, env=None):
+    cmd = [str(BIN / "mpiexec"), "-n", "3", str(BIN / "mpiopt"), "search", str(spec),
+           "--storage", db_url(tmp_path), *extra]
+    return subprocess.Popen(cmd, cwd=tmp_path, env=env or subprocess_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+
+
+def _wait(tmp_path, enough, timeout=60):
+    """Poll the database until enough(trials) holds; returns those trials."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            trials = trials_of(tmp_path)[1]
+        except Exception:
+            trials = []
+        if trials and enough(trials):
+            return trials
+        time.sleep(0.05)
+    raise AssertionError("the study did not reach the wanted state")
+
+
+def _finished(trials):
+    return [t for t in trials if t.status.is_finished()]
+
+
+def test_a_set_enqueued_into_a_running_study_is_taken_at_the_next_dispatch(tmp_path, monkeypatch):
+    monkeypatch.setenv("MPIOPT_TEST_SLEEP", "0.3")
+    spec = write_spec(tmp_path, trials=10)
+    job = _job(tmp_path, spec)
+    _wait(tmp_path, lambda ts: len(_finished(ts)) >= 2)
+    queued = mpiopt("enqueue", "t", "--set", "x=1.25", "--set", "y=2.5",
+                    "--storage", db_url(tmp_path), check=True)
+    assert "the running job takes it at its next dispatch" in queued.stdout
+    out, err = job.communicate(timeout=60)
+    assert job.returncode == 0, out + err
+    study, trials = trials_of(tmp_path)
+    mine = [t for t in trials if t.params == {"x": 1.25, "y": 2.5}]
+    assert len(mine) == 1 and mine[0].status is TrialStatus.COMPLETE, mine
+    assert f"queued as trial {mine[0].number} " in queued.stdout
+    # Taken before the searcher's newer suggestions: at most one dispatch may have read
+    # the queue just before the enqueue committed (a window of one SELECT).
+    later = [t for t in trials if t.number > mine[0].number]
+    assert later and sum(t.started_at < mine[0].started_at for t in later) <= 1
+    assert len(trials) == 10 and study.status is StudyStatus.COMPLETE
+
+
+def test_initial_trials_and_retries_run_first_and_once_across_a_kill(tmp_path, monkeypatch):
+    monkeypatch.setenv("MPIOPT_TEST_SLEEP", "0.3")
+    initial = [{"x": -3.0, "y": 1.0}, {"x": 1.0, "y": 2.0}, {"x": 2.0, "y": 3.0},
+               {"x": 3.0, "y": 4.0}, {"x": 4.0, "y": 5.0}]
+    spec = write_spec(tmp_path, function="fails_while_told", trials=8, initial_trials=initial,
+                      max_initial_failures=8)
+    env = {**subprocess_env(), "MPIOPT_TEST_FAIL": "1"}
+    job = _job(tmp_path, spec, "--resume-or-start", env=env)   # starts it: it is new
+    trials = _wait(tmp_path, lambda ts: len(_finished(ts)) >= 2 and
+                   any(t.status is TrialStatus.PENDING for t in ts))
+    os.killpg(job.pid, signal.SIGKILL)
+    job.wait(30)
+    assert [t.params for t in sorted(trials, key=lambda t: t.number)][:5] == initial
+    first = _job(tmp_path, spec, "--resume-or-start", env=env)  # resumes it now
+    out, err = first.communicate(timeout=90)
+    assert first.returncode == 0, out + err
+    _, trials = trials_of(tmp_path)
+    for params in initial:        # each queued set ran exactly once (a re-run keeps its row)
+        assert sum(t.params == params and t.status.is_finished() for t in trials) == 1
+    failed = [t for t in trials if t.status is TrialStatus.FAILED]
+    assert failed and all(t.params["x"] < 0 for t in failed)
+    last = max(t.number for t in trials)
+
+    proc = mpiopt("search", spec, "--resume", "--retry-failed", "--storage", db_url(tmp_path),
+                  np=3, cwd=tmp_path, timeout=90)               # the cause is fixed now
+    assert proc.returncode == 0, proc.stderr
+    assert f"--retry-failed: {len(failed)} FAILED trial(s)" in proc.stdout
+    study, trials = trials_of(tmp_path)
+    by_number = {t.number: t for t in trials}
+    assert all(by_number[t.number].status is TrialStatus.RETRIED for t in failed)
+    retries = [t for t in trials if t.number > last]
+    assert [t.params for t in retries] == [t.params for t in failed]   # only those, in order
+    assert all(t.status is TrialStatus.COMPLETE for t in retries)
+    assert sum(t.status.counts() for t in trials) == 8 and study.status is StudyStatus.COMPLETE
+
+
+def test_sigusr1_stops_the_study_like_sigterm(tmp_path, monkeypatch):
+    monkeypatch.setenv("MPIOPT_TEST_SLEEP", "1.0")
+    spec = write_spec(tmp_path, trials=20)
+    job = _job(tmp_path, spec, "--resume-or-start")
+    _wait(tmp_path, lambda ts: len(_finished(ts)) >= 1)
+    os.killpg(job.pid, signal.SIGUSR1)
+    out, err = job.communicate(timeout=60)
+    assert job.returncode == 130, out + err
+    assert "interrupted by SIGUSR1" in err and "resume with: mpiopt resume t" in err, err
+    study, trials = trials_of(tmp_path)
+    assert study.status is StudyStatus.INTERRUPTED
+    assert any(t.status is TrialStatus.INTERRUPTED for t in trials)
