@@ -1,7 +1,7 @@
 """The queue of parameter sets under mpiexec -n 3 (a coordinator and two groups): a set
 enqueued into a running study is taken by its next dispatch, search.initial_trials and
---retry-failed run first and exactly once across a kill -9 and a resume, and SIGUSR1 (the
-Slurm template's "walltime is near") stops a study cleanly."""
+--retry-failed run first and exactly once across a kill -9 and a resume. (SIGUSR1, the
+Slurm template's "walltime is near", is in test_chaos.py's signal cases.)"""
 from __future__ import annotations
 
 import os
@@ -98,16 +98,3 @@ def test_initial_trials_and_retries_run_first_and_once_across_a_kill(tmp_path, m
     assert all(t.status is TrialStatus.COMPLETE for t in retries)
     assert sum(t.status.counts() for t in trials) == 8 and study.status is StudyStatus.COMPLETE
 
-
-def test_sigusr1_stops_the_study_like_sigterm(tmp_path, monkeypatch):
-    monkeypatch.setenv("MPIOPT_TEST_SLEEP", "1.0")
-    spec = write_spec(tmp_path, trials=20)
-    job = _job(tmp_path, spec, "--resume-or-start")
-    _wait(tmp_path, lambda ts: len(_finished(ts)) >= 1)
-    os.killpg(job.pid, signal.SIGUSR1)
-    out, err = job.communicate(timeout=60)
-    assert job.returncode == 130, out + err
-    assert "interrupted by SIGUSR1" in err and "resume with: mpiopt resume t" in err, err
-    study, trials = trials_of(tmp_path)
-    assert study.status is StudyStatus.INTERRUPTED
-    assert any(t.status is TrialStatus.INTERRUPTED for t in trials)
