@@ -1,6 +1,7 @@
-"""Study management and the queue, without MPI: the storage methods on every engine (SQLite
-and a real PostgreSQL server), the commands through subprocess, the Python API, and the
-spec fields. tests/test_queue_mpi.py runs the queue under mpiexec."""
+"""Study management and the queue, without MPI: the commands through subprocess (copy into
+a real PostgreSQL server), the Python API and the spec fields. The storage methods behind
+them are in the conformance suite (test_storage.py); tests/test_queue_mpi.py runs the
+queue under mpiexec."""
 from __future__ import annotations
 
 import json
@@ -11,7 +12,7 @@ import pytest
 import yaml
 
 from conftest import mpiopt
-from mpiopt.errors import DuplicateStudyError, MpioptError, SpecError
+from mpiopt.errors import MpioptError, SpecError
 from mpiopt.storage import open_storage
 from mpiopt.trial import TrialStatus
 
@@ -43,69 +44,6 @@ def row_counts(url: str) -> dict:
     with open_storage(url) as st, st.engine.connect() as conn:
         return {t: conn.exec_driver_sql(f"SELECT count(*) FROM {t}").scalar()
                 for t in ("trials", "trial_params", "trial_folds", "trial_intermediate")}
-
-
-# ---- storage, every engine -------------------------------------------------------------
-def test_delete_takes_every_row_of_the_study_and_nothing_else(db_url):
-    with open_storage(db_url, create=True) as st:
-        keep, gone = new_study(st, "keep"), new_study(st, "gone")
-        fill(st, keep)
-        before = row_counts(db_url)
-        fill(st, gone)
-        assert st.delete_study(gone) == 4
-        assert [s.name for s in st.list_studies()] == ["keep"]
-    assert row_counts(db_url) == before
-
-
-def test_rename_rewrites_the_stored_spec_and_refuses_a_taken_name(db_url):
-    from mpiopt import manage
-
-    with open_storage(db_url, create=True) as st:
-        fill(st, new_study(st, "a"))
-        new_study(st, "b")
-        with pytest.raises(DuplicateStudyError, match="'b' already exists"):
-            manage.rename_study(st, "a", "b")
-        manage.rename_study(st, "a", "c")
-        record = st.get_study("c")
-        assert yaml.safe_load(record.spec_text)["study"]["name"] == "c"
-        assert len(st.get_trials(record.id)) == 4
-
-
-def test_the_queue_is_taken_exactly_once_in_order(db_url):
-    with open_storage(db_url, create=True) as st:
-        sid = new_study(st)
-        done = st.create_trial(sid, {"x": 1.0, "k": 1, "act": "relu"}, seed=1, group=0)
-        queued = st.enqueue_trials(sid, [{"x": float(i), "k": 1, "act": "relu"} for i in range(3)])
-        assert [(t.number, t.status, t.seed, t.group) for t in queued] == \
-            [(1, TrialStatus.PENDING, None, None), (2, TrialStatus.PENDING, None, None),
-             (3, TrialStatus.PENDING, None, None)]
-        assert [t.number for t in st.pending_trials(sid, limit=2)] == [1, 2]
-        taken = st.take_pending([dict(trial_id=queued[0].id, seed=5, group=1, host="n1", rank=2)])
-        assert [(t.number, t.status, t.seed, t.group, t.rank) for t in taken] == \
-            [(1, TrialStatus.RUNNING, 5, 1, 2)]
-        assert st.take_pending([dict(trial_id=queued[0].id, seed=5, group=0)]) == []  # once
-        assert st.interrupt_running(sid) == 2      # RUNNING ones; the queue stays queued
-        assert [t.number for t in st.pending_trials(sid)] == [2, 3]
-        assert st.get_trial(sid, done.number).status is TrialStatus.INTERRUPTED
-
-
-def test_retry_failed_marks_and_queues_in_one_go(db_url):
-    with open_storage(db_url, create=True) as st:
-        sid = new_study(st)
-        fill(st, sid)
-        assert st.retry_failed(sid) == [1]
-        assert st.get_trial(sid, 1).status is TrialStatus.RETRIED
-        assert st.get_trial(sid, 1).error.endswith("boom")           # kept for the record
-        again = st.pending_trials(sid)[-1]
-        assert (again.number, again.params) == (4, {"x": -4.0, "k": 1, "act": "tanh"})
-        assert st.retry_failed(sid) == []
-
-
-def test_initial_trials_are_queued_with_the_study(db_url):
-    with open_storage(db_url, create=True) as st:
-        sid = st.create_study("s", "minimize", "value", SPEC, "ab" * 32, SPACE,
-                              enqueued=[{"x": 1.0, "k": 1, "act": "relu"}])
-        assert [(t.number, t.params["x"]) for t in st.pending_trials(sid)] == [(0, 1.0)]
 
 
 # ---- the commands ----------------------------------------------------------------------

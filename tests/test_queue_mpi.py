@@ -9,7 +9,6 @@ import signal
 import subprocess
 import time
 
-import pytest
 
 from conftest import BIN, mpiopt, subprocess_env
 from test_search_mpi import db_url, trials_of, write_spec
