@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sqlite3
 import subprocess
 import time
 
@@ -37,43 +38,62 @@ def _wait(tmp_path, enough, timeout=60):
     raise AssertionError("the study did not reach the wanted state")
 
 
+def _statuses(tmp_path) -> list[str]:
+    """The trials' statuses by a bare read-only SQLite query: cheap enough to poll often
+    on a loaded machine, where a state may last only one trial's length."""
+    path = tmp_path / "study.db"
+    if not path.exists():
+        return []
+    try:
+        with sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=1) as conn:
+            return [r[0] for r in conn.execute("SELECT status FROM trials ORDER BY number")]
+    except sqlite3.Error:
+        return []
+
+
 def _finished(trials):
     return [t for t in trials if t.status.is_finished()]
 
 
 def test_a_set_enqueued_into_a_running_study_is_taken_at_the_next_dispatch(tmp_path, monkeypatch):
     monkeypatch.setenv("MPIOPT_TEST_SLEEP", "0.3")
-    spec = write_spec(tmp_path, trials=10)
+    spec = write_spec(tmp_path, trials=500)      # a budget that never runs out here
     job = _job(tmp_path, spec)
     _wait(tmp_path, lambda ts: len(_finished(ts)) >= 2)
     queued = mpiopt("enqueue", "t", "--set", "x=1.25", "--set", "y=2.5",
                     "--storage", db_url(tmp_path), check=True)
     assert "the running job takes it at its next dispatch" in queued.stdout
+    mine = lambda ts: [t for t in ts if t.params == {"x": 1.25, "y": 2.5}]  # noqa: E731
+    _wait(tmp_path, lambda ts: any(t.status.is_finished() for t in mine(ts)), timeout=30)
+    os.killpg(job.pid, signal.SIGTERM)           # done with it: a clean stop
     out, err = job.communicate(timeout=60)
-    assert job.returncode == 0, out + err
-    study, trials = trials_of(tmp_path)
-    mine = [t for t in trials if t.params == {"x": 1.25, "y": 2.5}]
-    assert len(mine) == 1 and mine[0].status is TrialStatus.COMPLETE, mine
-    assert f"queued as trial {mine[0].number} " in queued.stdout
+    assert job.returncode == 130, out + err
+    _, trials = trials_of(tmp_path)
+    assert len(mine(trials)) == 1 and mine(trials)[0].status is TrialStatus.COMPLETE
+    number = mine(trials)[0].number
+    assert f"queued as trial {number} " in queued.stdout
     # Taken before the searcher's newer suggestions: at most one dispatch may have read
     # the queue just before the enqueue committed (a window of one SELECT).
-    later = [t for t in trials if t.number > mine[0].number]
-    assert later and sum(t.started_at < mine[0].started_at for t in later) <= 1
-    assert len(trials) == 10 and study.status is StudyStatus.COMPLETE
+    later = [t for t in trials if t.number > number]
+    assert later and sum(t.started_at < mine(trials)[0].started_at for t in later) <= 1
 
 
 def test_initial_trials_and_retries_run_first_and_once_across_a_kill(tmp_path, monkeypatch):
-    monkeypatch.setenv("MPIOPT_TEST_SLEEP", "0.3")
+    monkeypatch.setenv("MPIOPT_TEST_SLEEP", "1.0")   # a failure is at once, a success 1 s
     initial = [{"x": -3.0, "y": 1.0}, {"x": 1.0, "y": 2.0}, {"x": 2.0, "y": 3.0},
                {"x": 3.0, "y": 4.0}, {"x": 4.0, "y": 5.0}]
     spec = write_spec(tmp_path, function="fails_while_told", trials=8, initial_trials=initial,
                       max_initial_failures=8)
     env = {**subprocess_env(), "MPIOPT_TEST_FAIL": "1"}
     job = _job(tmp_path, spec, "--resume-or-start", env=env)   # starts it: it is new
-    trials = _wait(tmp_path, lambda ts: len(_finished(ts)) >= 2 and
-                   any(t.status is TrialStatus.PENDING for t in ts))
+    deadline = time.time() + 60        # #0 failed, #1 and #2 running, #3 and #4 queued
+    while not {"FAILED", "RUNNING", "PENDING"} <= set(_statuses(tmp_path)):
+        assert time.time() < deadline, "the study did not reach the wanted state"
+        time.sleep(0.02)
     os.killpg(job.pid, signal.SIGKILL)
     job.wait(30)
+    _, trials = trials_of(tmp_path)
+    assert {TrialStatus.RUNNING, TrialStatus.PENDING} <= {t.status for t in trials}
     assert [t.params for t in sorted(trials, key=lambda t: t.number)][:5] == initial
     first = _job(tmp_path, spec, "--resume-or-start", env=env)  # resumes it now
     out, err = first.communicate(timeout=90)
