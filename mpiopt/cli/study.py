@@ -110,7 +110,8 @@ def cmd_enqueue(args) -> int:
         trial = manage.enqueue(storage, args.study, given)
         live = manage.running_lease(storage.get_study(args.study)) is not None
     when = ("the running job takes it at its next dispatch" if live else
-            "no job runs the study now: it runs first when the study is resumed")
+            "no job runs the study now: it runs first when the study is resumed (it counts "
+            "toward the budget: add --trials N if the budget is used up)")
     print(f"queued as trial {trial.number} of '{args.study}' (PENDING): {when}")
     return 0
 
