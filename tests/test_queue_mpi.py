@@ -72,10 +72,11 @@ def test_a_set_enqueued_into_a_running_study_is_taken_at_the_next_dispatch(tmp_p
     assert len(mine(trials)) == 1 and mine(trials)[0].status is TrialStatus.COMPLETE
     number = mine(trials)[0].number
     assert f"queued as trial {number} " in queued.stdout
-    # Taken before the searcher's newer suggestions: at most one dispatch may have read
-    # the queue just before the enqueue committed (a window of one SELECT).
+    # Taken before the searcher's newer suggestions: only the one dispatch round (both
+    # groups, when their results came together) that read the queue just before the
+    # enqueue committed may have started newer trials first.
     later = [t for t in trials if t.number > number]
-    assert later and sum(t.started_at < mine(trials)[0].started_at for t in later) <= 1
+    assert later and sum(t.started_at < mine(trials)[0].started_at for t in later) <= 2
 
 
 def test_initial_trials_and_retries_run_first_and_once_across_a_kill(tmp_path, monkeypatch):
