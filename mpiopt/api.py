@@ -4,7 +4,8 @@
     >>> study = mpiopt.load_study("branin", storage="sqlite:///mpiopt.db")  # doctest: +SKIP
     >>> study.best_trial.params                                              # doctest: +SKIP
     {'x': 3.14, 'y': 2.27}
-    >>> study.to_dataframe().sort_values("value").head()                     # doctest: +SKIP
+    >>> study.trials_dataframe().sort_values("value").head()                 # doctest: +SKIP
+    >>> study.best_params, study.best_value                                  # doctest: +SKIP
 
 Each property reads the database again, so a Study follows a study that is still running.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from mpiopt.errors import MpioptError
 from mpiopt.report import export_rows
 from mpiopt.storage import Storage, StudyRecord, open_storage
 from mpiopt.trial import FrozenTrial, TrialStatus
@@ -67,6 +69,38 @@ class Study:
     def best_trials(self, k: int = 1) -> list[FrozenTrial]:
         return self._storage.best_trials(self._record.id, k)
 
+    @property
+    def best_params(self) -> dict:
+        """The best COMPLETE trial's parameters; an MpioptError while there is none."""
+        return dict(self._best().params)
+
+    @property
+    def best_value(self) -> float:
+        """The best COMPLETE trial's value (in the study's direction)."""
+        return self._best().value
+
+    def _best(self) -> FrozenTrial:
+        best = self.best_trial
+        if best is None:
+            raise MpioptError(f"study '{self.name}' has no complete trial yet")
+        return best
+
+    def trials_dataframe(self):
+        """A pandas DataFrame, one row per trial: number, status, value, ..., one column
+        per parameter (`params_<name>`), per metric (`metrics_<name>`) and per fold
+        (`fold_<i>`); timestamps as pandas datetimes. Needs pandas (the `report` extra)."""
+        try:
+            import pandas
+        except ImportError:
+            raise MpioptError("trials_dataframe() needs pandas: pip install 'mpiopt[report]' "
+                              "(or pandas)") from None
+        columns, rows = export_rows(self.trials)
+        frame = pandas.DataFrame(rows, columns=columns)
+        for column in ("started_at", "finished_at"):
+            if column in frame:
+                frame[column] = pandas.to_datetime(frame[column], utc=True)
+        return frame
+
     def to_dataframe(self) -> Any:
         """A pandas DataFrame of flat rows (params_*, metrics_*, fold_*) when pandas is
         installed, else the same rows as a list of dicts."""
@@ -78,8 +112,12 @@ class Study:
         return pandas.DataFrame(rows, columns=columns)
 
 
-def load_study(name: str, storage: str) -> Study:
-    """Open study `name` in the database at URL `storage` (which must exist)."""
+def load_study(name: str, storage: str | None = None) -> Study:
+    """Open study `name` in the database at URL `storage` (which must exist); without
+    one, $MPIOPT_STORAGE, else sqlite:///mpiopt.db, as the commands do."""
+    import os
+
+    storage = storage or os.environ.get("MPIOPT_STORAGE") or "sqlite:///mpiopt.db"
     store = open_storage(storage)
     try:
         return Study(store, store.get_study(name))

@@ -187,7 +187,7 @@ def liveness(record, resume_hint: str, now: datetime | None = None) -> tuple[str
 def status_summary(record, counts: dict, best: FrozenTrial | None, groups=(),
                    resume_hint: str = "mpiopt resume NAME") -> dict[str, Any]:
     """The numbers `mpiopt status` shows, read from the database alone."""
-    done = sum(n for s, n in counts.items() if TrialStatus(s).is_finished())
+    done = sum(n for s, n in counts.items() if TrialStatus(s).counts())
     now = datetime.now(timezone.utc)
     # the last recorded event: a trial started or finished, or the study's own record changed
     last_event = max([record.updated_at] + [g["last_at"] for g in groups])

@@ -138,7 +138,7 @@ def _elapsed(result: Result, start: float) -> Result:
 def _serve(objective, conn) -> None:
     """The worker's loop: run trials until told to exit or the parent is gone."""
     _die_with_parent()
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1):
         signal.signal(sig, signal.SIG_IGN)     # the rank decides; it kills us when it must
     try:
         while True:

@@ -326,6 +326,20 @@ class Space:
         if extra:
             raise SpaceError(str(extra[0]), "not a parameter of this search space")
 
+    def parameter_set(self, given: dict) -> dict:
+        """A complete parameter set from user input (`mpiopt enqueue --set`,
+        search.initial_trials): every parameter present and inside the space, in the
+        space's order and native types; else SpaceError naming the first wrong one. No
+        parameter is filled in: a queued set runs exactly as written."""
+        if not isinstance(given, dict):
+            raise SpaceError("params", f"expected a mapping of parameters, got {given!r}")
+        for name in given:
+            if name not in self._by_name:
+                raise SpaceError(str(name), "not a parameter of this search space (it has: "
+                                 f"{', '.join(self.names)})")
+        self.check(given)
+        return {d.name: d.native(given[d.name]) for d in self.dimensions}
+
     def contains(self, params: dict) -> bool:
         try:
             self.check(params)

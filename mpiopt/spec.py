@@ -94,6 +94,8 @@ class SearchSpec:
     trial_timeout: float | None = None
     grace: float = 300.0
     max_attempts: int = 2
+    initial_trials: tuple = ()          # parameter sets queued when the study is created
+    warm_start: str | None = None       # a study in the same database told first
 
 
 @dataclass(frozen=True)
@@ -538,6 +540,9 @@ def _check_objectives(source: str, objective: ObjectiveSpec, search: SearchSpec)
     if objective.vector and search.algorithm == "evolutionary" and search.options.get("cma"):
         raise SpecError(f"{source}: search.evolutionary.cma: CMA-ES takes one objective; with "
                         f"{what} leave it off (NSGA-II)")
+    if objective.vector and search.warm_start:
+        raise SpecError(f"{source}: search.warm_start: told results are single values; a study "
+                        f"with {what} cannot be warm-started yet (enqueue good sets instead)")
     if objective.metrics and search.target is not None:
         raise SpecError(f"{source}: search.target: a target is one value; a study with "
                         "several objectives has none (set search.trials or time_limit)")
@@ -633,7 +638,8 @@ def _anchor_sqlite(url: str, base_dir: Path) -> str:
 
 
 SEARCH_KEYS = ("algorithm", "trials", "seed", "target", "time_limit", "max_initial_failures",
-               "trial_timeout", "grace", "max_attempts") + ALGORITHMS
+               "trial_timeout", "grace", "max_attempts", "initial_trials",
+               "warm_start") + ALGORITHMS
 
 
 def _search(top: _Section, space: Space) -> SearchSpec:
@@ -652,7 +658,27 @@ def _search(top: _Section, space: Space) -> SearchSpec:
         trial_timeout=_duration(sec, "trial_timeout"),
         grace=_duration(sec, "grace") or 300.0,
         max_attempts=sec.integer("max_attempts", 2, minimum=1),
+        initial_trials=_initial_trials(sec, space),
+        warm_start=sec.text("warm_start", None),
     )
+
+
+def _initial_trials(sec: _Section, space: Space) -> tuple:
+    """search.initial_trials: complete parameter sets inside the space, each error naming
+    `search.initial_trials[i].name`."""
+    entries = sec.raw("initial_trials", [])
+    if entries is None:
+        return ()
+    if not isinstance(entries, list):
+        sec.fail("initial_trials", f"expected a list of parameter mappings, got {_show(entries)}")
+    out = []
+    for i, entry in enumerate(entries):
+        try:
+            out.append(space.parameter_set(entry))
+        except SpaceError as exc:
+            field = "" if exc.field == "params" else f".{exc.field}"
+            sec.fail(f"initial_trials[{i}]{field}", exc.message)
+    return tuple(out)
 
 
 def _algorithm_options(search: _Section, algorithm: str, space: Space) -> dict:
@@ -872,6 +898,10 @@ def _search_dict(s: SearchSpec) -> dict:
     out = {"algorithm": s.algorithm, "trials": s.trials, "seed": s.seed, "target": s.target,
            "time_limit": s.time_limit, "max_initial_failures": s.max_initial_failures,
            "trial_timeout": s.trial_timeout, "grace": s.grace, "max_attempts": s.max_attempts}
+    if s.initial_trials:                # (absent when unused: older stored specs compare equal)
+        out["initial_trials"] = [dict(p) for p in s.initial_trials]
+    if s.warm_start:
+        out["warm_start"] = s.warm_start
     if s.options:
         out[s.algorithm] = dict(s.options)
     return out

@@ -20,6 +20,9 @@ RESUMABLE_CHANGES = (
     "storage", "study.description", "search.trials", "search.time_limit", "search.target",
     "search.max_initial_failures", "resources.group_size", "search.trial_timeout",
     "search.grace", "search.max_attempts", "objective.isolate",
+    # queued once, when the study is created (later sets: `mpiopt enqueue`); told anew on
+    # every run (another study's results, a hint to the searcher only)
+    "search.initial_trials", "search.warm_start",
 )
 
 
@@ -78,16 +81,18 @@ def stored_spec_dict(storage, name: str) -> dict:
     return yaml.safe_load(storage.get_study(name).spec_text)
 
 
-def open_study(storage, spec, resume: bool, url: str, take_lease=None) -> OpenedStudy:
+def open_study(storage, spec, resume, url: str, take_lease=None) -> OpenedStudy:
     """The study to run, created or resumed. `take_lease(study_id) -> token` runs before
-    anything of a resumed study changes, so a study another job runs is left untouched."""
+    anything of a resumed study changes, so a study another job runs is left untouched.
+    `resume`: False (a new study), True (it must exist) or "auto" (`--resume-or-start`:
+    resume it if it exists, else start it; a batch job that is requeued runs one command)."""
     name = spec.study.name
     take_lease = take_lease or (lambda study_id: None)
     try:
         record = storage.get_study(name)
     except UnknownStudyError:
         record = None
-    if record is None and resume:
+    if record is None and resume is True:
         known = [r.name for r in storage.list_studies()]
         raise UnknownStudyError(
             f"--resume: there is no study '{name}' in {storage.shown_url} to resume ("
@@ -96,7 +101,8 @@ def open_study(storage, spec, resume: bool, url: str, take_lease=None) -> Opened
     if record is None:
         study_id = storage.create_study(
             name, spec.objective.direction, spec.objective.metric, spec_text(spec),
-            spec.fingerprint(), json.dumps(spec.space.to_dict()))
+            spec.fingerprint(), json.dumps(spec.space.to_dict()),
+            enqueued=list(getattr(spec.search, "initial_trials", ())))
         return OpenedStudy(storage, study_id, [], False, take_lease(study_id))
     if not resume:
         raise ResumeError(

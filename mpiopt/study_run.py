@@ -49,6 +49,7 @@ class StudyRun:
         self.recovery = recovery      # where results go when the database stays away
         self.existing, self.resumed = opened.existing, opened.resumed
         self.notes = notes
+        self.warm: list[tuple[dict, float]] = []     # search.warm_start: told first
         self.lease_token = lease_token
         self.lost: str | None = None
         self._stop = threading.Event()
@@ -135,26 +136,60 @@ def _import_recoveries(storage, spec) -> list[str]:
     return notes
 
 
-def open_run(spec, url: str, resume: bool, isolated: bool) -> StudyRun:
+def open_run(spec, url: str, resume, isolated: bool, retry_failed: bool = False) -> StudyRun:
+    """`resume`: see mpiopt.study.open_study; `retry_failed` (`--retry-failed`): the
+    resumed study's FAILED trials become RETRIED and their parameter sets run again."""
     from mpiopt.storage import open_storage
     from mpiopt.study import open_study
 
+    warm, warm_note = _warm(spec, url)          # refused before anything is written
     storage = open_storage(url, create=True)
     period = lease_period_s()
     try:
         opened = open_study(storage, spec, resume, url,
                             lambda study_id: take_lease(storage, study_id, period))
         token = opened.lease_token
-        notes = []
+        notes = [warm_note] if warm_note else []
         if opened.resumed:
-            notes = _import_recoveries(storage, spec)
+            notes += _import_recoveries(storage, spec)
             notes += settle_unfinished(storage, opened.study_id, isolated,
-                                      getattr(spec.search, "max_attempts", 2))
+                                       getattr(spec.search, "max_attempts", 2))
+            if retry_failed:
+                notes.append(_retry(storage, opened.study_id))
             opened.existing = storage.get_trials(opened.study_id)
-        return StudyRun(storage, opened, notes, token, period, recovery_path(spec))
+        queued = sum(t.status is TrialStatus.PENDING for t in opened.existing) if \
+            opened.resumed else len(getattr(spec.search, "initial_trials", ()))
+        if queued:
+            notes.append(f"{queued} queued parameter set(s) run before the searcher's own")
+        run = StudyRun(storage, opened, notes, token, period, recovery_path(spec))
+        run.warm = warm
+        return run
     except BaseException:
         storage.close()
         raise
+
+
+def _warm(spec, url: str):
+    """search.warm_start's results, read from the existing database (never created here)."""
+    if not getattr(spec.search, "warm_start", None):
+        return [], None
+    from mpiopt.storage import open_storage
+    from mpiopt.warm_start import warm_results
+
+    storage = open_storage(url, read_only=True)
+    try:
+        return warm_results(storage, spec)
+    finally:
+        storage.close()
+
+
+def _retry(storage, study_id: int) -> str:
+    numbers = storage.retry_failed(study_id)
+    if not numbers:
+        return "--retry-failed: no FAILED trials to retry"
+    shown = ", ".join(f"#{n}" for n in numbers[:10]) + (" ..." if len(numbers) > 10 else "")
+    return (f"--retry-failed: {len(numbers)} FAILED trial(s) ({shown}) marked RETRIED (kept, "
+            "no longer counted); their parameter sets run again as new trials")
 
 
 def settle_unfinished(storage, study_id: int, isolated: bool, max_attempts: int) -> list[str]:

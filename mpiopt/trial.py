@@ -14,9 +14,17 @@ class TrialStatus(str, enum.Enum):
     PRUNED = "PRUNED"
     FAILED = "FAILED"
     INTERRUPTED = "INTERRUPTED"
+    # A FAILED trial whose parameter set `search --retry-failed` queued again as a new
+    # trial: kept for the record, no longer counted toward the budget or told.
+    RETRIED = "RETRIED"
 
     def is_finished(self) -> bool:
         """Finished trials are kept on resume; the others run again."""
+        return self in (TrialStatus.COMPLETE, TrialStatus.PRUNED, TrialStatus.FAILED,
+                        TrialStatus.RETRIED)
+
+    def counts(self) -> bool:
+        """Whether the trial counts toward the study's budget."""
         return self in (TrialStatus.COMPLETE, TrialStatus.PRUNED, TrialStatus.FAILED)
 
 

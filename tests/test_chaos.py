@@ -184,7 +184,7 @@ def _wait_running(url, deadline_s=START_S):
 
 
 @pytest.mark.parametrize("np,sig", [(None, signal.SIGINT), (3, signal.SIGINT), (None, signal.SIGTERM),
-                                    (3, signal.SIGTERM)])
+                                    (3, signal.SIGTERM), (None, signal.SIGUSR1), (3, signal.SIGUSR1)])
 def test_signals_end_cleanly_with_130_and_one_line(tmp_path, url, np, sig):
     spec = spec_file(tmp_path, "never_returns", trials=20)
     job = _start(tmp_path, url, spec, np)

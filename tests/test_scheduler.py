@@ -395,3 +395,76 @@ def test_results_are_kept_when_the_next_trial_cannot_be_created():
     with pytest.raises(StorageUnavailable):
         sched.on_result(0, done(first[0].trial.trial_id, 3.0))
     assert storage.trials[1]["status"] == "COMPLETE" and 0 in sched.idle
+
+
+class QueueStorage(FakeStorage):
+    """FakeStorage with the database's queue of PENDING parameter sets."""
+
+    def enqueue(self, params):
+        tid = len(self.trials) + 1
+        self.trials[tid] = dict(number=tid - 1, params=params, seed=None, status="PENDING", attempt=0)
+        return tid
+
+    def pending_trials(self, study_id, limit=None):
+        queued = [tid for tid, t in sorted(self.trials.items()) if t["status"] == "PENDING"]
+        self.log.append(("read queue", len(queued)))
+        return [self._frozen(tid) for tid in queued[:limit]]
+
+    def take_pending(self, requests):
+        for r in requests:
+            self.trials[r["trial_id"]].update(status="RUNNING", seed=r["seed"], group=r["group"])
+            self.log.append(("take", r["trial_id"]))
+        return [FrozenTrial(id=r["trial_id"], study_id=1, status=TrialStatus.RUNNING,
+                            number=self.trials[r["trial_id"]]["number"], group=r["group"],
+                            params=self.trials[r["trial_id"]]["params"], seed=r["seed"])
+                for r in requests]
+
+
+def test_queued_sets_run_before_suggestions_are_told_and_count_toward_the_budget():
+    storage, searcher = QueueStorage(), CountingSearcher()
+    storage.enqueue({"x": 100})
+    sched = Scheduler(storage=storage, study_id=1, searcher=searcher, direction="minimize",
+                      budget=3, n_groups=1)
+    first = sched.start()
+    assert first[0].trial.params == {"x": 100} and first[0].trial.seed == trial_seed(0, 0)
+    assert searcher.calls == []                       # the searcher was not asked
+    tid = storage.enqueue({"x": 200})                 # enqueued while the study runs
+    nxt = sched.on_result(0, Result(first[0].trial.trial_id, TrialStatus.COMPLETE, value=5.0))
+    assert nxt[0].trial.trial_id == tid               # the very next dispatch takes it
+    assert searcher.told == [(100, 5.0)]              # told like any other result
+    last = sched.on_result(0, Result(tid, TrialStatus.COMPLETE, value=4.0))
+    assert last[0].trial.params == {"x": 0} and searcher.calls[-1] == "ask"
+    sched.on_result(0, Result(last[0].trial.trial_id, TrialStatus.COMPLETE, value=6.0))
+    assert sched.done and sched.finished == 3
+
+
+def test_an_empty_queue_is_read_on_dispatch_but_not_on_every_tick():
+    clock = [0.0]
+    storage = QueueStorage()
+    sched = Scheduler(storage=storage, study_id=1, searcher=CountingSearcher(),
+                      direction="minimize", budget=10, n_groups=1, clock=lambda: clock[0])
+    sched.start()                        # read the (empty) queue, then asked the searcher
+    sched.running.clear()
+    sched.idle.append(0)                 # an idle group (waiting for a model fit, say)
+    reads = lambda: sum(1 for entry in storage.log if entry[0] == "read queue")  # noqa: E731
+    assert reads() == 1
+    for _ in range(5):
+        sched._take_queued(tick=True)    # within QUEUE_POLL_S of the last read: no query
+    assert reads() == 1
+    sched._take_queued(tick=False)       # a dispatch after a result always reads
+    clock[0] += 1.0
+    sched._take_queued(tick=True)        # and a tick once QUEUE_POLL_S has passed
+    assert reads() == 3
+
+
+def test_retried_and_pending_trials_are_neither_replayed_nor_counted():
+    existing = [
+        FrozenTrial(id=1, study_id=1, number=0, status=TrialStatus.RETRIED, params={"x": 1}, error="e"),
+        FrozenTrial(id=2, study_id=1, number=1, status=TrialStatus.COMPLETE, params={"x": 2}, value=1.0),
+        FrozenTrial(id=3, study_id=1, number=2, status=TrialStatus.PENDING, params={"x": 1}),
+    ]
+    searcher = CountingSearcher()
+    sched = Scheduler(storage=QueueStorage(), study_id=1, searcher=searcher, direction="minimize",
+                      budget=4, n_groups=1, existing=existing, warm=[({"x": 7}, 3.0)])
+    assert searcher.replayed == [({"x": 7}, 3.0), ({"x": 2}, 1.0)]   # warm start first
+    assert sched.reruns == [] and sched.finished == 1 and sched.next_number == 3

@@ -12,6 +12,7 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
+import yaml
 from sqlalchemy import event, text
 
 from mpiopt.errors import ResumeError, StorageError, UnknownStudyError
@@ -495,3 +496,96 @@ def test_eight_jobs_starting_at_once_on_an_empty_database_all_open_it(db_url, tm
     assert all(rc == 0 for rc, _ in outcomes), [err for rc, err in outcomes if rc]
     with open_storage(db_url) as st:
         assert sorted(s.name for s in st.list_studies()) == [f"s{i}" for i in range(8)]
+
+
+# ---- whole studies and the queue (mpiopt study ..., mpiopt enqueue, --retry-failed) -----
+SPACE = {"x": {"type": "real", "low": -5.0, "high": 10.0},
+         "k": {"type": "integer", "low": 1, "high": 4},
+         "act": {"type": "categorical", "choices": ["relu", "tanh"]}}
+
+
+def manage_study(st, name="s") -> int:
+    import json
+
+    spec = SPEC.replace("name: s", f"name: {name}")
+    return st.create_study(name, "minimize", "value", spec, "ab" * 32, json.dumps(SPACE))
+
+
+def fill_study(st, sid) -> None:
+    """Every kind of row: folds with metrics, per-epoch values, metrics, errors, states."""
+    a = st.create_trial(sid, {"x": 1.5, "k": 2, "act": "relu"}, seed=11, group=0, host="n1", rank=1)
+    st.finish_trial(a.id, TrialStatus.COMPLETE, value=0.5, value_std=0.1, fold_values=[0.4, 0.6],
+                    fold_metrics=[{"acc": 0.8}, {"acc": 0.7}], metrics={"acc": 0.75},
+                    intermediate={0: 1.0, 1: 0.5}, duration=2.5)
+    b = st.create_trial(sid, {"x": -4.0, "k": 1, "act": "tanh"}, seed=12, group=1, host="n2")
+    st.finish_trial(b.id, TrialStatus.FAILED, error="Traceback ...\nValueError: boom")
+    st.create_trial(sid, {"x": 3.0, "k": 4, "act": "relu"}, seed=13, group=0)      # RUNNING
+    st.enqueue_trials(sid, [{"x": 0.0, "k": 3, "act": "tanh"}])                    # PENDING
+
+
+def row_counts(url: str) -> dict:
+    with open_storage(url) as st, st.engine.connect() as conn:
+        return {t: conn.exec_driver_sql(f"SELECT count(*) FROM {t}").scalar()
+                for t in ("trials", "trial_params", "trial_folds", "trial_intermediate")}
+
+
+def test_delete_takes_every_row_of_the_study_and_nothing_else(db_url):
+    with open_storage(db_url, create=True) as st:
+        keep, gone = manage_study(st, "keep"), manage_study(st, "gone")
+        fill_study(st, keep)
+        before = row_counts(db_url)
+        fill_study(st, gone)
+        assert st.delete_study(gone) == 4
+        assert [s.name for s in st.list_studies()] == ["keep"]
+    assert row_counts(db_url) == before
+
+
+def test_rename_rewrites_the_stored_spec_and_refuses_a_taken_name(db_url):
+    from mpiopt import manage
+
+    with open_storage(db_url, create=True) as st:
+        fill_study(st, manage_study(st, "a"))
+        manage_study(st, "b")
+        with pytest.raises(DuplicateStudyError, match="'b' already exists"):
+            manage.rename_study(st, "a", "b")
+        manage.rename_study(st, "a", "c")
+        record = st.get_study("c")
+        assert yaml.safe_load(record.spec_text)["study"]["name"] == "c"
+        assert len(st.get_trials(record.id)) == 4
+
+
+def test_the_queue_is_taken_exactly_once_in_order(db_url):
+    with open_storage(db_url, create=True) as st:
+        sid = new_study(st)
+        done = st.create_trial(sid, {"x": 1.0, "k": 1, "act": "relu"}, seed=1, group=0)
+        queued = st.enqueue_trials(sid, [{"x": float(i), "k": 1, "act": "relu"} for i in range(3)])
+        assert [(t.number, t.status, t.seed, t.group) for t in queued] == \
+            [(1, TrialStatus.PENDING, None, None), (2, TrialStatus.PENDING, None, None),
+             (3, TrialStatus.PENDING, None, None)]
+        assert [t.number for t in st.pending_trials(sid, limit=2)] == [1, 2]
+        taken = st.take_pending([dict(trial_id=queued[0].id, seed=5, group=1, host="n1", rank=2)])
+        assert [(t.number, t.status, t.seed, t.group, t.rank) for t in taken] == \
+            [(1, TrialStatus.RUNNING, 5, 1, 2)]
+        assert st.take_pending([dict(trial_id=queued[0].id, seed=5, group=0)]) == []  # once
+        assert st.interrupt_running(sid) == 2      # RUNNING ones; the queue stays queued
+        assert [t.number for t in st.pending_trials(sid)] == [2, 3]
+        assert st.get_trial(sid, done.number).status is TrialStatus.INTERRUPTED
+
+
+def test_retry_failed_marks_and_queues_in_one_go(db_url):
+    with open_storage(db_url, create=True) as st:
+        sid = new_study(st)
+        fill_study(st, sid)
+        assert st.retry_failed(sid) == [1]
+        assert st.get_trial(sid, 1).status is TrialStatus.RETRIED
+        assert st.get_trial(sid, 1).error.endswith("boom")           # kept for the record
+        again = st.pending_trials(sid)[-1]
+        assert (again.number, again.params) == (4, {"x": -4.0, "k": 1, "act": "tanh"})
+        assert st.retry_failed(sid) == []
+
+
+def test_initial_trials_are_queued_with_the_study(db_url):
+    with open_storage(db_url, create=True) as st:
+        sid = st.create_study("s", "minimize", "value", SPEC, "ab" * 32, SPACE,
+                              enqueued=[{"x": 1.0, "k": 1, "act": "relu"}])
+        assert [(t.number, t.params["x"]) for t in st.pending_trials(sid)] == [(0, 1.0)]

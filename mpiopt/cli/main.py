@@ -16,6 +16,7 @@ COMMAND_MODULES = (
     "mpiopt.cli.query",
     "mpiopt.cli.report",
     "mpiopt.cli.db",
+    "mpiopt.cli.study",
 )
 
 
@@ -24,6 +25,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="mpiopt",
         description="Distributed hyperparameter optimization under MPI.",
     )
+    from mpiopt import __version__
+
+    parser.add_argument("--version", action="version", version=f"mpiopt {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(sub)

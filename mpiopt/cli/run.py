@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from mpiopt.cli.common import add_storage_option, storage_url
+from mpiopt.errors import MpioptError
 
 
 def register(sub) -> None:
@@ -9,11 +10,19 @@ def register(sub) -> None:
     p.add_argument("spec", help="the study's YAML spec")
     p.add_argument("--resume", action="store_true",
                    help="continue the study of this name (it must exist; finished trials are kept)")
+    p.add_argument("--resume-or-start", action="store_true",
+                   help="continue the study if it exists, else start it (a batch job that is "
+                        "requeued runs the same command every time)")
+    p.add_argument("--retry-failed", action="store_true",
+                   help="with --resume: FAILED trials become RETRIED (kept, no longer counted) "
+                        "and their parameter sets run again first")
     _common(p)
     p.set_defaults(func=cmd_search)
 
     p = sub.add_parser("resume", help="continue a study with the spec stored in the database")
     p.add_argument("study", help="study name")
+    p.add_argument("--retry-failed", action="store_true",
+                   help="FAILED trials become RETRIED and their parameter sets run again first")
     _common(p)
     p.set_defaults(func=cmd_resume)
 
@@ -38,9 +47,15 @@ def cmd_search(args) -> int:
     def prepare():
         from mpiopt.spec import load_spec
 
+        if args.retry_failed and not (args.resume or args.resume_or_start):
+            raise MpioptError("--retry-failed needs --resume (or --resume-or-start): it "
+                              "retries the failed trials of an existing study")
+        if args.resume and args.resume_or_start:
+            raise MpioptError("give --resume or --resume-or-start, not both")
         spec = load_spec(args.spec, overrides=_overrides(args))
         url = storage_url(args, spec.storage)
-        return spec, url, args.resume
+        resume = "auto" if args.resume_or_start else args.resume
+        return spec, url, resume, {"retry_failed": args.retry_failed}
 
     from mpiopt.parallel.launch import run_study_command
 
@@ -62,7 +77,8 @@ def cmd_resume(args) -> int:
         for path, value in _overrides(args).items():
             section, key = path.split(".")
             data.setdefault(section, {})[key] = value
-        return Spec.from_dict(data, source=f"{url}#{args.study}"), url, True
+        return (Spec.from_dict(data, source=f"{url}#{args.study}"), url, True,
+                {"retry_failed": args.retry_failed})
 
     from mpiopt.parallel.launch import run_study_command
 

@@ -34,14 +34,16 @@ POLL_LIMIT_S = 5e-3
 
 
 class StopFlag:
-    """Set by SIGINT/SIGTERM; the loop looks at it between messages."""
+    """Set by SIGINT/SIGTERM/SIGUSR1; the loop looks at it between messages. SIGUSR1 is
+    the batch system's "walltime is near" (Slurm `--signal=USR1@300`, examples/slurm/):
+    a clean stop like SIGTERM, where USR1's default action would kill the process."""
 
     def __init__(self):
         self.event = threading.Event()
         self.signum: int | None = None
 
     def install(self) -> None:
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1):
             signal.signal(sig, self._handler)
 
     def _handler(self, signum, frame) -> None:

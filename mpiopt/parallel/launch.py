@@ -31,7 +31,8 @@ EXIT_FAILED = 1
 
 
 def run_study_command(prepare, quiet: bool = False) -> int:
-    """prepare() -> (spec, storage_url, resume), called on rank 0 only."""
+    """prepare() -> (spec, storage_url, resume[, options]), called on rank 0 only;
+    options: {"retry_failed": bool}."""
     from mpi4py import MPI
 
     world = MPI.COMM_WORLD
@@ -46,7 +47,8 @@ def _rank0(world, prepare, quiet: bool) -> int:
 
     multi = world.Get_size() > 1
     try:
-        spec, url, resume = prepare()
+        spec, url, resume, *options = prepare()
+        options = options[0] if options else {}
         _check_start(world.Get_size(), spec, url)
     except MpioptError as exc:
         if multi:
@@ -70,7 +72,7 @@ def _rank0(world, prepare, quiet: bool) -> int:
         raise MpioptError(f"start-up failed on {errors[0]}{more}")
     isolated = all(p.get("isolated") for p in payloads) if multi else own[0].isolated
     try:
-        opened = _open(spec, url, resume, isolated)
+        opened = _open(spec, url, resume, isolated, options.get("retry_failed", False))
     except MpioptError as exc:
         _send_verdict(world, multi, error=str(exc))
         raise
@@ -125,10 +127,10 @@ def _send_verdict(world, multi: bool, error: str | None = None) -> None:
         quiet_bcast(world, {"error": error} if error else {"go": True}, tag=Tag.SETUP)
 
 
-def _open(spec, url, resume, isolated: bool):
+def _open(spec, url, resume, isolated: bool, retry_failed: bool = False):
     from mpiopt.study_run import open_run
 
-    return open_run(spec, url, resume, isolated)
+    return open_run(spec, url, resume, isolated, retry_failed)
 
 
 # ---- every other rank ---------------------------------------------------------------------
@@ -179,11 +181,12 @@ def _serve(world, spec, objective) -> int:
 
 
 def signal_ignore() -> None:
-    """Group ranks leave SIGINT/SIGTERM to the coordinator, which cancels their trials and
-    ends the job in order; a rank killed first could take the coordinator down with it."""
+    """Group ranks leave SIGINT/SIGTERM/SIGUSR1 to the coordinator, which cancels their
+    trials and ends the job in order; a rank killed first could take the coordinator down
+    with it (Slurm's --signal reaches every task of the step, not only rank 0)."""
     import signal
 
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1):
         signal.signal(sig, signal.SIG_IGN)
 
 
@@ -296,7 +299,7 @@ def _scheduler(spec, opened, storage, n_groups, progress, hosts, ranks, backgrou
         max_initial_failures=s.max_initial_failures, existing=opened.existing, progress=progress,
         hosts=hosts, ranks=ranks, trial_timeout=getattr(s, "trial_timeout", None),
         grace=getattr(s, "grace", 300.0), stuck_grace=stuck_grace(getattr(s, "trial_timeout", None)),
-        objective=spec.objective)
+        objective=spec.objective, warm=getattr(opened, "warm", ()))
 
 
 def stuck_grace(timeout: float | None) -> float:

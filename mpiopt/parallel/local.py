@@ -1,7 +1,7 @@
 """Single-process mode: the same Scheduler, one group, the objective run in this process.
 
 The first thing a newcomer runs, and the baseline of every scaling figure: no MPI job,
-same searchers, same storage, same records. Ctrl-C and SIGTERM end the running trial (a
+same searchers, same storage, same records. Ctrl-C, SIGTERM and SIGUSR1 end the running trial (a
 sandboxed one at once; a Keras one at its next epoch) and the study is INTERRUPTED.
 """
 from __future__ import annotations
@@ -20,7 +20,7 @@ def _raise_interrupt(signum, frame):
 
 def run_local(scheduler, objective, comm) -> bool:
     """Run the study to its end. Returns False when interrupted (signal, hard time limit)."""
-    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    previous = {sig: signal.signal(sig, _raise_interrupt) for sig in (signal.SIGTERM, signal.SIGUSR1)}
     try:
         queue = deque(scheduler.start())
         while queue:
@@ -37,7 +37,8 @@ def run_local(scheduler, objective, comm) -> bool:
         scheduler.interrupt()
         return False
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
         objective.close()
 
 

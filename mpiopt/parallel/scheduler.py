@@ -13,6 +13,12 @@ count, the study's end); a crash in between leaves the trial RUNNING, to run aga
 resume. A failure or a value that reaches the target is written first, since it may stop
 the study.
 
+Queued parameter sets (`mpiopt enqueue`, `search.initial_trials`, `--retry-failed`: PENDING
+trials in the database) run after re-runs and before the searcher's own suggestions. The
+queue is read on every dispatch (one indexed SELECT, about 0.1 ms on SQLite), so a set
+enqueued into a running study is taken by the next dispatch; idle ticks read an empty
+queue at most every QUEUE_POLL_S, not every 5 ms. Their results are told like any other.
+
 A slow searcher comes wrapped in mpiopt.search.background.BackgroundSearcher: suggestions
 are taken from its stock (none ready: the group waits for the next tick), tells are
 queued, and no event here ever waits for a model fit.
@@ -29,6 +35,8 @@ import numpy as np
 from mpiopt.objectives import FrontTracker
 from mpiopt.parallel.protocol import Decision, Report, Result, Trial, Verdict
 from mpiopt.trial import FrozenTrial, StudyStatus, TrialStatus
+
+QUEUE_POLL_S = 0.2      # how often an empty queue is read again (see the module docstring)
 
 
 @dataclass(frozen=True)
@@ -71,7 +79,8 @@ class Scheduler:
                  existing: list[FrozenTrial] = (), progress=None, clock=time.monotonic,
                  hosts: list[str] | None = None, ranks: list[int] | None = None,
                  trial_timeout: float | None = None, grace: float = 300.0,
-                 stuck_grace: float = 60.0, objective=None):
+                 stuck_grace: float = 60.0, objective=None,
+                 warm: list[tuple[dict, float]] = ()):
         self.storage, self.study_id, self.searcher = storage, study_id, searcher
         self.sign = -1.0 if direction == "maximize" else 1.0
         self.budget, self.seed, self.pruner = budget, seed, pruner
@@ -103,16 +112,22 @@ class Scheduler:
         self.finishing = 0            # results being written while their group already runs
         self.send_now = None          # callable(actions): the MPI loop sends at once
         self.background = hasattr(searcher, "take")
-        self._restore(existing)
+        self.queued_taken = 0          # queued parameter sets started by this run
+        self._queue_read_at: float | None = None   # None: read it at the next dispatch
+        self._restore(existing, warm)
         if self.background:
             searcher.start(self.next_number)
 
     # ---- resume -------------------------------------------------------------------
-    def _restore(self, existing) -> None:
-        """Replay finished trials into the searcher; queue unfinished ones to run again."""
-        finished = []
+    def _restore(self, existing, warm=()) -> None:
+        """Replay finished trials into the searcher (after `warm`: another study's results,
+        search.warm_start); queue unfinished ones to run again. RETRIED trials are only
+        on record; PENDING ones wait in the database's queue."""
+        finished = [(params, self.sign * value) for params, value in warm]
         for t in sorted(existing, key=lambda t: t.number):
             self.next_number = max(self.next_number, t.number + 1)
+            if t.status in (TrialStatus.RETRIED, TrialStatus.PENDING):
+                continue
             if t.status.is_finished():
                 self.counts[t.status] += 1
                 usable = t.status is not TrialStatus.FAILED and _is_number(t.value)
@@ -132,7 +147,7 @@ class Scheduler:
     # ---- queries ------------------------------------------------------------------
     @property
     def finished(self) -> int:
-        return sum(n for s, n in self.counts.items() if s.is_finished())
+        return sum(n for s, n in self.counts.items() if s.counts())
 
     @property
     def done(self) -> bool:
@@ -261,7 +276,7 @@ class Scheduler:
     def tick(self) -> list:
         """Called while waiting: notices the time limit; idle groups take suggestions the
         background searcher made meanwhile."""
-        return self._fill_idle() + self._stop_idle()
+        return self._fill_idle(tick=True) + self._stop_idle()
 
     def stop(self, reason: str, message: str) -> None:
         """No new trial starts; the first reason given is the one reported."""
@@ -339,12 +354,14 @@ class Scheduler:
         return [StopGroup(g) for g in fresh]
 
     # ---- internals ----------------------------------------------------------------
-    def _fill_idle(self) -> list:
+    def _fill_idle(self, tick: bool = False) -> list:
         """Work for every idle group the budget allows: re-runs first, then new trials,
         created in one transaction."""
         actions = []
         while self.idle and self.reruns and self._can_dispatch():
             actions.append(self._rerun(self.idle[0]))
+        if self.idle and self._can_dispatch():
+            actions += self._take_queued(tick)
         fresh: list[tuple[dict, float | None]] = []
         while len(fresh) < len(self.idle) and self._can_dispatch(extra=len(fresh)):
             suggestion = self._suggestion(self.next_number + len(fresh))
@@ -353,6 +370,32 @@ class Scheduler:
             fresh.append(suggestion)
         if fresh:
             actions += self._start(fresh)
+        return actions
+
+    def _take_queued(self, tick: bool) -> list[Dispatch]:
+        """Queued parameter sets for idle groups, taken (PENDING -> RUNNING) in one
+        transaction. A tick reads an empty queue again only after QUEUE_POLL_S."""
+        now = self.clock()
+        if tick and self._queue_read_at is not None and now - self._queue_read_at < QUEUE_POLL_S:
+            return []
+        if getattr(self.storage, "pending_trials", None) is None:
+            return []             # a storage without a queue (a test's fake)
+        room = 0
+        while room < len(self.idle) and self._can_dispatch(extra=room):
+            room += 1
+        queued = self.storage.pending_trials(self.study_id, limit=room) if room else []
+        self._queue_read_at = None if len(queued) == room and room else now
+        if not queued:
+            return []
+        groups = self.idle[:len(queued)]
+        taken = self.storage.take_pending([
+            dict(trial_id=t.id, seed=trial_seed(self.seed, t.number), group=g,
+                 host=self.hosts[g], **self._rank_of(g)) for t, g in zip(queued, groups)])
+        actions = []
+        for rec in taken:
+            self.idle.remove(rec.group)
+            actions.append(self._running(rec.group, rec, rec.params))
+        self.queued_taken += len(taken)
         return actions
 
     def _suggestion(self, number: int) -> tuple[dict | None, float | None]:

@@ -17,7 +17,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, selectinload, sessionmaker
 
 from mpiopt.errors import DuplicateStudyError, StorageError, StudyBusyError, UnknownStudyError
-from mpiopt.storage import _writes
+from mpiopt.storage import _studies, _writes
 from mpiopt.storage._convert import (StudyRecord, dump_json, dump_spans, finite_or_none,
                                      to_frozen, to_record)
 from mpiopt.storage._engine import writer
@@ -71,7 +71,9 @@ class Storage:
 
     # ---- studies -----------------------------------------------------------------------
     def create_study(self, name: str, direction: str, metric: str, spec_text: str,
-                     fingerprint: str, space_json) -> int:
+                     fingerprint: str, space_json, enqueued: Sequence[dict] = ()) -> int:
+        """A new study; `enqueued` parameter sets (search.initial_trials) are queued in
+        the same transaction, so a study never exists without them."""
         if direction not in DIRECTIONS:
             raise StorageError(f"direction must be one of {', '.join(DIRECTIONS)}, not {direction!r}")
         if not isinstance(space_json, str):
@@ -85,6 +87,8 @@ class Storage:
                 raise DuplicateStudyError(f"study '{name}' already exists in {self.shown_url}")
             s.add(row)
             s.flush()
+            if enqueued:
+                _studies.enqueue(s.connection(), row.id, enqueued, now, self.shown_url)
             return row.id
 
     def get_study(self, name: str) -> StudyRecord:
@@ -123,6 +127,70 @@ class Storage:
                              .values(updated_at=_now(), **values))
             if done.rowcount != 1:
                 raise StorageError(f"no study with id {study_id} in {self.shown_url}")
+
+    # ---- a person's commands on whole studies (the caller refuses a running one) ------
+    def delete_study(self, study_id: int) -> int:
+        """The study and everything of its trials; returns how many trials went."""
+        with self._writing_core() as conn:
+            return _studies.delete_study(conn, study_id)
+
+    def rename_study(self, study_id: int, new_name: str, spec_text: str) -> None:
+        """A new name (and the stored spec that carries it); an existing name is refused."""
+        with self._writing() as s:
+            if s.scalar(select(StudyModel.id).where(StudyModel.name == new_name)) is not None:
+                raise DuplicateStudyError(f"study '{new_name}' already exists in {self.shown_url}")
+            row = self._require_study(s, study_id)
+            row.name, row.spec_text, row.updated_at = new_name, spec_text, _now()
+
+    def dump_study(self, study_id: int) -> dict:
+        """Every row of the study and its trials, for load_study_dump in another database."""
+        with self._reading() as s:
+            self._require_study(s, study_id)
+            return _studies.dump_study(s.connection(), study_id)
+
+    def load_study_dump(self, dump: dict, name: str, spec_text: str) -> int:
+        """A dump_study() written whole, in one transaction, as study `name`."""
+        with self._writing_core() as conn:
+            if conn.execute(select(StudyModel.id).where(StudyModel.name == name)).first():
+                raise DuplicateStudyError(f"study '{name}' already exists in {self.shown_url}")
+            return _studies.load_study(conn, dump, name, spec_text)
+
+    # ---- the queue of parameter sets that run before the searcher's own -------------
+    def enqueue_trials(self, study_id: int, params_list: Sequence[dict]) -> list[FrozenTrial]:
+        """PENDING trials for these parameter sets, in one transaction (see _studies)."""
+        with self._writing_core() as conn:
+            ids = _studies.enqueue(conn, study_id, params_list, _now(), self.shown_url)
+        return [self.get_trial_by_id(i) for i in ids]
+
+    def pending_trials(self, study_id: int, limit: int | None = None) -> list[FrozenTrial]:
+        """The queue, oldest first. One indexed SELECT when it is empty: the coordinator
+        asks on every dispatch."""
+        with connection_scope(self.engine, self.shown_url) as conn:      # no Session: cheap
+            ids = _studies.pending_ids(conn, study_id, limit)
+        if not ids:
+            return []
+        with self._reading() as s:
+            rows = s.scalars(_with_children(select(TrialModel).where(TrialModel.id.in_(ids)))
+                             .order_by(TrialModel.number)).all()
+            return [to_frozen(r) for r in rows]
+
+    def take_pending(self, requests: Sequence[dict]) -> list[FrozenTrial]:
+        """Queued trials become RUNNING for this job, in one transaction: dicts of
+        trial_id, seed, group, host, rank. Returns those taken (a trial no longer
+        PENDING, deleted or taken before, is left out)."""
+        now, taken = _now(), []
+        with self._writing_core() as conn:
+            for r in requests:
+                if _studies.take(conn, r["trial_id"], r.get("seed"), r.get("group"),
+                                 r.get("host"), r.get("rank"), now):
+                    taken.append(r["trial_id"])
+        return [self.get_trial_by_id(t) for t in taken]
+
+    def retry_failed(self, study_id: int) -> list[int]:
+        """FAILED trials become RETRIED and their parameter sets are queued again, in one
+        transaction; returns the numbers of the trials marked."""
+        with self._writing_core() as conn:
+            return _studies.retry_failed(conn, study_id, _now(), self.shown_url)
 
     # ---- one coordinator per study ----------------------------------------------------
     def acquire_lease(self, study_id: int, host: str, pid: int, period_s: float,
@@ -263,12 +331,12 @@ class Storage:
             _writes.add_epoch(conn, trial_id, epoch, value, self.shown_url)
 
     def interrupt_running(self, study_id: int) -> int:
-        """RUNNING (and PENDING) trials become INTERRUPTED; returns how many."""
+        """RUNNING trials become INTERRUPTED; returns how many. PENDING ones (queued by
+        `mpiopt enqueue`, never started) stay queued for the next job."""
         with self._writing() as s:
             done = s.execute(update(TrialModel)
                              .where(TrialModel.study_id == study_id,
-                                    TrialModel.status.in_([TrialStatus.RUNNING,
-                                                           TrialStatus.PENDING]))
+                                    TrialModel.status == TrialStatus.RUNNING)
                              .values(status=TrialStatus.INTERRUPTED, finished_at=_now()))
             return done.rowcount
 

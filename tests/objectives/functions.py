@@ -79,3 +79,11 @@ def steady(params):
     """A deterministic objective that takes a little while (kill campaigns hit it mid-run)."""
     time.sleep(float(os.environ.get("MPIOPT_TEST_SLEEP", "0.2")))
     return branin(params)
+
+
+def fails_while_told(params):
+    """Branin, but fails for x < 0 while MPIOPT_TEST_FAIL=1 (a failure --retry-failed fixes)."""
+    if os.environ.get("MPIOPT_TEST_FAIL") == "1" and params["x"] < 0:
+        raise RuntimeError("deliberate failure for x < 0 while MPIOPT_TEST_FAIL=1")
+    time.sleep(float(os.environ.get("MPIOPT_TEST_SLEEP", "0")))
+    return branin(params)
