@@ -87,3 +87,10 @@ def fails_while_told(params):
         raise RuntimeError("deliberate failure for x < 0 while MPIOPT_TEST_FAIL=1")
     time.sleep(float(os.environ.get("MPIOPT_TEST_SLEEP", "0")))
     return branin(params)
+
+
+def two_objectives(params):
+    """ZDT1-like on (x, y): f1 = x, f2 = g (1 - sqrt(x / g)); both minimized, the front at y = 0."""
+    x, y = params["x"], params["y"]
+    g = 1 + 9 * y
+    return {"f1": x, "f2": g * (1 - (x / g) ** 0.5), "size": 100 * y}
