@@ -3,8 +3,9 @@
 Two studies, made once per module, the cheapest real way:
 - `curves`: a function objective (tests/objectives/learning.py) under `mpiexec -n 5`, so 4
   groups of 1 rank: learning curves, pruned and failed trials (about 2 s);
-- `tiny`: a Keras study in single-process mode (tests/test_training.py's model, 2 folds,
-  2 epochs, 4 trials; about 15 s, most of it importing TensorFlow).
+- `digits` and `jets-pareto`: the examples' Keras studies (examples/digits, and the jets
+  CNN with two objectives, AUC and parameter count), shrunk to 4 trials of 2 epochs and
+  2 folds, in single-process mode (about 10 s each, most of it importing TensorFlow).
 The browser is Debian's chromium, headless: a missing browser FAILS these tests (CI
 installs it with .ci/ensure-chromium), it never skips them quietly.
 """
@@ -46,14 +47,28 @@ def studies(tmp_path_factory):
     spec.write_text(CURVES_SPEC % (ROOT / "tests" / "objectives" / "learning.py"))
     mpiopt("search", spec, "--storage", url, np=5, cwd=folder, check=True, timeout=120)
     if _has_tensorflow():
-        from test_training import write_case
-
-        keras = write_case(folder / "tiny", training={"epochs": 2, "batch_size": 32, "kfold": 2})
-        data = yaml.safe_load(keras.read_text())
-        data["search"] = {"algorithm": "random", "trials": 4, "seed": 4}
-        keras.write_text(yaml.safe_dump(data))
-        mpiopt("search", keras, "--storage", url, cwd=folder / "tiny", check=True, timeout=300)
+        for example, spec_name, trials in (("digits", "spec.yaml", 4), ("jets", "pareto.yaml", 4)):
+            mpiopt("search", _shrunk(example, spec_name, trials, folder), "--storage", url,
+                   cwd=folder, check=True, timeout=300)
     return url
+
+
+def _shrunk(example: str, spec_name: str, trials: int, folder: Path) -> Path:
+    """An example's spec with absolute file references, a few trials of 2 epochs, 2 folds,
+    one rank."""
+    source = ROOT / "examples" / example
+    data = yaml.safe_load((source / spec_name).read_text())
+    obj = data["objective"]
+    obj["model"] = str(source / obj["model"])
+    obj["data"]["loader"] = str(source / obj["data"]["loader"])
+    data["search"].update(algorithm="random", trials=trials, seed=4)
+    data["search"].pop("bayesian", None)
+    data["training"].update(epochs=2, kfold=2)
+    data["training"].pop("pruning", None)
+    data["resources"] = {"group_size": 1}
+    path = folder / f"{example}.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
 
 
 def _has_tensorflow() -> bool:
@@ -107,9 +122,9 @@ def test_the_console_check_catches_errors(tmp_path):
     assert any("bad" in e for e in errors) and any("Uncaught Error: boom" in e for e in errors)
 
 
-@pytest.mark.parametrize("study", ["curves", "tiny"])
+@pytest.mark.parametrize("study", ["curves", "digits", "jets-pareto"])
 def test_report_loads_offline_in_a_browser_with_every_plot_drawn(studies, study, tmp_path):
-    if study == "tiny" and not _has_tensorflow():
+    if study != "curves" and not _has_tensorflow():
         pytest.skip("tensorflow is not installed (the tensorflow extra)")
     page = report(studies, study, tmp_path / f"{study}.html")
     text = page.read_text(encoding="utf-8")
@@ -130,7 +145,7 @@ def test_report_loads_offline_in_a_browser_with_every_plot_drawn(studies, study,
     pixels = imread(shot)                    # what a person sees is not a blank page
     assert pixels.shape[:2] == (1400, 1000) and pixels[..., :3].std() > 0.05
     drawn = drawn_plots(proc.stdout)
-    expected = {"curves": set(KINDS) - {"folds"}, "tiny": set(KINDS)}[study]
+    expected = set(KINDS) - {"folds"} if study == "curves" else set(KINDS)
     assert {k.removeprefix("plot-") for k in drawn} == expected
     assert all(n > 0 for n in drawn.values()), drawn
     if study == "curves":
