@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from conftest import mpiopt
+from test_storage import fill_study as fill, row_counts  # every kind of row
 from mpiopt.errors import MpioptError, SpecError
 from mpiopt.storage import open_storage
 from mpiopt.trial import TrialStatus
@@ -26,24 +27,6 @@ SPEC = yaml.safe_dump({"study": {"name": "s"}, "search": {"algorithm": "random",
 def new_study(st, name="s") -> int:
     return st.create_study(name, "minimize", "value", SPEC.replace("name: s", f"name: {name}"),
                            "ab" * 32, json.dumps(SPACE))
-
-
-def fill(st, sid) -> None:
-    """Every kind of row: folds with metrics, per-epoch values, metrics, errors, states."""
-    a = st.create_trial(sid, {"x": 1.5, "k": 2, "act": "relu"}, seed=11, group=0, host="n1", rank=1)
-    st.finish_trial(a.id, TrialStatus.COMPLETE, value=0.5, value_std=0.1, fold_values=[0.4, 0.6],
-                    fold_metrics=[{"acc": 0.8}, {"acc": 0.7}], metrics={"acc": 0.75},
-                    intermediate={0: 1.0, 1: 0.5}, duration=2.5)
-    b = st.create_trial(sid, {"x": -4.0, "k": 1, "act": "tanh"}, seed=12, group=1, host="n2")
-    st.finish_trial(b.id, TrialStatus.FAILED, error="Traceback ...\nValueError: boom")
-    st.create_trial(sid, {"x": 3.0, "k": 4, "act": "relu"}, seed=13, group=0)      # RUNNING
-    st.enqueue_trials(sid, [{"x": 0.0, "k": 3, "act": "tanh"}])                    # PENDING
-
-
-def row_counts(url: str) -> dict:
-    with open_storage(url) as st, st.engine.connect() as conn:
-        return {t: conn.exec_driver_sql(f"SELECT count(*) FROM {t}").scalar()
-                for t in ("trials", "trial_params", "trial_folds", "trial_intermediate")}
 
 
 # ---- the commands ----------------------------------------------------------------------
