@@ -300,3 +300,69 @@ def test_a_study_under_mpiexec_stores_absent_parameters_as_absent_and_resumes(tm
     for row, t in zip(rows, sorted(trials, key=lambda t: t.number)):
         for name in space.names:
             assert (row.get(f"params_{name}", "") == "") == (name not in t.params)
+
+
+MODEL = '''
+import numpy as np
+
+
+def build(params):
+    import keras
+    adam = params["optimizer"] == "adam"
+    expected = {"optimizer", "learning_rate", "layers", *(f"units_{i}" for i in range(params["layers"]))}
+    expected |= {"beta1", "beta2"} if adam else {"momentum"}
+    expected |= {"dropout"} if params["layers"] >= 2 else set()
+    if set(params) != expected:
+        raise AssertionError(f"build got {sorted(params)}, expected {sorted(expected)}")
+    layers = [keras.Input((6,))]
+    for i in range(params["layers"]):
+        layers.append(keras.layers.Dense(params[f"units_{i}"], activation="tanh"))
+        if "dropout" in params:
+            layers.append(keras.layers.Dropout(params["dropout"]))
+    layers.append(keras.layers.Dense(3, activation="softmax"))
+    lr = params["learning_rate"]
+    optimizer = (keras.optimizers.Adam(lr, beta_1=params["beta1"], beta_2=params["beta2"]) if adam
+                 else keras.optimizers.SGD(lr, momentum=params["momentum"]))
+    model = keras.Sequential(layers)
+    model.compile(optimizer, "sparse_categorical_crossentropy", metrics=["accuracy"])
+    return model
+
+
+def load(n=200):
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(n, 6)).astype("float32")
+    return x, np.digitize(x[:, 0] + 0.5 * x[:, 1], [-0.5, 0.5]).astype("int64")
+'''
+
+
+def test_a_keras_study_over_the_conditional_space(tmp_path):
+    """One process, three trials (an adam and an sgd one queued, one random): build_model
+    raises unless it gets exactly the active parameters."""
+    pytest.importorskip("tensorflow")
+    (tmp_path / "tiny.py").write_text(MODEL)
+    adam = {"optimizer": "adam", "learning_rate": 0.02, "beta1": 0.9, "beta2": 0.99, "layers": 1,
+            "units_0": 8}
+    sgd = {"optimizer": "sgd", "learning_rate": 0.05, "momentum": 0.5, "layers": 2, "units_0": 8,
+           "units_1": 4, "dropout": 0.1}
+    spec = {"study": {"name": "k"},
+            "objective": {"model": "tiny.py:build", "data": {"loader": "tiny.py:load"},
+                          "metric": "val_accuracy", "direction": "maximize"},
+            "search_space": {"include": "conditional",
+                             "layers": {"type": "integer", "low": 1, "high": 2},
+                             "units_{i}": {"type": "integer", "low": 2, "high": 8, "for": {"i": "layers"}}},
+            "search": {"algorithm": "random", "trials": 3, "seed": 1, "initial_trials": [adam, sgd]},
+            "training": {"epochs": 1, "batch_size": 50}}
+    path = tmp_path / "k.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    url = f"sqlite:///{tmp_path / 'k.db'}"
+    proc = mpiopt("search", path, "--storage", url, cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-2000:]
+    from mpiopt.storage import open_storage
+
+    storage = open_storage(url)
+    try:
+        trials = sorted(storage.get_trials(storage.get_study("k").id), key=lambda t: t.number)
+    finally:
+        storage.close()
+    assert [t.status for t in trials] == [TrialStatus.COMPLETE] * 3, [t.error for t in trials]
+    assert trials[0].params == adam and trials[1].params == sgd
