@@ -13,11 +13,13 @@ parameter (all must hold, and every parent must be present itself):
 - ``units_{i}: {..., for: {i: depth}}``: one parameter per index 0 .. depth.high - 1,
   ``units_k`` with the implicit condition ``depth > k`` (mpiopt.spec expands it).
 
->>> from mpiopt.space import Categorical, Real, Space
->>> space = Space([Categorical("opt", ["adam", "sgd"]), Real("beta1", 0.8, 0.99)],
-...               {"beta1": parse_when("beta1", {"opt": "adam"}, {"opt": Categorical("opt", ["adam", "sgd"])})})
+>>> from mpiopt.space import Space
+>>> space = Space.from_dict({"opt": {"type": "categorical", "choices": ["adam", "sgd"]},
+...     "beta1": {"type": "real", "low": 0.8, "high": 0.99, "when": {"opt": "adam"}}})
 >>> space.active({"opt": "sgd", "beta1": 0.9})
 {'opt': 'sgd'}
+>>> space.conditions["beta1"][0].text()
+'opt is adam'
 """
 from __future__ import annotations
 
@@ -45,9 +47,8 @@ class Condition:
 
     def holds(self, value: Any) -> bool:
         if self.values is not None:
-            return any(type(v) is type(value) and v == value or
-                       (v == value and isinstance(v, bool) == isinstance(value, bool))
-                       for v in self.values)
+            return any(v == value and isinstance(v, bool) == isinstance(value, bool)
+                       for v in self.values)      # (True is never 1, as in Categorical)
         return _OPS[self.op](value, self.number)
 
     def to_yaml(self) -> Any:

@@ -188,7 +188,7 @@ def test_every_searcher_suggests_exactly_the_active_parameters(algorithm, option
     assert not searcher.pending
 
 
-@pytest.mark.parametrize("algorithm", ["bayesian", "evolutionary", "tpe"])
+@pytest.mark.parametrize("algorithm", ["bayesian", "evolutionary", "tpe", "cmaes"])
 def test_replay_of_trials_with_different_active_sets(algorithm):
     space = shipped_space()
     options = {"bayesian": {"initial_points": 3, "candidates": 200}, "tpe": {"startup_trials": 3}}.get(algorithm, {})
