@@ -75,6 +75,8 @@ def test_space_active_and_check():
     with pytest.raises(SpaceError, match="units_1: missing"):
         space.check({k: v for k, v in on.items() if k != "units_1"})
     assert space.parameter_set(on) == on
+    with pytest.raises(SpaceError, match="momentum: absent unless optimizer is sgd"):
+        space.parameter_set({**on, "optimizer": "adam", "beta1": 0.9, "beta2": 0.99})
     plain = Space.from_dict({"x": {"type": "real", "low": 0, "high": 1}})
     params = {"x": 0.5}
     assert plain.active(params) is params and not plain.conditional
@@ -206,6 +208,20 @@ def test_replay_of_trials_with_different_active_sets(algorithm):
         params = resumed.ask()
         space.check(params)
         resumed.tell(params, conditional(params))
+
+
+@pytest.mark.parametrize("mode", ["steady_state", "generational"])
+def test_several_objectives_over_a_conditional_space(mode):
+    """NSGA-II works on the same genome (ParEGO on the encoding the GP tests use)."""
+    from mpiopt.search.pareto import Objectives
+
+    space = shipped_space()
+    searcher = make_searcher("evolutionary", space, {"mode": mode, "population": 6}, seed=1)
+    for _ in range(12):
+        params = searcher.ask()
+        space.check(params)
+        searcher.tell(params, Objectives((conditional(params), params["layers"])))
+    assert not searcher.pending and len(searcher.told) == 12
 
 
 def test_absent_is_not_null_in_the_key():
