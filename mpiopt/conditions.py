@@ -28,6 +28,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from mpiopt.errors import SpaceError
 
 _OPS = {">": lambda a, b: a > b, ">=": lambda a, b: a >= b, "<": lambda a, b: a < b,
@@ -50,6 +52,14 @@ class Condition:
             return any(v == value and isinstance(v, bool) == isinstance(value, bool)
                        for v in self.values)      # (True is never 1, as in Categorical)
         return _OPS[self.op](value, self.number)
+
+    def mask(self, column, dim) -> "np.ndarray":
+        """`holds` over many points at once: `column` holds the parent's values (a
+        categorical parent: choice indices) as a numpy array."""
+        if self.values is None:
+            return _OPS[self.op](column, self.number)
+        wanted = [dim.index(v) for v in self.values] if hasattr(dim, "choices") else list(self.values)
+        return np.isin(column, wanted)
 
     def to_yaml(self) -> Any:
         """The canonical form in a resolved spec: a list of values, or the comparison text."""

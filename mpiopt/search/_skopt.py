@@ -105,29 +105,33 @@ class Encoder:
         return rows
 
     def _neutralise(self, rows: np.ndarray) -> None:
-        """Absent parameters' columns set to their constant, parents before children."""
+        """Absent parameters' columns set to their constant, parents before children; a
+        category that a move made present again (its columns still constant) becomes a
+        real choice: the first one (the second of two)."""
         space, values, on = self.space, {}, {}
         for name in space.order:
             mask = np.ones(len(rows), dtype=bool)
             for cond in space.conditions.get(name, ()):
                 if cond.parent not in values:
                     values[cond.parent] = self._column_values(rows, cond.parent)
-                held = np.fromiter((cond.holds(v) for v in values[cond.parent]), bool, len(rows))
-                mask &= on[cond.parent] & held
+                mask &= on[cond.parent] & cond.mask(values[cond.parent], space[cond.parent])
             on[name] = mask
+            block = self.blocks[self._index[name]]
+            if block["kind"] == "cat" and name in space.conditions:
+                rows[np.ix_(mask, block["cols"])] = _onehot(
+                    self._column_values(rows[mask], name), block)
             if not mask.all():
-                block = self.blocks[self._index[name]]
                 rows[np.ix_(~mask, block["cols"])] = block["neutral"]
 
-    def _column_values(self, rows: np.ndarray, name: str) -> list:
-        """The values one dimension's columns stand for, row by row (native types)."""
+    def _column_values(self, rows: np.ndarray, name: str) -> np.ndarray:
+        """What one dimension's columns stand for, row by row: a choice's index, or the
+        value (Condition.mask reads these)."""
         j = self._index[name]
-        block, dim, sk = self.blocks[j], self.space[name], self.sk.dimensions[j]
+        block, sk = self.blocks[j], self.sk.dimensions[j]
         cols = rows[:, block["cols"]]
         if block["kind"] == "cat":
-            index = (cols[:, 0] >= 0.5).astype(int) if cols.shape[1] == 1 else cols.argmax(axis=1)
-            return [dim.choices[min(i, len(dim.choices) - 1)] for i in index]
-        return [dim.native(_native(v)) for v in np.ravel(sk.inverse_transform(cols[:, 0]))]
+            return (cols[:, 0] >= 0.5).astype(int) if cols.shape[1] == 1 else cols.argmax(axis=1)
+        return np.ravel(np.asarray(sk.inverse_transform(cols[:, 0]), dtype=float))
 
 
 def skopt_dimensions(space) -> list:
