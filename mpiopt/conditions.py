@@ -24,6 +24,7 @@ parameter (all must hold, and every parent must be present itself):
 from __future__ import annotations
 
 import difflib
+import operator
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -32,8 +33,8 @@ import numpy as np
 
 from mpiopt.errors import SpaceError
 
-_OPS = {">": lambda a, b: a > b, ">=": lambda a, b: a >= b, "<": lambda a, b: a < b,
-        "<=": lambda a, b: a <= b, "==": lambda a, b: a == b, "!=": lambda a, b: a != b}
+_OPS = {">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le,
+        "==": operator.eq, "!=": operator.ne}
 _COMPARISON = re.compile(r"^\s*(>=|<=|==|!=|>|<)\s*([-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?)\s*$")
 MAX_FOR = 64   # parameters one `for` may expand into
 
