@@ -370,8 +370,8 @@ def load(n=200):
 
 
 def test_a_keras_study_over_the_conditional_space(tmp_path):
-    """One process, three trials (an adam and an sgd one queued, one random): build_model
-    raises unless it gets exactly the active parameters."""
+    """One process, two trials (an adam and an sgd one, queued): build_model raises unless
+    it gets exactly the active parameters (the searchers' suggestions are checked above)."""
     pytest.importorskip("tensorflow")
     (tmp_path / "tiny.py").write_text(MODEL)
     adam = {"optimizer": "adam", "learning_rate": 0.02, "beta1": 0.9, "beta2": 0.99, "layers": 1,
@@ -384,7 +384,7 @@ def test_a_keras_study_over_the_conditional_space(tmp_path):
             "search_space": {"include": "conditional",
                              "layers": {"type": "integer", "low": 1, "high": 2},
                              "units_{i}": {"type": "integer", "low": 2, "high": 8, "for": {"i": "layers"}}},
-            "search": {"algorithm": "random", "trials": 3, "seed": 1, "initial_trials": [adam, sgd]},
+            "search": {"algorithm": "random", "trials": 2, "seed": 1, "initial_trials": [adam, sgd]},
             "training": {"epochs": 1, "batch_size": 50}}
     path = tmp_path / "k.yaml"
     path.write_text(yaml.safe_dump(spec))
@@ -398,5 +398,5 @@ def test_a_keras_study_over_the_conditional_space(tmp_path):
         trials = sorted(storage.get_trials(storage.get_study("k").id), key=lambda t: t.number)
     finally:
         storage.close()
-    assert [t.status for t in trials] == [TrialStatus.COMPLETE] * 3, [t.error for t in trials]
+    assert [t.status for t in trials] == [TrialStatus.COMPLETE] * 2, [t.error for t in trials]
     assert trials[0].params == adam and trials[1].params == sgd
