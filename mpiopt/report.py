@@ -77,11 +77,14 @@ def flat_row(trial: FrozenTrial) -> dict[str, Any]:
 
 
 def export_rows(trials: Iterable[FrozenTrial]) -> tuple[list[str], list[dict[str, Any]]]:
-    """Flat rows plus the union of their columns, in first-seen order."""
+    """Flat rows plus the union of their columns, in first-seen order within each kind
+    (params_*, metrics_*, fold_*): a parameter first seen in a later trial (a conditional
+    space's) still sits beside the other parameters. An absent one is an empty cell."""
     rows = [flat_row(t) for t in trials]
     columns: dict[str, None] = dict.fromkeys(BASE_COLUMNS)
-    for row in rows:
-        columns.update(dict.fromkeys(row))
+    for prefix in ("params_", "metrics_", "fold_", ""):
+        for row in rows:
+            columns.update(dict.fromkeys(k for k in row if k.startswith(prefix)))
     return list(columns), rows
 
 

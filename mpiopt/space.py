@@ -16,6 +16,14 @@ Genome encoding, one gene per dimension in declaration order:
 Uniform random genes therefore decode to samples that respect the priors, which is how
 :meth:`Space.sample` works.
 
+Conditional spaces (mpiopt.conditions: `when`, `for`): a parameter set holds only the
+parameters that are *active*; an absent one is missing from the dict (never None).
+Searchers keep working on the full genome or encoding, where an absent parameter's slot
+holds the constant NEUTRAL (mid-range), and `from_genome`, `sample` and `active` drop
+what is inactive before a suggestion leaves them. Two points where a parameter is absent
+therefore do not differ in it; an absent and a present one differ as if the absent one
+sat mid-range.
+
 >>> import numpy as np
 >>> space = Space([Real("lr", 1e-4, 1e-1, "log-uniform"), Integer("units", 8, 512),
 ...                Categorical("act", ["relu", "tanh"])])
@@ -33,9 +41,11 @@ from typing import Any, Iterable, Sequence, Union
 
 import numpy as np
 
+from mpiopt.conditions import dependency_order, parse_when
 from mpiopt.errors import SpaceError  # noqa: F401  (raised here; importable from here too)
 
 PRIORS = ("uniform", "log-uniform")
+NEUTRAL = 0.5   # the gene (and encoded column) of an absent parameter: see the docstring
 CHOICE_TYPES = (str, int, float, bool)
 
 
@@ -270,9 +280,10 @@ def dimension_from_dict(name: str, entry: dict) -> Dimension:
 
 class Space:
     """An ordered collection of named dimensions; the order is the genome's (and the
-    encoder's, mpiopt.search._skopt)."""
+    encoder's, mpiopt.search._skopt). `conditions` maps a parameter name to the
+    conditions (mpiopt.conditions.Condition) under which it is present."""
 
-    def __init__(self, dimensions: Iterable[Dimension]):
+    def __init__(self, dimensions: Iterable[Dimension], conditions: dict | None = None):
         self.dimensions: list[Dimension] = list(dimensions)
         self.names: list[str] = [d.name for d in self.dimensions]
         if not self.dimensions:
@@ -283,6 +294,36 @@ class Space:
                 raise SpaceError(name, "duplicate parameter name")
             seen.add(name)
         self._by_name = {d.name: d for d in self.dimensions}
+        self.conditions: dict[str, tuple] = {n: tuple(c) for n, c in (conditions or {}).items() if c}
+        for name, conds in self.conditions.items():
+            if name not in self._by_name:
+                raise SpaceError(name, "a condition for an unknown parameter")
+            for cond in conds:
+                if cond.parent not in self._by_name:
+                    raise SpaceError(f"{name}.when.{cond.parent}", f"unknown parameter {cond.parent!r}")
+        self.order: list[str] = dependency_order(self.names, self.conditions)
+
+    @property
+    def conditional(self) -> bool:
+        """Some parameter is present only under a condition."""
+        return bool(self.conditions)
+
+    def is_on(self, name: str, params: dict) -> bool:
+        """Whether `name` is active given the (active) values in params: every condition
+        holds, and every parent is present."""
+        return all(c.parent in params and c.holds(params[c.parent])
+                   for c in self.conditions.get(name, ()))
+
+    def active(self, params: dict) -> dict:
+        """params without the parameters that are inactive (in the space's order); params
+        itself for a space without conditions."""
+        if not self.conditions:
+            return params
+        out: dict = {}
+        for name in self.order:
+            if name in params and self.is_on(name, out):
+                out[name] = params[name]
+        return {n: out[n] for n in self.names if n in out}
 
     def __len__(self) -> int:
         return len(self.dimensions)
@@ -294,20 +335,23 @@ class Space:
         return self._by_name[name]
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Space) and self.dimensions == other.dimensions
+        return (isinstance(other, Space) and self.dimensions == other.dimensions
+                and self.conditions == other.conditions)
 
     def __repr__(self) -> str:
         return f"Space({self.dimensions!r})"
 
     # -- DEAP genome ----------------------------------------------------------------
     def to_genome(self, params: dict) -> list[float]:
+        """One gene per dimension; an absent (inactive) parameter's gene is NEUTRAL."""
         self.check(params)
-        return [d.encode(params[d.name]) for d in self.dimensions]
+        return [d.encode(params[d.name]) if d.name in params else NEUTRAL for d in self.dimensions]
 
     def from_genome(self, genome: Sequence[float]) -> dict:
+        """The parameter set a genome stands for: only the active parameters."""
         if len(genome) != len(self.dimensions):
             raise ValueError(f"expected a genome of {len(self)} genes, got {len(genome)}")
-        return {d.name: d.decode(g) for d, g in zip(self.dimensions, genome)}
+        return self.active({d.name: d.decode(g) for d, g in zip(self.dimensions, genome)})
 
     def sample(self, rng) -> dict:
         """A random parameter set: uniform genes decode to samples that follow the priors."""
@@ -318,6 +362,8 @@ class Space:
         """Raise SpaceError (a ValueError) naming the first wrong, missing or extra parameter."""
         if not isinstance(params, dict):
             raise SpaceError("params", f"expected a mapping, got {params!r}")
+        if self.conditions:
+            return self._check_conditional(params)
         for d in self.dimensions:
             if d.name not in params:
                 raise SpaceError(d.name, "missing")
@@ -325,6 +371,23 @@ class Space:
         extra = [k for k in params if k not in self._by_name]
         if extra:
             raise SpaceError(str(extra[0]), "not a parameter of this search space")
+
+    def _check_conditional(self, params: dict) -> None:
+        """Active parameters present and valid, inactive ones absent, nothing else."""
+        extra = [k for k in params if k not in self._by_name]
+        if extra:
+            raise SpaceError(str(extra[0]), "not a parameter of this search space")
+        for name in self.order:
+            on = self.is_on(name, params)
+            if on and name not in params:
+                raise SpaceError(name, "missing")
+            if not on and name in params:
+                raise SpaceError(name, f"absent unless {self.condition_text(name)}; leave it out")
+            if on:
+                self._by_name[name].validate(params[name])
+
+    def condition_text(self, name: str) -> str:
+        return " and ".join(c.text() for c in self.conditions.get(name, ())) or "always"
 
     def parameter_set(self, given: dict) -> dict:
         """A complete parameter set from user input (`mpiopt enqueue --set`,
@@ -338,7 +401,7 @@ class Space:
                 raise SpaceError(str(name), "not a parameter of this search space (it has: "
                                  f"{', '.join(self.names)})")
         self.check(given)
-        return {d.name: d.native(given[d.name]) for d in self.dimensions}
+        return {d.name: d.native(given[d.name]) for d in self.dimensions if d.name in given}
 
     def contains(self, params: dict) -> bool:
         try:
@@ -349,24 +412,40 @@ class Space:
 
     def distance(self, a: dict, b: dict) -> float:
         """Largest per-dimension distance, each scaled to [0, 1] (in log space for log
-        priors; categorical: 0 if equal else 1). Used to keep pending points apart."""
-        return max(d.scaled_distance(a[d.name], b[d.name]) for d in self.dimensions)
+        priors; categorical: 0 if equal else 1). Used to keep pending points apart. An
+        absent parameter counts as mid-range (categorical: as a choice of its own)."""
+        ra, rb = self.distance_row(a), self.distance_row(b)
+        return max(float(x != y) if isinstance(d, Categorical)
+                   else min(1.0, abs(x - y) / (d._scale(d.high) - d._scale(d.low)))
+                   for d, x, y in zip(self.dimensions, ra, rb))
 
     def distance_row(self, params: dict) -> list[float]:
         """Coordinates from which PointSet computes `distance` for many points at once:
-        the (log-)value for numbers, the choice's index for categories."""
-        return [float(d.index(params[d.name])) if isinstance(d, Categorical)
-                else d._scale(params[d.name]) for d in self.dimensions]
+        the (log-)value for numbers, the choice's index for categories; an inactive
+        parameter: mid-range, or index -1."""
+        params = self.active(params)
+        return [_row_value(d, params[d.name]) if d.name in params else _absent_row_value(d)
+                for d in self.dimensions]
 
     # -- description ----------------------------------------------------------------
     def to_dict(self) -> dict:
-        return {d.name: d.to_dict() for d in self.dimensions}
+        """The description; a conditional parameter's entry gains `when` (so a space
+        without conditions describes, and fingerprints, as it always did)."""
+        out = {d.name: d.to_dict() for d in self.dimensions}
+        for name, conds in self.conditions.items():
+            out[name]["when"] = {c.parent: c.to_yaml() for c in conds}
+        return out
 
     @classmethod
     def from_dict(cls, description: dict) -> "Space":
         if not isinstance(description, dict):
             raise SpaceError("search_space", f"expected a mapping, got {description!r}")
-        return cls(dimension_from_dict(name, entry) for name, entry in description.items())
+        dims = [dimension_from_dict(name, entry) for name, entry in description.items()]
+        by_name = {d.name: d for d in dims}
+        conditions = {name: parse_when(name, entry["when"], by_name)
+                      for name, entry in description.items()
+                      if isinstance(entry, dict) and entry.get("when") is not None}
+        return cls(dims, conditions)
 
     def fingerprint(self) -> str:
         """sha256 of the description, independent of declaration order: reordering the
@@ -385,9 +464,20 @@ class Space:
 
 
 def _describe(entry: dict) -> str:
+    when = "".join(f" when {k}: {v!r}" for k, v in entry.get("when", {}).items())
     if entry["type"] == "categorical":
-        return f"categorical {entry['choices']!r}"
-    return f"{entry['type']} [{entry['low']}, {entry['high']}] {entry['prior']}"
+        return f"categorical {entry['choices']!r}{when}"
+    return f"{entry['type']} [{entry['low']}, {entry['high']}] {entry['prior']}{when}"
+
+
+def _row_value(d: Dimension, value: Any) -> float:
+    return float(d.index(value)) if isinstance(d, Categorical) else d._scale(value)
+
+
+def _absent_row_value(d: Dimension) -> float:
+    if isinstance(d, Categorical):
+        return -1.0
+    return (d._scale(d.low) + d._scale(d.high)) / 2.0
 
 
 class PointSet:

@@ -749,28 +749,72 @@ _pruning.KEYS = ("pruner", "warmup_epochs", "min_trials", "reduction_factor", "m
 
 
 # --------------------------------------------------------------------------- search space
-DIMENSION_KEYS = {"real": ("type", "low", "high", "prior"), "integer": ("type", "low", "high", "prior"),
-                  "categorical": ("type", "choices")}
+DIMENSION_KEYS = {"real": ("type", "low", "high", "prior", "when", "for"),
+                  "integer": ("type", "low", "high", "prior", "when", "for"),
+                  "categorical": ("type", "choices", "when", "for")}
 
 
 def _space(top: _Section, origins: dict | None) -> Space:
-    """Build the Space; each entry's errors name the file it came from (spec or include)."""
+    """Build the Space; each entry's errors name the file it came from (spec or include).
+    Conditions (`when`, `for`: mpiopt.conditions) are read once every dimension exists."""
     entries = top.raw("search_space")
     if not isinstance(entries, dict):
         top.fail("search_space", f"expected a mapping of parameter name -> definition, got {_show(entries)}")
     origins = origins or {}
-    dims = []
+    dims, raw = {}, {}
     for name, entry in entries.items():
         source, prefix = origins.get(name, (top.source, "search_space"))
         where = f"{prefix}.{name}" if prefix else str(name)
-        if not isinstance(name, str) or not name.isidentifier():
-            raise SpecError(f"{source}: {where}: a parameter name must be an identifier")
         if isinstance(entry, list):  # shorthand: `activation: [relu, tanh]`
             entry = {"type": "categorical", "choices": entry}
-        dims.append(_dimension(name, entry, source, prefix))
+        templated = isinstance(entry, dict) and entry.get("for") is not None
+        if not isinstance(name, str) or not (name.isidentifier() or templated):
+            raise SpecError(f"{source}: {where}: a parameter name must be an identifier")
+        dims[name] = _dimension(name, entry, source, prefix)
+        raw[name] = entry
     if not dims:
         top.fail("search_space", "expected at least one parameter")
-    return Space(dims)
+
+    def fail(exc: SpaceError):
+        source, prefix = origins.get(exc.field.split(".")[0], (top.source, "search_space"))
+        raise SpecError(f"{source}: {prefix + '.' if prefix else ''}{exc.field}: {exc.message}") from None
+
+    try:
+        return _conditional_space(dims, raw)
+    except SpaceError as exc:
+        fail(exc)
+
+
+def _conditional_space(dims: dict, raw: dict) -> Space:
+    """`for` templates expanded in place (each copy with its implicit `PARENT > k`), `when`
+    parsed against the other dimensions, then the Space (which refuses cycles)."""
+    from mpiopt.conditions import expand_for, parse_when
+
+    plain = {n: d for n, d in dims.items() if raw[n].get("for") is None}
+    out, conditions = [], {}
+    for name, dim in dims.items():
+        when = raw[name].get("when")
+        own = parse_when(name, when, plain) if when is not None else ()
+        if raw[name].get("for") is None:
+            out.append(dim)
+            conditions[name] = own
+            continue
+        _, parent, copies = expand_for(name, raw[name]["for"], plain)
+        if any(c.parent == parent for c in own):
+            raise SpaceError(f"{name}.when.{parent}", f"`for` already sets the condition on "
+                             f"{parent}; leave it out of `when`")
+        for child, cond in copies:
+            if child in dims:
+                raise SpaceError(name, f"expands to {child!r}, which is also a parameter")
+            out.append(_renamed(dim, child))
+            conditions[child] = own + (cond,)
+    return Space(out, conditions)
+
+
+def _renamed(dim, name: str):
+    import dataclasses
+
+    return dataclasses.replace(dim, name=name)
 
 
 def _dimension(name: str, entry: Any, source: str, prefix: str):

@@ -53,6 +53,6 @@ def warm_results(storage, spec) -> tuple[list[tuple[dict, float]], str | None]:
 def fitting(space, params: dict) -> dict | None:
     """`params` restricted to the space's parameters, or None if one is missing or out."""
     try:
-        return space.parameter_set({n: params[n] for n in space.names})
+        return space.parameter_set(space.active({n: params[n] for n in space.names if n in params}))
     except (KeyError, ValueError):
         return None

@@ -40,7 +40,7 @@ def register(subparsers) -> None:
                     "dispatch, else the next resume runs it first.")
     p.add_argument("study", help="study name")
     p.add_argument("--set", dest="settings", action="append", metavar="NAME=VALUE", default=[],
-                   required=True, help="one parameter (every parameter of the space is needed)")
+                   required=True, help="one parameter (every parameter of the space is needed; in a conditional space every active one)")
     add_storage_option(p)
     p.set_defaults(func=cmd_enqueue)
 

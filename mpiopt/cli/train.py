@@ -44,9 +44,13 @@ def resolve_params(space, given: dict) -> dict:
     """The middle of the space, updated with the given values, checked against the space."""
     from mpiopt.errors import SpecError
 
-    params = space.from_genome([0.5] * len(space))
+    params = {d.name: d.decode(0.5) for d in space}    # then the inactive ones dropped
     params.update(given)
+    params = space.active(params)
     try:
+        dropped = [k for k in given if k not in params]
+        if dropped:
+            raise ValueError(f"{dropped[0]}: absent unless {space.condition_text(dropped[0])}")
         space.check(params)
     except ValueError as exc:
         raise SpecError(f"--set: {exc}") from None

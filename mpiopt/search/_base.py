@@ -21,9 +21,13 @@ def params_key(params: dict, names: list[str]) -> tuple:
     """A hashable identity for a parameter set that survives a database round trip.
 
     Floats are compared at 12 significant digits so a suggestion read back from SQLite or
-    received over MPI still matches the pending entry it came from.
+    received over MPI still matches the pending entry it came from. An absent parameter
+    (conditional spaces) keys as `()`, which no value (a scalar, or None) equals.
     """
-    return tuple(_canon(params[n]) for n in names)
+    return tuple(_canon(params[n]) if n in params else _ABSENT for n in names)
+
+
+_ABSENT = ()
 
 
 def _canon(v: Any) -> Any:
@@ -49,7 +53,8 @@ class Searcher(abc.ABC):
     """Base of every strategy: keeps the pending suggestions and the told history.
 
     Subclasses implement `_suggest()` (a new parameter dict, using `self.pending` and
-    `self.told` as they see fit) and may hook `_on_tell` / `_on_forget` / `_on_reseed`.
+    `self.told` as they see fit; in a conditional space it may hold inactive parameters,
+    which `ask` drops) and may hook `_on_tell` / `_on_forget` / `_on_reseed`.
 
     Randomness is keyed, never carried: the suggestion for trial number n draws from a
     stream derived from (seed, n), and the n-th tell from (seed, n). So a resumed study,
@@ -78,7 +83,7 @@ class Searcher(abc.ABC):
         until told or forgotten."""
         self.number = self.next_number if number is None else int(number)
         self._reseed(_ASK, self.number)
-        params = self._suggest()
+        params = self.space.active(self._suggest())   # only what is present leaves
         self.pending[self.key(params)] = params
         self.next_number = max(self.next_number, self.number + 1)
         return params
@@ -120,7 +125,9 @@ class Searcher(abc.ABC):
         self._on_replay(reruns)
 
     def key(self, params: dict) -> tuple:
-        return params_key(params, self.names)
+        """params' identity; in a conditional space only its active parameters count, so
+        a genome's full decoding and the suggestion made from it have the same key."""
+        return params_key(self.space.active(params), self.names)
 
     @property
     def best(self) -> tuple[dict, float] | None:

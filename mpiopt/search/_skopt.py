@@ -15,6 +15,8 @@ from skopt.learning.gaussian_process.kernels import HammingKernel
 from skopt.space import Categorical, Integer
 from skopt.utils import cook_estimator, normalize_dimensions
 
+from mpiopt.space import NEUTRAL
+
 __all__ = ["Encoder", "acquisition", "hamming_kernel", "tree_model"]
 
 _GRID_LIMIT = 4096  # integer dimensions with more values are treated as continuous
@@ -26,6 +28,14 @@ class Encoder:
     The max-abs difference between two encoded rows equals `Space.distance` (one-hot
     blocks differ by exactly 1), so distance filters over thousands of candidates are
     one numpy expression.
+
+    Conditional spaces: an absent parameter's columns hold a constant (NEUTRAL = 0.5 for
+    a number, all zeros for a one-hot block, 0.5 for a two-choice column), in told rows
+    and in every candidate (`snap`). So two points where a parameter is absent do not
+    differ in it, and the kernel between them ignores that dimension; the limit: between
+    a point where it is absent and one where it is present, the model sees the distance
+    to mid-range (it cannot tell "absent" from "middle"). SMAC imputes inactive values
+    the same way.
     """
 
     def __init__(self, space):
@@ -39,10 +49,20 @@ class Encoder:
             self.blocks.append(_block(dim, col, size))
             col += size
         self.all_categorical = all(b["kind"] == "cat" for b in self.blocks)
+        for b in self.blocks:
+            b["neutral"] = 0.0 if b["kind"] == "cat" and len(b["cols"]) > 1 else NEUTRAL
+        self._index = dict(zip(space.names, range(len(self.blocks))))
 
     def encode(self, params_list) -> np.ndarray:
+        params_list = list(params_list)
         points = [to_point(self.space, p) for p in params_list]
-        return np.asarray(self.sk.transform(points), dtype=float).reshape(-1, self.n_cols)
+        rows = np.asarray(self.sk.transform(points), dtype=float).reshape(-1, self.n_cols)
+        if self.space.conditional:
+            for i, params in enumerate(params_list):
+                for name, j in self._index.items():
+                    if name not in params:
+                        rows[i, self.blocks[j]["cols"]] = self.blocks[j]["neutral"]
+        return rows
 
     def decode(self, row) -> dict:
         row = np.clip(np.asarray(row, dtype=float), 0.0, 1.0)[None, :]
@@ -70,7 +90,8 @@ class Encoder:
         return self.snap(np.clip(out, 0.0, 1.0))
 
     def snap(self, rows: np.ndarray) -> np.ndarray:
-        """Move integer columns onto their grid so candidates are points that can be run."""
+        """Move integer columns onto their grid so candidates are points that can be run,
+        and absent parameters' columns to their constant (see the class docstring)."""
         for b in self.blocks:
             if b["kind"] == "int":
                 grid = b["grid"]
@@ -79,7 +100,38 @@ class Encoder:
                 left = grid[idx - 1]
                 right = grid[idx]
                 rows[:, b["cols"][0]] = np.where(col - left < right - col, left, right)
+        if self.space.conditional:
+            self._neutralise(rows)
         return rows
+
+    def _neutralise(self, rows: np.ndarray) -> None:
+        """Absent parameters' columns set to their constant, parents before children; a
+        category that a move made present again (its columns still constant) becomes a
+        real choice: the first one (the second of two)."""
+        space, values, on = self.space, {}, {}
+        for name in space.order:
+            mask = np.ones(len(rows), dtype=bool)
+            for cond in space.conditions.get(name, ()):
+                if cond.parent not in values:
+                    values[cond.parent] = self._column_values(rows, cond.parent)
+                mask &= on[cond.parent] & cond.mask(values[cond.parent], space[cond.parent])
+            on[name] = mask
+            block = self.blocks[self._index[name]]
+            if block["kind"] == "cat" and name in space.conditions:
+                rows[np.ix_(mask, block["cols"])] = _onehot(
+                    self._column_values(rows[mask], name), block)
+            if not mask.all():
+                rows[np.ix_(~mask, block["cols"])] = block["neutral"]
+
+    def _column_values(self, rows: np.ndarray, name: str) -> np.ndarray:
+        """What one dimension's columns stand for, row by row: a choice's index, or the
+        value (Condition.mask reads these)."""
+        j = self._index[name]
+        block, sk = self.blocks[j], self.sk.dimensions[j]
+        cols = rows[:, block["cols"]]
+        if block["kind"] == "cat":
+            return (cols[:, 0] >= 0.5).astype(int) if cols.shape[1] == 1 else cols.argmax(axis=1)
+        return np.ravel(np.asarray(sk.inverse_transform(cols[:, 0]), dtype=float))
 
 
 def skopt_dimensions(space) -> list:
@@ -102,9 +154,10 @@ def skopt_dimensions(space) -> list:
 
 
 def to_point(space, params: dict) -> list:
-    """params -> a skopt point (values in dimension order), checked against the space."""
+    """params -> a skopt point (values in dimension order), checked against the space; an
+    absent parameter gets its mid-range value (Encoder.encode overwrites its columns)."""
     space.check(params)
-    return [params[d.name] for d in space.dimensions]
+    return [params[d.name] if d.name in params else d.decode(NEUTRAL) for d in space.dimensions]
 
 
 def from_point(space, point) -> dict:

@@ -17,6 +17,12 @@ Writing them again would only add bugs.
   rugged problems and valleys (rastrigin4 24.4 vs 11.2, rosenbrock4 1135 vs 258). Real
   and integer dimensions; a categorical one is sampled independently (Optuna's fallback).
 
+Conditional spaces: Optuna's own define-by-run. A trial asks only the active parameters,
+parents first (`trial.suggest_*` in Space.order); TPE then models each parameter on the
+trials that have it (with `multivariate`, `group=True`: one joint density per set of
+parameters that occur together), and CMA-ES adapts its distribution over the parameters
+every trial has, sampling the others independently (Optuna's fallback).
+
 The Optuna study lives in memory; mpiopt's database stays the record. Randomness is
 keyed like every mpiopt searcher's: the sampler for trial n is seeded from (seed, n).
 Replay adds the finished trials and the pending re-runs (RUNNING, which the liar sees) to
@@ -54,10 +60,22 @@ class OptunaSearcher(Searcher):
 
     def _suggest(self) -> dict:
         self.study.sampler = self._sampler(int(self.rng.integers(2**31)))
-        trial = self.study.ask(self.dists)
-        params = {n: _native(trial.params[n]) for n in self.names}
+        if self.space.conditional:
+            trial, params = self._ask_active()
+        else:
+            trial = self.study.ask(self.dists)
+            params = {n: _native(trial.params[n]) for n in self.names}
         self.numbers[self.key(params)] = trial.number
         return params
+
+    def _ask_active(self):
+        """Define-by-run: each parameter suggested only when its conditions hold on the
+        values suggested before it (parents first)."""
+        trial, values = self.study.ask(), {}
+        for name in self.space.order:
+            if self.space.is_on(name, values):
+                values[name] = _native(_suggest(trial, name, self.dists[name]))
+        return trial, {n: values[n] for n in self.names if n in values}
 
     def _on_tell(self, params, value, was_pending) -> None:
         number = self.numbers.pop(self.key(params), None)
@@ -79,8 +97,9 @@ class OptunaSearcher(Searcher):
         """A trial added to the in-memory study: COMPLETE with a value, else RUNNING."""
         state = self._optuna.trial.TrialState
         done = value is not None and math.isfinite(value)
+        names = [n for n in self.names if n in params]   # (absent: not in the trial at all)
         self.study.add_trial(self._optuna.trial.create_trial(
-            params={n: params[n] for n in self.names}, distributions=self.dists,
+            params={n: params[n] for n in names}, distributions={n: self.dists[n] for n in names},
             value=value if done else None, state=state.COMPLETE if done else state.RUNNING))
         return self.study.trials[-1].number
 
@@ -90,10 +109,16 @@ class TPESearcher(OptunaSearcher):
     defaults = declared("tpe")
 
     def _sampler(self, seed: int):
+        import warnings
+
         o = self.options
-        return self._optuna.samplers.TPESampler(
-            seed=int(seed), n_startup_trials=int(o["startup_trials"]),
-            multivariate=bool(o["multivariate"]), constant_liar=bool(o["constant_liar"]))
+        extra = {"group": True} if self.space.conditional and o["multivariate"] else {}
+        with warnings.catch_warnings():      # multivariate and group are "experimental"
+            warnings.simplefilter("ignore")
+            return self._optuna.samplers.TPESampler(
+                seed=int(seed), n_startup_trials=int(o["startup_trials"]),
+                multivariate=bool(o["multivariate"]), constant_liar=bool(o["constant_liar"]),
+                **extra)
 
 
 class CmaEsSearcher(OptunaSearcher):
@@ -119,7 +144,8 @@ class CmaEsSearcher(OptunaSearcher):
         super()._on_replay(reruns)
         if self.told:
             best = min(self.told, key=lambda t: t[1])[0]
-            self._x0 = {n: best[n] for n, dist in self.dists.items() if hasattr(dist, "high")}
+            self._x0 = {n: best[n] for n, dist in self.dists.items()
+                        if hasattr(dist, "high") and n in best}
 
 
 def distributions(space) -> dict:
@@ -137,6 +163,16 @@ def distributions(space) -> dict:
             out[dim.name] = d.FloatDistribution(float(dim.low), float(dim.high),
                                                 log=dim.prior != "uniform")
     return out
+
+
+def _suggest(trial, name: str, dist):
+    """trial.suggest_* for one of `distributions`' entries."""
+    kind = type(dist).__name__
+    if kind == "CategoricalDistribution":
+        return trial.suggest_categorical(name, list(dist.choices))
+    if kind == "IntDistribution":
+        return trial.suggest_int(name, dist.low, dist.high, log=dist.log)
+    return trial.suggest_float(name, dist.low, dist.high, log=dist.log)
 
 
 def _native(value):

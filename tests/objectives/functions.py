@@ -94,3 +94,20 @@ def two_objectives(params):
     x, y = params["x"], params["y"]
     g = 1 + 9 * y
     return {"f1": x, "f2": g * (1 - (x / g) ** 0.5), "size": 100 * y}
+
+
+def conditional(params):
+    """For a space like searchspaces/conditional.yaml: raises if a parameter is present
+    when its condition does not hold, or missing when it does (a FAILED trial shows it)."""
+    adam = params["optimizer"] == "adam"
+    for name, wanted in (("beta1", adam), ("beta2", adam), ("momentum", not adam),
+                         ("dropout", params["layers"] >= 2)):
+        if (name in params) != wanted:
+            raise AssertionError(f"{name} {'missing' if wanted else 'present'} in {params}")
+    widths = sorted(k for k in params if k.startswith("units_"))
+    if widths != [f"units_{i}" for i in range(params["layers"])]:
+        raise AssertionError(f"layer widths {widths} for {params['layers']} layers")
+    loss = (math.log10(params["learning_rate"]) + 2.5) ** 2
+    loss += (params["beta1"] - 0.9) ** 2 if adam else 0.2 + (params["momentum"] - 0.9) ** 2
+    loss += sum((math.log2(params[k]) - 5) ** 2 for k in widths) / 10
+    return loss + abs(params["layers"] - 2) * 0.3 + params.get("dropout", 0.0)
