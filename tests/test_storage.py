@@ -375,6 +375,31 @@ def test_batches_of_creates_and_finishes_are_one_transaction_each(storage):
     assert storage.get_trial(sid, 1).value == 1.0
 
 
+def test_a_batch_costs_the_same_statements_whatever_its_size(storage):
+    """Many groups finishing together: a fixed number of statements per batch, with
+    earlier per-epoch values merged and earlier folds replaced, as one by one."""
+    sid = new_study(storage)
+    counts = []
+    for n in (2, 8):
+        made = storage.create_trials(sid, [dict(params={"x": float(i)}, seed=i, group=i)
+                                           for i in range(n)])
+        for t in made:
+            storage.add_intermediate(t.id, 1, 5.0)
+        statements = []
+        listener = lambda *args: statements.append(1)  # noqa: E731
+        event.listen(storage.engine, "before_cursor_execute", listener)
+        done = storage.finish_trials([
+            dict(trial_id=t.id, status=TrialStatus.COMPLETE, value=float(i),
+                 fold_values=[1.0, 2.0], intermediate={1: 1.0, 2: 0.5}, metrics={"m": i})
+            for i, t in enumerate(made)])
+        event.remove(storage.engine, "before_cursor_execute", listener)
+        counts.append(len(statements))
+        for t, again in zip(done, (storage.get_trial(sid, t.number) for t in made)):
+            assert again == t and t.intermediate == {1: 1.0, 2: 0.5}
+            assert t.fold_values == [1.0, 2.0] and t.params == {"x": float(t.number - made[0].number)}
+    assert counts[0] == counts[1], counts
+
+
 def test_get_trials_filters_sorts_limits(storage):
     sid = new_study(storage)
     for v in (3.0, 1.0, 2.0):

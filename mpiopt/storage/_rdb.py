@@ -270,11 +270,10 @@ class Storage:
 
     def _insert_trials(self, study_id, requests) -> list[FrozenTrial]:
         now = _now()
-        with self._writing_core() as conn:
-            return [_writes.insert_trial(conn, study_id, r["params"], r.get("seed"),
-                                         r.get("group"), r.get("host"), now, self.shown_url,
-                                         r.get("rank"), finite_or_none(r.get("suggest_seconds")))
+        requests = [{**r, "suggest_seconds": finite_or_none(r.get("suggest_seconds"))}
                     for r in requests]
+        with self._writing_core() as conn:
+            return _writes.insert_trials(conn, study_id, requests, now, self.shown_url)
 
     def restart_trial(self, trial_id: int, group: int | None,
                       host: str | None = None, rank: int | None = None) -> FrozenTrial:
@@ -322,9 +321,7 @@ class Storage:
                 "device": _short(o.get("device")), "spans_json": dump_spans(o.get("spans"))},
                 o.get("fold_values") or (), o.get("fold_metrics") or (), o.get("intermediate") or {}))
         with self._writing_core() as conn:
-            return [_writes.finish(conn, tid, status, outcome, folds, fold_metrics, epochs, now,
-                                   self.shown_url)
-                    for tid, status, outcome, folds, fold_metrics, epochs in prepared]
+            return _writes.finish_many(conn, prepared, now, self.shown_url)
 
     def add_intermediate(self, trial_id: int, epoch: int, value: float) -> None:
         with self._writing_core() as conn:

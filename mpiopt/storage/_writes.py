@@ -40,26 +40,29 @@ _STUDY = select(STUDIES.c.id).where(STUDIES.c.id == bindparam("sid"))
 # study (SQLite's BEGIN IMMEDIATE already does; its dialect leaves FOR UPDATE out).
 _LOCK_STUDY = _STUDY.with_for_update()
 _NEW_TRIAL = insert(TRIALS)
+# several trials in one multi-row INSERT, their ids back in the order of the rows
+_NEW_TRIALS_RETURNING = insert(TRIALS).returning(TRIALS.c.id, sort_by_parameter_order=True)
 _NEW_PARAMS = insert(PARAMS)
-_HEAD = select(TRIALS.c.study_id, TRIALS.c.number, TRIALS.c.status, TRIALS.c.seed,
-               TRIALS.c.attempt, TRIALS.c.group_index, TRIALS.c.host,
-               TRIALS.c.started_at, TRIALS.c.rank,
-               TRIALS.c.suggest_seconds).where(TRIALS.c.id == bindparam("tid"))
+_IDS = bindparam("ids", expanding=True)
+_HEADS = select(TRIALS.c.id, TRIALS.c.study_id, TRIALS.c.number, TRIALS.c.status,
+                TRIALS.c.seed, TRIALS.c.attempt, TRIALS.c.group_index, TRIALS.c.host,
+                TRIALS.c.started_at, TRIALS.c.rank,
+                TRIALS.c.suggest_seconds).where(TRIALS.c.id.in_(_IDS))
 _SET_TRIAL = update(TRIALS).where(TRIALS.c.id == bindparam("tid"))   # SET from the params
-_DROP_FOLDS = delete(FOLDS).where(FOLDS.c.trial_id == bindparam("tid"))
+_DROP_FOLDS_OF = delete(FOLDS).where(FOLDS.c.trial_id.in_(_IDS))
 _NEW_FOLDS = insert(FOLDS)
 PARAM, EPOCH, FOLD = 0, 1, 2
-# A trial's params, per-epoch values and folds in one statement: rows of
-# (part, ord, name, kind, text, num); params ordered by id, the order they were written.
+# Trials' params, per-epoch values and folds in one statement: rows of
+# (trial, part, ord, name, kind, text, num); params ordered by id, the order they were written.
 _CHILDREN = union_all(
-    select(literal_column(str(PARAM)).label("part"), PARAMS.c.id.label("ord"), PARAMS.c.name,
-           PARAMS.c.kind, PARAMS.c.value_text, null().label("num"))
-    .where(PARAMS.c.trial_id == bindparam("tid")),
-    select(literal_column(str(EPOCH)), EPOCHS.c.epoch, null(), null(), null(), EPOCHS.c.value)
-    .where(EPOCHS.c.trial_id == bindparam("tid")),
-    select(literal_column(str(FOLD)), FOLDS.c.fold, null(), null(), null(), FOLDS.c.value)
-    .where(FOLDS.c.trial_id == bindparam("tid")),
-).order_by(literal_column("part"), literal_column("ord"))
+    select(PARAMS.c.trial_id.label("tid"), literal_column(str(PARAM)).label("part"),
+           PARAMS.c.id.label("ord"), PARAMS.c.name, PARAMS.c.kind, PARAMS.c.value_text,
+           null().label("num")).where(PARAMS.c.trial_id.in_(_IDS)),
+    select(EPOCHS.c.trial_id, literal_column(str(EPOCH)), EPOCHS.c.epoch, null(), null(),
+           null(), EPOCHS.c.value).where(EPOCHS.c.trial_id.in_(_IDS)),
+    select(FOLDS.c.trial_id, literal_column(str(FOLD)), FOLDS.c.fold, null(), null(), null(),
+           FOLDS.c.value).where(FOLDS.c.trial_id.in_(_IDS)),
+).order_by(literal_column("tid"), literal_column("part"), literal_column("ord"))
 _EPOCH = (select(TRIALS.c.id, EPOCHS.c.epoch, EPOCHS.c.value)
           .select_from(TRIALS.outerjoin(EPOCHS, (EPOCHS.c.trial_id == TRIALS.c.id)
                                         & (EPOCHS.c.epoch == bindparam("e"))))
@@ -74,45 +77,91 @@ def insert_trial(conn: Connection, study_id: int, params: dict, seed, group, hos
                  now: datetime, where: str, rank: int | None = None,
                  suggest_seconds: float | None = None) -> FrozenTrial:
     """A RUNNING trial numbered max+1 in its study, with one row per parameter."""
+    return insert_trials(conn, study_id, [dict(params=params, seed=seed, group=group, host=host,
+                                               rank=rank, suggest_seconds=suggest_seconds)],
+                         now, where)[0]
+
+
+def insert_trials(conn: Connection, study_id: int, requests: Sequence[dict], now: datetime,
+                  where: str) -> list[FrozenTrial]:
+    """RUNNING trials numbered max+1.. in request order: one lock, one multi-row INSERT of
+    the trials (their ids back in order) and one of all their parameters, whatever the
+    number of trials (several groups that become idle together)."""
     if conn.execute(_LOCK_STUDY, {"sid": study_id}).scalar() is None:
         _require_study(conn, study_id, where)
     last = conn.execute(_NEXT_NUMBER, {"sid": study_id}).scalar()
-    number = 0 if last is None else last + 1
-    trial_id = conn.execute(_NEW_TRIAL, {
-        "study_id": study_id, "number": number, "status": TrialStatus.RUNNING, "seed": seed,
-        "attempt": 0, "group_index": group, "host": host, "rank": rank, "lost_attempts": 0,
-        "started_at": now, "suggest_seconds": suggest_seconds}).inserted_primary_key[0]
-    rows = [encode_param_row(trial_id, k, v) for k, v in params.items()]
-    if rows:
-        conn.execute(_NEW_PARAMS, rows)
-    return FrozenTrial(id=trial_id, study_id=study_id, number=number,
-                       status=TrialStatus.RUNNING, params=_decoded(rows), seed=seed, attempt=0,
-                       group=group, host=host, started_at=now, rank=rank,
-                       suggest_seconds=suggest_seconds)
+    first = 0 if last is None else last + 1
+    heads = [{"study_id": study_id, "number": first + i, "status": TrialStatus.RUNNING,
+              "seed": r.get("seed"), "attempt": 0, "group_index": r.get("group"),
+              "host": r.get("host"), "rank": r.get("rank"), "lost_attempts": 0,
+              "started_at": now, "suggest_seconds": r.get("suggest_seconds")}
+             for i, r in enumerate(requests)]
+    if len(heads) == 1:      # the common case: no RETURNING round trip needed
+        ids = [conn.execute(_NEW_TRIAL, heads[0]).inserted_primary_key[0]]
+    else:
+        ids = list(conn.execute(_NEW_TRIALS_RETURNING, heads).scalars())
+    rows = [[encode_param_row(tid, k, v) for k, v in r["params"].items()]
+            for tid, r in zip(ids, requests)]
+    flat = [row for trial_rows in rows for row in trial_rows]
+    if flat:
+        conn.execute(_NEW_PARAMS, flat)
+    return [FrozenTrial(id=tid, study_id=study_id, number=h["number"], status=TrialStatus.RUNNING,
+                        params=_decoded(trial_rows), seed=h["seed"], attempt=0,
+                        group=h["group_index"], host=h["host"], started_at=now, rank=h["rank"],
+                        suggest_seconds=h["suggest_seconds"])
+            for tid, h, trial_rows in zip(ids, heads, rows)]
 
 
 def finish(conn: Connection, trial_id: int, status: TrialStatus, outcome: dict,
            fold_values: Sequence, fold_metrics: Sequence[dict], intermediate: dict,
            now: datetime, where: str) -> FrozenTrial:
     """Final status, value, folds and per-epoch values of an unfinished trial."""
-    head = _head(conn, trial_id, where)
-    if head.status not in UNFINISHED:
-        raise StorageError(f"trial {head.number} is already {head.status.value}")
-    if outcome["duration"] is None:
-        outcome["duration"] = _elapsed(head.started_at, now)
-    params, epochs, had_folds = _children(conn, trial_id)
-    conn.execute(_SET_TRIAL, {"tid": trial_id, "status": status, "finished_at": now, **outcome})
-    folds = _replace_folds(conn, trial_id, fold_values, fold_metrics, had_folds)
-    epochs = _merge_epochs(conn, trial_id, intermediate, epochs)
-    return FrozenTrial(
-        id=trial_id, study_id=head.study_id, number=head.number, status=status,
-        params=params, value=outcome["value"], value_std=outcome["value_std"],
-        seed=head.seed, attempt=head.attempt, group=head.group_index, host=head.host,
-        started_at=head.started_at, finished_at=now, duration=outcome["duration"],
-        error=outcome["error"], metrics=load_json(outcome["metrics_json"]),
-        fold_values=folds, intermediate=dict(sorted(epochs.items())), rank=head.rank,
-        device=outcome.get("device"), suggest_seconds=head.suggest_seconds,
-        spans=load_spans(outcome.get("spans_json")))
+    return finish_many(conn, [(trial_id, status, outcome, fold_values, fold_metrics,
+                               intermediate)], now, where)[0]
+
+
+def finish_many(conn: Connection, items: Sequence[tuple], now: datetime,
+                where: str) -> list[FrozenTrial]:
+    """finish() for (trial_id, status, outcome, fold_values, fold_metrics, intermediate)
+    items, with a fixed number of statements for any number of trials: one SELECT of
+    their heads, one of their children, one UPDATE (executemany), then at most one DELETE
+    and one INSERT of folds and one INSERT and one UPDATE of per-epoch values."""
+    ids = [item[0] for item in items]
+    heads = {row.id: row for row in conn.execute(_HEADS, {"ids": ids})}
+    children = _children_of(conn, ids)
+    updates, fold_rows, drop, epoch_inserts, epoch_updates, out = [], [], [], [], [], []
+    for tid, status, outcome, fold_values, fold_metrics, intermediate in items:
+        head = heads.get(tid)
+        if head is None:
+            raise StorageError(f"no trial with id {tid} in {where}")
+        if head.status not in UNFINISHED:
+            raise StorageError(f"trial {head.number} is already {head.status.value}")
+        if outcome["duration"] is None:
+            outcome["duration"] = _elapsed(head.started_at, now)
+        params, epochs, had_folds = children.get(tid, ({}, {}, False))
+        updates.append({"tid": tid, "status": status, "finished_at": now, **outcome})
+        if had_folds:
+            drop.append(tid)
+        folds = _fold_rows(tid, fold_values, fold_metrics)
+        fold_rows += folds
+        epochs = _epoch_rows(tid, intermediate, epochs, epoch_inserts, epoch_updates)
+        out.append(FrozenTrial(
+            id=tid, study_id=head.study_id, number=head.number, status=status,
+            params=params, value=outcome["value"], value_std=outcome["value_std"],
+            seed=head.seed, attempt=head.attempt, group=head.group_index, host=head.host,
+            started_at=head.started_at, finished_at=now, duration=outcome["duration"],
+            error=outcome["error"], metrics=load_json(outcome["metrics_json"]),
+            fold_values=[r["value"] for r in folds], intermediate=dict(sorted(epochs.items())),
+            rank=head.rank, device=outcome.get("device"), suggest_seconds=head.suggest_seconds,
+            spans=load_spans(outcome.get("spans_json"))))
+    conn.execute(_SET_TRIAL, updates)
+    if drop:
+        conn.execute(_DROP_FOLDS_OF, {"ids": drop})
+    for statement, rows in ((_NEW_FOLDS, fold_rows), (_SET_EPOCH, epoch_updates),
+                            (_NEW_EPOCHS, epoch_inserts)):
+        if rows:
+            conn.execute(statement, rows)
+    return out
 
 
 def add_epoch(conn: Connection, trial_id: int, epoch: int, value, where: str) -> None:
@@ -126,50 +175,46 @@ def add_epoch(conn: Connection, trial_id: int, epoch: int, value, where: str) ->
 
 def _merge_epochs(conn: Connection, trial_id: int, values: dict, existing: dict) -> dict:
     """Write `values` over `existing` ({epoch: value} already stored); returns the union."""
-    updates, inserts = [], []
-    for epoch, value in sorted(values.items()):
-        epoch, value = int(epoch), finite_or_none(value)
-        row = {"t": trial_id, "e": epoch, "v": value} if epoch in existing else \
-            {"trial_id": trial_id, "epoch": epoch, "value": value}
-        (updates if epoch in existing else inserts).append(row)
-        existing[epoch] = value
+    inserts, updates = [], []
+    merged = _epoch_rows(trial_id, values, existing, inserts, updates)
     if updates:
         conn.execute(_SET_EPOCH, updates)
     if inserts:
         conn.execute(_NEW_EPOCHS, inserts)
+    return merged
+
+
+def _epoch_rows(trial_id: int, values: dict, existing: dict, inserts: list, updates: list) -> dict:
+    """Rows that write `values` over `existing`, appended to inserts/updates; the union."""
+    for epoch, value in sorted(values.items()):
+        epoch, value = int(epoch), finite_or_none(value)
+        if epoch in existing:
+            updates.append({"t": trial_id, "e": epoch, "v": value})
+        else:
+            inserts.append({"trial_id": trial_id, "epoch": epoch, "value": value})
+        existing[epoch] = value
     return existing
 
 
-def _replace_folds(conn, trial_id, fold_values, fold_metrics, had_folds: bool) -> list:
-    if had_folds:
-        conn.execute(_DROP_FOLDS, {"tid": trial_id})
+def _fold_rows(trial_id, fold_values, fold_metrics) -> list[dict]:
     fold_metrics = list(fold_metrics or [])
-    rows = [{"trial_id": trial_id, "fold": i, "value": finite_or_none(v),
+    return [{"trial_id": trial_id, "fold": i, "value": finite_or_none(v),
              "metrics_json": dump_json(fold_metrics[i] if i < len(fold_metrics) else None)}
             for i, v in enumerate(fold_values)]
-    if rows:
-        conn.execute(_NEW_FOLDS, rows)
-    return [r["value"] for r in rows]
 
 
-def _head(conn, trial_id, where):
-    head = conn.execute(_HEAD, {"tid": trial_id}).first()
-    if head is None:
-        raise StorageError(f"no trial with id {trial_id} in {where}")
-    return head
-
-
-def _children(conn, trial_id) -> tuple[dict, dict, bool]:
-    """({name: param}, {epoch: value}, whether folds exist) from one SELECT."""
-    params, epochs, had_folds = {}, {}, False
-    for part, order, name, kind, text, num in conn.execute(_CHILDREN, {"tid": trial_id}):
+def _children_of(conn, ids: list) -> dict:
+    """{trial id: ({name: param}, {epoch: value}, whether folds exist)} from one SELECT."""
+    out: dict = {}
+    for tid, part, order, name, kind, text, num in conn.execute(_CHILDREN, {"ids": ids}):
+        params, epochs, had_folds = out.setdefault(tid, ({}, {}, False))
         if part == PARAM:
             params[name] = decode_value(kind, text)
         elif part == EPOCH:
             epochs[order] = num
         else:
-            had_folds = True
-    return params, epochs, had_folds
+            out[tid] = (params, epochs, True)
+    return out
 
 
 def _require_study(conn, study_id, where) -> None:
