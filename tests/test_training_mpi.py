@@ -153,14 +153,15 @@ def test_mpiopt_train_on_one_and_two_ranks(tmp_path):
     spec = write_case(tmp_path, training={"epochs": 2, "batch_size": 32})
     args = ("train", spec, "--set", "width=8", "--set", "lr=0.02", "--set", "training.epochs=2",
             "--seed", "3", "--format", "json")
-    one = mpiopt(*args, check=True)
-    two = mpiopt(*args, np=2, check=True)
+    one = mpiopt(*args, check=True, cwd=tmp_path)          # its log goes there (tiny.train.log)
+    two = mpiopt(*args, np=2, check=True, cwd=tmp_path)
     a, b = json.loads(one.stdout), json.loads(two.stdout)
     assert a["params"] == {"width": 8, "lr": 0.02}
     assert b["value"] == pytest.approx(a["value"], abs=0.02)
     assert b["metrics"]["val_loss"] == pytest.approx(a["metrics"]["val_loss"], rel=1e-3)
-    table = mpiopt("train", spec, "--set", "width=4", np=2, check=True)
+    table = mpiopt("train", spec, "--set", "width=4", np=2, check=True, cwd=tmp_path)
     assert "epoch" in table.stdout and "val_accuracy" in table.stdout
+    assert (tmp_path / "tiny.train.log").is_file()
     assert table.stdout.count("figure of merit") == 1
 
 
