@@ -30,7 +30,7 @@ import numpy as np
 
 from mpiopt.device import describe_device
 from mpiopt.durations import format_duration
-from mpiopt.errors import Pruned, TrialStopped, TrialTimeout
+from mpiopt.errors import ArtifactStoreError, Pruned, TrialStopped, TrialTimeout
 from mpiopt.parallel.protocol import Result, Trial
 from mpiopt.trial import TrialStatus
 
@@ -92,6 +92,8 @@ class Objective:
                 result = self._run(trial, comm, report)
         except TrialStopped as exc:
             result = stopped_result(trial, exc, self.where)
+        except ArtifactStoreError:   # not the trial's fault: the job stops (see group.py)
+            raise
         except SystemExit as exc:
             result = failed_result(trial, f"objective called sys.exit({exc.code!r}) ({self.where})")
         except Exception as exc:  # the study goes on; the error is recorded
@@ -102,7 +104,10 @@ class Objective:
         if self._function is None:
             from mpiopt.training import run_training
 
-            res = run_training(self.spec, dict(trial.params), comm, trial.seed, report=report)
+            from mpiopt.artifacts import trial_artifacts
+
+            res = run_training(self.spec, dict(trial.params), comm, trial.seed, report=report,
+                               artifacts=trial_artifacts(self.spec, trial.number))
             return Result(trial.trial_id, TrialStatus.COMPLETE, value=_finite(res["value"], self.metric),
                           value_std=res.get("value_std"), fold_values=list(res.get("fold_values", [])),
                           metrics=dict(res.get("metrics", {})), spans=list(res.get("spans", [])),

@@ -23,6 +23,8 @@ RESUMABLE_CHANGES = (
     # queued once, when the study is created (later sets: `mpiopt enqueue`); told anew on
     # every run (another study's results, a hint to the searcher only)
     "search.initial_trials", "search.warm_start",
+    # what is kept of training, not what a trial means (mpiopt.artifacts)
+    "search.keep_models", "training.checkpoint_every", "training.refit",
 )
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import signal
 from collections import deque
 
-from mpiopt.errors import TrialCancelled
+from mpiopt.errors import ArtifactStoreError, TrialCancelled
 from mpiopt.parallel.protocol import Report
 from mpiopt.parallel.scheduler import Dispatch, StopGroup
 
@@ -34,6 +34,10 @@ def run_local(scheduler, objective, comm) -> bool:
                 raise KeyboardInterrupt
         return True
     except KeyboardInterrupt:
+        scheduler.interrupt()
+        return False
+    except ArtifactStoreError as exc:   # no space left: stop cleanly, resume continues
+        scheduler.stop("error", str(exc))
         scheduler.interrupt()
         return False
     finally:

@@ -80,7 +80,7 @@ class Scheduler:
                  hosts: list[str] | None = None, ranks: list[int] | None = None,
                  trial_timeout: float | None = None, grace: float = 300.0,
                  stuck_grace: float = 60.0, objective=None,
-                 warm: list[tuple[dict, float]] = ()):
+                 warm: list[tuple[dict, float]] = (), artifacts=None):
         self.storage, self.study_id, self.searcher = storage, study_id, searcher
         self.sign = -1.0 if direction == "maximize" else 1.0
         self.budget, self.seed, self.pruner = budget, seed, pruner
@@ -90,6 +90,7 @@ class Scheduler:
         self.hard_deadline = None if time_limit is None else self.deadline + grace
         self.trial_timeout, self.stuck_grace = trial_timeout, stuck_grace
         self.progress = progress
+        self.artifacts = artifacts    # mpiopt.artifacts.keeper.Keeper, or None
         self.hosts = hosts or [None] * n_groups
         self.ranks = ranks or [None] * n_groups
         self.idle: list[int] = list(range(n_groups))
@@ -115,6 +116,8 @@ class Scheduler:
         self.queued_taken = 0          # queued parameter sets started by this run
         self._queue_read_at: float | None = None   # None: read it at the next dispatch
         self._restore(existing, warm)
+        if self.artifacts is not None:      # what a job that died mid-way left behind
+            self.artifacts.finished([t for t in existing if t.status.is_finished()])
         if self.background:
             searcher.start(self.next_number)
 
@@ -213,6 +216,8 @@ class Scheduler:
             if not first:               # so the wind-down stops them (the results are in
                 self.idle.extend(t.group for t in done)   # the recovery file)
             raise
+        if self.artifacts is not None:      # written: its checkpoints go, its model is ranked
+            self.artifacts.finished(done)
         for trial in done:
             self.counts[trial.status] += 1
             self._account(trial)
@@ -426,8 +431,9 @@ class Scheduler:
 
     def _rerun(self, group: int) -> Dispatch:
         old = self.reruns[0]
+        keep = {"keep_intermediate": True} if getattr(self.artifacts, "checkpoints", False) else {}
         rec = self.storage.restart_trial(old.id, group=group, host=self.hosts[group],
-                                         **self._rank_of(group))
+                                         **self._rank_of(group), **keep)
         self.reruns.pop(0)
         self.idle.remove(group)
         return self._running(group, rec, old.params)

@@ -67,6 +67,13 @@ class Algorithm:
     def after_validation(self) -> None:
         """Undo before_validation where an algorithm keeps per-rank weights."""
 
+    def validated_weights(self) -> np.ndarray:
+        """The flat weights the last validation saw (what a kept model holds)."""
+        return self.model.get_weights()
+
+    def resume(self, validated: np.ndarray | None) -> None:
+        """After a checkpoint's state was restored on every rank (and start() ran)."""
+
 
 class Clock:
     """Accumulates compute and communication seconds into EpochStats."""

@@ -71,6 +71,15 @@ class EASGD(Algorithm):
         self.center += (self.alpha / self.size) * self.distance
         clock.compute()
 
+    def validated_weights(self) -> np.ndarray:
+        return self.center.copy()
+
+    def resume(self, validated) -> None:
+        """The center comes back from the checkpoint; every worker starts from rank 0's
+        own weights (the other workers' own weights are not kept)."""
+        if validated is not None:
+            self.center = np.array(validated, dtype=np.float32)
+
     def before_validation(self) -> None:
         self._saved = self.model.get_weights()
         self.model.set_weights(self.center)

@@ -18,18 +18,21 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mpiopt.training import threads
+from mpiopt.training import resume, threads
 from mpiopt.training.data import epoch_order, load_data, shard
 from mpiopt.training.folds import fold_plan, make_splits, run_folds
 from mpiopt.training.tracking import ReadTracker
 
 
-def run_training(spec, params: dict, comm, seed: int, report=None, on_epoch=None) -> dict:
+def run_training(spec, params: dict, comm, seed: int, report=None, on_epoch=None,
+                 artifacts=None) -> dict:
     """Train and evaluate params; the same result dict on every rank of comm.
 
     Returns {value, value_std, fold_values, metrics, epochs, intermediate, timing}.
     report(epoch, value) -> False prunes: every rank raises training.Pruned together.
     on_epoch(epoch, value, metrics) is called on rank 0 for logging (mpiopt train).
+    artifacts (mpiopt.artifacts.TrialArtifacts): each fold continues from its checkpoint
+    and writes one every `every` epochs; the final model is saved where it says.
     A model that fails to build, or data that fail to load, raise on every rank."""
     threads.pin_threads(comm)
     t0 = comm.bcast(time.time(), root=0)   # spans are seconds since here, on every rank
@@ -46,11 +49,17 @@ def run_training(spec, params: dict, comm, seed: int, report=None, on_epoch=None
 
     def make_trainer(fold_comm, fold: int) -> FoldTrainer:
         model.reset()
+        ckpt = resume.restore(model, resume.load(fold_comm, artifacts, fold))
         x, y, xv, yv = splits.arrays(data, fold)
-        return FoldTrainer(model, fold_comm, spec, (x, y, xv, yv), seed, fold, t0)
+        trainer = FoldTrainer(model, fold_comm, spec, (x, y, xv, yv), seed, fold, t0, artifacts)
+        if ckpt is not None:
+            trainer.resume_from(ckpt)
+        return trainer
 
     plan = fold_plan(splits.k, comm.Get_size())
-    result = run_folds(comm, plan, make_trainer, spec.training.epochs, report, on_epoch)
+    note = {"seed": int(seed), "metric": obj.metric, "direction": obj.direction,
+            "params": dict(params)}
+    result = run_folds(comm, plan, make_trainer, spec.training.epochs, report, on_epoch, note)
     result["unread"] = tracked.unread()
     if comm.Get_rank() == 0:
         result["metrics"].update(model_metrics(spec, model.model, data.x))
@@ -156,7 +165,8 @@ class FoldTrainer:
     """One fold trained on one communicator, an epoch at a time (the fold driver interleaves
     epochs with reports and, for concurrent folds, with the other folds)."""
 
-    def __init__(self, model, comm, spec, arrays, seed: int, fold: int, t0: float | None = None):
+    def __init__(self, model, comm, spec, arrays, seed: int, fold: int, t0: float | None = None,
+                 artifacts=None):
         self.model, self.comm, self.spec = model, comm, spec
         self.x, self.y, self.x_val, self.y_val = arrays
         self.training = spec.training
@@ -166,6 +176,11 @@ class FoldTrainer:
         self.epoch, self.best_epoch = 0, 0
         self.best_value, self.best_metrics = math.nan, {}
         self.done = False
+        self.history: list[tuple[float, dict]] = []   # (value, metrics) per epoch
+        self.artifacts = artifacts
+        # the best epoch's weights, for the kept model (only the rank that saves it)
+        self.keep_best = bool(artifacts is not None and artifacts.model) and comm.Get_rank() == 0
+        self.best_weights = None
         self.timing = Timing()
         self.fold, self.t0 = fold, time.time() if t0 is None else t0
         self.spans = [{"kind": "fold", "fold": fold, "epoch": None,
@@ -188,7 +203,35 @@ class FoldTrainer:
         self.epoch += 1
         self._span(start)
         self._track(value, metrics)
+        self.history.append((value, metrics))
+        if self.keep_best and self.best_epoch == self.epoch:
+            self.best_weights = self.algorithm.validated_weights()
         return value, metrics
+
+    # ------------------------------------------------------------------ checkpoints
+    def checkpoint_parts(self) -> tuple[dict, list, object, object]:
+        """(meta, state, validated weights, best weights) of this fold, on its rank 0."""
+        meta = {"fold": self.fold, "epoch": self.epoch, "done": self.done,
+                "best_value": self.best_value, "best_epoch": self.best_epoch,
+                "best_metrics": self.best_metrics, "history": self.history,
+                "timing": self.timing.__dict__,
+                "mode": self.training.mode, "ranks": self.comm.Get_size()}
+        return meta, self.model.state(), self.algorithm.validated_weights(), self.best_weights
+
+    def resume_from(self, ckpt: dict) -> None:
+        """Continue after the checkpoint's epoch (its state is already in the model)."""
+        m = ckpt["meta"]
+        self.epoch, self.done = int(m["epoch"]), bool(m["done"])
+        self.best_value, self.best_epoch = float(m["best_value"]), int(m["best_epoch"])
+        self.best_metrics = dict(m["best_metrics"])
+        self.history = [(float(v), dict(mt)) for v, mt in m["history"]]
+        self.timing = Timing(**m["timing"])
+        now = self._since_t0()     # the earlier attempt's spans had another start: a mark
+        self.spans.append({"kind": "resume", "fold": self.fold, "epoch": self.epoch,
+                           "start": now, "end": now})
+        if self.keep_best:
+            self.best_weights = ckpt.get("best")
+        self.algorithm.resume(ckpt.get("validated"))
 
     def _since_t0(self) -> float:
         return round(time.time() - self.t0, 6)

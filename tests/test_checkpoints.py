@@ -1,0 +1,122 @@
+"""Checkpoints on one rank, in process: a trial stopped mid-way continues where it was and
+ends with the value of an uninterrupted one; the kept model reproduces its fold's value.
+
+Tiny model of tests/test_training.py (TensorFlow imported once for the module).
+"""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+pytest.importorskip("tensorflow")
+
+from test_training import write_case  # noqa: E402
+
+
+def _train(spec, artifacts=None, report=None, seed=5):
+    from mpi4py import MPI
+
+    from mpiopt.training import run_training
+
+    return run_training(spec, {"width": 8, "lr": 0.02}, MPI.COMM_SELF, seed, report=report,
+                        artifacts=artifacts)
+
+
+def _spec(tmp_path, **training):
+    from mpiopt.spec import load_spec
+
+    return load_spec(write_case(tmp_path / "case", training={"epochs": 3, **training}))
+
+
+def _stop_at(step):
+    from mpiopt.errors import TrialCancelled
+
+    seen = []
+
+    def report(epoch, value):
+        seen.append(epoch)
+        return TrialCancelled("the job is ending") if epoch == step else True
+
+    return report, seen
+
+
+def test_a_stopped_kfold_trial_resumes_from_its_checkpoints_to_the_same_value(tmp_path):
+    from mpiopt.artifacts import TrialArtifacts
+    from mpiopt.errors import TrialCancelled
+
+    spec = _spec(tmp_path, kfold=2)
+    plain = _train(spec)
+    art = TrialArtifacts(checkpoints=str(tmp_path / "ck"), every=1,
+                         model=str(tmp_path / "models" / "trial-0.keras"))
+    report, seen = _stop_at(4)                # fold 1, epoch 1 (steps are fold * 3 + epoch)
+    with pytest.raises(TrialCancelled):
+        _train(spec, art, report)
+    assert sorted(p.name for p in (tmp_path / "ck").iterdir()) == ["fold-0.npz", "fold-1.npz"]
+    assert not (tmp_path / "models" / "trial-0.keras").exists()
+    report, seen = _stop_at(None)
+    resumed = _train(spec, art, report)
+    assert seen == [5, 6]                     # no epoch trained (or reported) twice
+    assert resumed["fold_values"] == pytest.approx(plain["fold_values"], abs=1e-6)
+    assert resumed["value"] == pytest.approx(plain["value"], abs=1e-6)
+    assert sorted(resumed["intermediate"]) == [1, 2, 3, 4, 5, 6]
+    assert resumed["intermediate"][6] == pytest.approx(plain["intermediate"][6], abs=1e-6)
+
+
+def test_the_kept_model_loads_in_plain_keras_and_reproduces_its_folds_value(tmp_path):
+    import keras
+
+    from mpiopt.artifacts import TrialArtifacts
+    from mpiopt.training.kfold import kfold_splits
+
+    spec = _spec(tmp_path, kfold=2, epochs=4)
+    path = tmp_path / "models" / "trial-0.keras"
+    result = _train(spec, TrialArtifacts(model=str(path)))
+    note = json.loads(path.with_suffix(".json").read_text())
+    assert note["fold"] == 1 and note["kfold"] == 2
+    assert note["fold_value"] == pytest.approx(result["fold_values"][1])
+    model = keras.models.load_model(path)
+    import importlib.util
+
+    loader = importlib.util.spec_from_file_location("tiny", tmp_path / "case" / "tiny.py")
+    tiny = importlib.util.module_from_spec(loader)
+    loader.loader.exec_module(tiny)
+    x, y = tiny.load()
+    _, val = kfold_splits(y, 2, 5)[1]        # the last fold's validation part (trial seed 5)
+    got = model.evaluate(x[val], y[val], verbose=0, return_dict=True)
+    assert got["accuracy"] == pytest.approx(result["fold_values"][1], abs=1e-6)
+
+
+def test_checkpoint_every_two_epochs_and_off(tmp_path):
+    from mpiopt.artifacts import TrialArtifacts, checkpoint
+    from mpiopt.errors import TrialCancelled
+
+    spec = _spec(tmp_path, epochs=5)
+    art = TrialArtifacts(checkpoints=str(tmp_path / "ck"), every=2)
+    report, _ = _stop_at(3)
+    with pytest.raises(TrialCancelled):
+        _train(spec, art, report)
+    assert checkpoint.load(tmp_path / "ck" / "fold-0.npz")["meta"]["epoch"] == 2
+    report, seen = _stop_at(None)
+    _train(spec, art, report)
+    assert seen == [3, 4, 5]
+    off = TrialArtifacts(checkpoints=str(tmp_path / "off"), every=0)
+    _train(spec, off)
+    assert not (tmp_path / "off").exists()
+
+
+def test_no_space_left_is_an_artifact_store_error(tmp_path, monkeypatch):
+    import errno
+
+    from mpiopt.artifacts import TrialArtifacts, checkpoint
+    from mpiopt.errors import ArtifactStoreError
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(checkpoint, "save", full)
+    spec = _spec(tmp_path, epochs=2)
+    with pytest.raises(ArtifactStoreError, match="storage.artifacts: cannot write .*fold-0.npz: "
+                                                 "No space left on device"):
+        _train(spec, TrialArtifacts(checkpoints=str(tmp_path / "ck"), every=1))
