@@ -120,3 +120,61 @@ def test_no_space_left_is_an_artifact_store_error(tmp_path, monkeypatch):
     with pytest.raises(ArtifactStoreError, match="storage.artifacts: cannot write .*fold-0.npz: "
                                                  "No space left on device"):
         _train(spec, TrialArtifacts(checkpoints=str(tmp_path / "ck"), every=1))
+
+
+# ---- the best k models kept, listed, exported ----------------------------------------------
+def test_a_study_keeps_the_best_k_models_and_exports_the_best(tmp_path, capsys):
+    import keras
+    import yaml
+
+    from mpiopt.api import load_study
+    from mpiopt.cli.main import main
+    from mpiopt.training.kfold import holdout_split
+
+    path = write_case(tmp_path / "case", training={"epochs": 2})
+    spec = yaml.safe_load(path.read_text())
+    spec["search"] = {"algorithm": "random", "trials": 4, "seed": 1, "keep_models": 2}
+    path.write_text(yaml.safe_dump(spec))
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    assert main(["search", str(path), "--storage", url]) == 0
+    store = tmp_path / "s-artifacts" / "tiny"
+    with load_study("tiny", url) as study:
+        trials = study.trials
+        ranked = sorted(trials, key=lambda t: (-t.value, t.number))
+        assert study.record.artifacts == str(store)
+        best = study.best_model()
+    assert sorted(p.name for p in (store / "models").glob("*.keras")) == \
+        sorted(f"trial-{t.number}.keras" for t in ranked[:2])
+    assert not list((store / "models" / "incoming").iterdir())
+    assert not (store / "checkpoints").exists() or not list((store / "checkpoints").iterdir())
+    capsys.readouterr()
+    assert main(["model", "list", "tiny", "--storage", url, "--format", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["trial"] for r in rows] == [t.number for t in ranked[:2]]
+    out = tmp_path / "best.keras"
+    assert main(["model", "export", "tiny", "--storage", url, "-o", str(out)]) == 0
+    assert f"trial {ranked[0].number}" in capsys.readouterr().out
+    model = keras.models.load_model(out)
+    x, y = _tiny(tmp_path).load()
+    _, val = holdout_split(y, 0.2, ranked[0].seed)     # kfold 1: the trial's holdout part
+    for m in (model, best):
+        got = m.evaluate(x[val], y[val], verbose=0, return_dict=True)
+        assert got["accuracy"] == pytest.approx(ranked[0].value, abs=1e-6)
+    worst = ranked[-1].number
+    assert main(["model", "export", "tiny", "--storage", url, "--trial", str(worst),
+                 "-o", str(tmp_path / "x.keras")]) == 2
+    assert not (tmp_path / "x.keras").exists()
+    from mpiopt.errors import MpioptError
+
+    with load_study("tiny", url) as study, pytest.raises(MpioptError, match=f"no kept model of "
+                                                         f"trial {worst} .*kept: "):
+        study.best_model(worst)
+
+
+def _tiny(tmp_path):
+    import importlib.util
+
+    loader = importlib.util.spec_from_file_location("tiny", tmp_path / "case" / "tiny.py")
+    tiny = importlib.util.module_from_spec(loader)
+    loader.loader.exec_module(tiny)
+    return tiny
