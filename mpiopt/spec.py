@@ -784,7 +784,9 @@ def _space(top: _Section, origins: dict | None) -> Space:
     for name, entry in entries.items():
         source, prefix = origins.get(name, (top.source, "search_space"))
         where = f"{prefix}.{name}" if prefix else str(name)
-        if not isinstance(name, str) or not name.isidentifier():
+        if isinstance(name, str) and name.startswith(SEARCHED_PREFIX):
+            _check_searched(name, entry, source, where)
+        elif not isinstance(name, str) or not name.isidentifier():
             raise SpecError(f"{source}: {where}: a parameter name must be an identifier")
         if isinstance(entry, list):  # shorthand: `activation: [relu, tanh]`
             entry = {"type": "categorical", "choices": entry}
@@ -792,6 +794,23 @@ def _space(top: _Section, origins: dict | None) -> Space:
     if not dims:
         top.fail("search_space", "expected at least one parameter")
     return Space(dims)
+
+
+def _check_searched(name: str, entry: Any, source: str, where: str) -> None:
+    """`training.<field>` entries: only the fields mpiopt.training.searched can vary."""
+    from mpiopt.training.searched import SEARCHABLE
+
+    field = name[len(SEARCHED_PREFIX):]
+    if field not in SEARCHABLE:
+        raise SpecError(f"{source}: {where}: training.{field} cannot be searched; these can: "
+                        + ", ".join(f"training.{k}" for k in SEARCHABLE))
+    kind = entry.get("type") if isinstance(entry, dict) else "categorical"
+    if SEARCHABLE[field] is int and kind == "real":
+        raise SpecError(f"{source}: {where}: training.{field} takes whole numbers: use "
+                        "type integer or categorical")
+
+
+SEARCHED_PREFIX = "training."
 
 
 def _dimension(name: str, entry: Any, source: str, prefix: str):

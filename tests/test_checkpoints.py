@@ -178,3 +178,56 @@ def _tiny(tmp_path):
     tiny = importlib.util.module_from_spec(loader)
     loader.loader.exec_module(tiny)
     return tiny
+
+
+# ---- training fields in the search space; `mpiopt train --set` and --save ---------------------
+def test_searched_training_fields_apply_to_the_trial(tmp_path):
+    from mpi4py import MPI
+
+    from mpiopt.training import run_training
+
+    spec = _spec(tmp_path)
+    short = run_training(spec, {"width": 8, "lr": 0.02, "training.epochs": 2,
+                                "training.batch_size": 300}, MPI.COMM_SELF, 5)
+    assert short["epochs"] == 2 and sorted(short["intermediate"]) == [1, 2]
+    assert short["timing"]["steps"] == 2             # one batch of 300 (240 samples) per epoch
+    frozen = run_training(spec, {"width": 8, "lr": 0.02, "training.learning_rate": 0.0},
+                          MPI.COMM_SELF, 5)
+    assert len(set(frozen["intermediate"].values())) == 1    # learning rate 0: nothing learnt
+    assert "training.learning_rate" not in frozen["unread"]
+
+
+@pytest.mark.parametrize("entry,message", [
+    ({"training.kfold": {"type": "integer", "low": 2, "high": 3}},
+     "search_space.training.kfold: training.kfold cannot be searched; these can: training.batch_size"),
+    ({"training.batch_size": {"type": "real", "low": 8, "high": 64}},
+     "search_space.training.batch_size: training.batch_size takes whole numbers"),
+])
+def test_unsearchable_training_fields_are_one_line(tmp_path, entry, message):
+    import yaml
+
+    from mpiopt.errors import SpecError
+    from mpiopt.spec import load_spec
+
+    path = write_case(tmp_path)
+    spec = yaml.safe_load(path.read_text())
+    spec["search_space"].update(entry)
+    path.write_text(yaml.safe_dump(spec))
+    with pytest.raises(SpecError, match=message.replace(".", r"\.")):
+        load_spec(path)
+
+
+def test_train_refuses_fields_it_does_not_use_and_saves_the_model(tmp_path, capsys):
+    import keras
+
+    from mpiopt.cli.main import main
+
+    path = write_case(tmp_path / "case", training={"epochs": 2})
+    assert main(["train", str(path), "--set", "training.checkpoint_every=3"]) == 2
+    assert main(["train", str(path), "--set", "training.batchsize=3"]) == 2
+    out = tmp_path / "m.keras"
+    assert main(["train", str(path), "--set", "training.batch_size=16", "--save", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "global batch 16" in printed and f"model saved to {out}" in printed
+    assert keras.models.load_model(out).count_params() > 0
+    assert json.loads(out.with_suffix(".json").read_text())["fold"] == 0

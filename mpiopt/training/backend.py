@@ -91,6 +91,13 @@ def build_model(build, params: dict, seed: int):
     return model
 
 
+def with_learning_rate(model, learning_rate: float | None):
+    """The compiled optimizer's learning rate set (a searched training.learning_rate)."""
+    if learning_rate is not None:
+        model.optimizer.learning_rate = float(learning_rate)
+    return model
+
+
 def _batch_specs(tf, x, y):
     """(x, y) TensorSpecs with a free batch dimension, from plain arrays; None otherwise
     (dicts or lists of inputs: tf.function then traces per shape)."""

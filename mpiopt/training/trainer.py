@@ -37,15 +37,18 @@ def run_training(spec, params: dict, comm, seed: int, report=None, on_epoch=None
     threads.pin_threads(comm)
     t0 = comm.bcast(time.time(), root=0)   # spans are seconds since here, on every rank
     from mpiopt.objective_ref import load_callable
-    from mpiopt.training import backend
+    from mpiopt.training import backend, searched
+
+    spec, params, learning_rate = searched.split(spec, params)
 
     obj = spec.objective
     data = together(comm, lambda: load_data(obj.data, spec.base_dir))
     splits = make_splits(data, spec.training, seed)
     build = together(comm, lambda: load_callable(obj.model, spec.base_dir, field="objective.model"))
     tracked = ReadTracker(params)
-    model = together(comm, lambda: backend.KerasModel(backend.build_model(build, tracked, seed),
-                                                         data.x, data.y))
+    model = together(comm, lambda: backend.KerasModel(
+        backend.with_learning_rate(backend.build_model(build, tracked, seed), learning_rate),
+        data.x, data.y))
 
     def make_trainer(fold_comm, fold: int) -> FoldTrainer:
         model.reset()
