@@ -231,3 +231,37 @@ def test_train_refuses_fields_it_does_not_use_and_saves_the_model(tmp_path, caps
     assert "global batch 16" in printed and f"model saved to {out}" in printed
     assert keras.models.load_model(out).count_params() > 0
     assert json.loads(out.with_suffix(".json").read_text())["fold"] == 0
+
+
+# ---- the artifact store refused at the start: one line, exit 2, nothing written ----------------
+def test_an_artifact_store_that_cannot_be_written_is_refused_before_anything(tmp_path, capfd):
+    import yaml
+
+    from mpiopt.cli.main import main
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    path = write_case(tmp_path / "case")
+    spec = yaml.safe_load(path.read_text())
+    spec["storage"] = {"artifacts": str(blocker / "store")}
+    path.write_text(yaml.safe_dump(spec))
+    db = tmp_path / "never.db"
+    assert main(["search", str(path), "--storage", f"sqlite:///{db}"]) == 2
+    err = [ln for ln in capfd.readouterr().err.splitlines() if ln.startswith("mpiopt:")]
+    assert err == [f"mpiopt: error: storage.artifacts: {blocker} is not a folder"]
+    assert not db.exists() and blocker.read_text() == "not a folder"
+
+
+def test_no_space_for_the_artifact_store_is_refused(tmp_path, monkeypatch):
+    import shutil
+    from collections import namedtuple
+
+    from mpiopt import artifacts
+    from mpiopt.errors import ArtifactStoreError
+
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: usage(10 * 2**20, 9 * 2**20, 2**20))
+    with pytest.raises(ArtifactStoreError, match=r"storage.artifacts: .*/new: no space left "
+                                                 r"\(1 MiB free"):
+        artifacts.check_root(tmp_path / "new")
+    assert not (tmp_path / "new").exists()
