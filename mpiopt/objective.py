@@ -101,6 +101,8 @@ class Objective:
         return _with_duration(result, time.perf_counter() - start)
 
     def _run(self, trial: Trial, comm, report) -> Result:
+        if self._function is None and trial.refit:
+            return self._refit(trial, comm)
         if self._function is None:
             from mpiopt.training import run_training
 
@@ -117,6 +119,17 @@ class Objective:
         extra = {"comm": comm, "seed": trial.seed, "report": _plain_report(report)}
         kwargs = {k: v for k, v in extra.items() if k in self._accepts}
         return self._interpret(trial, self._function(dict(trial.params), **kwargs))
+
+    def _refit(self, trial: Trial, comm) -> Result:
+        """training.refit: the model is the point (kept by the trainer); the value is the
+        metric on the training data, for the record only."""
+        from mpiopt.artifacts import refit_artifacts
+        from mpiopt.training.trainer import run_refit
+
+        res = run_refit(self.spec, dict(trial.params), comm, trial.seed,
+                        artifacts=refit_artifacts(self.spec))
+        return Result(trial.trial_id, TrialStatus.COMPLETE, value=res["value"],
+                      metrics=dict(res.get("metrics", {})))
 
     def _interpret(self, trial: Trial, returned: Any) -> Result:
         if isinstance(returned, dict):

@@ -1,7 +1,7 @@
 """A real kill -9 of an mpiexec job mid-trial, then --resume: the trial continues from its
 checkpoints and ends with the value of an uninterrupted run (allreduce, the same seed,
 two folds side by side on a group of two ranks). Finished trials' checkpoints go; the
-best trial's model is kept.
+best trial's model is kept, and training.refit's model is made on one group at the end.
 """
 from __future__ import annotations
 
@@ -25,7 +25,8 @@ EPOCHS = 30
 
 
 def _case(tmp_path):
-    path = write_case(tmp_path, training={"epochs": EPOCHS, "batch_size": 8, "kfold": 2})
+    path = write_case(tmp_path, training={"epochs": EPOCHS, "batch_size": 8, "kfold": 2,
+                                          "refit": True})
     spec = yaml.safe_load(path.read_text())
     spec["search"] = {"algorithm": "random", "trials": 1, "seed": 3}
     spec["resources"] = {"group_size": 2}
@@ -55,6 +56,7 @@ def test_kill_9_mid_trial_then_resume_gives_the_uninterrupted_value(tmp_path):
     [expected] = _trial(plain)
     kept = tmp_path / "plain-artifacts" / "tiny"
     assert (kept / "models" / "trial-0.keras").is_file()
+    assert (kept / "refit.keras").is_file()            # training.refit, on one group
     assert not (kept / "checkpoints" / "trial-0").exists()
 
     url = f"sqlite:///{tmp_path / 'killed.db'}"
@@ -85,3 +87,4 @@ def test_kill_9_mid_trial_then_resume_gives_the_uninterrupted_value(tmp_path):
     assert sorted(resumed.intermediate) == list(range(1, EPOCHS + 1))
     assert not (store / "checkpoints" / "trial-0").exists()
     assert (store / "models" / "trial-0.keras").is_file()
+    assert (store / "refit.keras").is_file()

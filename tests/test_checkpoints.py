@@ -265,3 +265,34 @@ def test_no_space_for_the_artifact_store_is_refused(tmp_path, monkeypatch):
                                                  r"\(1 MiB free"):
         artifacts.check_root(tmp_path / "new")
     assert not (tmp_path / "new").exists()
+
+
+def test_refit_trains_the_best_parameters_on_all_the_data_and_keeps_that_model(tmp_path, capfd):
+    import keras
+    import yaml
+
+    from mpiopt.api import load_study
+    from mpiopt.cli.main import main
+
+    path = write_case(tmp_path / "case", training={"epochs": 2, "kfold": 2, "refit": True})
+    spec = yaml.safe_load(path.read_text())
+    spec["search"] = {"algorithm": "random", "trials": 2, "seed": 2}
+    path.write_text(yaml.safe_dump(spec))
+    url = f"sqlite:///{tmp_path / 'r.db'}"
+    assert main(["search", str(path), "--storage", url]) == 0
+    assert "refit: model kept in" in capfd.readouterr().out
+    store = tmp_path / "r-artifacts" / "tiny"
+    note = json.loads((store / "refit.json").read_text())
+    with load_study("tiny", url) as study:
+        assert note["params"] == study.best_params and note["samples"] == 300
+        assert len(study.trials) == 2                     # the refit is no trial
+        model = study.best_model()                        # the refit model is the default
+    x, y = _tiny(tmp_path).load()
+    got = model.evaluate(x, y, verbose=0, return_dict=True)   # its value: on all the data
+    assert got["accuracy"] == pytest.approx(note["fold_value"], abs=1e-6)
+    assert keras.models.load_model(store / "refit.keras").count_params() == model.count_params()
+    assert not (store / "checkpoints" / "refit").exists()
+    # a resume of the finished study does not refit again
+    before = (store / "refit.keras").stat().st_mtime_ns
+    assert main(["search", str(path), "--storage", url, "--resume"]) == 0
+    assert (store / "refit.keras").stat().st_mtime_ns == before

@@ -27,7 +27,7 @@ from mpiopt.errors import ArtifactStoreError
 MIN_FREE_BYTES = 50 * 2**20     # refused at start below this: a checkpoint could not fit
 
 __all__ = ["ArtifactStoreError", "TrialArtifacts", "default_root", "resolve", "check_root",
-           "trial_artifacts", "checkpoint_dir", "models_dir", "atomic_path"]
+           "trial_artifacts", "refit_artifacts", "checkpoint_dir", "models_dir", "atomic_path"]
 
 
 def default_root(url: str, study: str) -> Path:
@@ -91,9 +91,18 @@ class TrialArtifacts:
     checkpoints: str | None = None
     every: int = 1
     model: str | None = None
+    final: bool = False     # keep the last epoch's weights (refit), not the best epoch's
 
     def fold_file(self, fold: int) -> Path:
         return Path(self.checkpoints) / f"fold-{fold}.npz"
+
+
+def refit_artifacts(spec) -> TrialArtifacts:
+    """training.refit's model and checkpoints (a killed refit continues on resume)."""
+    root = Path(spec.artifacts)
+    every = spec.training.checkpoint_every
+    return TrialArtifacts(checkpoints=str(root / "checkpoints" / "refit") if every else None,
+                          every=every, model=str(root / "refit.keras"), final=True)
 
 
 def trial_artifacts(spec, number: int) -> TrialArtifacts | None:

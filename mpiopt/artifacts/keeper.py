@@ -22,8 +22,10 @@ from mpiopt.trial import TrialStatus
 
 
 class Keeper:
-    def __init__(self, root, keep: int, direction: str, say=None, checkpoints: bool = True):
+    def __init__(self, root, keep: int, direction: str, say=None, checkpoints: bool = True,
+                 refit: bool = False):
         self.root, self.keep = Path(root), int(keep)
+        self.refit = refit                # training.refit
         self.checkpoints = checkpoints    # reruns continue: their per-epoch rows are kept
         self.sign = -1.0 if direction == "maximize" else 1.0
         self.say = say or (lambda line: None)
@@ -44,6 +46,16 @@ class Keeper:
                 self._place(t)
             except OSError as exc:
                 self.say(f"warning: could not keep the model of trial {t.number}: {exc}")
+
+    def refit_path(self) -> Path:
+        return self.root / "refit.keras"
+
+    def refit_wanted(self) -> bool:
+        """training.refit asked and not yet made (a resumed study made it already)."""
+        return self.refit and not self.refit_path().is_file()
+
+    def refit_done(self) -> None:
+        shutil.rmtree(self.root / "checkpoints" / "refit", ignore_errors=True)
 
     def _place(self, t) -> None:
         incoming = models_dir(self.root) / "incoming" / f"trial-{t.number}.keras"

@@ -323,7 +323,8 @@ def _keeper(spec):
     from mpiopt.artifacts.keeper import Keeper
 
     return Keeper(spec.artifacts, spec.search.keep_models, spec.objective.direction,
-                  say=_progress, checkpoints=spec.training.checkpoint_every > 0)
+                  say=_progress, checkpoints=spec.training.checkpoint_every > 0,
+                  refit=spec.training.refit)
 
 
 def stuck_grace(timeout: float | None) -> float:

@@ -47,6 +47,7 @@ class Trial:
     seed: int
     attempt: int = 0
     timeout: float | None = None  # search.trial_timeout in seconds
+    refit: bool = False           # training.refit: the best params on all the data, no row
 
 
 @dataclass(frozen=True)

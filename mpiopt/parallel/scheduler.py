@@ -68,6 +68,7 @@ class _Running:
     params: dict[str, Any]
     group: int
     started: float
+    refit: bool = False          # training.refit's run: no trial row, no searcher
 
 
 class Scheduler:
@@ -91,6 +92,8 @@ class Scheduler:
         self.trial_timeout, self.stuck_grace = trial_timeout, stuck_grace
         self.progress = progress
         self.artifacts = artifacts    # mpiopt.artifacts.keeper.Keeper, or None
+        # training.refit: None (not yet), "running", "done"; a refit model on disk is done
+        self.refit_state = None if artifacts is not None and artifacts.refit_wanted() else "done"
         self.hosts = hosts or [None] * n_groups
         self.ranks = ranks or [None] * n_groups
         self.idle: list[int] = list(range(n_groups))
@@ -154,7 +157,7 @@ class Scheduler:
 
     @property
     def done(self) -> bool:
-        return not self.running and not self._can_dispatch()
+        return not self.running and not self._can_dispatch() and not self._refit_due()
 
     def _can_dispatch(self, extra: int = 0) -> bool:
         """Whether one more trial may start (`extra`: ones already promised this round)."""
@@ -180,6 +183,10 @@ class Scheduler:
             self._warn_unread(result.unread)
             run = self.running.pop(group)
             status = TrialStatus(result.status)
+            if run.refit:
+                self._refit_finished(result)
+                self.idle.append(group)
+                continue
             if status is TrialStatus.INTERRUPTED:      # cancelled: stays unfinished, runs again
                 self.searcher.forget(run.params)
                 self.idle.append(group)
@@ -194,7 +201,7 @@ class Scheduler:
                 metrics=result.metrics, error=result.error, duration=result.duration,
                 device=result.device, spans=result.spans))
         if not done:
-            return self._stop_idle()
+            return self._refit_if_due() + self._stop_idle()
         actions: list = []
         first = all(self._dispatch_first(t) for t in done)
         if first:                            # the groups' next trials leave before the write
@@ -226,7 +233,7 @@ class Scheduler:
         if not first:
             self.idle.extend(t.group for t in done)
             actions = self._teach_and_fill(done)
-        return actions + self._stop_idle()
+        return actions + self._refit_if_due() + self._stop_idle()
 
     def _warn_unread(self, names: list[str]) -> None:
         """Once per run: search-space parameters the model never read change nothing."""
@@ -266,6 +273,9 @@ class Scheduler:
         run = self.running.get(group)
         if run is None or run.trial_id != report.trial_id:
             return []
+        if run.refit:
+            verdict = Verdict.CANCEL if self.stop_reason == "interrupted" else Verdict.CONTINUE
+            return [Answer(group, Decision(report.trial_id, verdict))]
         self.storage.add_intermediate(run.trial_id, report.epoch, report.value)
         value = self.sign * report.value
         prune = False
@@ -320,7 +330,8 @@ class Scheduler:
         self._stop("interrupted", "interrupted: running trials are marked INTERRUPTED")
         self.storage.interrupt_running(self.study_id)
         for run in self.running.values():
-            self.searcher.forget(run.params)
+            if not run.refit:
+                self.searcher.forget(run.params)
         self.running.clear()
         self.storage.set_study_status(self.study_id, StudyStatus.INTERRUPTED)
         return self._stop_idle()
@@ -375,7 +386,38 @@ class Scheduler:
             fresh.append(suggestion)
         if fresh:
             actions += self._start(fresh)
-        return actions
+        return actions or self._refit_if_due()
+
+    # ---- training.refit: the best parameters once more, on all the data ----------------
+    def _refit_due(self) -> bool:
+        """After a search that ended well (budget or target), with nothing left running."""
+        return (self.refit_state is None and self.stop_reason in (None, "target")
+                and self.best is not None and bool(self.idle) and not self.running
+                and not self.finishing and not self._can_dispatch())
+
+    def _refit_if_due(self) -> list:
+        if not self.idle or not self._refit_due():
+            return []
+        group = self.idle.pop(0)
+        best = self.best
+        self.refit_state = "running"
+        self.running[group] = _Running(-1, best.number, dict(best.params), group, self.clock(),
+                                       refit=True)
+        if self.progress:
+            self.progress.say(f"refit: training trial {best.number}'s parameters once more on "
+                              "all the data (training.refit)")
+        return [Dispatch(group, Trial(-1, best.number, dict(best.params),
+                                      trial_seed(self.seed, best.number), refit=True))]
+
+    def _refit_finished(self, result: Result) -> None:
+        self.refit_state = "done"
+        status = TrialStatus(result.status)
+        line = (f"refit: model kept in {self.artifacts.refit_path()}" if status is TrialStatus.COMPLETE
+                else f"refit: {status.value.lower()}: {(result.error or '').splitlines()[0] if result.error else ''}")
+        if status is TrialStatus.COMPLETE:
+            self.artifacts.refit_done()
+        if self.progress:
+            self.progress.say(line)
 
     def _take_queued(self, tick: bool) -> list[Dispatch]:
         """Queued parameter sets for idle groups, taken (PENDING -> RUNNING) in one

@@ -69,6 +69,10 @@ def save_model(comm, trainer, k: int, meta: dict) -> None:
             final.parent.mkdir(parents=True, exist_ok=True)
             note = dict(meta, fold=trainer.fold, kfold=k, fold_value=trainer.best_value,
                         best_epoch=trainer.best_epoch, epochs=trainer.epoch)
+            if a.final:       # training.refit: the last epoch, on all the data
+                note.update(fold_value=trainer.history[-1][0] if trainer.history else None,
+                            best_epoch=None, samples=len(trainer.x),
+                            value_on="the training data itself (all the data; none is left)")
             write_json(final.with_suffix(".json"), note)
             tmp = atomic_path(final)
             try:

@@ -20,12 +20,24 @@ import numpy as np
 
 from mpiopt.training import resume, threads
 from mpiopt.training.data import epoch_order, load_data, shard
-from mpiopt.training.folds import fold_plan, make_splits, run_folds
+from mpiopt.training.folds import Splits, fold_plan, make_splits, run_folds
 from mpiopt.training.tracking import ReadTracker
 
 
+def run_refit(spec, params: dict, comm, seed: int, artifacts=None) -> dict:
+    """training.refit: params trained once more on all the data the trials saw (every
+    fold, the holdout, the validation set), for training.epochs epochs without early
+    stopping; the model of the last epoch is kept. With no data left to validate on, the
+    figure it reports is the metric on that same training data (its note says so)."""
+    from dataclasses import replace
+
+    training = replace(spec.training, kfold=1, early_stopping=None, pruning=None)
+    return run_training(replace(spec, training=training), params, comm, seed,
+                        artifacts=artifacts, all_data=True)
+
+
 def run_training(spec, params: dict, comm, seed: int, report=None, on_epoch=None,
-                 artifacts=None) -> dict:
+                 artifacts=None, all_data: bool = False) -> dict:
     """Train and evaluate params; the same result dict on every rank of comm.
 
     Returns {value, value_std, fold_values, metrics, epochs, intermediate, timing}.
@@ -43,7 +55,11 @@ def run_training(spec, params: dict, comm, seed: int, report=None, on_epoch=None
 
     obj = spec.objective
     data = together(comm, lambda: load_data(obj.data, spec.base_dir))
-    splits = make_splits(data, spec.training, seed)
+    if all_data:                     # the refit: every sample, validated on itself
+        data = data.merged()
+        splits = Splits(1, [(np.arange(len(data.x)), np.arange(len(data.x)))])
+    else:
+        splits = make_splits(data, spec.training, seed)
     build = together(comm, lambda: load_callable(obj.model, spec.base_dir, field="objective.model"))
     tracked = ReadTracker(params)
     model = together(comm, lambda: backend.KerasModel(
@@ -182,7 +198,8 @@ class FoldTrainer:
         self.history: list[tuple[float, dict]] = []   # (value, metrics) per epoch
         self.artifacts = artifacts
         # the best epoch's weights, for the kept model (only the rank that saves it)
-        self.keep_best = bool(artifacts is not None and artifacts.model) and comm.Get_rank() == 0
+        self.keep_best = (bool(artifacts is not None and artifacts.model and not artifacts.final)
+                          and comm.Get_rank() == 0)
         self.best_weights = None
         self.timing = Timing()
         self.fold, self.t0 = fold, time.time() if t0 is None else t0
