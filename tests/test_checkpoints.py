@@ -296,3 +296,30 @@ def test_refit_trains_the_best_parameters_on_all_the_data_and_keeps_that_model(t
     before = (store / "refit.keras").stat().st_mtime_ns
     assert main(["search", str(path), "--storage", url, "--resume"]) == 0
     assert (store / "refit.keras").stat().st_mtime_ns == before
+
+
+def test_an_artifact_store_that_fails_mid_study_stops_it_cleanly_and_resume_goes_on(tmp_path,
+                                                                                    capfd):
+    """A file where the checkpoints folder should be: the first checkpoint cannot be
+    written (as with a full disk). The study stops with one line and the resume command;
+    the trial is INTERRUPTED, the database intact; once fixed, the resume finishes."""
+    from mpiopt.api import load_study
+    from mpiopt.cli.main import main
+    from mpiopt.trial import StudyStatus, TrialStatus
+
+    path = write_case(tmp_path / "case", training={"epochs": 2})
+    url = f"sqlite:///{tmp_path / 'f.db'}"
+    store = tmp_path / "f-artifacts" / "tiny"
+    store.mkdir(parents=True)
+    (store / "checkpoints").write_text("in the way")
+    assert main(["search", str(path), "--storage", url]) == 1
+    lines = [ln for ln in capfd.readouterr().err.splitlines() if ln.startswith("mpiopt:")]
+    assert len(lines) == 1 and "storage.artifacts: cannot write" in lines[0], lines
+    assert lines[0].endswith(f"resume with: mpiopt resume tiny --storage {url}")
+    with load_study("tiny", url) as study:
+        assert study.record.status is StudyStatus.INTERRUPTED
+        assert [t.status for t in study.trials] == [TrialStatus.INTERRUPTED]
+    (store / "checkpoints").unlink()
+    assert main(["search", str(path), "--storage", url, "--resume"]) == 0
+    with load_study("tiny", url) as study:
+        assert [t.status for t in study.trials] == [TrialStatus.COMPLETE] * 2
