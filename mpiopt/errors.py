@@ -91,5 +91,6 @@ class TrialCancelled(TrialStopped):
 
 class ArtifactStoreError(MpioptError):
     """The artifact store (storage.artifacts) cannot be written: not writable, no space
-    left. Not the trial's fault: at start-up one line and exit 2; mid-study the job stops
-    cleanly (the trial runs again on resume from its last checkpoint)."""
+    left. Not the trial's fault: at start-up one line and exit 2; mid-study the trial is
+    INTERRUPTED and the job stops in order (it runs again on resume from its last
+    checkpoint)."""

@@ -92,8 +92,9 @@ class Objective:
                 result = self._run(trial, comm, report)
         except TrialStopped as exc:
             result = stopped_result(trial, exc, self.where)
-        except ArtifactStoreError:   # not the trial's fault: the job stops (see group.py)
-            raise
+        except ArtifactStoreError as exc:   # not the trial's fault: it runs again on resume,
+            result = Result(trial.trial_id, TrialStatus.INTERRUPTED,   # and the study stops
+                            error=f"{exc} ({self.where})")
         except SystemExit as exc:
             result = failed_result(trial, f"objective called sys.exit({exc.code!r}) ({self.where})")
         except Exception as exc:  # the study goes on; the error is recorded

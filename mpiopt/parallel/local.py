@@ -9,7 +9,7 @@ from __future__ import annotations
 import signal
 from collections import deque
 
-from mpiopt.errors import ArtifactStoreError, TrialCancelled
+from mpiopt.errors import TrialCancelled
 from mpiopt.parallel.protocol import Report
 from mpiopt.parallel.scheduler import Dispatch, StopGroup
 
@@ -36,10 +36,7 @@ def run_local(scheduler, objective, comm) -> bool:
     except KeyboardInterrupt:
         scheduler.interrupt()
         return False
-    except ArtifactStoreError as exc:   # no space left: stop cleanly, resume continues
-        scheduler.stop("error", str(exc))
-        scheduler.interrupt()
-        return False
+
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

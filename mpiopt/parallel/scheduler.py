@@ -190,6 +190,8 @@ class Scheduler:
             if status is TrialStatus.INTERRUPTED:      # cancelled: stays unfinished, runs again
                 self.searcher.forget(run.params)
                 self.idle.append(group)
+                if result.error:     # the job cannot go on (its artifact store failed)
+                    self._halt(run, result.error)
                 continue
             done.append(FrozenTrial(
                 id=run.trial_id, study_id=self.study_id, number=run.number, status=status,
@@ -234,6 +236,14 @@ class Scheduler:
             self.idle.extend(t.group for t in done)
             actions = self._teach_and_fill(done)
         return actions + self._refit_if_due() + self._stop_idle()
+
+    def _halt(self, run: _Running, error: str) -> None:
+        """A trial stopped by a failure that is not its own (mpiopt.artifacts: no space
+        left): it is recorded INTERRUPTED, not as a lost attempt, and runs again on
+        resume from its last checkpoint; no new trial starts, so the job ends in order."""
+        self.storage.finish_trials([dict(trial_id=run.trial_id, status=TrialStatus.INTERRUPTED,
+                                         error=error)])
+        self._stop("error", error.splitlines()[0])
 
     def _warn_unread(self, names: list[str]) -> None:
         """Once per run: search-space parameters the model never read change nothing."""

@@ -4,8 +4,9 @@ trial's final model written for the coordinator to rank.
 Why every write is followed by one small collective over the whole trial communicator:
 only a fold's rank 0 writes, and if that write fails (no space left) every rank of the
 trial must stop at the same point, or the others would wait for ever in the next
-collective. They all raise ArtifactStoreError: not the trial's fault, so the job stops
-cleanly with the resume command and the trial runs again from its last checkpoint.
+collective. They all raise ArtifactStoreError: not the trial's fault, so the trial is
+INTERRUPTED (mpiopt.objective), the study stops in order with the resume command, and
+the trial runs again from its last checkpoint.
 """
 from __future__ import annotations
 
