@@ -103,7 +103,7 @@ class Objective:
 
     def _run(self, trial: Trial, comm, report) -> Result:
         if self._function is None and trial.refit:
-            return self._refit(trial, comm)
+            return self._refit(trial, comm, report)
         if self._function is None:
             from mpiopt.training import run_training
 
@@ -121,13 +121,14 @@ class Objective:
         kwargs = {k: v for k, v in extra.items() if k in self._accepts}
         return self._interpret(trial, self._function(dict(trial.params), **kwargs))
 
-    def _refit(self, trial: Trial, comm) -> Result:
+    def _refit(self, trial: Trial, comm, report) -> Result:
         """training.refit: the model is the point (kept by the trainer); the value is the
-        metric on the training data, for the record only."""
+        metric on the training data, for the record only. Its per-epoch reports only ask
+        whether the job is ending (the coordinator records nothing of them)."""
         from mpiopt.artifacts import refit_artifacts
         from mpiopt.training.trainer import run_refit
 
-        res = run_refit(self.spec, dict(trial.params), comm, trial.seed,
+        res = run_refit(self.spec, dict(trial.params), comm, trial.seed, report=report,
                         artifacts=refit_artifacts(self.spec))
         return Result(trial.trial_id, TrialStatus.COMPLETE, value=res["value"],
                       metrics=dict(res.get("metrics", {})))

@@ -24,7 +24,7 @@ from mpiopt.training.folds import Splits, fold_plan, make_splits, run_folds
 from mpiopt.training.tracking import ReadTracker
 
 
-def run_refit(spec, params: dict, comm, seed: int, artifacts=None) -> dict:
+def run_refit(spec, params: dict, comm, seed: int, report=None, artifacts=None) -> dict:
     """training.refit: params trained once more on all the data the trials saw (every
     fold, the holdout, the validation set), for training.epochs epochs without early
     stopping; the model of the last epoch is kept. With no data left to validate on, the
@@ -32,7 +32,7 @@ def run_refit(spec, params: dict, comm, seed: int, artifacts=None) -> dict:
     from dataclasses import replace
 
     training = replace(spec.training, kfold=1, early_stopping=None, pruning=None)
-    return run_training(replace(spec, training=training), params, comm, seed,
+    return run_training(replace(spec, training=training), params, comm, seed, report=report,
                         artifacts=artifacts, all_data=True)
 
 
