@@ -6,7 +6,7 @@ Arrays:
     state_NNNN  the model's variables then its optimizer's, in KerasModel.state() order
                 (rank 0's: in allreduce every rank holds the same; in downpour rank 0 is
                 the master; in easgd it is rank 0's own worker)
-    validated   the flat float weights validation saw (easgd: the center variable)
+    validated   easgd only: the center variable (the flat float weights validation saw)
     best        the flat float weights of the fold's best epoch (when models are kept)
     rng_numpy   NumPy's global MT19937 key (its other fields are in meta)
 

@@ -28,6 +28,10 @@ class EpochStats:
 class Algorithm:
     """Base: subclasses implement train_epoch; validation hooks default to no-ops."""
 
+    # whether validation sees other weights than the model's own after an epoch (easgd's
+    # center): a checkpoint then keeps those too
+    separate_validation = False
+
     def __init__(self, model, comm, training):
         self.model, self.comm, self.training = model, comm, training
         self.size, self.rank = comm.Get_size(), comm.Get_rank()

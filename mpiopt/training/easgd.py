@@ -23,6 +23,7 @@ from mpiopt.training.data import batches, shard
 
 
 class EASGD(Algorithm):
+    separate_validation = True
     def __init__(self, model, comm, training):
         super().__init__(model, comm, training)
         self.alpha = float(training.easgd_alpha)

@@ -236,7 +236,8 @@ class FoldTrainer:
                 "best_metrics": self.best_metrics, "history": self.history,
                 "timing": self.timing.__dict__,
                 "mode": self.training.mode, "ranks": self.comm.Get_size()}
-        return meta, self.model.state(), self.algorithm.validated_weights(), self.best_weights
+        validated = self.algorithm.validated_weights() if self.algorithm.separate_validation else None
+        return meta, self.model.state(), validated, self.best_weights
 
     def resume_from(self, ckpt: dict) -> None:
         """Continue after the checkpoint's epoch (its state is already in the model)."""
