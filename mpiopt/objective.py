@@ -94,7 +94,7 @@ class Objective:
             result = stopped_result(trial, exc, self.where)
         except ArtifactStoreError as exc:   # not the trial's fault: it runs again on resume,
             result = Result(trial.trial_id, TrialStatus.INTERRUPTED,   # and the study stops
-                            error=f"{exc} ({self.where})")
+                            error=f"{exc} ({self.where})", halt=True)
         except SystemExit as exc:
             result = failed_result(trial, f"objective called sys.exit({exc.code!r}) ({self.where})")
         except Exception as exc:  # the study goes on; the error is recorded

@@ -190,8 +190,8 @@ class Scheduler:
             if status is TrialStatus.INTERRUPTED:      # cancelled: stays unfinished, runs again
                 self.searcher.forget(run.params)
                 self.idle.append(group)
-                if result.error:     # the job cannot go on (its artifact store failed)
-                    self._halt(run, result.error)
+                if result.halt:      # the job cannot go on (its artifact store failed)
+                    self._halt(run, result.error or "stopped")
                 continue
             done.append(FrozenTrial(
                 id=run.trial_id, study_id=self.study_id, number=run.number, status=status,
