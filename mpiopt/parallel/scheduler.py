@@ -19,6 +19,13 @@ queue is read on every dispatch (one indexed SELECT, about 0.1 ms on SQLite), so
 enqueued into a running study is taken by the next dispatch; idle ticks read an empty
 queue at most every QUEUE_POLL_S, not every 5 ms. Their results are told like any other.
 
+A Keras study's artifact store is tended here too (`artifacts`, a Keeper): once a
+result is written, the trial's checkpoints go and its model is kept among the best k or
+deleted (only the coordinator knows the ranking); with training.refit, when the search
+ended well and nothing runs, one group trains the best parameters once more (a dispatch
+with no trial row). A trial INTERRUPTED with `halt` (the store could not be written)
+stops the study in order; it runs again on resume from its last checkpoint.
+
 A slow searcher comes wrapped in mpiopt.search.background.BackgroundSearcher: suggestions
 are taken from its stock (none ready: the group waits for the next tick), tells are
 queued, and no event here ever waits for a model fit.
