@@ -78,12 +78,17 @@ def run_folds(comm, plan: Plan, make_trainer, epochs: int, report, on_epoch,
 
 def _sequential(comm, plan, make_trainer, epochs, report, on_epoch, note):
     """A fold resumed from its checkpoint continues after its last epoch; a fold that was
-    done is not trained again (its epochs are still in `intermediate`)."""
+    done is not trained again (its epochs are still in `intermediate`). The checkpoint's
+    last epoch is reported again: the job may have died between its checkpoint and its
+    report (an epoch reported twice is one row)."""
     results, intermediate = [], {}
     for fold in range(plan.k):
         trainer = make_trainer(comm, fold)
         for e, (value, _) in enumerate(trainer.history, start=1):
             intermediate[fold * epochs + e] = value
+        if trainer.history:
+            value, metrics = trainer.history[-1]
+            _report(comm, report, on_epoch, fold * epochs + len(trainer.history), value, metrics)
         while not trainer.done:
             value, metrics = trainer.run_epoch()
             resume.save_if_due(comm, trainer, ran=True)
@@ -97,14 +102,16 @@ def _sequential(comm, plan, make_trainer, epochs, report, on_epoch, note):
 
 def _concurrent(comm, plan, make_trainer, epochs, report, on_epoch, note):
     """Resumed folds may stand at different epochs (a kill between two folds' writes): a
-    fold ahead takes its stored value for the epochs it already has."""
+    fold ahead takes its stored value for the epochs it already has. The loop starts at
+    the last epoch every fold has, which is reported again (the job may have died
+    between its checkpoints and its report; an epoch reported twice is one row)."""
     fold = comm.Get_rank() // plan.ranks_per_fold
     sub = comm.Split(fold, comm.Get_rank())
     try:
         trainer = make_trainer(sub, fold)
         leader = sub.Get_rank() == 0
         intermediate = {}
-        first = comm.allreduce(len(trainer.history) if leader else epochs, op=_min()) + 1
+        first = max(1, comm.allreduce(len(trainer.history) if leader else epochs, op=_min()))
         for epoch in range(first, epochs + 1):
             ran = False
             if len(trainer.history) >= epoch:
