@@ -325,3 +325,16 @@ def test_an_artifact_store_that_fails_mid_study_stops_it_cleanly_and_resume_goes
     assert main(["search", str(path), "--storage", url, "--resume"]) == 0
     with load_study("tiny", url) as study:
         assert [t.status for t in study.trials] == [TrialStatus.COMPLETE] * 2
+
+
+def test_the_stored_spec_masks_the_password_when_storage_is_a_mapping(tmp_path):
+    """A Keras study stores storage.artifacts, so its storage is a mapping: the URL in it
+    is masked like a plain one."""
+    from dataclasses import replace
+
+    from mpiopt.study import spec_text
+
+    spec = replace(_spec(tmp_path), storage="postgresql+psycopg://u:secret@h/db",
+                   artifacts=str(tmp_path / "store"))
+    text = spec_text(spec)
+    assert "secret" not in text and str(tmp_path / "store") in text
