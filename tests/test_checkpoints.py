@@ -15,6 +15,14 @@ pytest.importorskip("tensorflow")
 from test_training import write_case  # noqa: E402
 
 
+@pytest.fixture(autouse=True)
+def _own_folder(tmp_path, monkeypatch):
+    """The commands run here write their native log into the working directory (or where
+    MPIOPT_NATIVE_LOG says): keep both inside the test's folder, not the checkout."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MPIOPT_NATIVE_LOG", str(tmp_path / "native.log"))
+
+
 def _train(spec, artifacts=None, report=None, seed=5):
     from mpi4py import MPI
 
