@@ -88,3 +88,25 @@ def test_kill_9_mid_trial_then_resume_gives_the_uninterrupted_value(tmp_path):
     assert not (store / "checkpoints" / "trial-0").exists()
     assert (store / "models" / "trial-0.keras").is_file()
     assert (store / "refit.keras").is_file()
+
+
+def test_an_artifact_store_that_fails_mid_study_under_mpiexec_ends_in_order(tmp_path):
+    """A file where the checkpoints folder should be (as a full disk): both ranks of the
+    group stop at the same epoch, the job ends with one line, the resume command and
+    status 1 (no rank killed, no MPI_Abort), the trial INTERRUPTED, not a lost attempt."""
+    path = write_case(tmp_path, training={"epochs": 2})
+    spec = yaml.safe_load(path.read_text())
+    spec["resources"] = {"group_size": 2}
+    path.write_text(yaml.safe_dump(spec))
+    url = f"sqlite:///{tmp_path / 'f.db'}"
+    store = tmp_path / "f-artifacts" / "tiny"
+    store.mkdir(parents=True)
+    (store / "checkpoints").write_text("in the way")
+    proc = mpiopt("search", path, "--storage", url, np=3, cwd=tmp_path, timeout=120)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("mpiopt:")]
+    assert len(lines) == 1 and "storage.artifacts: cannot write" in lines[0], proc.stderr
+    assert lines[0].endswith(f"resume with: mpiopt resume tiny --storage {url}")
+    assert "BAD TERMINATION" not in proc.stdout + proc.stderr
+    [trial] = _trial(url)
+    assert trial.status is TrialStatus.INTERRUPTED and "cannot write" in trial.error
