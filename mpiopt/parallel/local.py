@@ -36,7 +36,6 @@ def run_local(scheduler, objective, comm) -> bool:
     except KeyboardInterrupt:
         scheduler.interrupt()
         return False
-
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
