@@ -85,6 +85,17 @@ class Study:
             raise MpioptError(f"study '{self.name}' has no complete trial yet")
         return best
 
+    def best_model(self, trial: int | None = None):
+        """The kept model of the best trial (or of trial number `trial`), loaded with
+        keras.models.load_model; the refit model when training.refit made one. Needs
+        Keras; an MpioptError names the kept trials when that one was not kept."""
+        from mpiopt.artifacts.models import model_path
+
+        path, _ = model_path(self.record, self._storage, trial)
+        import keras
+
+        return keras.models.load_model(path)
+
     def trials_dataframe(self):
         """A pandas DataFrame, one row per trial: number, status, value, ..., one column
         per parameter (`params_<name>`), per metric (`metrics_<name>`) and per fold

@@ -87,3 +87,10 @@ class TrialTimeout(TrialStopped):
 class TrialCancelled(TrialStopped):
     """The job is ending (signal, time limit + grace, another rank failed): INTERRUPTED,
     so the trial runs again on resume."""
+
+
+class ArtifactStoreError(MpioptError):
+    """The artifact store (storage.artifacts) cannot be written: not writable, no space
+    left. Not the trial's fault: at start-up one line and exit 2; mid-study the trial is
+    INTERRUPTED and the job stops in order (it runs again on resume from its last
+    checkpoint)."""

@@ -30,7 +30,7 @@ import numpy as np
 
 from mpiopt.device import describe_device
 from mpiopt.durations import format_duration
-from mpiopt.errors import Pruned, TrialStopped, TrialTimeout
+from mpiopt.errors import ArtifactStoreError, Pruned, TrialStopped, TrialTimeout
 from mpiopt.parallel.protocol import Result, Trial
 from mpiopt.trial import TrialStatus
 
@@ -92,6 +92,9 @@ class Objective:
                 result = self._run(trial, comm, report)
         except TrialStopped as exc:
             result = stopped_result(trial, exc, self.where)
+        except ArtifactStoreError as exc:   # not the trial's fault: it runs again on resume,
+            result = Result(trial.trial_id, TrialStatus.INTERRUPTED,   # and the study stops
+                            error=f"{exc} ({self.where})", halt=True)
         except SystemExit as exc:
             result = failed_result(trial, f"objective called sys.exit({exc.code!r}) ({self.where})")
         except Exception as exc:  # the study goes on; the error is recorded
@@ -99,10 +102,15 @@ class Objective:
         return _with_duration(result, time.perf_counter() - start)
 
     def _run(self, trial: Trial, comm, report) -> Result:
+        if self._function is None and trial.refit:
+            return self._refit(trial, comm, report)
         if self._function is None:
             from mpiopt.training import run_training
 
-            res = run_training(self.spec, dict(trial.params), comm, trial.seed, report=report)
+            from mpiopt.artifacts import trial_artifacts
+
+            res = run_training(self.spec, dict(trial.params), comm, trial.seed, report=report,
+                               artifacts=trial_artifacts(self.spec, trial.number))
             return Result(trial.trial_id, TrialStatus.COMPLETE, value=_finite(res["value"], self.metric),
                           value_std=res.get("value_std"), fold_values=list(res.get("fold_values", [])),
                           metrics=dict(res.get("metrics", {})), spans=list(res.get("spans", [])),
@@ -112,6 +120,18 @@ class Objective:
         extra = {"comm": comm, "seed": trial.seed, "report": _plain_report(report)}
         kwargs = {k: v for k, v in extra.items() if k in self._accepts}
         return self._interpret(trial, self._function(dict(trial.params), **kwargs))
+
+    def _refit(self, trial: Trial, comm, report) -> Result:
+        """training.refit: the model is the point (kept by the trainer); the value is the
+        metric on the training data, for the record only. Its per-epoch reports only ask
+        whether the job is ending (the coordinator records nothing of them)."""
+        from mpiopt.artifacts import refit_artifacts
+        from mpiopt.training.trainer import run_refit
+
+        res = run_refit(self.spec, dict(trial.params), comm, trial.seed, report=report,
+                        artifacts=refit_artifacts(self.spec))
+        return Result(trial.trial_id, TrialStatus.COMPLETE, value=res["value"],
+                      metrics=dict(res.get("metrics", {})))
 
     def _interpret(self, trial: Trial, returned: Any) -> Result:
         if isinstance(returned, dict):

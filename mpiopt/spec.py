@@ -96,6 +96,7 @@ class SearchSpec:
     max_attempts: int = 2
     initial_trials: tuple = ()          # parameter sets queued when the study is created
     warm_start: str | None = None       # a study in the same database told first
+    keep_models: int = 1                # the trained models of the best k trials are kept
 
 
 @dataclass(frozen=True)
@@ -126,6 +127,8 @@ class TrainingSpec:
     early_stopping: EarlyStoppingSpec | None = None
     pruning: PruningSpec | None = None
     shuffle: bool = True
+    checkpoint_every: int = 1       # epochs between checkpoints (0: none); mpiopt.artifacts
+    refit: bool = False             # train the best parameters once more on all the data
 
 
 @dataclass(frozen=True)
@@ -145,6 +148,7 @@ class Spec:
     base_dir: Path
     source: str
     storage_retry: float = STORAGE_RETRY_S   # storage.retry_timeout: outages ridden out
+    artifacts: str | None = None    # storage.artifacts: checkpoints and kept models (a folder)
 
     @classmethod
     def from_dict(cls, data: dict, source: str = "<stored>", base_dir: Path | str | None = None,
@@ -165,8 +169,7 @@ class Spec:
         """The resolved spec: every default filled in, includes expanded, paths absolute."""
         return {
             "study": {"name": self.study.name, "description": self.study.description},
-            "storage": (self.storage if self.storage_retry == STORAGE_RETRY_S else
-                        {"url": self.storage, "retry_timeout": self.storage_retry}),
+            "storage": _storage_dict(self),
             "objective": _objective_dict(self.objective),
             "search_space": self.space.to_dict(),
             "search": _search_dict(self.search),
@@ -421,13 +424,14 @@ def _build(raw: Any, source: str, base_dir: Path, check_files: bool) -> Spec:
     origins = raw.pop("_origins", None) if isinstance(raw, dict) else None
     top = _Section(raw, source, "", TOP_KEYS, what="a mapping of sections (study, objective, ...)")
     space = _space(top, origins)
-    storage, retry = _storage(top, base_dir)
+    storage, retry, artifacts = _storage(top, base_dir)
     objective, search = _objective(top, base_dir, check_files), _search(top, space)
     _check_objectives(source, objective, search)
     return Spec(
         study=_study(top.section("study", ("name", "description"))),
         storage=storage,
         storage_retry=retry,
+        artifacts=artifacts,
         objective=objective,
         space=space,
         search=search,
@@ -612,19 +616,32 @@ def _duration(sec: _Section, key: str) -> float | None:
     return float(value)
 
 
-def _storage(top: _Section, base_dir: Path) -> tuple[str | None, float]:
-    """`storage: URL` or `storage: {url: URL, retry_timeout: 10m}`. A relative SQLite path
-    is relative to the spec file (stored absolute), so a resume from any directory finds
-    the same database."""
+def _storage(top: _Section, base_dir: Path) -> tuple[str | None, float, str | None]:
+    """`storage: URL` or `storage: {url: URL, retry_timeout: 10m, artifacts: DIR}`. A
+    relative SQLite path (and a relative artifacts folder) is relative to the spec file
+    (stored absolute), so a resume from any directory finds the same database."""
     value = top.raw("storage", None)
-    retry = STORAGE_RETRY_S
+    retry, artifacts = STORAGE_RETRY_S, None
     if isinstance(value, dict):
-        sec = top.section("storage", ("url", "retry_timeout"))
+        sec = top.section("storage", ("url", "retry_timeout", "artifacts"))
         value = sec.text("url", default=None)
         retry = _duration(sec, "retry_timeout") or STORAGE_RETRY_S
+        artifacts = sec.text("artifacts", default=None)
+        if artifacts is not None:
+            artifacts = str((base_dir / Path(artifacts).expanduser()).resolve())
     elif value is not None:
         value = top.text("storage", default=None)
-    return (_anchor_sqlite(value, base_dir) if value else None), retry
+    return (_anchor_sqlite(value, base_dir) if value else None), retry, artifacts
+
+
+def _storage_dict(spec: "Spec"):
+    """A plain URL unless retry_timeout or artifacts differ from their defaults."""
+    if spec.storage_retry == STORAGE_RETRY_S and spec.artifacts is None:
+        return spec.storage
+    out = {"url": spec.storage, "retry_timeout": spec.storage_retry}
+    if spec.artifacts is not None:
+        out["artifacts"] = spec.artifacts
+    return out
 
 
 def _anchor_sqlite(url: str, base_dir: Path) -> str:
@@ -639,7 +656,7 @@ def _anchor_sqlite(url: str, base_dir: Path) -> str:
 
 SEARCH_KEYS = ("algorithm", "trials", "seed", "target", "time_limit", "max_initial_failures",
                "trial_timeout", "grace", "max_attempts", "initial_trials",
-               "warm_start") + ALGORITHMS
+               "warm_start", "keep_models") + ALGORITHMS
 
 
 def _search(top: _Section, space: Space) -> SearchSpec:
@@ -660,6 +677,7 @@ def _search(top: _Section, space: Space) -> SearchSpec:
         max_attempts=sec.integer("max_attempts", 2, minimum=1),
         initial_trials=_initial_trials(sec, space),
         warm_start=sec.text("warm_start", None),
+        keep_models=sec.integer("keep_models", 1, minimum=0),
     )
 
 
@@ -700,7 +718,8 @@ def _algorithm_options(search: _Section, algorithm: str, space: Space) -> dict:
 
 
 TRAINING_KEYS = ("epochs", "batch_size", "mode", "sync_every", "easgd_alpha", "easgd_period",
-                 "kfold", "holdout", "early_stopping", "pruning", "shuffle")
+                 "kfold", "holdout", "early_stopping", "pruning", "shuffle", "checkpoint_every",
+                 "refit")
 
 
 def _training(top: _Section) -> TrainingSpec:
@@ -717,6 +736,8 @@ def _training(top: _Section) -> TrainingSpec:
         early_stopping=_optional(sec, "early_stopping", _early_stopping),
         pruning=_optional(sec, "pruning", _pruning),
         shuffle=sec.flag("shuffle", True),
+        checkpoint_every=sec.integer("checkpoint_every", 1, minimum=0),
+        refit=sec.flag("refit", False),
     )
 
 
@@ -765,10 +786,13 @@ def _space(top: _Section, origins: dict | None) -> Space:
     for name, entry in entries.items():
         source, prefix = origins.get(name, (top.source, "search_space"))
         where = f"{prefix}.{name}" if prefix else str(name)
+        searched = isinstance(name, str) and name.startswith(SEARCHED_PREFIX)
+        if searched:                 # training.batch_size and the like (training/searched.py)
+            _check_searched(name, entry, source, where)
         if isinstance(entry, list):  # shorthand: `activation: [relu, tanh]`
             entry = {"type": "categorical", "choices": entry}
         templated = isinstance(entry, dict) and entry.get("for") is not None
-        if not isinstance(name, str) or not (name.isidentifier() or templated):
+        if not isinstance(name, str) or not (name.isidentifier() or templated or searched):
             raise SpecError(f"{source}: {where}: a parameter name must be an identifier")
         dims[name] = _dimension(name, entry, source, prefix)
         raw[name] = entry
@@ -815,6 +839,23 @@ def _renamed(dim, name: str):
     import dataclasses
 
     return dataclasses.replace(dim, name=name)
+
+
+def _check_searched(name: str, entry: Any, source: str, where: str) -> None:
+    """`training.<field>` entries: only the fields mpiopt.training.searched can vary."""
+    from mpiopt.training.searched import SEARCHABLE
+
+    field = name[len(SEARCHED_PREFIX):]
+    if field not in SEARCHABLE:
+        raise SpecError(f"{source}: {where}: training.{field} cannot be searched; these can: "
+                        + ", ".join(f"training.{k}" for k in SEARCHABLE))
+    kind = entry.get("type") if isinstance(entry, dict) else "categorical"
+    if SEARCHABLE[field] is int and kind == "real":
+        raise SpecError(f"{source}: {where}: training.{field} takes whole numbers: use "
+                        "type integer or categorical")
+
+
+SEARCHED_PREFIX = "training."
 
 
 def _dimension(name: str, entry: Any, source: str, prefix: str):
@@ -946,6 +987,8 @@ def _search_dict(s: SearchSpec) -> dict:
         out["initial_trials"] = [dict(p) for p in s.initial_trials]
     if s.warm_start:
         out["warm_start"] = s.warm_start
+    if s.keep_models != 1:              # (absent at its default, as above)
+        out["keep_models"] = s.keep_models
     if s.options:
         out[s.algorithm] = dict(s.options)
     return out
@@ -958,4 +1001,8 @@ def _training_dict(t: TrainingSpec) -> dict:
     out["early_stopping"] = vars(t.early_stopping).copy() if t.early_stopping else None
     out["pruning"] = vars(t.pruning).copy() if t.pruning else None
     out["shuffle"] = t.shuffle
+    if t.checkpoint_every != 1:         # absent at their defaults: older stored specs compare equal
+        out["checkpoint_every"] = t.checkpoint_every
+    if t.refit:
+        out["refit"] = True
     return out

@@ -23,6 +23,8 @@ RESUMABLE_CHANGES = (
     # queued once, when the study is created (later sets: `mpiopt enqueue`); told anew on
     # every run (another study's results, a hint to the searcher only)
     "search.initial_trials", "search.warm_start",
+    # what is kept of training, not what a trial means (mpiopt.artifacts)
+    "search.keep_models", "training.checkpoint_every", "training.refit",
 )
 
 
@@ -40,8 +42,11 @@ def spec_text(spec) -> str:
     from mpiopt.storage import mask_url
 
     data = spec.to_dict()
-    if isinstance(data.get("storage"), str):
-        data["storage"] = mask_url(data["storage"])
+    storage = data.get("storage")
+    if isinstance(storage, str):
+        data["storage"] = mask_url(storage)
+    elif isinstance(storage, dict) and storage.get("url"):   # retry_timeout or artifacts set
+        storage["url"] = mask_url(storage["url"])
     return yaml.safe_dump(data, sort_keys=False)
 
 

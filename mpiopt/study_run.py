@@ -149,6 +149,8 @@ def open_run(spec, url: str, resume, isolated: bool, retry_failed: bool = False)
         opened = open_study(storage, spec, resume, url,
                             lambda study_id: take_lease(storage, study_id, period))
         token = opened.lease_token
+        if getattr(spec, "artifacts", None):
+            storage.set_study_artifacts(opened.study_id, spec.artifacts)
         notes = [warm_note] if warm_note else []
         if opened.resumed:
             notes += _import_recoveries(storage, spec)

@@ -17,6 +17,7 @@ COMMAND_MODULES = (
     "mpiopt.cli.report",
     "mpiopt.cli.db",
     "mpiopt.cli.study",
+    "mpiopt.cli.model",
 )
 
 

@@ -5,10 +5,15 @@ MPI_Learn's job on its own: the model of the spec trained with the spec's traini
 check the model, the data and the scaling before a search. Rank 0 prints every epoch and
 the figure of merit; nothing is written to a database.
 
---set NAME=VALUE sets a hyperparameter when NAME is one of the search space's parameters,
-and otherwise overrides a spec field by its dotted path (--set training.epochs=2).
-Parameters not set take the middle of their range (geometric middle for log priors, the
-middle choice of a categorical).
+--set NAME=VALUE sets a hyperparameter when NAME is one of the search space's parameters
+(a searched training field too: --set training.batch_size=32 when the space has it), and
+otherwise overrides a spec field by its dotted path (--set training.epochs=2); a field
+this command does not use (training.checkpoint_every, training.refit) is refused with one
+line, never ignored. Parameters not set take the middle of their range (geometric middle
+for log priors, the middle choice of a categorical).
+
+--save FILE writes the trained model (the last fold at its best epoch) as a .keras file,
+with a JSON note beside it (FILE with .json: fold, value, epoch, seed, params).
 """
 from __future__ import annotations
 
@@ -30,11 +35,24 @@ def register(subparsers) -> None:
                         help="seed of the initial weights, shuffles and folds (default: search.seed)")
     parser.add_argument("--format", choices=("table", "json"), default="table",
                         help="table: epochs as they finish; json: one object at the end")
+    parser.add_argument("--save", metavar="FILE.keras", default=None,
+                        help="write the trained model (the last fold at its best epoch) here")
     parser.set_defaults(func=run)
+
+
+# Spec fields that only a study uses: refused here rather than silently ignored.
+NOT_USED = {"training.checkpoint_every": "`mpiopt train` keeps no checkpoints",
+            "training.refit": "`mpiopt train` trains one parameter set (--save keeps its model)",
+            "search.keep_models": "`mpiopt train` keeps no study models (use --save FILE)"}
 
 
 def split_settings(space_names, settings: dict) -> tuple[dict, dict]:
     """(hyperparameters, spec overrides) from the --set values."""
+    from mpiopt.errors import SpecError
+
+    for name in settings:
+        if name in NOT_USED and name not in space_names:
+            raise SpecError(f"--set {name}: {NOT_USED[name]}")
     params = {k: v for k, v in settings.items() if k in space_names}
     overrides = {k: v for k, v in settings.items() if k not in space_names}
     return params, overrides
@@ -70,17 +88,36 @@ def run(args) -> int:
                         "this spec has a function objective")
     params = resolve_params(spec.space, given)
     seed = spec.search.seed if args.seed is None else args.seed
-    return _train(spec, params, seed, args.format)
+    save = _save_path(args.save)
+    return _train(spec, params, seed, args.format, save)
 
 
-def _train(spec, params: dict, seed: int, fmt: str) -> int:
+def _save_path(text: str | None):
+    """--save: a .keras file in a folder that exists (checked before training starts)."""
+    if text is None:
+        return None
+    from pathlib import Path
+
+    from mpiopt.errors import MpioptError
+
+    path = Path(text).resolve()
+    if path.suffix != ".keras":
+        raise MpioptError(f"--save {text}: the file name must end in .keras (Keras's format)")
+    if not path.parent.is_dir():
+        raise MpioptError(f"--save {text}: the folder {path.parent} does not exist")
+    return path
+
+
+def _train(spec, params: dict, seed: int, fmt: str, save=None) -> int:
     from mpiopt.parallel import world
     from mpiopt.training.folds import fold_plan
 
     comm = world()
     leader = comm.Get_rank() == 0
     _native_log(spec.study.name)
-    t = spec.training
+    from mpiopt.training.searched import split
+
+    t = split(spec, params)[0].training        # with searched training fields set
     if leader and fmt == "table":
         plan = fold_plan(t.kfold, comm.Get_size())
         layout = (f"{t.kfold} folds " + ("concurrently" if plan.concurrent else "in turn")
@@ -92,13 +129,18 @@ def _train(spec, params: dict, seed: int, fmt: str) -> int:
     try:
         from mpiopt.training import run_training
 
-        result = run_training(spec, params, comm, seed, on_epoch=on_epoch)
+        from mpiopt.artifacts import TrialArtifacts
+
+        artifacts = TrialArtifacts(model=str(save)) if save else None
+        result = run_training(spec, params, comm, seed, on_epoch=on_epoch, artifacts=artifacts)
     except Exception as exc:  # the model or the data failed: one line, exit 1
         if leader:
             print(f"mpiopt: training failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
     if leader:
         _print_result(spec, params, seed, result, fmt)
+        if save and fmt == "table":
+            print(f"model saved to {save}", flush=True)
     return 0
 
 

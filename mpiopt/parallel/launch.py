@@ -50,6 +50,7 @@ def _rank0(world, prepare, quiet: bool) -> int:
         spec, url, resume, *options = prepare()
         options = options[0] if options else {}
         _check_start(world.Get_size(), spec, url)
+        spec = _with_artifacts(spec, url)
     except MpioptError as exc:
         if multi:
             quiet_bcast(world, {"error": str(exc)}, tag=Tag.SETUP)
@@ -118,6 +119,17 @@ def _check_start(world_size: int, spec, url: str) -> None:
     except ImportError:          # older storage layer: opening will say it
         return
     check_url(url)
+
+
+def _with_artifacts(spec, url: str):
+    """A Keras study's artifact store, resolved and checked here so that every rank gets
+    the same folder with the spec, and a folder that cannot be written is refused
+    before anything is written (mpiopt.artifacts)."""
+    if not spec.objective.model:
+        return spec
+    from mpiopt.artifacts import resolve
+
+    return resolve(spec, url)
 
 
 def _send_verdict(world, multi: bool, error: str | None = None) -> None:
@@ -293,6 +305,7 @@ def _scheduler(spec, opened, storage, n_groups, progress, hosts, ranks, backgrou
 
         searcher = BackgroundSearcher(searcher, max_stock=n_groups)
     return Scheduler(
+        artifacts=_keeper(spec),
         storage=storage, study_id=opened.study_id, searcher=searcher,
         direction=spec.objective.direction, budget=s.trials, n_groups=n_groups, seed=s.seed,
         pruner=make_pruner(spec.training.pruning), target=s.target, time_limit=s.time_limit,
@@ -300,6 +313,18 @@ def _scheduler(spec, opened, storage, n_groups, progress, hosts, ranks, backgrou
         hosts=hosts, ranks=ranks, trial_timeout=getattr(s, "trial_timeout", None),
         grace=getattr(s, "grace", 300.0), stuck_grace=stuck_grace(getattr(s, "trial_timeout", None)),
         objective=spec.objective, warm=getattr(opened, "warm", ()))
+
+
+def _keeper(spec):
+    """The coordinator's side of the artifact store: ranks kept models, removes the
+    checkpoints of finished trials (None for plain-function studies)."""
+    if not spec.artifacts:
+        return None
+    from mpiopt.artifacts.keeper import Keeper
+
+    return Keeper(spec.artifacts, spec.search.keep_models, spec.objective.direction,
+                  say=_progress, checkpoints=spec.training.checkpoint_every > 0,
+                  refit=spec.training.refit)
 
 
 def stuck_grace(timeout: float | None) -> float:

@@ -47,6 +47,7 @@ class Trial:
     seed: int
     attempt: int = 0
     timeout: float | None = None  # search.trial_timeout in seconds
+    refit: bool = False           # training.refit: the best params on all the data, no row
 
 
 @dataclass(frozen=True)
@@ -92,6 +93,8 @@ class Result:
     device: str | None = None      # what the leader trained on (mpiopt.device)
     spans: list[dict] = field(default_factory=list)  # fold/epoch spans (mpiopt.training)
     unread: list[str] = field(default_factory=list)  # params build_model never read
+    halt: bool = False   # INTERRUPTED by what is not the trial's fault (the artifact store
+                         # failed): the study stops in order, the trial runs again on resume
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,13 @@ queue is read on every dispatch (one indexed SELECT, about 0.1 ms on SQLite), so
 enqueued into a running study is taken by the next dispatch; idle ticks read an empty
 queue at most every QUEUE_POLL_S, not every 5 ms. Their results are told like any other.
 
+A Keras study's artifact store is tended here too (`artifacts`, a Keeper): once a
+result is written, the trial's checkpoints go and its model is kept among the best k or
+deleted (only the coordinator knows the ranking); with training.refit, when the search
+ended well and nothing runs, one group trains the best parameters once more (a dispatch
+with no trial row). A trial INTERRUPTED with `halt` (the store could not be written)
+stops the study in order; it runs again on resume from its last checkpoint.
+
 A slow searcher comes wrapped in mpiopt.search.background.BackgroundSearcher: suggestions
 are taken from its stock (none ready: the group waits for the next tick), tells are
 queued, and no event here ever waits for a model fit.
@@ -68,6 +75,7 @@ class _Running:
     params: dict[str, Any]
     group: int
     started: float
+    refit: bool = False          # training.refit's run: no trial row, no searcher
 
 
 class Scheduler:
@@ -80,7 +88,7 @@ class Scheduler:
                  hosts: list[str] | None = None, ranks: list[int] | None = None,
                  trial_timeout: float | None = None, grace: float = 300.0,
                  stuck_grace: float = 60.0, objective=None,
-                 warm: list[tuple[dict, float]] = ()):
+                 warm: list[tuple[dict, float]] = (), artifacts=None):
         self.storage, self.study_id, self.searcher = storage, study_id, searcher
         self.sign = -1.0 if direction == "maximize" else 1.0
         self.budget, self.seed, self.pruner = budget, seed, pruner
@@ -90,6 +98,9 @@ class Scheduler:
         self.hard_deadline = None if time_limit is None else self.deadline + grace
         self.trial_timeout, self.stuck_grace = trial_timeout, stuck_grace
         self.progress = progress
+        self.artifacts = artifacts    # mpiopt.artifacts.keeper.Keeper, or None
+        # training.refit: None (not yet), "running", "done"; a refit model on disk is done
+        self.refit_state = None if artifacts is not None and artifacts.refit_wanted() else "done"
         self.hosts = hosts or [None] * n_groups
         self.ranks = ranks or [None] * n_groups
         self.idle: list[int] = list(range(n_groups))
@@ -115,6 +126,8 @@ class Scheduler:
         self.queued_taken = 0          # queued parameter sets started by this run
         self._queue_read_at: float | None = None   # None: read it at the next dispatch
         self._restore(existing, warm)
+        if self.artifacts is not None:      # what a job that died mid-way left behind
+            self.artifacts.finished([t for t in existing if t.status.is_finished()])
         if self.background:
             searcher.start(self.next_number)
 
@@ -151,7 +164,7 @@ class Scheduler:
 
     @property
     def done(self) -> bool:
-        return not self.running and not self._can_dispatch()
+        return not self.running and not self._can_dispatch() and not self._refit_due()
 
     def _can_dispatch(self, extra: int = 0) -> bool:
         """Whether one more trial may start (`extra`: ones already promised this round)."""
@@ -177,9 +190,15 @@ class Scheduler:
             self._warn_unread(result.unread)
             run = self.running.pop(group)
             status = TrialStatus(result.status)
+            if run.refit:
+                self._refit_finished(result)
+                self.idle.append(group)
+                continue
             if status is TrialStatus.INTERRUPTED:      # cancelled: stays unfinished, runs again
                 self.searcher.forget(run.params)
                 self.idle.append(group)
+                if result.halt:      # the job cannot go on (its artifact store failed)
+                    self._halt(run, result.error or "stopped")
                 continue
             done.append(FrozenTrial(
                 id=run.trial_id, study_id=self.study_id, number=run.number, status=status,
@@ -191,7 +210,7 @@ class Scheduler:
                 metrics=result.metrics, error=result.error, duration=result.duration,
                 device=result.device, spans=result.spans))
         if not done:
-            return self._stop_idle()
+            return self._refit_if_due() + self._stop_idle()
         actions: list = []
         first = all(self._dispatch_first(t) for t in done)
         if first:                            # the groups' next trials leave before the write
@@ -213,6 +232,8 @@ class Scheduler:
             if not first:               # so the wind-down stops them (the results are in
                 self.idle.extend(t.group for t in done)   # the recovery file)
             raise
+        if self.artifacts is not None:      # written: its checkpoints go, its model is ranked
+            self.artifacts.finished(done)
         for trial in done:
             self.counts[trial.status] += 1
             self._account(trial)
@@ -221,7 +242,15 @@ class Scheduler:
         if not first:
             self.idle.extend(t.group for t in done)
             actions = self._teach_and_fill(done)
-        return actions + self._stop_idle()
+        return actions + self._refit_if_due() + self._stop_idle()
+
+    def _halt(self, run: _Running, error: str) -> None:
+        """A trial stopped by a failure that is not its own (mpiopt.artifacts: no space
+        left): it is recorded INTERRUPTED, not as a lost attempt, and runs again on
+        resume from its last checkpoint; no new trial starts, so the job ends in order."""
+        self.storage.finish_trials([dict(trial_id=run.trial_id, status=TrialStatus.INTERRUPTED,
+                                         error=error)])
+        self._stop("error", error.splitlines()[0])
 
     def _warn_unread(self, names: list[str]) -> None:
         """Once per run: search-space parameters the model never read change nothing."""
@@ -261,6 +290,9 @@ class Scheduler:
         run = self.running.get(group)
         if run is None or run.trial_id != report.trial_id:
             return []
+        if run.refit:
+            verdict = Verdict.CANCEL if self.stop_reason == "interrupted" else Verdict.CONTINUE
+            return [Answer(group, Decision(report.trial_id, verdict))]
         self.storage.add_intermediate(run.trial_id, report.epoch, report.value)
         value = self.sign * report.value
         prune = False
@@ -315,7 +347,8 @@ class Scheduler:
         self._stop("interrupted", "interrupted: running trials are marked INTERRUPTED")
         self.storage.interrupt_running(self.study_id)
         for run in self.running.values():
-            self.searcher.forget(run.params)
+            if not run.refit:
+                self.searcher.forget(run.params)
         self.running.clear()
         self.storage.set_study_status(self.study_id, StudyStatus.INTERRUPTED)
         return self._stop_idle()
@@ -370,7 +403,38 @@ class Scheduler:
             fresh.append(suggestion)
         if fresh:
             actions += self._start(fresh)
-        return actions
+        return actions or self._refit_if_due()
+
+    # ---- training.refit: the best parameters once more, on all the data ----------------
+    def _refit_due(self) -> bool:
+        """After a search that ended well (budget or target), with nothing left running."""
+        return (self.refit_state is None and self.stop_reason in (None, "target")
+                and self.best is not None and bool(self.idle) and not self.running
+                and not self.finishing and not self._can_dispatch())
+
+    def _refit_if_due(self) -> list:
+        if not self.idle or not self._refit_due():
+            return []
+        group = self.idle.pop(0)
+        best = self.best
+        self.refit_state = "running"
+        self.running[group] = _Running(-1, best.number, dict(best.params), group, self.clock(),
+                                       refit=True)
+        if self.progress:
+            self.progress.say(f"refit: training trial {best.number}'s parameters once more on "
+                              "all the data (training.refit)")
+        return [Dispatch(group, Trial(-1, best.number, dict(best.params),
+                                      trial_seed(self.seed, best.number), refit=True))]
+
+    def _refit_finished(self, result: Result) -> None:
+        self.refit_state = "done"
+        status = TrialStatus(result.status)
+        line = (f"refit: model kept in {self.artifacts.refit_path()}" if status is TrialStatus.COMPLETE
+                else f"refit: {status.value.lower()}: {(result.error or '').splitlines()[0] if result.error else ''}")
+        if status is TrialStatus.COMPLETE:
+            self.artifacts.refit_done()
+        if self.progress:
+            self.progress.say(line)
 
     def _take_queued(self, tick: bool) -> list[Dispatch]:
         """Queued parameter sets for idle groups, taken (PENDING -> RUNNING) in one
@@ -426,8 +490,9 @@ class Scheduler:
 
     def _rerun(self, group: int) -> Dispatch:
         old = self.reruns[0]
+        keep = {"keep_intermediate": True} if getattr(self.artifacts, "checkpoints", False) else {}
         rec = self.storage.restart_trial(old.id, group=group, host=self.hosts[group],
-                                         **self._rank_of(group))
+                                         **self._rank_of(group), **keep)
         self.reruns.pop(0)
         self.idle.remove(group)
         return self._running(group, rec, old.params)

@@ -121,6 +121,10 @@ class Storage:
     def update_study_spec(self, study_id: int, spec_text: str) -> None:
         self._update_study(study_id, spec_text=spec_text)
 
+    def set_study_artifacts(self, study_id: int, folder: str) -> None:
+        """Where the study's checkpoints and kept models are (mpiopt.artifacts)."""
+        self._update_study(study_id, artifacts=folder)
+
     def _update_study(self, study_id: int, **values) -> None:
         with self._writing() as s:
             done = s.execute(update(StudyModel).where(StudyModel.id == study_id)
@@ -276,8 +280,11 @@ class Storage:
             return _writes.insert_trials(conn, study_id, requests, now, self.shown_url)
 
     def restart_trial(self, trial_id: int, group: int | None,
-                      host: str | None = None, rank: int | None = None) -> FrozenTrial:
-        """Run an unfinished trial again (resume): a new attempt, its old results dropped."""
+                      host: str | None = None, rank: int | None = None,
+                      keep_intermediate: bool = False) -> FrozenTrial:
+        """Run an unfinished trial again (resume): a new attempt, its old results dropped.
+        keep_intermediate: its per-epoch values stay (it continues from a checkpoint;
+        the epochs it trains again are merged by add_intermediate)."""
         with self._writing() as s:
             row = self._trial_row(s, trial_id)
             if TrialStatus(row.status).is_finished():
@@ -289,7 +296,8 @@ class Storage:
             row.started_at, row.finished_at, row.duration = _now(), None, None
             row.value = row.value_std = row.error = row.metrics_json = None
             row.folds.clear()
-            row.intermediate.clear()
+            if not keep_intermediate:
+                row.intermediate.clear()
             s.flush()
             return to_frozen(row)
 

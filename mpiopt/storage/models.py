@@ -76,6 +76,8 @@ class StudyModel(Base):
     lease_started_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     lease_beat_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     lease_period: Mapped[float | None] = mapped_column(Float)
+    # migration 0005: the folder of its checkpoints and kept models (mpiopt.artifacts)
+    artifacts: Mapped[str | None] = mapped_column(Text)
 
     trials: Mapped[list["TrialModel"]] = relationship(
         back_populates="study", cascade="all, delete-orphan", passive_deletes=True)

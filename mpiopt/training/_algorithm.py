@@ -28,6 +28,10 @@ class EpochStats:
 class Algorithm:
     """Base: subclasses implement train_epoch; validation hooks default to no-ops."""
 
+    # whether validation sees other weights than the model's own after an epoch (easgd's
+    # center): a checkpoint then keeps those too
+    separate_validation = False
+
     def __init__(self, model, comm, training):
         self.model, self.comm, self.training = model, comm, training
         self.size, self.rank = comm.Get_size(), comm.Get_rank()
@@ -66,6 +70,13 @@ class Algorithm:
 
     def after_validation(self) -> None:
         """Undo before_validation where an algorithm keeps per-rank weights."""
+
+    def validated_weights(self) -> np.ndarray:
+        """The flat weights the last validation saw (what a kept model holds)."""
+        return self.model.get_weights()
+
+    def resume(self, validated: np.ndarray | None) -> None:
+        """After a checkpoint's state was restored on every rank (and start() ran)."""
 
 
 class Clock:

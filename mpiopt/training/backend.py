@@ -91,6 +91,13 @@ def build_model(build, params: dict, seed: int):
     return model
 
 
+def with_learning_rate(model, learning_rate: float | None):
+    """The compiled optimizer's learning rate set (a searched training.learning_rate)."""
+    if learning_rate is not None:
+        model.optimizer.learning_rate = float(learning_rate)
+    return model
+
+
 def _batch_specs(tf, x, y):
     """(x, y) TensorSpecs with a free batch dimension, from plain arrays; None otherwise
     (dicts or lists of inputs: tf.function then traces per shape)."""
@@ -234,9 +241,36 @@ class KerasModel:
     def set_weights(self, flat: np.ndarray) -> None:
         self._set(flat)
 
-    # ------------------------------------------------------------------ fold resets
+    # ------------------------------------------------------------------ fold resets, checkpoints
     def _state(self) -> list:
         return [v.numpy() for v in self.model.variables + list(self.optimizer.variables)]
+
+    def state(self) -> list:
+        """Every variable of the model, then of its optimizer (integer seed states and the
+        optimizer's step count included): what a checkpoint needs to continue exactly."""
+        return self._state()
+
+    def restore(self, values: list) -> None:
+        """The inverse of state(); a checkpoint of another architecture is a ValueError."""
+        variables = self.model.variables + list(self.optimizer.variables)
+        if len(values) != len(variables) or any(tuple(v.shape) != tuple(np.shape(x))
+                                                for v, x in zip(variables, values)):
+            raise ValueError("the checkpoint does not fit this model (another architecture)")
+        for v, value in zip(variables, values):
+            v.assign(value)
+
+    def save(self, path: str, weights: np.ndarray | None = None) -> None:
+        """model.save(path) (a .keras file plain Keras loads), with `weights` (flat) set
+        first when given; the current weights are put back afterwards."""
+        current = None
+        if weights is not None:
+            current = self.get_weights()
+            self.set_weights(weights)
+        try:
+            self.model.save(path)
+        finally:
+            if current is not None:
+                self.set_weights(current)
 
     def reset(self) -> None:
         """Back to the freshly built weights and optimizer: the next fold starts from scratch

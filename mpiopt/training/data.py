@@ -29,6 +29,12 @@ class Dataset:
     def has_validation(self) -> bool:
         return self.x_val is not None
 
+    def merged(self) -> "Dataset":
+        """Training and validation samples as one training set (training.refit)."""
+        if not self.has_validation:
+            return self
+        return Dataset(np.concatenate([self.x, self.x_val]), np.concatenate([self.y, self.y_val]))
+
 
 _cache: dict = {}
 

@@ -23,6 +23,7 @@ from mpiopt.training.data import batches, shard
 
 
 class EASGD(Algorithm):
+    separate_validation = True
     def __init__(self, model, comm, training):
         super().__init__(model, comm, training)
         self.alpha = float(training.easgd_alpha)
@@ -70,6 +71,15 @@ class EASGD(Algorithm):
         clock.comm()
         self.center += (self.alpha / self.size) * self.distance
         clock.compute()
+
+    def validated_weights(self) -> np.ndarray:
+        return self.center.copy()
+
+    def resume(self, validated) -> None:
+        """The center comes back from the checkpoint; every worker starts from rank 0's
+        own weights (the other workers' own weights are not kept)."""
+        if validated is not None:
+            self.center = np.array(validated, dtype=np.float32)
 
     def before_validation(self) -> None:
         self._saved = self.model.get_weights()

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from mpiopt.training import resume
 from mpiopt.training.kfold import holdout_split, kfold_splits
 
 
@@ -64,47 +65,81 @@ def fold_plan(k: int, size: int) -> Plan:
     return Plan(k, False, size)
 
 
-def run_folds(comm, plan: Plan, make_trainer, epochs: int, report, on_epoch) -> dict:
+def run_folds(comm, plan: Plan, make_trainer, epochs: int, report, on_epoch,
+              note: dict | None = None) -> dict:
+    """note: what the kept model's JSON note says of the trial (seed, metric, params)."""
     from mpiopt.training.trainer import summarize
 
     runner = _concurrent if plan.concurrent else _sequential
-    results, intermediate = runner(comm, plan, make_trainer, epochs, report, on_epoch)
+    results, intermediate = runner(comm, plan, make_trainer, epochs, report, on_epoch,
+                                   note or {})
     return summarize(results, intermediate)
 
 
-def _sequential(comm, plan, make_trainer, epochs, report, on_epoch):
+def _sequential(comm, plan, make_trainer, epochs, report, on_epoch, note):
+    """A fold resumed from its checkpoint continues after its last epoch; a fold that was
+    done is not trained again (its epochs are still in `intermediate`). The checkpoint's
+    last epoch is reported again: the job may have died between its checkpoint and its
+    report (an epoch reported twice is one row)."""
     results, intermediate = [], {}
     for fold in range(plan.k):
         trainer = make_trainer(comm, fold)
+        for e, (value, _) in enumerate(trainer.history, start=1):
+            intermediate[fold * epochs + e] = value
+        if trainer.history:
+            value, metrics = trainer.history[-1]
+            _report(comm, report, on_epoch, fold * epochs + len(trainer.history), value, metrics)
         while not trainer.done:
             value, metrics = trainer.run_epoch()
+            resume.save_if_due(comm, trainer, ran=True)
             step = fold * epochs + trainer.epoch
             intermediate[step] = value
             _report(comm, report, on_epoch, step, value, metrics)
         results.append(trainer.result())
+    resume.save_model(comm, trainer, plan.k, note)
     return results, intermediate
 
 
-def _concurrent(comm, plan, make_trainer, epochs, report, on_epoch):
+def _concurrent(comm, plan, make_trainer, epochs, report, on_epoch, note):
+    """Resumed folds may stand at different epochs (a kill between two folds' writes): a
+    fold ahead takes its stored value for the epochs it already has. The loop starts at
+    the last epoch every fold has, which is reported again (the job may have died
+    between its checkpoints and its report; an epoch reported twice is one row)."""
     fold = comm.Get_rank() // plan.ranks_per_fold
     sub = comm.Split(fold, comm.Get_rank())
     try:
         trainer = make_trainer(sub, fold)
         leader = sub.Get_rank() == 0
         intermediate = {}
-        for epoch in range(1, epochs + 1):
-            mine = trainer.run_epoch() if not trainer.done else None
-            entries = comm.allgather((mine, trainer.done) if leader else None)
-            ran = [e[0] for e in entries if e is not None and e[0] is not None]
-            value, metrics = _mean(ran)
+        first = max(1, comm.allreduce(len(trainer.history) if leader else epochs, op=_min()))
+        for epoch in range(first, epochs + 1):
+            ran = False
+            if len(trainer.history) >= epoch:
+                mine = trainer.history[epoch - 1]
+            elif not trainer.done:
+                mine, ran = trainer.run_epoch(), True
+            else:
+                mine = None
+            resume.save_if_due(comm, trainer, ran=ran)     # collective: on every rank
+            ahead = len(trainer.history) > epoch
+            entries = comm.allgather((mine, trainer.done and not ahead) if leader else None)
+            values = [e[0] for e in entries if e is not None and e[0] is not None]
+            value, metrics = _mean(values)
             intermediate[epoch] = value
             _report(comm, report, on_epoch, epoch, value, metrics)
             if all(e[1] for e in entries if e is not None):
                 break
+        resume.save_model(comm, trainer, plan.k, note)
         results = comm.allgather(trainer.result() if leader else None)
         return [r for r in results if r is not None], intermediate
     finally:
         sub.Free()
+
+
+def _min():
+    from mpi4py import MPI
+
+    return MPI.MIN
 
 
 def _mean(entries) -> tuple[float, dict]:

@@ -18,39 +18,67 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mpiopt.training import threads
+from mpiopt.training import resume, threads
 from mpiopt.training.data import epoch_order, load_data, shard
-from mpiopt.training.folds import fold_plan, make_splits, run_folds
+from mpiopt.training.folds import Splits, fold_plan, make_splits, run_folds
 from mpiopt.training.tracking import ReadTracker
 
 
-def run_training(spec, params: dict, comm, seed: int, report=None, on_epoch=None) -> dict:
+def run_refit(spec, params: dict, comm, seed: int, report=None, artifacts=None) -> dict:
+    """training.refit: params trained once more on all the data the trials saw (every
+    fold, the holdout, the validation set), for training.epochs epochs without early
+    stopping; the model of the last epoch is kept. With no data left to validate on, the
+    figure it reports is the metric on that same training data (its note says so)."""
+    from dataclasses import replace
+
+    training = replace(spec.training, kfold=1, early_stopping=None, pruning=None)
+    return run_training(replace(spec, training=training), params, comm, seed, report=report,
+                        artifacts=artifacts, all_data=True)
+
+
+def run_training(spec, params: dict, comm, seed: int, report=None, on_epoch=None,
+                 artifacts=None, all_data: bool = False) -> dict:
     """Train and evaluate params; the same result dict on every rank of comm.
 
     Returns {value, value_std, fold_values, metrics, epochs, intermediate, timing}.
     report(epoch, value) -> False prunes: every rank raises training.Pruned together.
     on_epoch(epoch, value, metrics) is called on rank 0 for logging (mpiopt train).
+    artifacts (mpiopt.artifacts.TrialArtifacts): each fold continues from its checkpoint
+    and writes one every `every` epochs; the final model is saved where it says.
     A model that fails to build, or data that fail to load, raise on every rank."""
     threads.pin_threads(comm)
     t0 = comm.bcast(time.time(), root=0)   # spans are seconds since here, on every rank
     from mpiopt.objective_ref import load_callable
-    from mpiopt.training import backend
+    from mpiopt.training import backend, searched
+
+    spec, params, learning_rate = searched.split(spec, params)
 
     obj = spec.objective
     data = together(comm, lambda: load_data(obj.data, spec.base_dir))
-    splits = make_splits(data, spec.training, seed)
+    if all_data:                     # the refit: every sample, validated on itself
+        data = data.merged()
+        splits = Splits(1, [(np.arange(len(data.x)), np.arange(len(data.x)))])
+    else:
+        splits = make_splits(data, spec.training, seed)
     build = together(comm, lambda: load_callable(obj.model, spec.base_dir, field="objective.model"))
     tracked = ReadTracker(params)
-    model = together(comm, lambda: backend.KerasModel(backend.build_model(build, tracked, seed),
-                                                         data.x, data.y))
+    model = together(comm, lambda: backend.KerasModel(
+        backend.with_learning_rate(backend.build_model(build, tracked, seed), learning_rate),
+        data.x, data.y))
 
     def make_trainer(fold_comm, fold: int) -> FoldTrainer:
         model.reset()
+        ckpt = resume.restore(model, resume.load(fold_comm, artifacts, fold))
         x, y, xv, yv = splits.arrays(data, fold)
-        return FoldTrainer(model, fold_comm, spec, (x, y, xv, yv), seed, fold, t0)
+        trainer = FoldTrainer(model, fold_comm, spec, (x, y, xv, yv), seed, fold, t0, artifacts)
+        if ckpt is not None:
+            trainer.resume_from(ckpt)
+        return trainer
 
     plan = fold_plan(splits.k, comm.Get_size())
-    result = run_folds(comm, plan, make_trainer, spec.training.epochs, report, on_epoch)
+    note = {"seed": int(seed), "metric": obj.metric, "direction": obj.direction,
+            "params": dict(params)}
+    result = run_folds(comm, plan, make_trainer, spec.training.epochs, report, on_epoch, note)
     result["unread"] = tracked.unread()
     if comm.Get_rank() == 0:
         result["metrics"].update(model_metrics(spec, model.model, data.x))
@@ -156,7 +184,8 @@ class FoldTrainer:
     """One fold trained on one communicator, an epoch at a time (the fold driver interleaves
     epochs with reports and, for concurrent folds, with the other folds)."""
 
-    def __init__(self, model, comm, spec, arrays, seed: int, fold: int, t0: float | None = None):
+    def __init__(self, model, comm, spec, arrays, seed: int, fold: int, t0: float | None = None,
+                 artifacts=None):
         self.model, self.comm, self.spec = model, comm, spec
         self.x, self.y, self.x_val, self.y_val = arrays
         self.training = spec.training
@@ -166,6 +195,12 @@ class FoldTrainer:
         self.epoch, self.best_epoch = 0, 0
         self.best_value, self.best_metrics = math.nan, {}
         self.done = False
+        self.history: list[tuple[float, dict]] = []   # (value, metrics) per epoch
+        self.artifacts = artifacts
+        # the best epoch's weights, for the kept model (only the rank that saves it)
+        self.keep_best = (bool(artifacts is not None and artifacts.model and not artifacts.final)
+                          and comm.Get_rank() == 0)
+        self.best_weights = None
         self.timing = Timing()
         self.fold, self.t0 = fold, time.time() if t0 is None else t0
         self.spans = [{"kind": "fold", "fold": fold, "epoch": None,
@@ -188,7 +223,36 @@ class FoldTrainer:
         self.epoch += 1
         self._span(start)
         self._track(value, metrics)
+        self.history.append((value, metrics))
+        if self.keep_best and self.best_epoch == self.epoch:
+            self.best_weights = self.algorithm.validated_weights()
         return value, metrics
+
+    # ------------------------------------------------------------------ checkpoints
+    def checkpoint_parts(self) -> tuple[dict, list, object, object]:
+        """(meta, state, validated weights, best weights) of this fold, on its rank 0."""
+        meta = {"fold": self.fold, "epoch": self.epoch, "done": self.done,
+                "best_value": self.best_value, "best_epoch": self.best_epoch,
+                "best_metrics": self.best_metrics, "history": self.history,
+                "timing": self.timing.__dict__,
+                "mode": self.training.mode, "ranks": self.comm.Get_size()}
+        validated = self.algorithm.validated_weights() if self.algorithm.separate_validation else None
+        return meta, self.model.state(), validated, self.best_weights
+
+    def resume_from(self, ckpt: dict) -> None:
+        """Continue after the checkpoint's epoch (its state is already in the model)."""
+        m = ckpt["meta"]
+        self.epoch, self.done = int(m["epoch"]), bool(m["done"])
+        self.best_value, self.best_epoch = float(m["best_value"]), int(m["best_epoch"])
+        self.best_metrics = dict(m["best_metrics"])
+        self.history = [(float(v), dict(mt)) for v, mt in m["history"]]
+        self.timing = Timing(**m["timing"])
+        now = self._since_t0()     # the earlier attempt's spans had another start: a mark
+        self.spans.append({"kind": "resume", "fold": self.fold, "epoch": self.epoch,
+                           "start": now, "end": now})
+        if self.keep_best:
+            self.best_weights = ckpt.get("best")
+        self.algorithm.resume(ckpt.get("validated"))
 
     def _since_t0(self) -> float:
         return round(time.time() - self.t0, 6)
