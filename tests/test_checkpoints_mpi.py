@@ -37,7 +37,10 @@ def worker(out: Path, folder: Path) -> None:
     from mpiopt.spec import load_spec
 
     comm = MPI.COMM_WORLD
-    path = write_case(folder / "case", training={"epochs": 4, "batch_size": 32})
+    if comm.Get_rank() == 0:     # one writer: a rank reading a half-written model file fails
+        write_case(folder / "case", training={"epochs": 4, "batch_size": 32})
+    comm.Barrier()
+    path = folder / "case" / "spec.yaml"
     results = {}
     for mode in MODES:
         spec = load_spec(path, {"training.mode": mode, "training.easgd_period": 2})
@@ -83,4 +86,12 @@ def test_every_mode_continues_from_its_checkpoint(three_ranks, mode):
 
 
 if __name__ == "__main__":
-    worker(Path(sys.argv[1]), Path(sys.argv[2]))
+    try:
+        worker(Path(sys.argv[1]), Path(sys.argv[2]))
+    except BaseException:        # one rank failing must end all three, not leave two waiting
+        import traceback
+
+        from mpi4py import MPI
+
+        traceback.print_exc()
+        MPI.COMM_WORLD.Abort(1)
