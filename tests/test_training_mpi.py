@@ -61,7 +61,10 @@ def worker(out: Path, folder: Path) -> None:
     from mpi4py import MPI
 
     comm = MPI.COMM_WORLD
-    spec = cases(folder)
+    if comm.Get_rank() == 0:     # one writer: a rank reading a half-written model file fails
+        cases(folder)
+    comm.Barrier()
+    spec = folder / "case" / "spec.yaml"
     results = {}
     if comm.Get_size() == 2:
         results["weights"] = allreduce_weights(comm, spec.parent).tolist()
@@ -166,4 +169,12 @@ def test_mpiopt_train_on_one_and_two_ranks(tmp_path):
 
 
 if __name__ == "__main__":
-    worker(Path(sys.argv[1]), Path(sys.argv[2]))
+    try:
+        worker(Path(sys.argv[1]), Path(sys.argv[2]))
+    except BaseException:        # one rank failing must end them all, not leave others waiting
+        import traceback
+
+        from mpi4py import MPI
+
+        traceback.print_exc()
+        MPI.COMM_WORLD.Abort(1)
