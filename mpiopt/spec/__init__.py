@@ -1,0 +1,30 @@
+"""The study spec: one YAML file -> a validated, typed, frozen :class:`Spec`.
+
+Every mistake a user can make in the file becomes one SpecError line that names the file,
+the dotted field path and what is expected, e.g.::
+
+    spec.yaml: search.trails: unknown field; did you mean 'trials'?
+
+Nothing of the user's code runs while a spec loads: ``file.py:name`` references are
+checked on the file's syntax tree (see mpiopt.objective_ref), so every MPI rank and every
+query command can load a spec cheaply. The field reference is README.md, "The spec".
+
+The package is split by section: `_reader` (YAML and `_Section`, which every section reads
+through), `_build` (loading, overrides, the top level and the rules tying sections
+together), one module per section (`_sections`: study, resources, objective;
+`_storage`, `_search`, `_training`, `_space`), `_includes`, `_types` (the frozen
+dataclasses) and `_resolved` (the resolved spec as dicts). tests/test_readme_spec.py
+checks that README's tables list exactly the fields each section accepts.
+"""
+from __future__ import annotations
+
+from mpiopt.spec._types import (ALGORITHMS, DataSpec, EarlyStoppingSpec, ObjectiveSpec,
+                                PruningSpec, ResourcesSpec, SearchSpec, Spec, StudySpec,
+                                TrainingSpec)
+from mpiopt.spec._build import load_spec, parse_overrides
+from mpiopt.spec._includes import shipped_searchspaces
+from mpiopt.spec._reader import _Section
+
+__all__ = ["Spec", "StudySpec", "ObjectiveSpec", "DataSpec", "SearchSpec", "TrainingSpec",
+           "EarlyStoppingSpec", "PruningSpec", "ResourcesSpec", "load_spec", "parse_overrides",
+           "shipped_searchspaces", "ALGORITHMS", "_Section"]

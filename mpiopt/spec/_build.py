@@ -1,0 +1,103 @@
+"""Loading: the file, its overrides and includes, every section read, then the rules
+that tie two sections together."""
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from mpiopt.errors import SpecError
+from mpiopt.spec._includes import _expand_includes
+from mpiopt.spec._reader import _Loader, _Section, _parse_yaml
+from mpiopt.spec._search import _search
+from mpiopt.spec._sections import _check_objectives, _objective, _resources, _study
+from mpiopt.spec._space import _space
+from mpiopt.spec._storage import _storage
+from mpiopt.spec._training import _training
+from mpiopt.spec._types import Spec, TOP_KEYS
+
+# --------------------------------------------------------------------------- loading
+def load_spec(path: str | Path, overrides: dict | None = None) -> Spec:
+    """Read, resolve and validate a spec file; SpecError on the first problem.
+
+    ``overrides`` maps dotted field paths to values (``{"search.trials": 10}``), applied
+    after includes are expanded, so ``search_space.lr.high`` reaches an included parameter.
+    """
+    source = str(path)
+    file = Path(path)
+    try:
+        text = file.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError(f"{source}: cannot read the spec: {getattr(exc, 'strerror', None) or exc}") from None
+    raw = _parse_yaml(text, source)
+    base_dir = file.resolve().parent
+    overrides = dict(overrides or {})
+    if isinstance(raw, dict):
+        include = overrides.pop("search_space.include", None)
+        if include is not None:
+            _apply_override(raw, "search_space.include", include, source)
+        _expand_includes(raw, source, base_dir)
+        for dotted, value in overrides.items():
+            _apply_override(raw, dotted, value, source)
+            if dotted.startswith("search_space."):  # an error there is the override's
+                raw.get("_origins", {}).pop(dotted.split(".")[1], None)
+    return _build(raw, source, base_dir, check_files=True)
+
+
+def parse_overrides(items: list[str] | None) -> dict:
+    """``["search.trials=10", "study.name=x"]`` -> ``{"search.trials": 10, ...}``; each value
+    is read as a YAML scalar, so numbers, booleans and ``[a, b]`` lists keep their type."""
+    result = {}
+    for item in items or ():
+        name, sep, text = item.partition("=")
+        if not sep or not name.strip():
+            raise SpecError(f"--set: expected NAME=VALUE (e.g. search.trials=10), got {item!r}")
+        try:
+            value = yaml.load(text, Loader=_Loader) if text.strip() else ""
+        except yaml.YAMLError:
+            value = text
+        result[name.strip()] = value
+    return result
+
+
+def _apply_override(raw: dict, dotted: str, value: Any, source: str) -> None:
+    keys = dotted.split(".")
+    node = raw
+    for i, key in enumerate(keys[:-1]):
+        child = node.get(key)
+        if child is None:
+            child = node[key] = {}
+        if not isinstance(child, dict):
+            where = ".".join(keys[: i + 1])
+            raise SpecError(f"{source}: {dotted}: cannot set (from --set): {where} is not a mapping")
+        node = child
+    node[keys[-1]] = copy.deepcopy(value)
+
+
+# --------------------------------------------------------------------------- sections
+def _build(raw: Any, source: str, base_dir: Path, check_files: bool) -> Spec:
+    if raw is None:
+        raise SpecError(f"{source}: (top level): the spec is empty; expected a mapping of sections")
+    origins = raw.pop("_origins", None) if isinstance(raw, dict) else None
+    top = _Section(raw, source, "", TOP_KEYS, what="a mapping of sections (study, objective, ...)")
+    space = _space(top, origins)
+    storage, retry, artifacts = _storage(top, base_dir)
+    objective, search = _objective(top, base_dir, check_files), _search(top, space)
+    _check_objectives(source, objective, search)
+    return Spec(
+        study=_study(top.section("study", ("name", "description"))),
+        storage=storage,
+        storage_retry=retry,
+        artifacts=artifacts,
+        objective=objective,
+        space=space,
+        search=search,
+        training=_training(top),
+        resources=_resources(top),
+        base_dir=base_dir,
+        source=source,
+    )
+
+

@@ -1,0 +1,47 @@
+"""`storage`: the URL, the outage to ride out, the artifact store."""
+from __future__ import annotations
+
+from pathlib import Path
+
+
+from mpiopt.spec._reader import _Section, _duration
+from mpiopt.spec._types import STORAGE_RETRY_S, Spec
+
+def _storage(top: _Section, base_dir: Path) -> tuple[str | None, float, str | None]:
+    """`storage: URL` or `storage: {url: URL, retry_timeout: 10m, artifacts: DIR}`. A
+    relative SQLite path (and a relative artifacts folder) is relative to the spec file
+    (stored absolute), so a resume from any directory finds the same database."""
+    value = top.raw("storage", None)
+    retry, artifacts = STORAGE_RETRY_S, None
+    if isinstance(value, dict):
+        sec = top.section("storage", ("url", "retry_timeout", "artifacts"))
+        value = sec.text("url", default=None)
+        retry = _duration(sec, "retry_timeout") or STORAGE_RETRY_S
+        artifacts = sec.text("artifacts", default=None)
+        if artifacts is not None:
+            artifacts = str((base_dir / Path(artifacts).expanduser()).resolve())
+    elif value is not None:
+        value = top.text("storage", default=None)
+    return (_anchor_sqlite(value, base_dir) if value else None), retry, artifacts
+
+
+def _storage_dict(spec: "Spec"):
+    """A plain URL unless retry_timeout or artifacts differ from their defaults."""
+    if spec.storage_retry == STORAGE_RETRY_S and spec.artifacts is None:
+        return spec.storage
+    out = {"url": spec.storage, "retry_timeout": spec.storage_retry}
+    if spec.artifacts is not None:
+        out["artifacts"] = spec.artifacts
+    return out
+
+
+def _anchor_sqlite(url: str, base_dir: Path) -> str:
+    prefix = next((p for p in ("sqlite:///", "sqlite+pysqlite:///") if url.startswith(p)), None)
+    if prefix is None:
+        return url
+    path = url[len(prefix):]
+    if not path or path.startswith("/") or path.startswith(":memory:") or path.startswith("file:"):
+        return url
+    return prefix + str((base_dir / path).resolve())
+
+
