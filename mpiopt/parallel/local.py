@@ -20,7 +20,10 @@ def _raise_interrupt(signum, frame):
 
 def run_local(scheduler, objective, comm) -> bool:
     """Run the study to its end. Returns False when interrupted (signal, hard time limit)."""
-    previous = {sig: signal.signal(sig, _raise_interrupt) for sig in (signal.SIGTERM, signal.SIGUSR1)}
+    # SIGINT too: a process started with SIGINT ignored (a background job, a parent that
+    # ignores it) gets no KeyboardInterrupt from Python, and Ctrl-C or killpg would not stop it
+    previous = {sig: signal.signal(sig, _raise_interrupt)
+                for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)}
     try:
         queue = deque(scheduler.start())
         while queue:
