@@ -17,6 +17,7 @@ coordinator (which alone knows the ranking) places and deletes them (keeper.Keep
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from dataclasses import dataclass, replace
@@ -78,6 +79,16 @@ def atomic_path(final: Path) -> Path:
     """The temporary name a file is written under before its rename (same folder, so
     the rename is atomic; a name a reader never mistakes for a finished file)."""
     return final.with_name(f".{final.stem}.{os.getpid()}.tmp{final.suffix}")
+
+
+def write_json(path: Path, data: dict) -> None:
+    """A small JSON note (a kept model's), whole or not at all."""
+    tmp = atomic_path(path)
+    try:
+        tmp.write_text(json.dumps(data, indent=1, default=float))
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 @dataclass(frozen=True)

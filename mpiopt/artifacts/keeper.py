@@ -17,7 +17,7 @@ import os
 import shutil
 from pathlib import Path
 
-from mpiopt.artifacts import atomic_path, checkpoint_dir, models_dir
+from mpiopt.artifacts import checkpoint_dir, models_dir, write_json
 from mpiopt.trial import TrialStatus
 
 
@@ -70,7 +70,7 @@ class Keeper:
             final = models_dir(self.root) / f"trial-{t.number}.keras"
             data = json.loads(note.read_text()) if note.exists() else {}
             data.update(trial=t.number, value=value)
-            _write_json(final.with_suffix(".json"), data)
+            write_json(final.with_suffix(".json"), data)
             os.replace(incoming, final)
             note.unlink(missing_ok=True)
             self.kept[t.number] = value
@@ -107,11 +107,3 @@ def kept_models(root) -> dict[int, float]:
             continue
     return out
 
-
-def _write_json(path: Path, data: dict) -> None:
-    tmp = atomic_path(path)
-    try:
-        tmp.write_text(json.dumps(data, indent=1, default=float))
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)

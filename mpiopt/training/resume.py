@@ -10,11 +10,10 @@ the trial runs again from its last checkpoint.
 """
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
-from mpiopt.artifacts import atomic_path, checkpoint
+from mpiopt.artifacts import atomic_path, checkpoint, write_json
 from mpiopt.errors import ArtifactStoreError
 
 
@@ -85,14 +84,6 @@ def save_model(comm, trainer, k: int, meta: dict) -> None:
             error = _describe(exc, final)
     _agree(comm, error)
 
-
-def write_json(path: Path, data: dict) -> None:
-    tmp = atomic_path(path)
-    try:
-        tmp.write_text(json.dumps(data, indent=1, default=float))
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def _describe(exc: OSError, path) -> str:
