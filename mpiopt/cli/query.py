@@ -102,10 +102,11 @@ def cmd_best(args) -> int:
     from mpiopt.objectives import from_stored
     from mpiopt.report import TABLE_COLUMNS, trial_row
 
-    objective = from_stored(record_spec := _spec_text(args))
-    if objective is not None:
-        return _best_of_vector(args, objective, record_spec)
-    with _opened(args) as (storage, record):
+    with _opened(args) as (storage, record):     # one opening, whichever kind of study
+        objective = from_stored(record.spec_text)
+        if objective is not None:
+            trials = storage.get_trials(record.id, statuses=[TrialStatus.COMPLETE.value])
+            return _best_of_vector(args, objective, record, trials)
         trials = storage.best_trials(record.id, args.top)
     if not trials and args.format == "table":
         print(f"study '{record.name}' has no complete trial yet")
@@ -115,19 +116,12 @@ def cmd_best(args) -> int:
     return 0
 
 
-def _spec_text(args) -> str:
-    with _opened(args) as (_, record):
-        return record.spec_text
-
-
-def _best_of_vector(args, objective, spec_text) -> int:
+def _best_of_vector(args, objective, record, trials) -> int:
     """Several objectives: the Pareto front of the feasible complete trials, by the first
     objective; one objective with constraints: the best feasible trials."""
     from mpiopt.objectives import FrontTracker
     from mpiopt.report import front_rows
 
-    with _opened(args) as (storage, record):
-        trials = storage.get_trials(record.id, statuses=[TrialStatus.COMPLETE.value])
     tracker = FrontTracker(objective)
     rows, columns, title = front_rows(trials, tracker, args.top)
     if not rows and args.format == "table":
