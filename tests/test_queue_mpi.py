@@ -82,12 +82,14 @@ def test_a_set_enqueued_into_a_running_study_is_taken_at_the_next_dispatch(tmp_p
 def test_initial_trials_and_retries_run_first_and_once_across_a_kill(tmp_path, monkeypatch):
     monkeypatch.setenv("MPIOPT_TEST_SLEEP", "1.0")   # a failure is at once, a success 1 s
     initial = [{"x": -3.0, "y": 1.0}, {"x": 1.0, "y": 2.0}, {"x": 2.0, "y": 3.0},
-               {"x": 3.0, "y": 4.0}, {"x": 4.0, "y": 5.0}]
-    spec = write_spec(tmp_path, function="fails_while_told", trials=8, initial_trials=initial,
-                      max_initial_failures=8)
+               {"x": 3.0, "y": 4.0}, {"x": 4.0, "y": 5.0}, {"x": 4.5, "y": 5.5},
+               {"x": 5.0, "y": 6.0}]
+    spec = write_spec(tmp_path, function="fails_while_told", trials=10, initial_trials=initial,
+                      max_initial_failures=10)
     env = {**subprocess_env(), "MPIOPT_TEST_FAIL": "1"}
     job = _job(tmp_path, spec, "--resume-or-start", env=env)   # starts it: it is new
-    deadline = time.time() + 60        # #0 failed, #1 and #2 running, #3 and #4 queued
+    # #0 failed, #1 and #2 running, #3 and #4 sent ahead (RUNNING, not begun), #5, #6 queued
+    deadline = time.time() + 60
     while not {"FAILED", "RUNNING", "PENDING"} <= set(_statuses(tmp_path)):
         assert time.time() < deadline, "the study did not reach the wanted state"
         time.sleep(0.02)
@@ -95,7 +97,7 @@ def test_initial_trials_and_retries_run_first_and_once_across_a_kill(tmp_path, m
     job.wait(30)
     _, trials = trials_of(tmp_path)
     assert {TrialStatus.RUNNING, TrialStatus.PENDING} <= {t.status for t in trials}
-    assert [t.params for t in sorted(trials, key=lambda t: t.number)][:5] == initial
+    assert [t.params for t in sorted(trials, key=lambda t: t.number)][:7] == initial
     first = _job(tmp_path, spec, "--resume-or-start", env=env)  # resumes it now
     out, err = first.communicate(timeout=90)
     assert first.returncode == 0, out + err
@@ -116,5 +118,5 @@ def test_initial_trials_and_retries_run_first_and_once_across_a_kill(tmp_path, m
     retries = [t for t in trials if t.number > last]
     assert [t.params for t in retries] == [t.params for t in failed]   # only those, in order
     assert all(t.status is TrialStatus.COMPLETE for t in retries)
-    assert sum(t.status.counts() for t in trials) == 8 and study.status is StudyStatus.COMPLETE
+    assert sum(t.status.counts() for t in trials) == 10 and study.status is StudyStatus.COMPLETE
 

@@ -6,7 +6,7 @@ import itertools
 import pytest
 
 from mpiopt.parallel.protocol import Decision, Report, Result
-from mpiopt.parallel.scheduler import Answer, Dispatch, Scheduler, StopGroup, trial_seed
+from mpiopt.parallel.scheduler import Answer, Dispatch, Scheduler, StopGroup, Withdraw, trial_seed
 from mpiopt.trial import FrozenTrial, StudyStatus, TrialStatus
 
 
@@ -35,11 +35,17 @@ class FakeStorage:
         self.log.append(("finish", trial_id))
 
     def create_trials(self, study_id, requests):
-        return [self.create_trial(study_id, r["params"], r["seed"], r["group"], r.get("host"))
+        made = [self.create_trial(study_id, r["params"], r["seed"], r["group"], r.get("host"))
                 for r in requests]
+        for r, t in zip(requests, made):
+            self.trials[t.id]["started"] = r.get("started", True)
+        return made
 
-    def finish_trials(self, outcomes):
+    def finish_trials(self, outcomes, started=()):
         self.log.append(("batch", len(outcomes)))
+        for tid in started:
+            self.trials[tid]["started"] = True
+            self.log.append(("started", tid))
         for o in outcomes:
             o = dict(o)
             self.finish_trial(o.pop("trial_id"), o.pop("status"), **o)
@@ -468,3 +474,58 @@ def test_retried_and_pending_trials_are_neither_replayed_nor_counted():
                       budget=4, n_groups=1, existing=existing, warm=[({"x": 7}, 3.0)])
     assert searcher.replayed == [({"x": 7}, 3.0), ({"x": 2}, 1.0)]   # warm start first
     assert sched.reruns == [] and sched.finished == 1 and sched.next_number == 3
+
+
+# ---- asking ahead (the MPI loop's mode for searchers that answer at once) ---------------
+def _ahead(n_groups, budget, **kw):
+    sched, storage, searcher = make(n_groups=n_groups, budget=budget, **kw)
+    sched.ask_ahead = True
+    return sched, storage, searcher
+
+
+def test_each_busy_group_holds_its_next_trial_and_starts_it_without_a_dispatch():
+    sched, storage, _ = _ahead(2, 10)
+    first = sched.start()
+    assert [a.group for a in first] == [0, 1, 0, 1]          # two now, two sent ahead
+    assert [storage.trials[a.trial.trial_id]["started"] for a in first] == [True, True, False, False]
+    actions = sched.on_result(0, done(first[0].trial.trial_id, 3.0))
+    assert sched.running[0].trial_id == first[2].trial.trial_id   # promoted: it runs now
+    assert storage.trials[first[2].trial.trial_id]["started"]     # noted with the result
+    i = storage.log.index(("started", first[2].trial.trial_id))
+    assert storage.log[i - 1] == ("batch", 1)                     # in the same write
+    assert [(a.group, a.trial.number) for a in actions if isinstance(a, Dispatch)] == [(0, 4)]
+    assert 0 not in sched.idle and sched.ahead[0].number == 4
+
+
+def test_the_last_wave_is_not_queued_behind_busy_groups():
+    sched, storage, _ = _ahead(2, 5)
+    first = sched.start()
+    assert [a.group for a in first] == [0, 1, 0]     # 5 - 3 = 2 left: not more than groups
+    actions = sched.on_result(1, done(first[1].trial.trial_id))
+    assert [a.group for a in actions if isinstance(a, Dispatch)] == [1]   # idle: a fresh one
+    assert not sched.ahead or set(sched.ahead) == {0}
+    assert sum(1 for _ in storage.trials) == 4
+
+
+def test_a_stop_withdraws_trials_not_begun_and_records_them_interrupted():
+    sched, storage, searcher = _ahead(2, 10, target=0.5)
+    first = sched.start()
+    ids = [a.trial.trial_id for a in first]
+    assert sched.on_result(0, done(ids[0], 0.4)) == []     # target: group 0 runs its next
+    assert sched.stop_reason == "target"
+    withdrawn = sched.withdraw_ahead()
+    assert withdrawn == [Withdraw(1, ids[3])] and sched.withdraw_ahead() == []
+    assert sched.on_result(1, done(ids[1], 0.9)) == []      # promoted, but called back
+    assert not storage.trials[ids[3]]["started"]
+    answer = sched.on_result(1, Result(ids[3], TrialStatus.INTERRUPTED, error="not started"))
+    assert answer == [StopGroup(1)] and storage.trials[ids[3]]["status"] == "INTERRUPTED"
+    assert {"x": 3}["x"] in searcher.forgotten
+    assert sched.on_result(0, done(ids[2], 0.7)) == [StopGroup(0)] and sched.done
+
+
+def test_a_cancelled_trial_does_not_note_its_successor_as_started():
+    sched, storage, _ = _ahead(2, 10)
+    first = sched.start()
+    sched.on_result(0, Result(first[0].trial.trial_id, TrialStatus.INTERRUPTED))
+    assert not storage.trials[first[2].trial.trial_id]["started"]
+    assert sched.running[0].trial_id == first[2].trial.trial_id

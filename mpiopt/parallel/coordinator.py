@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass
 
 from mpiopt.parallel.protocol import Decision, Tag, Verdict
-from mpiopt.parallel.scheduler import Answer, Dispatch, StopGroup
+from mpiopt.parallel.scheduler import Answer, Dispatch, StopGroup, Withdraw
 from mpiopt.backoff import Backoff
 from mpiopt.errors import StorageUnavailable
 from mpiopt.parallel.waiting import probe
@@ -79,6 +79,8 @@ class Coordinator:
         self.byes: set[int] = set()
         self.stopped_ranks: set[int] = set()
         scheduler.send_now = self.execute   # a finished group's next trial goes before the write
+        scheduler.ask_ahead = not scheduler.background   # a slow searcher's suggestions would
+        # be made with one more pending point per group, which costs them quality
 
     def run(self) -> Ending:
         """Run until the study is done or must end; always returns after wind_down."""
@@ -105,6 +107,7 @@ class Coordinator:
             late = self.sched.overdue()
             if late is not None:
                 return late
+            self.execute(self.sched.withdraw_ahead())
             status = probe(self.world)
             if status is not None:
                 tag, source = Tag(status.Get_tag()), status.Get_source()
@@ -126,7 +129,8 @@ class Coordinator:
 
     def _on_result(self, group, result):
         """This result and every other one already waiting, as one batch (one write for
-        all; at most one result per group can be waiting, so the drain is bounded)."""
+        all; at most two results per group can be waiting, its trial's and the one sent
+        ahead, so the drain is bounded)."""
         batch = [(group, result)]
         while (status := probe(self.world, tag=Tag.RESULT)) is not None:
             source = status.Get_source()
@@ -136,7 +140,10 @@ class Coordinator:
     def wind_down(self, cause: str | None) -> Ending:
         """Cancel busy groups, stop idle ones, wait (bounded) for every rank's BYE."""
         for group, run in list(self.sched.running.items()):
-            self._send(run.trial_id, self.topo.leader(group), Tag.CANCEL)
+            nxt = self.sched.ahead.get(group)      # one message: the leader knows both at once
+            ids = (run.trial_id,) if nxt is None else (run.trial_id, nxt.trial_id)
+            self.sched.withdrawn.update(ids[1:])
+            self._send(ids, self.topo.leader(group), Tag.CANCEL)
         self.execute(self.sched.stop_all())
         everyone = set(range(1, self.world.Get_size()))
         end = self.clock() + WIND_DOWN_S
@@ -173,7 +180,7 @@ class Coordinator:
         self.execute(self.sched.stop_all())
 
     def _interrupt_rest(self) -> bool:
-        if not self.sched.running and self.sched.stop_reason != "interrupted":
+        if not self.sched.running and not self.sched.ahead and self.sched.stop_reason != "interrupted":
             return False
         try:
             self.sched.interrupt()
@@ -198,3 +205,5 @@ class Coordinator:
                 self._send(action.decision, leader, Tag.DECISION)
             elif isinstance(action, StopGroup):
                 self._stop_rank(leader)
+            elif isinstance(action, Withdraw):
+                self._send((action.trial_id,), leader, Tag.CANCEL)

@@ -16,7 +16,8 @@ import time
 
 from mpiopt.errors import TrialCancelled, TrialTimeout
 from mpiopt.objective import format_duration
-from mpiopt.parallel.protocol import Fatal, Report, Tag, Trial, Verdict
+from mpiopt.parallel.protocol import Fatal, Report, Result, Tag, Trial, Verdict
+from mpiopt.trial import TrialStatus
 from mpiopt.backoff import Backoff
 from mpiopt.parallel.waiting import probe, wait_message
 
@@ -39,8 +40,9 @@ def run_group(world, comm, objective) -> int:
 
 def _serve(world, comm, objective) -> None:
     leader = comm.Get_rank() == 0
+    cancelled: set[int] = set()      # trial ids the coordinator called back (CANCEL)
     while True:
-        trial = (_next_trial(world, comm, objective) if leader
+        trial = (_next_trial(world, comm, objective, cancelled) if leader
                  else wait_message(comm, 0, Tag.TRIAL, _reply_due())[0])
         if trial is None:
             return
@@ -48,7 +50,7 @@ def _serve(world, comm, objective) -> None:
             if objective.uses_group:
                 objective.evaluate(trial, comm)
             continue
-        reporter = Reporter(world, trial)
+        reporter = Reporter(world, trial, cancelled)
         result = objective.evaluate(trial, comm, reporter, should_cancel=reporter.cancelled)
         if result.status.value == "PRUNED" and result.value is None:
             from dataclasses import replace
@@ -57,11 +59,22 @@ def _serve(world, comm, objective) -> None:
         world.send(result, dest=0, tag=Tag.RESULT)
 
 
-def _next_trial(world, comm, objective) -> Trial | None:
+def _next_trial(world, comm, objective, cancelled: set[int]) -> Trial | None:
+    """The next trial to run, or None at STOP. A trial the coordinator sent ahead and then
+    called back is answered INTERRUPTED without running (each trial gets one RESULT)."""
     while True:
         msg, status = wait_message(world, source=0, backoff=_reply_due())
-        if status.Get_tag() != Tag.CANCEL:       # a cancel for a trial that already ended
+        if status.Get_tag() == Tag.CANCEL:
+            cancelled.update(_ids(msg))
+            continue
+        if status.Get_tag() != Tag.TRIAL:
             break
+        _take_cancels(world, cancelled)
+        if msg.trial_id not in cancelled:
+            break
+        world.send(Result(msg.trial_id, TrialStatus.INTERRUPTED,
+                          error="not started: called back by the coordinator"),
+                   dest=0, tag=Tag.RESULT)
     trial = msg if status.Get_tag() == Tag.TRIAL else None
     if trial is None or objective.uses_group:
         for member in range(1, comm.Get_size()):
@@ -73,8 +86,9 @@ class Reporter:
     """report(epoch, value) -> True to go on, False to prune, or a TrialStopped to raise
     on every rank of the group (a cancel from the coordinator, or the trial's deadline)."""
 
-    def __init__(self, world, trial: Trial):
+    def __init__(self, world, trial: Trial, cancelled: set[int] | None = None):
         self.world, self.trial = world, trial
+        self.called_back = cancelled if cancelled is not None else set()
         self.last: float | None = None
         self.deadline = None if not trial.timeout else time.monotonic() + trial.timeout
         self._cancel = False
@@ -91,10 +105,21 @@ class Reporter:
 
     def cancelled(self) -> bool:
         """Whether the coordinator sent CANCEL for this trial (never blocks)."""
-        while not self._cancel and probe(self.world, 0, Tag.CANCEL) is not None:
-            trial_id = self.world.recv(source=0, tag=Tag.CANCEL)
-            self._cancel = trial_id == self.trial.trial_id
+        if not self._cancel:
+            _take_cancels(self.world, self.called_back)
+            self._cancel = self.trial.trial_id in self.called_back
         return self._cancel
+
+
+def _take_cancels(world, cancelled: set[int]) -> None:
+    """Every CANCEL already waiting, into `cancelled` (never blocks)."""
+    while probe(world, 0, Tag.CANCEL) is not None:
+        cancelled.update(_ids(world.recv(source=0, tag=Tag.CANCEL)))
+
+
+def _ids(payload) -> tuple:
+    """A CANCEL names one trial id or several (the running one and the one sent ahead)."""
+    return tuple(payload) if isinstance(payload, (tuple, list)) else (payload,)
 
 
 def _reply_due() -> Backoff:

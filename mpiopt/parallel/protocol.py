@@ -5,8 +5,10 @@ Start-up (every rank, see parallel/launch.py):
   all -> rank 0      : READY   None, or the one-line error of that rank's own set-up
   rank 0 -> all      : SETUP   {"go": True} or {"error": ...}
 Running:
-  coordinator -> leader : TRIAL (a Trial), CANCEL (the current trial must end now: the
-                          job is stopping), STOP (None: leave the loop)
+  coordinator -> leader : TRIAL (a Trial; a busy leader may already hold its next one,
+                          sent ahead), CANCEL (a tuple of trial ids that must not go on:
+                          the running one and the one sent ahead, which the leader then
+                          answers INTERRUPTED without running it), STOP (None: leave the loop)
   leader -> its members : TRIAL or STOP, point to point (members wait without spinning)
   leader -> coordinator : REPORT (per-epoch value) -> coordinator answers DECISION
   leader -> coordinator : RESULT (the trial's one record)

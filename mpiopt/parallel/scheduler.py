@@ -26,6 +26,17 @@ ended well and nothing runs, one group trains the best parameters once more (a d
 with no trial row). A trial INTERRUPTED with `halt` (the store could not be written)
 stops the study in order; it runs again on resume from its last checkpoint.
 
+Asking ahead (`ask_ahead`, set by the MPI loop for searchers that answer at once): each
+busy group also holds its next trial, sent while the current one runs, so a group that
+finishes starts again without a round trip to rank 0 (the dispatch gap becomes the
+leader's own few hundred microseconds, with no rank polling faster). Such a trial is
+committed RUNNING with no start time; its start is noted with the result that frees its
+group (one commit), so a job killed before it began counts no lost attempt for it. Only
+fresh suggestions go ahead (re-runs and queued sets go to idle groups), and only while
+more than one trial per group is left in the budget, so the last wave is not queued behind
+busy groups. Once the study stops taking trials, those not yet begun are withdrawn
+(CANCEL): the leader answers INTERRUPTED without running them, and they run on resume.
+
 A slow searcher comes wrapped in mpiopt.search.background.BackgroundSearcher: suggestions
 are taken from its stock (none ready: the group waits for the next tick), tells are
 queued, and no event here ever waits for a model fit.
@@ -61,6 +72,13 @@ class Answer:
 @dataclass(frozen=True)
 class StopGroup:
     group: int
+
+
+@dataclass(frozen=True)
+class Withdraw:
+    """A trial sent ahead must not start (the study stopped taking new trials)."""
+    group: int
+    trial_id: int
 
 
 def trial_seed(study_seed: int, number: int) -> int:
@@ -106,6 +124,10 @@ class Scheduler:
         self.idle: list[int] = list(range(n_groups))
         self.stopped: set[int] = set()
         self.running: dict[int, _Running] = {}
+        self.ahead: dict[int, _Running] = {}    # group -> its next trial, sent, not begun
+        self.ask_ahead = False                  # set by the MPI loop (module docstring)
+        self.withdrawn: set[int] = set()        # trial ids of ahead trials called back
+        self.n_groups = n_groups
         self.prefetched: tuple[dict, float] | None = None   # (params, seconds to ask)
         self.warned_unread = False
         self.stop_reason: str | None = None
@@ -164,14 +186,23 @@ class Scheduler:
 
     @property
     def done(self) -> bool:
-        return not self.running and not self._can_dispatch() and not self._refit_due()
+        return (not self.running and not self.ahead and not self._can_dispatch()
+                and not self._refit_due())
 
     def _can_dispatch(self, extra: int = 0) -> bool:
         """Whether one more trial may start (`extra`: ones already promised this round)."""
         if self.stop_reason is None and self.deadline is not None and self.clock() >= self.deadline:
             self._stop("time_limit", "time limit reached: running trials finish, no new ones start")
-        started = self.finished + len(self.running) + self.finishing + extra
-        return self.stop_reason is None and started < self.budget
+        return self.stop_reason is None and self._started(extra) < self.budget
+
+    def _started(self, extra: int = 0) -> int:
+        return self.finished + len(self.running) + len(self.ahead) + self.finishing + extra
+
+    def _ahead_room(self, extra: int = 0) -> bool:
+        """Whether one more trial may be sent ahead: more than one per group left."""
+        groups = self.n_groups - len(self.stopped)
+        return (self.ask_ahead and self._can_dispatch(extra)
+                and self.budget - self._started(extra) > groups)
 
     # ---- events -------------------------------------------------------------------
     def start(self) -> list:
@@ -186,17 +217,24 @@ class Scheduler:
         next trials created in one (see the module docstring for the order)."""
         done: list[FrozenTrial] = []
         outcomes: list[dict] = []
+        begun: list[int] = []        # trials sent ahead that their groups now run
+        freed: dict[int, bool] = {}  # group -> whether it is idle now
         for group, result in batch:
             self._warn_unread(result.unread)
             run = self.running.pop(group)
             status = TrialStatus(result.status)
+            freed[group] = self._promote(group, begun if status is not TrialStatus.INTERRUPTED
+                                         else None)
             if run.refit:
                 self._refit_finished(result)
-                self.idle.append(group)
+                self._free(group, freed)
                 continue
             if status is TrialStatus.INTERRUPTED:      # cancelled: stays unfinished, runs again
                 self.searcher.forget(run.params)
-                self.idle.append(group)
+                self._free(group, freed)
+                if run.trial_id in self.withdrawn:     # never begun: on record as such
+                    self._keep([dict(trial_id=run.trial_id, status=TrialStatus.INTERRUPTED,
+                                     error="not started: the study stopped taking new trials")])
                 if result.halt:      # the job cannot go on (its artifact store failed)
                     self._halt(run, result.error or "stopped")
                 continue
@@ -214,7 +252,8 @@ class Scheduler:
         actions: list = []
         first = all(self._dispatch_first(t) for t in done)
         if first:                            # the groups' next trials leave before the write
-            self.idle.extend(t.group for t in done)
+            for t in done:
+                self._free(t.group, freed)
             self.finishing += len(done)
             try:
                 actions = self._teach_and_fill(done)
@@ -227,10 +266,11 @@ class Scheduler:
                 self.send_now(actions)
                 actions = []
         try:
-            self.storage.finish_trials(outcomes)
+            self.storage.finish_trials(outcomes, **({"started": begun} if begun else {}))
         except BaseException:
             if not first:               # so the wind-down stops them (the results are in
-                self.idle.extend(t.group for t in done)   # the recovery file)
+                for t in done:          # the recovery file)
+                    self._free(t.group, freed)
             raise
         if self.artifacts is not None:      # written: its checkpoints go, its model is ranked
             self.artifacts.finished(done)
@@ -240,9 +280,28 @@ class Scheduler:
             if self.progress:
                 self.progress.trial_finished(trial, self)
         if not first:
-            self.idle.extend(t.group for t in done)
+            for t in done:
+                self._free(t.group, freed)
             actions = self._teach_and_fill(done)
         return actions + self._refit_if_due() + self._stop_idle()
+
+    def _promote(self, group: int, begun: list | None) -> bool:
+        """The group's trial sent ahead becomes its running one (the leader starts it as
+        soon as it sends its result). Returns whether the group is idle. begun: where to
+        note its start (None: the result was a cancel, so it will not start either)."""
+        nxt = self.ahead.pop(group, None)
+        if nxt is None:
+            return True
+        nxt.started = self.clock()
+        self.running[group] = nxt
+        if begun is not None and nxt.trial_id not in self.withdrawn:
+            begun.append(nxt.trial_id)
+        return False
+
+    def _free(self, group: int, freed: dict[int, bool]) -> None:
+        """The group joins the idle ones, once, unless its next trial was already there."""
+        if freed.pop(group, False):
+            self.idle.append(group)
 
     def _halt(self, run: _Running, error: str) -> None:
         """A trial stopped by a failure that is not its own (mpiopt.artifacts: no space
@@ -346,10 +405,11 @@ class Scheduler:
         """SIGINT/SIGTERM: running trials become INTERRUPTED; they run again on resume."""
         self._stop("interrupted", "interrupted: running trials are marked INTERRUPTED")
         self.storage.interrupt_running(self.study_id)
-        for run in self.running.values():
+        for run in [*self.running.values(), *self.ahead.values()]:
             if not run.refit:
                 self.searcher.forget(run.params)
         self.running.clear()
+        self.ahead.clear()
         self.storage.set_study_status(self.study_id, StudyStatus.INTERRUPTED)
         return self._stop_idle()
 
@@ -357,7 +417,7 @@ class Scheduler:
         """Ask ahead while groups are busy, so a finishing group need not wait for a fit."""
         if self.background or self.prefetched is not None or self.reruns or self.idle:
             return False
-        if not self.running or self.finished + len(self.running) >= self.budget:
+        if not self.running or self._started() >= self.budget:
             return False
         if self.stop_reason is not None:
             return False
@@ -386,6 +446,15 @@ class Scheduler:
         self.stopped.update(fresh)
         return [StopGroup(g) for g in fresh]
 
+    def withdraw_ahead(self) -> list:
+        """Once the study takes no new trials: call back the trials sent ahead (once each)."""
+        if self.stop_reason is None or not self.ahead:
+            return []
+        fresh = [Withdraw(g, run.trial_id) for g, run in self.ahead.items()
+                 if run.trial_id not in self.withdrawn]
+        self.withdrawn.update(w.trial_id for w in fresh)
+        return fresh
+
     # ---- internals ----------------------------------------------------------------
     def _fill_idle(self, tick: bool = False) -> list:
         """Work for every idle group the budget allows: re-runs first, then new trials,
@@ -403,7 +472,26 @@ class Scheduler:
             fresh.append(suggestion)
         if fresh:
             actions += self._start(fresh)
+        actions += self._fill_ahead(tick)
         return actions or self._refit_if_due()
+
+    def _fill_ahead(self, tick: bool = False) -> list:
+        """A next trial for each busy group that has none: queued sets, then suggestions
+        (re-runs go to idle groups only)."""
+        if not self.ask_ahead or self.reruns or self.idle:
+            return []
+        groups = [g for g, run in self.running.items() if g not in self.ahead and not run.refit]
+        if not groups or not self._ahead_room():
+            return []
+        actions = self._take_queued(tick, ahead_of=groups)
+        groups = [g for g in groups if g not in self.ahead]
+        fresh: list[tuple[dict, float | None]] = []
+        while len(fresh) < len(groups) and self._ahead_room(extra=len(fresh)):
+            suggestion = self._suggestion(self.next_number + len(fresh))
+            if suggestion[0] is None:
+                break
+            fresh.append(suggestion)
+        return actions + (self._start(fresh, groups[:len(fresh)]) if fresh else [])
 
     # ---- training.refit: the best parameters once more, on all the data ----------------
     def _refit_due(self) -> bool:
@@ -436,29 +524,34 @@ class Scheduler:
         if self.progress:
             self.progress.say(line)
 
-    def _take_queued(self, tick: bool) -> list[Dispatch]:
-        """Queued parameter sets for idle groups, taken (PENDING -> RUNNING) in one
-        transaction. A tick reads an empty queue again only after QUEUE_POLL_S."""
+    def _take_queued(self, tick: bool, ahead_of: list[int] | None = None) -> list[Dispatch]:
+        """Queued parameter sets for idle groups (or sent ahead to these busy ones), taken
+        (PENDING -> RUNNING) in one transaction. A tick reads an empty queue again only
+        after QUEUE_POLL_S."""
         now = self.clock()
         if tick and self._queue_read_at is not None and now - self._queue_read_at < QUEUE_POLL_S:
             return []
         if getattr(self.storage, "pending_trials", None) is None:
             return []             # a storage without a queue (a test's fake)
+        slots = self.idle if ahead_of is None else ahead_of
+        fits = self._can_dispatch if ahead_of is None else self._ahead_room
         room = 0
-        while room < len(self.idle) and self._can_dispatch(extra=room):
+        while room < len(slots) and fits(extra=room):
             room += 1
         queued = self.storage.pending_trials(self.study_id, limit=room) if room else []
         self._queue_read_at = None if len(queued) == room and room else now
         if not queued:
             return []
-        groups = self.idle[:len(queued)]
+        groups = slots[:len(queued)]
+        later = {} if ahead_of is None else {"started": False}
         taken = self.storage.take_pending([
             dict(trial_id=t.id, seed=trial_seed(self.seed, t.number), group=g,
-                 host=self.hosts[g], **self._rank_of(g)) for t, g in zip(queued, groups)])
+                 host=self.hosts[g], **later, **self._rank_of(g)) for t, g in zip(queued, groups)])
         actions = []
         for rec in taken:
-            self.idle.remove(rec.group)
-            actions.append(self._running(rec.group, rec, rec.params))
+            if ahead_of is None:
+                self.idle.remove(rec.group)
+            actions.append(self._running(rec.group, rec, rec.params, ahead=ahead_of is not None))
         self.queued_taken += len(taken)
         return actions
 
@@ -477,15 +570,20 @@ class Scheduler:
         params = self.searcher.ask(number)
         return params, time.perf_counter() - start
 
-    def _start(self, fresh: list[tuple[dict, float | None]]) -> list[Dispatch]:
-        groups = self.idle[:len(fresh)]
+    def _start(self, fresh: list[tuple[dict, float | None]],
+               ahead_of: list[int] | None = None) -> list[Dispatch]:
+        """New trials for idle groups, or (ahead_of) sent ahead to these busy ones."""
+        groups = self.idle[:len(fresh)] if ahead_of is None else ahead_of
+        later = {} if ahead_of is None else {"started": False}
         requests = [dict(params=params, seed=trial_seed(self.seed, self.next_number + i),
-                         group=g, host=self.hosts[g], suggest_seconds=took, **self._rank_of(g))
+                         group=g, host=self.hosts[g], suggest_seconds=took, **later,
+                         **self._rank_of(g))
                     for i, (g, (params, took)) in enumerate(zip(groups, fresh))]
         records = self.storage.create_trials(self.study_id, requests)
-        for g in groups:
-            self.idle.remove(g)         # only once they run: a failed write leaves them idle
-        return [self._running(g, rec, params)
+        if ahead_of is None:
+            for g in groups:
+                self.idle.remove(g)     # only once they run: a failed write leaves them idle
+        return [self._running(g, rec, params, ahead=ahead_of is not None)
                 for g, rec, (params, _) in zip(groups, records, fresh)]
 
     def _rerun(self, group: int) -> Dispatch:
@@ -497,9 +595,10 @@ class Scheduler:
         self.idle.remove(group)
         return self._running(group, rec, old.params)
 
-    def _running(self, group: int, rec: FrozenTrial, params: dict) -> Dispatch:
+    def _running(self, group: int, rec: FrozenTrial, params: dict, ahead: bool = False) -> Dispatch:
         self.next_number = max(self.next_number, rec.number + 1)
-        self.running[group] = _Running(rec.id, rec.number, params, group, self.clock())
+        (self.ahead if ahead else self.running)[group] = _Running(
+            rec.id, rec.number, params, group, self.clock())
         seed = rec.seed if rec.seed is not None else trial_seed(self.seed, rec.number)
         return Dispatch(group, Trial(rec.id, rec.number, params, seed, rec.attempt, self.trial_timeout))
 

@@ -180,13 +180,13 @@ class Storage:
 
     def take_pending(self, requests: Sequence[dict]) -> list[FrozenTrial]:
         """Queued trials become RUNNING for this job, in one transaction: dicts of
-        trial_id, seed, group, host, rank. Returns those taken (a trial no longer
+        trial_id, seed, group, host, rank (and started=False for one sent ahead). Returns those taken (a trial no longer
         PENDING, deleted or taken before, is left out)."""
         now, taken = _now(), []
         with self._writing_core() as conn:
             for r in requests:
                 if _studies.take(conn, r["trial_id"], r.get("seed"), r.get("group"),
-                                 r.get("host"), r.get("rank"), now):
+                                 r.get("host"), r.get("rank"), now, r.get("started", True)):
                     taken.append(r["trial_id"])
         return [self.get_trial_by_id(t) for t in taken]
 
@@ -314,9 +314,11 @@ class Storage:
             intermediate=intermediate, fold_metrics=fold_metrics, device=device,
             spans=spans)])[0]
 
-    def finish_trials(self, outcomes: Sequence[dict]) -> list[FrozenTrial]:
+    def finish_trials(self, outcomes: Sequence[dict], started: Sequence[int] = ()) -> list[FrozenTrial]:
         """Several finish_trial calls (dicts of its keyword arguments) in one transaction:
-        results that arrive together cost one commit. All or none are written."""
+        results that arrive together cost one commit. All or none are written.
+        started: trials sent ahead (created with started=False) that their groups began
+        as these results came in; their start is noted in the same commit."""
         now, prepared = _now(), []
         for o in outcomes:
             status = TrialStatus(o["status"])
@@ -329,6 +331,7 @@ class Storage:
                 "device": _short(o.get("device")), "spans_json": dump_spans(o.get("spans"))},
                 o.get("fold_values") or (), o.get("fold_metrics") or (), o.get("intermediate") or {}))
         with self._writing_core() as conn:
+            _writes.mark_started(conn, started, now)
             return _writes.finish_many(conn, prepared, now, self.shown_url)
 
     def add_intermediate(self, trial_id: int, epoch: int, value: float) -> None:
@@ -347,15 +350,19 @@ class Storage:
 
     def note_lost_attempts(self, study_id: int) -> list[FrozenTrial]:
         """Resume after a job that died: each RUNNING trial counts one lost attempt and
-        becomes INTERRUPTED, in one transaction. Returns those trials, updated."""
+        becomes INTERRUPTED, in one transaction. Returns those trials, updated. A trial
+        sent ahead that never started (no start time) was not running: it becomes
+        INTERRUPTED without a lost attempt and is not returned."""
         with self._writing() as s:
             rows = s.scalars(_with_children(select(TrialModel).where(
                 TrialModel.study_id == study_id, TrialModel.status == TrialStatus.RUNNING))).all()
             for row in rows:
-                row.lost_attempts = (row.lost_attempts or 0) + 1
+                if row.started_at is not None:
+                    row.lost_attempts = (row.lost_attempts or 0) + 1
                 row.status, row.finished_at = TrialStatus.INTERRUPTED, _now()
             s.flush()
-            return [to_frozen(row) for row in sorted(rows, key=lambda r: r.number)]
+            return [to_frozen(row) for row in sorted(rows, key=lambda r: r.number)
+                    if row.started_at is not None]
 
     # ---- trial reads -------------------------------------------------------------------
     def get_trials(self, study_id: int, statuses: Iterable[TrialStatus] | None = None,

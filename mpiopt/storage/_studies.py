@@ -95,12 +95,14 @@ def pending_ids(conn: Connection, study_id: int, limit: int | None = None) -> li
                                         else int(limit)}).scalars())
 
 
-def take(conn: Connection, trial_id: int, seed, group, host, rank, now: datetime) -> bool:
-    """PENDING -> RUNNING for this job; False if it was no longer PENDING."""
+def take(conn: Connection, trial_id: int, seed, group, host, rank, now: datetime,
+         started: bool = True) -> bool:
+    """PENDING -> RUNNING for this job; False if it was no longer PENDING. started=False:
+    sent ahead to a busy group, its start noted later (see insert_trials)."""
     done = conn.execute(update(TRIALS).where(TRIALS.c.id == trial_id,
                                              TRIALS.c.status == TrialStatus.PENDING)
                         .values(status=TrialStatus.RUNNING, seed=seed, group_index=group,
-                                host=host, rank=rank, started_at=now))
+                                host=host, rank=rank, started_at=now if started else None))
     return done.rowcount == 1
 
 

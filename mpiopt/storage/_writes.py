@@ -12,7 +12,7 @@ Every function runs inside the caller's transaction and never commits.
 """
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Sequence
 
 from sqlalchemy import (bindparam, delete, func, insert, literal_column, null, select, union_all,
@@ -48,7 +48,10 @@ _HEADS = select(TRIALS.c.id, TRIALS.c.study_id, TRIALS.c.number, TRIALS.c.status
                 TRIALS.c.seed, TRIALS.c.attempt, TRIALS.c.group_index, TRIALS.c.host,
                 TRIALS.c.started_at, TRIALS.c.rank,
                 TRIALS.c.suggest_seconds).where(TRIALS.c.id.in_(_IDS))
-_SET_TRIAL = update(TRIALS).where(TRIALS.c.id == bindparam("tid"))   # SET from the params
+_SET_TRIAL = (update(TRIALS).where(TRIALS.c.id == bindparam("tid"))   # SET from the params
+              .values(started_at=func.coalesce(TRIALS.c.started_at, bindparam("start_if_none"))))
+_MARK_STARTED = (update(TRIALS).where(TRIALS.c.id.in_(_IDS), TRIALS.c.started_at.is_(None))
+                 .values(started_at=bindparam("now")))
 _DROP_FOLDS_OF = delete(FOLDS).where(FOLDS.c.trial_id.in_(_IDS))
 _NEW_FOLDS = insert(FOLDS)
 PARAM, EPOCH, FOLD = 0, 1, 2
@@ -94,7 +97,8 @@ def insert_trials(conn: Connection, study_id: int, requests: Sequence[dict], now
     heads = [{"study_id": study_id, "number": first + i, "status": TrialStatus.RUNNING,
               "seed": r.get("seed"), "attempt": 0, "group_index": r.get("group"),
               "host": r.get("host"), "rank": r.get("rank"), "lost_attempts": 0,
-              "started_at": now, "suggest_seconds": r.get("suggest_seconds")}
+              "started_at": now if r.get("started", True) else None,
+              "suggest_seconds": r.get("suggest_seconds")}
              for i, r in enumerate(requests)]
     if len(heads) == 1:      # the common case: no RETURNING round trip needed
         ids = [conn.execute(_NEW_TRIAL, heads[0]).inserted_primary_key[0]]
@@ -107,7 +111,7 @@ def insert_trials(conn: Connection, study_id: int, requests: Sequence[dict], now
         conn.execute(_NEW_PARAMS, flat)
     return [FrozenTrial(id=tid, study_id=study_id, number=h["number"], status=TrialStatus.RUNNING,
                         params=_decoded(trial_rows), seed=h["seed"], attempt=0,
-                        group=h["group_index"], host=h["host"], started_at=now, rank=h["rank"],
+                        group=h["group_index"], host=h["host"], started_at=h["started_at"], rank=h["rank"],
                         suggest_seconds=h["suggest_seconds"])
             for tid, h, trial_rows in zip(ids, heads, rows)]
 
@@ -138,8 +142,12 @@ def finish_many(conn: Connection, items: Sequence[tuple], now: datetime,
             raise StorageError(f"trial {head.number} is already {head.status.value}")
         if outcome["duration"] is None:
             outcome["duration"] = _elapsed(head.started_at, now)
+        started_at = head.started_at       # a trial sent ahead whose start was never noted
+        if started_at is None:             # (mark_started): its measured duration says when
+            started_at = now - timedelta(seconds=max(0.0, outcome["duration"] or 0.0))
         params, epochs, had_folds = children.get(tid, ({}, {}, False))
-        updates.append({"tid": tid, "status": status, "finished_at": now, **outcome})
+        updates.append({"tid": tid, "status": status, "finished_at": now,
+                        "start_if_none": started_at, **outcome})
         if had_folds:
             drop.append(tid)
         folds = _fold_rows(tid, fold_values, fold_metrics)
@@ -149,7 +157,7 @@ def finish_many(conn: Connection, items: Sequence[tuple], now: datetime,
             id=tid, study_id=head.study_id, number=head.number, status=status,
             params=params, value=outcome["value"], value_std=outcome["value_std"],
             seed=head.seed, attempt=head.attempt, group=head.group_index, host=head.host,
-            started_at=head.started_at, finished_at=now, duration=outcome["duration"],
+            started_at=started_at, finished_at=now, duration=outcome["duration"],
             error=outcome["error"], metrics=load_json(outcome["metrics_json"]),
             fold_values=[r["value"] for r in folds], intermediate=dict(sorted(epochs.items())),
             rank=head.rank, device=outcome.get("device"), suggest_seconds=head.suggest_seconds,
@@ -162,6 +170,12 @@ def finish_many(conn: Connection, items: Sequence[tuple], now: datetime,
         if rows:
             conn.execute(statement, rows)
     return out
+
+
+def mark_started(conn: Connection, trial_ids: Sequence[int], now: datetime) -> None:
+    """Trials sent ahead (created with no start time) that their groups have now begun."""
+    if trial_ids:
+        conn.execute(_MARK_STARTED, {"ids": list(trial_ids), "now": now})
 
 
 def add_epoch(conn: Connection, trial_id: int, epoch: int, value, where: str) -> None:
