@@ -5,7 +5,9 @@ PostgreSQL too where Debian's server binaries are found) are driven as the MPI l
 drives them, against 1,000 and 10,000 simulated groups whose trials last a random time
 (log-normal, mean D, sd 0.5 D). The coordinator is one server: each batch of results
 that arrived while it was busy costs the wall time it really took (writes included), on
-a simulated clock, and the groups wait meanwhile. Reported:
+a simulated clock, and the groups wait meanwhile. As under MPI, random and evolutionary
+search ask ahead: a busy group holds its next trial and starts it when its current one
+ends. Reported:
 
 - completions per second the coordinator sustains (trials / its busy seconds);
 - how busy the groups are at D = 10 s and 60 s: mean trial time / (mean trial time +
@@ -54,8 +56,10 @@ def _branin(p):
 
 
 def simulate(url: str, algorithm: str, groups: int, trials: int, mean_s: float,
-             seed: int = 0, marks=()) -> dict:
-    """Run `trials` trials on `groups` simulated groups; returns the measures."""
+             seed: int = 0, marks=(), ahead: bool = True) -> dict:
+    """Run `trials` trials on `groups` simulated groups; returns the measures. ahead: as
+    the MPI loop runs a searcher that answers at once, each busy group holds its next
+    trial and starts it the moment its current one ends."""
     from mpiopt.parallel.protocol import Result
     from mpiopt.parallel.scheduler import Dispatch, Scheduler
     from mpiopt.search import make_searcher
@@ -72,18 +76,28 @@ def simulate(url: str, algorithm: str, groups: int, trials: int, mean_s: float,
                           searcher=make_searcher(algorithm, _space(), {}, seed),
                           direction="minimize", budget=trials, n_groups=groups, seed=seed,
                           clock=lambda: now["t"])
+        sched.ask_ahead = ahead and not sched.background
         events: list[tuple] = []     # (end time, group, trial id, params)
         last_end: dict[int, float] = {}
+        held: dict[int, list] = {}   # group -> trials it holds, not begun (sent ahead)
+        busy: set[int] = set()
         gaps, durations, busy_s, cost_at = [], [], 0.0, {}
+
+        def launch(group, at):
+            a = held[group].pop(0)
+            d = float(mean_s * rng.lognormal(-sigma ** 2 / 2, sigma))
+            if group in last_end:
+                gaps.append(at - last_end[group])
+            durations.append(d)
+            busy.add(group)
+            heapq.heappush(events, (at + d, group, a.trial.trial_id, a.trial.params))
 
         def start(actions, at):
             for a in actions:
                 if isinstance(a, Dispatch):
-                    d = float(mean_s * rng.lognormal(-sigma ** 2 / 2, sigma))
-                    if a.group in last_end:
-                        gaps.append(at - last_end[a.group])
-                    durations.append(d)
-                    heapq.heappush(events, (at + d, a.group, a.trial.trial_id, a.trial.params))
+                    held.setdefault(a.group, []).append(a)
+                    if a.group not in busy:
+                        launch(a.group, at)
 
         t0 = time.perf_counter()
         start(sched.start(), 0.0)
@@ -96,6 +110,9 @@ def simulate(url: str, algorithm: str, groups: int, trials: int, mean_s: float,
             while events and events[0][0] <= now["t"]:
                 end, group, tid, params = heapq.heappop(events)
                 last_end[group] = end
+                busy.discard(group)
+                if held.get(group):          # its next trial was already there
+                    launch(group, end)
                 batch.append((group, Result(tid, TrialStatus.COMPLETE, value=float(_branin(params)))))
             before = sched.finished
             t0 = time.perf_counter()

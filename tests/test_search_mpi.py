@@ -238,6 +238,7 @@ def test_waiting_ranks_do_not_spin_and_status_reads_during_the_run(tmp_path, mon
     used = {p: (_cpu_seconds(p) - first[p]) / 2.0 for p in pids}
     job.communicate(timeout=60)
     assert job.returncode == 0
+    print("CPU share per rank:", sorted(round(v, 4) for v in used.values()))
     assert max(used.values()) < 0.05, used
 
 

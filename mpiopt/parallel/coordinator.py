@@ -108,7 +108,9 @@ class Coordinator:
             if late is not None:
                 return late
             self.execute(self.sched.withdraw_ahead())
-            status = probe(self.world)
+            status = probe(self.world) or probe(self.world)   # MPICH's first probe often
+            # only moves a message along (mpiopt.parallel.waiting.probe): a second one sees
+            # it now instead of one sleep later, for about 0.5% of a core at 5 ms wake-ups
             if status is not None:
                 tag, source = Tag(status.Get_tag()), status.Get_source()
                 msg = self.world.recv(source=source, tag=tag)
