@@ -13,6 +13,8 @@ ends. Reported:
 - how busy the groups are at D = 10 s and 60 s: mean trial time / (mean trial time +
   mean wait between a trial's end and the group's next start), with 1,000 and 10,000
   groups (a short last wave that is nobody's fault is left out: only the gaps count);
+- write transactions (commits that wrote) per finished trial: one when every group of
+  a batch already runs its next trial, two when a group waits for a dispatch;
 - the coordinator's cost per trial around 100 and around 10,000 finished trials;
 - for Bayesian search, suggestions per second when 16 are asked in a row (one batch of
   groups), at 200 and 500 told results.
@@ -31,6 +33,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from sqlalchemy import event
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -39,6 +42,7 @@ sys.path.insert(0, str(HERE.parent / "tests"))
 
 from _common import machine, table  # noqa: E402
 
+WRITES = {"INSERT", "UPDATE", "DELETE"}
 SPACE = {"x": {"type": "real", "low": -5.0, "high": 10.0},
          "y": {"type": "real", "low": 0.0, "high": 15.0}}
 
@@ -77,6 +81,17 @@ def simulate(url: str, algorithm: str, groups: int, trials: int, mean_s: float,
                           direction="minimize", budget=trials, n_groups=groups, seed=seed,
                           clock=lambda: now["t"])
         sched.ask_ahead = ahead and not sched.background
+        commits, wrote = [], [False]     # write transactions (reads commit too)
+
+        def statement(conn, cursor, text, *rest):
+            wrote[0] = wrote[0] or text.lstrip().split(None, 1)[0].upper() in WRITES
+
+        def commit(conn):
+            if wrote[0]:
+                commits.append(1)
+            wrote[0] = False
+        event.listen(st.engine, "before_cursor_execute", statement)
+        event.listen(st.engine, "commit", commit)
         events: list[tuple] = []     # (end time, group, trial id, params)
         last_end: dict[int, float] = {}
         held: dict[int, list] = {}   # group -> trials it holds, not begun (sent ahead)
@@ -128,6 +143,7 @@ def simulate(url: str, algorithm: str, groups: int, trials: int, mean_s: float,
     mean_gap = statistics.fmean(gaps) if gaps else 0.0
     return {"completions/s": trials / busy_s, "busy %": 100 * mean_s / (mean_s + mean_gap),
             "mean gap ms": 1e3 * mean_gap, "cost per trial ms": 1e3 * busy_s / trials,
+            "commits per trial": len(commits) / trials,
             "cost_at": {m: 1e3 * statistics.median(v) for m, v in cost_at.items()}}
 
 
@@ -181,7 +197,8 @@ def main(argv=None) -> int:
                                          "trial s": mean_s, "completions/s": round(r["completions/s"]),
                                          "busy %": round(r["busy %"], 2),
                                          "mean gap ms": round(r["mean gap ms"], 1),
-                                         "cost per trial ms": round(r["cost per trial ms"], 3)})
+                                         "cost per trial ms": round(r["cost per trial ms"], 3),
+                                         "commits per trial": round(r["commits per trial"], 2)})
                             print(rows[-1], flush=True)
                     r = simulate(urls[engine](f"{algorithm}-growth"), algorithm, 16, 10_100, 10.0,
                                  marks=(100, 10_000))

@@ -88,7 +88,8 @@ def test_initial_trials_and_retries_run_first_and_once_across_a_kill(tmp_path, m
                       max_initial_failures=10)
     env = {**subprocess_env(), "MPIOPT_TEST_FAIL": "1"}
     job = _job(tmp_path, spec, "--resume-or-start", env=env)   # starts it: it is new
-    # #0 failed, #1 and #2 running, #3 and #4 sent ahead (RUNNING, not begun), #5, #6 queued
+    # #0 failed, #1 and #2 running, the rest queued (or, once #1 succeeded, some sent ahead:
+    # RUNNING, not begun, and counted as no lost attempt by the kill)
     deadline = time.time() + 60
     while not {"FAILED", "RUNNING", "PENDING"} <= set(_statuses(tmp_path)):
         assert time.time() < deadline, "the study did not reach the wanted state"

@@ -50,6 +50,10 @@ class FakeStorage:
             o = dict(o)
             self.finish_trial(o.pop("trial_id"), o.pop("status"), **o)
 
+    def finish_and_create(self, outcomes, study_id, requests, started=()):
+        self.log.append(("one commit", len(outcomes), len(requests)))
+        return self.finish_trials(outcomes, started), self.create_trials(study_id, requests)
+
     def add_intermediate(self, trial_id, epoch, value):
         self.intermediate.append((trial_id, epoch, value))
 
@@ -478,21 +482,36 @@ def test_retried_and_pending_trials_are_neither_replayed_nor_counted():
 
 # ---- asking ahead (the MPI loop's mode for searchers that answer at once) ---------------
 def _ahead(n_groups, budget, **kw):
+    """A scheduler that asks ahead, as for a study that already has a success."""
     sched, storage, searcher = make(n_groups=n_groups, budget=budget, **kw)
-    sched.ask_ahead = True
+    sched.ask_ahead = sched.any_success = True
     return sched, storage, searcher
 
 
+def test_nothing_is_sent_ahead_before_a_trial_succeeds():
+    sched, storage, _ = make(n_groups=2, budget=10, max_initial_failures=2)
+    sched.ask_ahead = True
+    first = sched.start()
+    assert [a.group for a in first] == [0, 1]
+    failed = sched.on_result(0, done(first[0].trial.trial_id, None, "FAILED", "bug"))
+    assert [a.group for a in failed if isinstance(a, Dispatch)] == [0] and not sched.ahead
+    second = sched.on_result(1, done(first[1].trial.trial_id, 2.0))   # a success (recorded
+    assert not sched.ahead                      # after this dispatch): from the next result on,
+    sched.on_result(0, done(failed[0].trial.trial_id, 1.0))        # one ahead per group
+    assert set(sched.ahead) == {0, 1} and second
+
+
 def test_each_busy_group_holds_its_next_trial_and_starts_it_without_a_dispatch():
-    sched, storage, _ = _ahead(2, 10)
+    sched, storage, searcher = _ahead(2, 10)
     first = sched.start()
     assert [a.group for a in first] == [0, 1, 0, 1]          # two now, two sent ahead
     assert [storage.trials[a.trial.trial_id]["started"] for a in first] == [True, True, False, False]
+    searcher.calls.clear()
     actions = sched.on_result(0, done(first[0].trial.trial_id, 3.0))
     assert sched.running[0].trial_id == first[2].trial.trial_id   # promoted: it runs now
     assert storage.trials[first[2].trial.trial_id]["started"]     # noted with the result
-    i = storage.log.index(("started", first[2].trial.trial_id))
-    assert storage.log[i - 1] == ("batch", 1)                     # in the same write
+    assert ("one commit", 1, 1) in storage.log      # result, start and next trial together
+    assert searcher.calls == ["tell", "ask"]        # nobody waits: told before the ask
     assert [(a.group, a.trial.number) for a in actions if isinstance(a, Dispatch)] == [(0, 4)]
     assert 0 not in sched.idle and sched.ahead[0].number == 4
 

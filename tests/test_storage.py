@@ -614,3 +614,37 @@ def test_initial_trials_are_queued_with_the_study(db_url):
         sid = st.create_study("s", "minimize", "value", SPEC, "ab" * 32, SPACE,
                               enqueued=[{"x": 1.0, "k": 1, "act": "relu"}])
         assert [(t.number, t.params["x"]) for t in st.pending_trials(sid)] == [(0, 1.0)]
+
+
+def test_results_starts_and_trials_sent_ahead_are_one_transaction(storage):
+    """Asking ahead: a trial sent ahead has no start time until its group begins it; the
+    results, that start and the next trials sent ahead are one commit; a job killed
+    before a trial sent ahead began counts no lost attempt against it."""
+    sid = new_study(storage)
+    now, = storage.create_trials(sid, [dict(params={"x": 0.0}, seed=0, group=0)])
+    ahead, = storage.create_trials(sid, [dict(params={"x": 1.0}, seed=1, group=0, started=False)])
+    assert now.started_at is not None and ahead.started_at is None
+    begins = []
+    event.listen(storage.engine, "begin", lambda conn: begins.append(1))
+    finished, made = storage.finish_and_create(
+        [dict(trial_id=now.id, status=TrialStatus.COMPLETE, value=1.0, duration=2.0)], sid,
+        [dict(params={"x": 2.0}, seed=2, group=0, started=False)], started=[ahead.id])
+    assert len(begins) == 1
+    assert finished[0].status is TrialStatus.COMPLETE and storage.get_trial(sid, 0).value == 1.0
+    assert storage.get_trial(sid, 1).started_at is not None            # begun now
+    assert made[0].number == 2 and storage.get_trial(sid, 2).started_at is None
+    lost = storage.note_lost_attempts(sid)                             # the job died here
+    assert [t.number for t in lost] == [1] and lost[0].lost_attempts == 1
+    never = storage.get_trial(sid, 2)
+    assert never.status is TrialStatus.INTERRUPTED and never.lost_attempts == 0
+
+
+def test_a_trial_finished_without_a_noted_start_gets_one_from_its_duration(storage):
+    sid = new_study(storage)
+    ahead, = storage.create_trials(sid, [dict(params={"x": 1.0}, seed=1, group=0, started=False)])
+    done, = storage.finish_trials([dict(trial_id=ahead.id, status="COMPLETE", value=1.0,
+                                        duration=30.0)])
+    again = storage.get_trial(sid, 0)
+    assert again.started_at is not None and done.started_at is not None
+    span = (again.finished_at - again.started_at).total_seconds()
+    assert 29.0 <= span <= 31.0

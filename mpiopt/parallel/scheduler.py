@@ -34,7 +34,8 @@ committed RUNNING with no start time; its start is noted with the result that fr
 group (one commit), so a job killed before it began counts no lost attempt for it. Only
 fresh suggestions go ahead (re-runs and queued sets go to idle groups), and only while
 more than one trial per group is left in the budget, so the last wave is not queued behind
-busy groups. Once the study stops taking trials, those not yet begun are withdrawn
+busy groups, and only once a trial has succeeded (a study whose first trials all fail
+should stop with nothing else on record). Once the study stops taking trials, those not yet begun are withdrawn
 (CANCEL): the leader answers INTERRUPTED without running them, and they run on resume.
 
 A slow searcher comes wrapped in mpiopt.search.background.BackgroundSearcher: suggestions
@@ -199,9 +200,11 @@ class Scheduler:
         return self.finished + len(self.running) + len(self.ahead) + self.finishing + extra
 
     def _ahead_room(self, extra: int = 0) -> bool:
-        """Whether one more trial may be sent ahead: more than one per group left."""
+        """Whether one more trial may be sent ahead: once a trial has succeeded (a study
+        whose first trials all fail stops without trials that never ran), and while more
+        than one per group is left."""
         groups = self.n_groups - len(self.stopped)
-        return (self.ask_ahead and self._can_dispatch(extra)
+        return (self.ask_ahead and self.any_success and self._can_dispatch(extra)
                 and self.budget - self._started(extra) > groups)
 
     # ---- events -------------------------------------------------------------------
@@ -251,7 +254,10 @@ class Scheduler:
             return self._refit_if_due() + self._stop_idle()
         actions: list = []
         first = all(self._dispatch_first(t) for t in done)
-        if first:                            # the groups' next trials leave before the write
+        if first and self._all_busy(done, freed):
+            actions = self._write_with_next(done, outcomes, begun)
+            first = None                     # written, and the next trials made
+        elif first:                          # the groups' next trials leave before the write
             for t in done:
                 self._free(t.group, freed)
             self.finishing += len(done)
@@ -266,7 +272,8 @@ class Scheduler:
                 self.send_now(actions)
                 actions = []
         try:
-            self.storage.finish_trials(outcomes, **({"started": begun} if begun else {}))
+            if first is not None:
+                self.storage.finish_trials(outcomes, **({"started": begun} if begun else {}))
         except BaseException:
             if not first:               # so the wind-down stops them (the results are in
                 for t in done:          # the recovery file)
@@ -279,11 +286,41 @@ class Scheduler:
             self._account(trial)
             if self.progress:
                 self.progress.trial_finished(trial, self)
-        if not first:
+        if first is False:
             for t in done:
                 self._free(t.group, freed)
             actions = self._teach_and_fill(done)
         return actions + self._refit_if_due() + self._stop_idle()
+
+    def _all_busy(self, done: list[FrozenTrial], freed: dict[int, bool]) -> bool:
+        """Whether every group of the batch already runs the trial sent ahead to it (and
+        the storage can write results and new trials in one commit)."""
+        return (self.ask_ahead and hasattr(self.storage, "finish_and_create")
+                and not any(freed.get(t.group, False) for t in done))
+
+    def _write_with_next(self, done, outcomes, begun) -> list:
+        """No group waits, so nothing has to leave before the write: the searcher is told
+        first, and one commit records the results, the starts of the trials their groups
+        now run and the trials sent ahead next (half the commits of two writes)."""
+        for trial in done:
+            self._teach(trial)
+        self.finishing += len(done)
+        try:
+            queued, groups, fresh = self._plan_ahead()
+        finally:
+            self.finishing -= len(done)
+        try:
+            written = self.storage.finish_and_create(
+                outcomes, self.study_id, self._requests(fresh, groups, ahead=True), started=begun)
+        except BaseException:
+            for params, _ in fresh:
+                self.searcher.forget(params)
+            raise
+        if written is None:      # the outage wrapper found the results already written
+            for params, _ in fresh:   # by a try that lost its answer: no ids for these
+                self.searcher.forget(params)
+            return queued
+        return queued + self._began(groups, written[1], fresh, ahead=True)
 
     def _promote(self, group: int, begun: list | None) -> bool:
         """The group's trial sent ahead becomes its running one (the leader starts it as
@@ -478,11 +515,17 @@ class Scheduler:
     def _fill_ahead(self, tick: bool = False) -> list:
         """A next trial for each busy group that has none: queued sets, then suggestions
         (re-runs go to idle groups only)."""
+        actions, groups, fresh = self._plan_ahead(tick)
+        return actions + (self._start(fresh, groups) if fresh else [])
+
+    def _plan_ahead(self, tick: bool = False) -> tuple[list, list[int], list]:
+        """Queued sets taken for busy groups without a next trial (their Dispatches), then
+        the groups still without one and the suggestions for them (not yet created)."""
         if not self.ask_ahead or self.reruns or self.idle:
-            return []
+            return [], [], []
         groups = [g for g, run in self.running.items() if g not in self.ahead and not run.refit]
         if not groups or not self._ahead_room():
-            return []
+            return [], [], []
         actions = self._take_queued(tick, ahead_of=groups)
         groups = [g for g in groups if g not in self.ahead]
         fresh: list[tuple[dict, float | None]] = []
@@ -491,7 +534,7 @@ class Scheduler:
             if suggestion[0] is None:
                 break
             fresh.append(suggestion)
-        return actions + (self._start(fresh, groups[:len(fresh)]) if fresh else [])
+        return actions, groups[:len(fresh)], fresh
 
     # ---- training.refit: the best parameters once more, on all the data ----------------
     def _refit_due(self) -> bool:
@@ -574,16 +617,23 @@ class Scheduler:
                ahead_of: list[int] | None = None) -> list[Dispatch]:
         """New trials for idle groups, or (ahead_of) sent ahead to these busy ones."""
         groups = self.idle[:len(fresh)] if ahead_of is None else ahead_of
-        later = {} if ahead_of is None else {"started": False}
-        requests = [dict(params=params, seed=trial_seed(self.seed, self.next_number + i),
-                         group=g, host=self.hosts[g], suggest_seconds=took, **later,
-                         **self._rank_of(g))
-                    for i, (g, (params, took)) in enumerate(zip(groups, fresh))]
-        records = self.storage.create_trials(self.study_id, requests)
+        records = self.storage.create_trials(
+            self.study_id, self._requests(fresh, groups, ahead=ahead_of is not None))
         if ahead_of is None:
             for g in groups:
                 self.idle.remove(g)     # only once they run: a failed write leaves them idle
-        return [self._running(g, rec, params, ahead=ahead_of is not None)
+        return self._began(groups, records, fresh, ahead=ahead_of is not None)
+
+    def _requests(self, fresh, groups: list[int], ahead: bool) -> list[dict]:
+        """create_trials requests for these suggestions on these groups."""
+        later = {"started": False} if ahead else {}
+        return [dict(params=params, seed=trial_seed(self.seed, self.next_number + i),
+                     group=g, host=self.hosts[g], suggest_seconds=took, **later,
+                     **self._rank_of(g))
+                for i, (g, (params, took)) in enumerate(zip(groups, fresh))]
+
+    def _began(self, groups, records, fresh, ahead: bool) -> list[Dispatch]:
+        return [self._running(g, rec, params, ahead=ahead)
                 for g, rec, (params, _) in zip(groups, records, fresh)]
 
     def _rerun(self, group: int) -> Dispatch:

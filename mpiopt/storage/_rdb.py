@@ -319,20 +319,34 @@ class Storage:
         results that arrive together cost one commit. All or none are written.
         started: trials sent ahead (created with started=False) that their groups began
         as these results came in; their start is noted in the same commit."""
-        now, prepared = _now(), []
-        for o in outcomes:
-            status = TrialStatus(o["status"])
-            if status in (TrialStatus.RUNNING, TrialStatus.PENDING):
-                raise StorageError(f"finish_trial needs a final status, not {status.value}")
-            prepared.append((o["trial_id"], status, {
-                "value": finite_or_none(o.get("value")),
-                "value_std": finite_or_none(o.get("value_std")), "error": o.get("error"),
-                "metrics_json": dump_json(o.get("metrics")), "duration": o.get("duration"),
-                "device": _short(o.get("device")), "spans_json": dump_spans(o.get("spans"))},
-                o.get("fold_values") or (), o.get("fold_metrics") or (), o.get("intermediate") or {}))
+        now, prepared = _now(), _prepared(outcomes)
         with self._writing_core() as conn:
             _writes.mark_started(conn, started, now)
             return _writes.finish_many(conn, prepared, now, self.shown_url)
+
+    def finish_and_create(self, outcomes: Sequence[dict], study_id: int,
+                          requests: Sequence[dict], started: Sequence[int] = ()
+                          ) -> tuple[list[FrozenTrial], list[FrozenTrial]]:
+        """finish_trials and create_trials in one transaction: when every group of a batch
+        already runs the trial it was sent ahead, nothing has to leave before the write,
+        and one commit records the results, those starts and the next trials sent ahead."""
+        prepared = _prepared(outcomes)
+        requests = [{**r, "suggest_seconds": finite_or_none(r.get("suggest_seconds"))}
+                    for r in requests]
+        for attempt in range(NUMBER_RETRIES):
+            try:
+                now = _now()
+                with self._writing_core() as conn:
+                    _writes.mark_started(conn, started, now)
+                    finished = _writes.finish_many(conn, prepared, now, self.shown_url)
+                    made = (_writes.insert_trials(conn, study_id, requests, now, self.shown_url)
+                            if requests else [])
+                return finished, made
+            except StorageError as exc:     # a trial number taken meanwhile: all rolled back
+                if not isinstance(exc.__cause__, sa_exc.IntegrityError) or \
+                        attempt == NUMBER_RETRIES - 1:
+                    raise
+        raise AssertionError("unreachable")
 
     def add_intermediate(self, trial_id: int, epoch: int, value: float) -> None:
         with self._writing_core() as conn:
@@ -473,3 +487,19 @@ def _unknown(name: str, known: Sequence[str], url: str) -> str:
 def _short(text: str | None) -> str | None:
     """A device name fits its column (255 characters) whatever a driver reports."""
     return None if text is None else str(text)[:NAME_LEN]
+
+
+def _prepared(outcomes: Sequence[dict]) -> list[tuple]:
+    """finish_trial keyword dicts as rows for _writes.finish_many (checked, encoded)."""
+    prepared = []
+    for o in outcomes:
+        status = TrialStatus(o["status"])
+        if status in (TrialStatus.RUNNING, TrialStatus.PENDING):
+            raise StorageError(f"finish_trial needs a final status, not {status.value}")
+        prepared.append((o["trial_id"], status, {
+            "value": finite_or_none(o.get("value")),
+            "value_std": finite_or_none(o.get("value_std")), "error": o.get("error"),
+            "metrics_json": dump_json(o.get("metrics")), "duration": o.get("duration"),
+            "device": _short(o.get("device")), "spans_json": dump_spans(o.get("spans"))},
+            o.get("fold_values") or (), o.get("fold_metrics") or (), o.get("intermediate") or {}))
+    return prepared

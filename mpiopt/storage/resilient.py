@@ -20,7 +20,7 @@ from pathlib import Path
 
 from mpiopt.errors import StorageError, StorageUnavailable
 
-JOURNALED = ("finish_trial", "finish_trials", "add_intermediate")
+JOURNALED = ("finish_trial", "finish_trials", "finish_and_create", "add_intermediate")
 RECOVERY_SUFFIX = ".mpiopt-recovery.jsonl"
 
 
@@ -75,8 +75,9 @@ class Resilient:
                 pause = min(pause * 2, 15.0)
                 continue
             except StorageError as exc:
-                if tries and name.startswith("finish_trial") and "already" in str(exc):
-                    return None      # the try that lost its connection did commit
+                if tries and name.startswith("finish_") and "already" in str(exc):
+                    return None      # the try that lost its connection did commit (for
+                    # finish_and_create the caller then has no trial ids: see the Scheduler)
                 raise
             if tries:
                 self.say(f"database back after {self.clock() - start:.0f}s "
@@ -91,7 +92,9 @@ class Resilient:
         raise StorageUnavailable(self.given_up) from exc
 
     def _journal(self, name, args, kwargs) -> None:
-        if name == "finish_trials":      # one line each: on import, one already written
+        if name in ("finish_trials", "finish_and_create"):   # one line per result: on
+            # import, one already written must not hide the rest; trials not yet created
+            # are not kept (they never left rank 0)
             outcomes = args[0] if args else kwargs["outcomes"]    # must not hide the rest
             entries = [{"op": "finish_trial", "args": [], "kwargs": dict(o)} for o in outcomes]
         else:
