@@ -73,9 +73,9 @@ class Field:
         kind = _TYPES[self.kind]
         if self.low is not None and self.high is not None:
             lo, hi = "(" if self.open_low else "[", ")" if self.open_high else "]"
-            return f"{kind} in {lo}{_value(self.low)}, {_value(self.high)}{hi}"
+            return f"{kind} in {lo}{self.low:g}, {self.high:g}{hi}"
         if self.low is not None:
-            return f"{kind} {'>' if self.open_low else '≥'} {_value(self.low)}"
+            return f"{kind} {'>' if self.open_low else '≥'} {self.low:g}"
         return kind
 
     def default_cell(self) -> str:

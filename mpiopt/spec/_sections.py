@@ -24,11 +24,11 @@ RESOURCES = Fields(
           "groups. `--group-size` overrides it.", low=1),
 )
 OBJECTIVE = Fields(
-    Field("function", None, "ref", "`path/to/file.py:name`. Called as `name(params)` with the "
+    Field("function", None, "ref", "Called as `name(params)` with the "
           "trial's parameter dict (or `name(params, comm=...)` if it accepts `comm`: the group's "
           "communicator). Returns a float or a dict of metrics.", shown="–"),
-    Field("model", None, "ref", "`path/to/file.py:build_model`, a function "
-          "`build_model(params)` returning a Keras model. Needs `data`.", shown="–"),
+    Field("model", None, "ref", "A function `build_model(params)` returning a Keras model. "
+          "Needs `data`.", shown="–"),
     Field("data", None, "mapping", "Only with `model`; see below.", shown="–"),
     Field("metric", None, "text", "The figure of merit: for a function returning a dict, the key "
           "to use (`value` means the returned float); for a model, a Keras metric name.",
