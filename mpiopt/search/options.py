@@ -19,7 +19,8 @@ OPTIONS: dict[str, Fields] = {
               "improvement), `LCB` (lower confidence bound), `PI` (probability of improvement) "
               "or `gp_hedge` (mixes the three by their past gains, as scikit-optimize does).",
               choices=("gp_hedge", "EI", "LCB", "PI")),
-        Field("initial_points", 10, "integer", "Random points before the surrogate is used.", low=1),
+        Field("initial_points", 10, "integer", "Random points before the surrogate is used.",
+              low=1),
         Field("refit_every", 0, "integer", "Refit the GP kernel's hyperparameters every N told "
               "results; `0` = automatic (every result while few are told, then at every ~10% "
               "growth).", low=0),
@@ -56,7 +57,8 @@ OPTIONS: dict[str, Fields] = {
         Field("cma", False, "flag", "Use CMA-ES instead; needs a space of `real` parameters only."),
     ),
     "tpe": Fields(
-        Field("startup_trials", 10, "integer", "Random points before the densities are used.", low=1),
+        Field("startup_trials", 10, "integer", "Random points before the densities are used.",
+              low=1),
         Field("multivariate", True, "flag", "One joint density of the parameters instead of one "
               "density each."),
         Field("constant_liar", True, "flag", "Pending trials count as bad results, so groups "

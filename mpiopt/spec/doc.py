@@ -18,12 +18,14 @@ from mpiopt.spec.fields import SECTIONS, markdown_table, rewrite
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m mpiopt.spec.doc", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m mpiopt.spec.doc",
+                                     description=__doc__.split("\n")[0])
     parser.add_argument("sections", nargs="*", metavar="SECTION",
                         help=f"print these sections' tables (of: {', '.join(SECTIONS)})")
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--write", metavar="FILE", type=Path, help="rewrite FILE's marked tables")
-    group.add_argument("--check", metavar="FILE", type=Path, help="exit 1 if FILE's tables are stale")
+    group.add_argument("--check", metavar="FILE", type=Path,
+                       help="exit 1 if FILE's tables are stale")
     args = parser.parse_args(argv)
     unknown = [s for s in args.sections if s not in SECTIONS]
     if unknown:
