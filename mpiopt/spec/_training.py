@@ -32,10 +32,10 @@ TRAINING = Fields(
           "the data (one group) and keep that model (`refit.keras`)."),
 )
 EARLY_STOPPING = Fields(
-    Field("patience", 3, "integer", "Epochs without an improvement of at least `min_delta` "
-          "before the trial's training stops.", low=1),
-    Field("min_delta", 0.0, "number", "The smallest change of the metric that counts as an "
-          "improvement.", low=0.0),
+    Field("patience", 3, "integer", "Epochs without an improvement before the trial's "
+          "training stops.", low=1),
+    Field("min_delta", 0.0, "number", "An improvement beats the best value so far by more than "
+          "this, in the metric's units.", low=0.0),
 )
 PRUNING = Fields(
     Field("pruner", "median", "text", "`median`: stop a trial whose value is worse than the "
