@@ -1,9 +1,12 @@
-"""The README's spec tables list exactly the fields the spec reader accepts.
+"""README's spec tables say what the reader does: the fields each section accepts, with
+their declared type, default and doc line.
 
-Every section of the spec is read by a `_Section` that refuses unknown keys; this test
-records the keys each one accepts while a spec with every section is loaded, and compares
-them with the first column of the README table under that section's heading. A field
-added to the reader and not to the README (or the other way round) fails here, naming it.
+Two checks per section. The reader: every section is read by a `_Section` that refuses
+unknown keys; the keys it was given while a spec with every section loads must be the
+section's declared fields (mpiopt.spec.fields). The README: the table between the
+section's markers must list the same fields with the same type, default and meaning.
+A difference fails naming the field; `python -m mpiopt.spec.doc --write README.md`
+regenerates the tables from the declarations.
 """
 from __future__ import annotations
 
@@ -13,8 +16,10 @@ import pytest
 import yaml
 
 from conftest import ROOT
+from mpiopt.spec.fields import SECTIONS, marked, markdown_table
 
 README = (ROOT / "README.md").read_text(encoding="utf-8")
+FIX = "regenerate with: python -m mpiopt.spec.doc --write README.md"
 
 # every section present, so that each is read once
 FULL_SPEC = {
@@ -26,55 +31,78 @@ FULL_SPEC = {
                      "y": {"type": "real", "low": 0.0, "high": 1.0}},
     "search": {"algorithm": "random", "trials": 2,
                **{a: {} for a in ("bayesian", "tpe", "cmaes", "evolutionary", "random", "auto")}},
-    "training": {"epochs": 1},
+    "training": {"epochs": 1, "early_stopping": {}, "pruning": {}},
     "resources": {"group_size": 1},
 }
-TABLES = {  # README table heading -> the spec section it documents
-    "### `study`": "study", "### `storage`": "storage", "### `objective`": "objective",
-    "`objective.data` (with `model`)": "objective.data", "### `search`": "search",
-    "`search.bayesian`:": "search.bayesian", "`search.evolutionary`:": "search.evolutionary",
-    "### `training`": "training", "### `resources`": "resources",
-}
+# the tables this test covered before the fields were declared: they must stay covered
+COVERED = ("study", "storage", "objective", "objective.data", "search", "search.bayesian",
+           "search.evolutionary", "training", "resources")
 
 
-def accepted_keys(tmp_path, monkeypatch) -> dict[str, set]:
+@pytest.fixture(scope="module")
+def accepted(tmp_path_factory) -> dict[str, tuple]:
+    """{dotted section: the keys its _Section accepted} while FULL_SPEC loads."""
     from mpiopt import spec as spec_module
 
-    seen: dict[str, set] = {}
+    seen: dict[str, tuple] = {}
     original = spec_module._Section.__init__
 
     def recording(self, data, source, path, keys, what="a mapping"):
-        seen.setdefault(path, set()).update(keys)
+        seen[path] = tuple(keys)
         original(self, data, source, path, keys, what)
 
-    monkeypatch.setattr(spec_module._Section, "__init__", recording)
-    (tmp_path / "m.py").write_text("def build(p):\n    pass\n\ndef load():\n    pass\n")
-    path = tmp_path / "spec.yaml"
-    path.write_text(yaml.safe_dump(FULL_SPEC))
-    spec_module.load_spec(path)
+    tmp = tmp_path_factory.mktemp("full")
+    (tmp / "m.py").write_text("def build(p):\n    pass\n\ndef load():\n    pass\n")
+    (tmp / "spec.yaml").write_text(yaml.safe_dump(FULL_SPEC))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(spec_module._Section, "__init__", recording)
+        spec_module.load_spec(tmp / "spec.yaml")
     return seen
 
 
-def documented_keys(heading: str) -> set:
-    """The backquoted names in the first column of the first table after `heading`."""
-    start = README.index(heading)
-    rows = []
-    for line in README[start:].splitlines()[1:]:
-        if line.startswith("|"):
-            rows.append(line)
-        elif rows:
-            break
-    names = set()
-    for row in rows[2:]:                                  # past the header and the rule
-        names.update(re.findall(r"`([a-z_0-9]+)`", row.split("|")[1]))
-    return names
+def documented(section: str) -> dict[str, tuple[str, str, str]]:
+    """{field: (type, default, meaning)} from the README table between the section's markers."""
+    body = marked(README).get(section)
+    assert body is not None, f"README has no <!-- fields: {section} --> table; {FIX}"
+    rows = [line for line in body.splitlines() if line.startswith("|")][2:]  # past header, rule
+    out = {}
+    for row in rows:
+        cells = [c.strip() for c in row.strip().strip("|").split(" | ")]
+        assert len(cells) == 4, f"README's {section} table: a row without 4 cells: {row}"
+        for name in re.findall(r"`([a-z_0-9]+)`", cells[0]):
+            out[name] = tuple(cells[1:])
+    return out
 
 
-@pytest.mark.parametrize("heading,section", TABLES.items())
-def test_readme_table_lists_exactly_the_accepted_fields(tmp_path, monkeypatch, heading, section):
-    accepted = accepted_keys(tmp_path, monkeypatch)
+def test_every_table_this_test_covered_is_still_declared():
+    assert set(COVERED) <= set(SECTIONS)
+
+
+@pytest.mark.parametrize("section", SECTIONS)
+def test_the_reader_accepts_exactly_the_declared_fields(accepted, section):
     assert section in accepted, f"the reader never read {section}: {sorted(accepted)}"
-    documented = documented_keys(heading)
-    missing, extra = accepted[section] - documented, documented - accepted[section]
-    assert not missing, f"README's {heading} table lacks {sorted(missing)}"
-    assert not extra, f"README's {heading} table lists {sorted(extra)}, which {section} refuses"
+    assert accepted[section] == SECTIONS[section].names
+
+
+@pytest.mark.parametrize("section", SECTIONS)
+def test_readme_table_matches_the_declared_fields(section):
+    rows = documented(section)
+    declared = {f.name: f for f in SECTIONS[section]}
+    missing, extra = declared.keys() - rows.keys(), rows.keys() - declared.keys()
+    assert not missing, f"README's {section} table lacks {sorted(missing)}; {FIX}"
+    assert not extra, f"README's {section} table lists {sorted(extra)}, which {section} refuses"
+    differ = []
+    for name, field in declared.items():
+        kind, default, doc = rows[name]
+        for what, theirs, ours in (("default", default, field.default_cell()),
+                                   ("meaning", doc, field.doc), ("type", kind, field.type_cell())):
+            if theirs != ours:
+                differ.append(f"README's {section}.{name}: {what} {theirs!r}, declared {ours!r}")
+    assert not differ, "\n".join(differ + [FIX])
+    assert marked(README)[section] == markdown_table(section), \
+        f"README's {section} table is not in its generated form (order, rows); {FIX}"
+
+
+def test_readme_marks_no_unknown_section():
+    unknown = set(marked(README)) - set(SECTIONS)
+    assert not unknown, f"README marks tables of sections that do not exist: {sorted(unknown)}"

@@ -485,18 +485,3 @@ def test_cli_accepts_the_examples(path):
     proc = cli(ROOT / path)
     assert proc.returncode == 0, proc.stderr
     assert yaml.safe_load(proc.stdout)["study"]["name"]
-
-
-def test_the_readme_documents_every_declared_searcher_option():
-    """One declaration (mpiopt.search.options): the README's tables must not drift from it."""
-    from conftest import ROOT
-    from mpiopt.search.options import OPTIONS
-
-    readme = (ROOT / "README.md").read_text()
-    for algorithm in ("bayesian", "evolutionary"):
-        for option in OPTIONS[algorithm]:
-            default = str(option.default).lower() if isinstance(option.default, bool) else str(option.default)
-            assert f"| `{option.name}` | `{default}` |" in readme, (algorithm, option.name)
-    for algorithm in ("tpe", "cmaes"):
-        for option in OPTIONS[algorithm]:
-            assert f"`{option.name}` (`{str(option.default).lower()}`" in readme, (algorithm, option.name)

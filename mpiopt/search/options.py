@@ -1,76 +1,76 @@
 """Every searcher's options, declared once: name, default, type, range and one line of
-documentation. The spec validates `search.<algorithm>` from here and the searchers take
-their defaults from here. Light on purpose (no scikit-learn, no Optuna): every rank
-validates the spec, and importing a searcher costs seconds.
+documentation. The spec validates `search.<algorithm>` from here, the searchers take
+their defaults from here and README's tables are generated from here. Light on purpose
+(no scikit-learn, no Optuna): every rank validates the spec, and importing a searcher
+costs seconds.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from mpiopt.field import Field, Fields
 
-
-@dataclass(frozen=True)
-class Option:
-    name: str
-    default: Any
-    kind: str                       # "text" | "integer" | "number" | "flag"
-    doc: str
-    choices: tuple | None = None
-    low: float | None = None        # integers: the minimum; numbers: the closed range
-    high: float | None = None
-
-    def read(self, section) -> Any:
-        """The value from a spec section (mpiopt.spec._Section), checked."""
-        if self.kind == "text":
-            return section.text(self.name, self.default, choices=self.choices)
-        if self.kind == "integer":
-            return section.integer(self.name, self.default, minimum=self.low)
-        if self.kind == "number":
-            return section.number(self.name, self.default, low=self.low, high=self.high)
-        return section.flag(self.name, self.default)
-
-
-OPTIONS: dict[str, tuple[Option, ...]] = {
-    "auto": (),
-    "random": (),
-    "bayesian": (
-        Option("estimator", "GP", "text", "surrogate: GP (Gaussian process), RF, ET, GBRT (trees)",
-               choices=("GP", "RF", "ET", "GBRT")),
-        Option("acquisition", "gp_hedge", "text", "gp_hedge, EI, LCB or PI",
-               choices=("gp_hedge", "EI", "LCB", "PI")),
-        Option("initial_points", 10, "integer", "random points before the surrogate is used", low=1),
-        Option("refit_every", 0, "integer", "refit the kernel every N results; 0 = automatic", low=0),
-        Option("max_points", 400, "integer", "results in the model at most (best and most recent halves)", low=1),
-        Option("hyper_points", 150, "integer", "results used to fit the kernel at most", low=1),
-        Option("candidates", 2000, "integer", "random candidates the acquisition is maximised over", low=1),
-        Option("liar", "believer", "text", "value assumed for pending points: believer, mean, min, max",
-               choices=("mean", "min", "max", "believer")),
-        Option("xi", 0.01, "number", "exploration of EI and PI", low=0.0),
-        Option("kappa", 1.96, "number", "exploration of LCB", low=0.0),
-        Option("min_distance", 0.01, "number", "distance to every pending point, in [0, 1]",
-               low=0.0, high=1.0),
-        Option("output_warping", True, "flag", "fit the GP to Yeo-Johnson-transformed values"),
+OPTIONS: dict[str, Fields] = {
+    "auto": Fields(),
+    "random": Fields(),
+    "bayesian": Fields(
+        Field("estimator", "GP", "text", "Surrogate model: `GP` (Gaussian process), `RF` (random "
+              "forest), `ET` (extra trees), `GBRT` (gradient-boosted trees).",
+              choices=("GP", "RF", "ET", "GBRT")),
+        Field("acquisition", "gp_hedge", "text", "Acquisition function: `EI` (expected "
+              "improvement), `LCB` (lower confidence bound), `PI` (probability of improvement) "
+              "or `gp_hedge` (mixes the three by their past gains, as scikit-optimize does).",
+              choices=("gp_hedge", "EI", "LCB", "PI")),
+        Field("initial_points", 10, "integer", "Random points before the surrogate is used.",
+              low=1),
+        Field("refit_every", 0, "integer", "Refit the GP kernel's hyperparameters every N told "
+              "results; `0` = automatic (every result while few are told, then at every ~10% "
+              "growth).", low=0),
+        Field("max_points", 400, "integer", "At most this many results enter the model (the best "
+              "half and the most recent half).", low=1),
+        Field("hyper_points", 150, "integer", "At most this many results are used to fit the "
+              "kernel's hyperparameters.", low=1),
+        Field("candidates", 2000, "integer", "Random candidates the acquisition function is "
+              "maximized over (plus local perturbations).", low=1),
+        Field("liar", "believer", "text", "The value assumed for pending suggestions (one per busy "
+              "group): `believer` (the model's own prediction), or `mean`, `min` or `max` of the "
+              "told values.", choices=("mean", "min", "max", "believer")),
+        Field("xi", 0.01, "number", "Exploration of EI and PI, in the objective's units.", low=0.0),
+        Field("kappa", 1.96, "number", "Exploration of LCB.", low=0.0),
+        Field("min_distance", 0.01, "number", "How far (as a fraction of each parameter's range, "
+              "max over parameters) a new suggestion must be from every pending one.",
+              low=0.0, high=1.0),
+        Field("output_warping", True, "flag", "Fit the GP to Yeo-Johnson-transformed values "
+              "(HEBO's output warping): objectives spanning orders of magnitude no longer hide "
+              "their good region."),
     ),
-    "evolutionary": (
-        Option("mode", "steady_state", "text", "steady_state or generational",
-               choices=("steady_state", "generational")),
-        Option("population", 10, "integer", "population size", low=2),
-        Option("crossover", 0.5, "number", "crossover probability", low=0.0, high=1.0),
-        Option("mutation", 1.0, "number", "probability that a child is mutated", low=0.0, high=1.0),
-        Option("tournament", 5, "integer", "tournament size, at most population", low=1),
-        Option("elitism", 1, "integer", "best members kept, fewer than population", low=0),
-        Option("cma", False, "flag", "CMA-ES (DEAP) instead; real parameters only"),
+    "evolutionary": Fields(
+        Field("mode", "steady_state", "text", "`steady_state`: a child is bred whenever any trial "
+              "finishes (groups never wait); `generational`: a whole population per generation.",
+              choices=("steady_state", "generational")),
+        Field("population", 10, "integer", "Population size.", low=2),
+        Field("crossover", 0.5, "number", "Crossover probability.", low=0.0, high=1.0),
+        Field("mutation", 1.0, "number", "Probability that a child is mutated (each gene then "
+              "moves with probability 1/number of genes).", low=0.0, high=1.0),
+        Field("tournament", 5, "integer", "Tournament size for selection, at most `population`.",
+              low=1),
+        Field("elitism", 1, "integer", "Best individuals kept unchanged, less than `population`.",
+              low=0),
+        Field("cma", False, "flag", "Use CMA-ES instead; needs a space of `real` parameters only."),
     ),
-    "tpe": (
-        Option("startup_trials", 10, "integer", "random points first", low=1),
-        Option("multivariate", True, "flag", "joint densities of the parameters"),
-        Option("constant_liar", True, "flag", "pending trials count as bad results"),
+    "tpe": Fields(
+        Field("startup_trials", 10, "integer", "Random points before the densities are used.",
+              low=1),
+        Field("multivariate", True, "flag", "One joint density of the parameters instead of one "
+              "density each."),
+        Field("constant_liar", True, "flag", "Pending trials count as bad results, so groups "
+              "spread out."),
     ),
-    "cmaes": (
-        Option("population", 0, "integer", "0: Hansen's default, 4 + 3 ln d", low=0),
+    "cmaes": Fields(
+        Field("population", 0, "integer", "Generation size; `0`: CMA-ES's own 4 + 3 ln d, whatever "
+              "the number of groups (a generation as large as the groups leaves too few "
+              "generations in a tuning budget).", low=0),
     ),
 }
 
 
 def defaults(algorithm: str) -> dict:
-    return {o.name: o.default for o in OPTIONS[algorithm]}
+    return OPTIONS[algorithm].defaults()

@@ -13,8 +13,11 @@ The package is split by section: `_reader` (YAML and `_Section`, which every sec
 through), `_build` (loading, overrides, the top level and the rules tying sections
 together), one module per section (`_sections`: study, resources, objective;
 `_storage`, `_search`, `_training`, `_space`), `_includes`, `_types` (the frozen
-dataclasses) and `_resolved` (the resolved spec as dicts). tests/test_readme_spec.py
-checks that README's tables list exactly the fields each section accepts.
+dataclasses) and `_resolved` (the resolved spec as dicts). Each section module declares
+its plain fields once (mpiopt.field.Field: type, default, range, doc line) and reads them
+from there; `fields` gathers the declarations and makes README's tables from them
+(`python -m mpiopt.spec.doc --write README.md`), and tests/test_readme_spec.py fails,
+naming the field, when README and the declarations differ.
 """
 from __future__ import annotations
 

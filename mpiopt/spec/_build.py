@@ -87,7 +87,7 @@ def _build(raw: Any, source: str, base_dir: Path, check_files: bool) -> Spec:
     objective, search = _objective(top, base_dir, check_files), _search(top, space)
     _check_objectives(source, objective, search)
     return Spec(
-        study=_study(top.section("study", ("name", "description"))),
+        study=_study(top),
         storage=storage,
         storage_retry=retry,
         artifacts=artifacts,

@@ -10,7 +10,7 @@ from typing import Any
 import yaml
 
 from mpiopt.errors import SpecError
-from mpiopt.spec._types import REQUIRED
+from mpiopt.field import REQUIRED
 
 # --------------------------------------------------------------------------- YAML
 class _Loader(yaml.SafeLoader):
@@ -146,6 +146,23 @@ class _Section:
             self.fail(key, f"expected true or false, got {_show(value)}")
         return value
 
+    def duration(self, key) -> float | None:
+        """Seconds, or a duration like '90s', '10m', '1h30m'; None when absent."""
+        value = self.raw(key, None)
+        if value is None:
+            return None
+        if isinstance(value, str):
+            text = value.replace(" ", "")
+            parts = list(_DURATION.finditer(text))
+            if not text or "".join(p.group(0) for p in parts) != text:
+                self.fail(key, f"expected seconds or a duration like '90s', '10m', '2h', '1h30m', got {value!r}")
+            value = sum(float(p.group(1)) * _UNITS[p.group(2)] for p in parts)
+        elif isinstance(value, bool) or not isinstance(value, (int, float)):
+            self.fail(key, f"expected seconds or a duration like '10m', got {_show(value)}")
+        if not math.isfinite(value) or value <= 0:
+            self.fail(key, f"must be a positive duration, got {value}")
+        return float(value)
+
     def section(self, key, keys, default=REQUIRED) -> "_Section | None":
         value = self.raw(key, default)
         if value is None and default is REQUIRED:
@@ -161,22 +178,3 @@ def _num(x):
 
 _DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*(d|h|m|s)?")
 _UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1, None: 1}
-
-
-def _duration(sec: _Section, key: str) -> float | None:
-    value = sec.raw(key, None)
-    if value is None:
-        return None
-    if isinstance(value, str):
-        text = value.replace(" ", "")
-        parts = list(_DURATION.finditer(text))
-        if not text or "".join(p.group(0) for p in parts) != text:
-            sec.fail(key, f"expected seconds or a duration like '90s', '10m', '2h', '1h30m', got {value!r}")
-        value = sum(float(p.group(1)) * _UNITS[p.group(2)] for p in parts)
-    elif isinstance(value, bool) or not isinstance(value, (int, float)):
-        sec.fail(key, f"expected seconds or a duration like '10m', got {_show(value)}")
-    if not math.isfinite(value) or value <= 0:
-        sec.fail(key, f"must be a positive duration, got {value}")
-    return float(value)
-
-

@@ -3,36 +3,61 @@ from __future__ import annotations
 
 
 
+from mpiopt.field import REQUIRED, Field, Fields
 from mpiopt.search.options import OPTIONS
 from mpiopt.space import Space, SpaceError
-from mpiopt.spec._reader import _Section, _duration, _show
+from mpiopt.spec._reader import _Section, _show
 from mpiopt.spec._types import ALGORITHMS, SearchSpec
 
-SEARCH_KEYS = ("algorithm", "trials", "seed", "target", "time_limit", "max_initial_failures",
-               "trial_timeout", "grace", "max_attempts", "initial_trials",
-               "warm_start", "keep_models") + ALGORITHMS
+SEARCH = Fields(
+    Field("algorithm", "auto", "text", "`auto` (chooses, see \"Choosing a searcher\"), "
+          "`bayesian` (a Gaussian process, scikit-optimize's kernels), `tpe` and `cmaes` "
+          "(Optuna's samplers), `evolutionary` (DEAP) or `random`.", choices=ALGORITHMS),
+    Field("trials", REQUIRED, "integer", "Number of finished trials to run. A resumed study "
+          "counts the trials already done.", low=1),
+    Field("seed", 0, "integer", "The same spec and seed give the same suggestions.", low=0),
+    Field("target", None, "number", "Stop once a trial's value reaches this (or better, per "
+          "`direction`)."),
+    Field("time_limit", None, "duration", "Seconds, or a duration `90s`, `10m`, `2h`, `1h30m`, "
+          "`1d`. After it no new trial starts; running trials finish."),
+    Field("max_initial_failures", 5, "integer", "Stop the study if this many trials fail before "
+          "any succeeds.", low=1),
+    Field("trial_timeout", None, "duration", "A trial past it is FAILED (\"timed out after "
+          "10m\") and never run again. A sandboxed function is killed at once; a function in "
+          "the rank's process gets a SIGALRM; a Keras trial stops at its next epoch end. One "
+          "that does not stop within min(1 min, max(5 s, the timeout)) ends the job (recorded "
+          "FAILED) with the resume command."),
+    Field("grace", 300.0, "duration", "The time limit's hard edge: by `time_limit + grace` the "
+          "job has ended, running trials recorded INTERRUPTED (they run again on resume), so a "
+          "batch job ends before its walltime."),
+    Field("max_attempts", 2, "integer", "How many times a trial runs whose job died under it "
+          "(see \"When things go wrong\"); then it is FAILED.", low=1),
+    Field("initial_trials", [], "list", "Parameter sets to run first, e.g. `[{x: 1.0, units: "
+          "64}, ...]`: the defaults you trust, or last study's best. Each must give every "
+          "parameter inside the space (errors name `search.initial_trials[i].name`). Queued "
+          "when the study is created, as `mpiopt enqueue` does (see \"Managing studies\")."),
+    Field("warm_start", None, "text", "The name of another study in the same database whose "
+          "finished results (COMPLETE, PRUNED) the searcher is told first, so a follow-up study "
+          "over a changed space does not pay again for what is known. A result is told when "
+          "every parameter of this space is present and inside it (parameters this space lacks "
+          "are dropped); the header says how many were told and skipped. The other study must "
+          "have the same metric and direction. Its results are not this study's trials and do "
+          "not count toward the budget; they are read again on every resume."),
+    Field("keep_models", 1, "integer", "Keras studies: keep the trained models of the best this "
+          "many COMPLETE trials in the artifact store (`0`: none); see \"What training "
+          "keeps\".", low=0),
+    *(Field(name, {}, "mapping", "Options of each algorithm (below). All sections present are "
+            "checked; the chosen algorithm's one is used (and appears, filled in, in the "
+            "resolved spec).", shown="see below") for name in ALGORITHMS),
+)
 
 
 def _search(top: _Section, space: Space) -> SearchSpec:
-    sec = top.section("search", SEARCH_KEYS)
-    algorithm = sec.text("algorithm", "auto", choices=ALGORITHMS)
-    trials = sec.integer("trials", minimum=1)
+    sec = top.section("search", SEARCH.names)
+    given = SEARCH.read(sec)
     options = {name: _algorithm_options(sec, name, space) for name in ALGORITHMS}
-    return SearchSpec(
-        algorithm=algorithm,
-        trials=trials,
-        seed=sec.integer("seed", 0, minimum=0),
-        target=sec.number("target", None),
-        time_limit=_duration(sec, "time_limit"),
-        max_initial_failures=sec.integer("max_initial_failures", 5, minimum=1),
-        options=options[algorithm],
-        trial_timeout=_duration(sec, "trial_timeout"),
-        grace=_duration(sec, "grace") or 300.0,
-        max_attempts=sec.integer("max_attempts", 2, minimum=1),
-        initial_trials=_initial_trials(sec, space),
-        warm_start=sec.text("warm_start", None),
-        keep_models=sec.integer("keep_models", 1, minimum=0),
-    )
+    return SearchSpec(**given, options=options[given["algorithm"]],
+                      initial_trials=_initial_trials(sec, space))
 
 
 def _initial_trials(sec: _Section, space: Space) -> tuple:
@@ -57,8 +82,8 @@ def _algorithm_options(search: _Section, algorithm: str, space: Space) -> dict:
     """`search.<algorithm>`, validated from the one declaration of the searchers' options
     (mpiopt.search.options), plus the rules that tie two options or the space together."""
     declared = OPTIONS[algorithm]
-    sec = search.section(algorithm, tuple(o.name for o in declared), default={})
-    opts = {o.name: o.read(sec) for o in declared}
+    sec = search.section(algorithm, declared.names, default={})
+    opts = declared.read(sec)
     if algorithm == "evolutionary":
         if opts["tournament"] > opts["population"]:
             sec.fail("tournament", f"must not exceed population ({opts['population']}), got {opts['tournament']}")

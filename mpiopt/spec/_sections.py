@@ -7,23 +7,59 @@ from pathlib import Path
 
 
 from mpiopt.errors import SpecError
+from mpiopt.field import REQUIRED, Field, Fields
 from mpiopt.objectives import DIRECTIONS, parse_constraint
 from mpiopt.objective_ref import check_ref
 from mpiopt.spec._reader import _Section, _show
 from mpiopt.spec._types import DataSpec, ObjectiveSpec, ResourcesSpec, SearchSpec, StudySpec
 
-def _study(sec: _Section) -> StudySpec:
-    return StudySpec(name=sec.text("name"), description=sec.text("description", ""))
+STUDY = Fields(
+    Field("name", REQUIRED, "text", "The study's name, unique per storage. Starting a study whose "
+          "name exists is refused unless it is resumed."),
+    Field("description", "", "text", "Free text, stored with the study."),
+)
+RESOURCES = Fields(
+    Field("group_size", 1, "integer", "MPI ranks that work on one trial together. With "
+          "`mpirun -n N`, rank 0 coordinates and the other N-1 ranks form (N-1)/group_size "
+          "groups. `--group-size` overrides it.", low=1),
+)
+OBJECTIVE = Fields(
+    Field("function", None, "ref", "Called as `name(params)` with the "
+          "trial's parameter dict (or `name(params, comm=...)` if it accepts `comm`: the group's "
+          "communicator). Returns a float or a dict of metrics.", shown="–"),
+    Field("model", None, "ref", "A function `build_model(params)` returning a Keras model. "
+          "Needs `data`.", shown="–"),
+    Field("data", None, "mapping", "Only with `model`; see below.", shown="–"),
+    Field("metric", None, "text", "The figure of merit: for a function returning a dict, the key "
+          "to use (`value` means the returned float); for a model, a Keras metric name.",
+          shown="`value` (function), `val_loss` (model)"),
+    Field("direction", "minimize", "text", "Whether smaller or larger values are better.",
+          choices=("minimize", "maximize")),
+    Field("isolate", True, "flag", "Run a `function` that does not take `comm` in a worker "
+          "process of its own (one per rank, kept warm between trials), so that `sys.exit`, "
+          "`os._exit`, a segfault, the OOM killer or a timeout end the trial, not the job. "
+          "`false` runs it in the rank's process (see \"When things go wrong\"). Keras models "
+          "always run in the rank's process."),
+    Field("metrics", None, "mapping", "Several objectives instead of `metric`/`direction`: "
+          "`{name: minimize or maximize, ...}`, the first one primary (see \"Several objectives "
+          "and constraints\").", shown="–"),
+    Field("constraints", [], "list", "Strings `metric <= number` (or `<`, `>=`, `>`): a trial "
+          "that breaks one is infeasible, never on the front or best."),
+    Field("reference", None, "mapping", "With `metrics`: the hypervolume's reference point, a "
+          "value per objective (default: the worst value seen).", shown="–"),
+)
+
+
+def _study(top: _Section) -> StudySpec:
+    return StudySpec(**STUDY.read(top.section("study", STUDY.names)))
 
 
 def _resources(top: _Section) -> ResourcesSpec:
-    sec = top.section("resources", ("group_size",), default={})
-    return ResourcesSpec(group_size=sec.integer("group_size", 1, minimum=1))
+    return ResourcesSpec(**RESOURCES.read(top.section("resources", RESOURCES.names, default={})))
 
 
 def _objective(top: _Section, base_dir: Path, check_files: bool) -> ObjectiveSpec:
-    sec = top.section("objective", ("function", "model", "data", "metric", "direction", "isolate",
-                                    "metrics", "constraints", "reference"))
+    sec = top.section("objective", OBJECTIVE.names)
     has_function, has_model = "function" in sec.data, "model" in sec.data
     if has_function and has_model:
         sec.fail(None, "give either 'function' or 'model' (with 'data'), not both")
@@ -33,7 +69,7 @@ def _objective(top: _Section, base_dir: Path, check_files: bool) -> ObjectiveSpe
     ref = _ref(sec, kind, base_dir, check_files)
     data = None
     if has_model:
-        data = _data(sec.section("data", DATA_KEYS), base_dir, check_files)
+        data = _data(sec.section("data", DATA.names), base_dir, check_files)
     elif "data" in sec.data:
         sec.fail("data", "is only used with 'model'; a function objective loads its own data")
     metrics = _metrics(sec)
@@ -44,10 +80,10 @@ def _objective(top: _Section, base_dir: Path, check_files: bool) -> ObjectiveSpe
         function=ref if has_function else None,
         model=ref if has_model else None,
         data=data,
-        metric=first[0] if first else sec.text("metric", "value" if has_function else "val_loss"),
-        direction=first[1] if first else sec.text("direction", "minimize",
-                                                  choices=("minimize", "maximize")),
-        isolate=sec.flag("isolate", True),
+        metric=first[0] if first else OBJECTIVE["metric"].read(
+            sec, default="value" if has_function else "val_loss"),
+        direction=first[1] if first else OBJECTIVE["direction"].read(sec),
+        isolate=OBJECTIVE["isolate"].read(sec),
         metrics=metrics if len(metrics) > 1 else (),
         constraints=_constraints(sec),
         reference=_reference(sec, metrics),
@@ -132,7 +168,18 @@ def _ref(sec: _Section, key: str, base_dir: Path, check_files: bool) -> str:
     return f"{file}:{name}"
 
 
-DATA_KEYS = ("loader", "npz", "hdf5", "features", "labels", "val_npz", "val_hdf5")
+_VALIDATION = ("Separate validation files (else the training data is split, see "
+               "`training.kfold`/`holdout`).")
+DATA = Fields(
+    Field("loader", None, "ref", "A function returning `(x, y)` or `(x_train, y_train, x_val, "
+          "y_val)`.", shown="–"),
+    Field("npz", [], "paths", "`.npz` files; each must exist."),
+    Field("hdf5", [], "paths", "HDF5 files, globs allowed; each must match at least one file."),
+    Field("features", "features", "text", "The array name of the inputs in the npz/HDF5 files."),
+    Field("labels", "labels", "text", "The array name of the targets."),
+    Field("val_npz", [], "paths", _VALIDATION),
+    Field("val_hdf5", [], "paths", _VALIDATION),
+)
 
 
 def _data(sec: _Section, base_dir: Path, check_files: bool) -> DataSpec:
@@ -145,8 +192,7 @@ def _data(sec: _Section, base_dir: Path, check_files: bool) -> DataSpec:
     if loader and (files["val_npz"] or files["val_hdf5"]):
         sec.fail("val_npz" if files["val_npz"] else "val_hdf5",
                  "validation files go with npz/hdf5 data; a loader returns its own split")
-    return DataSpec(loader=loader, features=sec.text("features", "features"),
-                    labels=sec.text("labels", "labels"), **files)
+    return DataSpec(loader=loader, **DATA.read(sec), **files)
 
 
 def _paths(sec: _Section, key: str, base_dir: Path, check_files: bool) -> list:

@@ -4,8 +4,21 @@ from __future__ import annotations
 from pathlib import Path
 
 
-from mpiopt.spec._reader import _Section, _duration
+from mpiopt.field import Field, Fields
+from mpiopt.spec._reader import _Section
 from mpiopt.spec._types import STORAGE_RETRY_S, Spec
+
+STORAGE = Fields(
+    Field("url", None, "text", "The URL.", shown="as above"),
+    Field("retry_timeout", STORAGE_RETRY_S, "duration", "How long a database outage (connection "
+          "lost, server restarting, SQLite locked) is ridden out before the job ends; see "
+          "\"Database outages\"."),
+    Field("artifacts", None, "text", "A Keras study's artifact store (checkpoints, kept models), a "
+          "folder every rank can reach; relative to the spec file. Default "
+          "`<db stem>-artifacts/<study>/` beside a SQLite file, `./mpiopt-artifacts/<study>/` "
+          "for a server. See \"What training keeps\".", shown="beside the database"),
+)
+
 
 def _storage(top: _Section, base_dir: Path) -> tuple[str | None, float, str | None]:
     """`storage: URL` or `storage: {url: URL, retry_timeout: 10m, artifacts: DIR}`. A
@@ -14,10 +27,9 @@ def _storage(top: _Section, base_dir: Path) -> tuple[str | None, float, str | No
     value = top.raw("storage", None)
     retry, artifacts = STORAGE_RETRY_S, None
     if isinstance(value, dict):
-        sec = top.section("storage", ("url", "retry_timeout", "artifacts"))
-        value = sec.text("url", default=None)
-        retry = _duration(sec, "retry_timeout") or STORAGE_RETRY_S
-        artifacts = sec.text("artifacts", default=None)
+        sec = top.section("storage", STORAGE.names)
+        given = STORAGE.read(sec)
+        value, retry, artifacts = given["url"], given["retry_timeout"], given["artifacts"]
         if artifacts is not None:
             artifacts = str((base_dir / Path(artifacts).expanduser()).resolve())
     elif value is not None:

@@ -1,60 +1,71 @@
 """`training`: epochs, batches, the data-parallel mode, folds, stopping and pruning."""
 from __future__ import annotations
 
-
-
+from mpiopt.field import Field, Fields
 from mpiopt.spec._reader import _Section
 from mpiopt.spec._types import EarlyStoppingSpec, PruningSpec, TrainingSpec
 
-TRAINING_KEYS = ("epochs", "batch_size", "mode", "sync_every", "easgd_alpha", "easgd_period",
-                 "kfold", "holdout", "early_stopping", "pruning", "shuffle", "checkpoint_every",
-                 "refit")
+TRAINING = Fields(
+    Field("epochs", 10, "integer", "Epochs per trial (per fold).", low=1),
+    Field("batch_size", 64, "integer", "Global batch size, split across the ranks of a group.",
+          low=1),
+    Field("mode", "allreduce", "text", "Data-parallel algorithm inside a group: `allreduce` "
+          "(synchronous), `downpour` (master/worker), `easgd` (elastic averaging).",
+          choices=("allreduce", "downpour", "easgd")),
+    Field("sync_every", 1, "integer", "Batches between synchronizations.", low=1),
+    Field("easgd_alpha", 0.5, "number", "Elastic averaging strength.", low=0.0, high=1.0,
+          open_low=True),
+    Field("easgd_period", 4, "integer", "Batches between elastic averaging steps.", low=1),
+    Field("kfold", 1, "integer", "`1`: one train/validation split; K > 1: K-fold "
+          "cross-validation, the value is the mean over folds.", low=1),
+    Field("holdout", 0.2, "number", "Validation fraction when `kfold` is 1 and there are no "
+          "validation files.", low=0.0, high=1.0, open_low=True, open_high=True),
+    Field("early_stopping", None, "switch", "Stop a trial's training when its metric stalls "
+          "(`training.early_stopping` below); `true` = the defaults, `null` or `false` = off."),
+    Field("pruning", None, "switch", "Stop unpromising trials early from their per-epoch "
+          "values (`training.pruning` below); `true` = the defaults, `null` or `false` = off."),
+    Field("shuffle", True, "flag", "Shuffle the training data every epoch."),
+    Field("checkpoint_every", 1, "integer", "Epochs between checkpoints of a running trial in "
+          "the artifact store (`0`: none); a trial that runs again continues from its last one.",
+          low=0),
+    Field("refit", False, "flag", "After the search, train the best parameters once more on all "
+          "the data (one group) and keep that model (`refit.keras`)."),
+)
+EARLY_STOPPING = Fields(
+    Field("patience", 3, "integer", "Epochs without an improvement before the trial's "
+          "training stops.", low=1),
+    Field("min_delta", 0.0, "number", "An improvement beats the best value so far by more than "
+          "this, in the metric's units.", low=0.0),
+)
+PRUNING = Fields(
+    Field("pruner", "median", "text", "`median`: stop a trial whose value is worse than the "
+          "median of the others' at the same epoch (uses `warmup_epochs`, `min_trials`); `asha`: "
+          "asynchronous successive halving (uses `reduction_factor`, `min_epoch`).",
+          choices=("median", "asha")),
+    Field("warmup_epochs", 1, "integer", "`median`: a trial's first this many epochs are never "
+          "pruned.", low=0),
+    Field("min_trials", 5, "integer", "`median`: other trials that must have reported an epoch "
+          "before a trial is compared there.", low=1),
+    Field("reduction_factor", 3, "integer", "`asha`: rungs at epochs "
+          "`min_epoch * reduction_factor**k`; at a rung a trial goes on only if among the best "
+          "1/`reduction_factor` there.", low=2),
+    Field("min_epoch", 1, "integer", "`asha`: the epoch of the first rung.", low=1),
+)
 
 
 def _training(top: _Section) -> TrainingSpec:
-    sec = top.section("training", TRAINING_KEYS, default={})
-    return TrainingSpec(
-        epochs=sec.integer("epochs", 10, minimum=1),
-        batch_size=sec.integer("batch_size", 64, minimum=1),
-        mode=sec.text("mode", "allreduce", choices=("allreduce", "downpour", "easgd")),
-        sync_every=sec.integer("sync_every", 1, minimum=1),
-        easgd_alpha=sec.number("easgd_alpha", 0.5, low=0.0, high=1.0, open_low=True),
-        easgd_period=sec.integer("easgd_period", 4, minimum=1),
-        kfold=sec.integer("kfold", 1, minimum=1),
-        holdout=sec.number("holdout", 0.2, low=0.0, high=1.0, open_low=True, open_high=True),
-        early_stopping=_optional(sec, "early_stopping", _early_stopping),
-        pruning=_optional(sec, "pruning", _pruning),
-        shuffle=sec.flag("shuffle", True),
-        checkpoint_every=sec.integer("checkpoint_every", 1, minimum=0),
-        refit=sec.flag("refit", False),
-    )
+    sec = top.section("training", TRAINING.names, default={})
+    return TrainingSpec(**TRAINING.read(sec),
+                        early_stopping=_optional(sec, "early_stopping", EARLY_STOPPING,
+                                                 EarlyStoppingSpec),
+                        pruning=_optional(sec, "pruning", PRUNING, PruningSpec))
 
 
-def _optional(sec: _Section, key: str, build):
+def _optional(sec: _Section, key: str, fields: Fields, spec: type):
     """null/false = off, true = defaults, a mapping = these settings."""
     value = sec.raw(key, None)
     if value is None or value is False:
         return None
-    return build(_Section({} if value is True else value, sec.source, sec.where(key),
-                          build.KEYS, what="a mapping, true or null"))
-
-
-def _early_stopping(sec: _Section) -> EarlyStoppingSpec:
-    return EarlyStoppingSpec(patience=sec.integer("patience", 3, minimum=1),
-                             min_delta=sec.number("min_delta", 0.0, low=0.0))
-
-
-def _pruning(sec: _Section) -> PruningSpec:
-    return PruningSpec(
-        pruner=sec.text("pruner", "median", choices=("median", "asha")),
-        warmup_epochs=sec.integer("warmup_epochs", 1, minimum=0),
-        min_trials=sec.integer("min_trials", 5, minimum=1),
-        reduction_factor=sec.integer("reduction_factor", 3, minimum=2),
-        min_epoch=sec.integer("min_epoch", 1, minimum=1),
-    )
-
-
-_early_stopping.KEYS = ("patience", "min_delta")
-_pruning.KEYS = ("pruner", "warmup_epochs", "min_trials", "reduction_factor", "min_epoch")
-
-
+    inner = _Section({} if value is True else value, sec.source, sec.where(key), fields.names,
+                     what="a mapping, true or null")
+    return spec(**fields.read(inner))

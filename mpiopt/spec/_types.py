@@ -12,7 +12,6 @@ import yaml
 from mpiopt.search.options import OPTIONS
 from mpiopt.space import Space
 
-REQUIRED = object()
 STORAGE_RETRY_S = 600.0   # storage.retry_timeout default: ten minutes of outage ridden out
 TOP_KEYS = ("study", "storage", "objective", "search_space", "search", "training", "resources")
 ALGORITHMS = tuple(sorted(OPTIONS))   # auto, bayesian, cmaes, evolutionary, random, tpe
