@@ -210,7 +210,7 @@ def main(argv=None) -> int:
         finally:
             if server is not None:
                 server.close()
-    print(f"\n### Coordinator at scale (simulated groups, real scheduler, searcher and storage)\n")
+    print("\n### Coordinator at scale (simulated groups, real scheduler, searcher and storage)\n")
     print(f"Machine: {machine()}\n")
     print(f"`python benchmarks/simulate.py` (trials = {args.waves} x groups; durations "
           "log-normal, sd = mean / 2)\n")

@@ -548,3 +548,15 @@ def test_a_cancelled_trial_does_not_note_its_successor_as_started():
     sched.on_result(0, Result(first[0].trial.trial_id, TrialStatus.INTERRUPTED))
     assert not storage.trials[first[2].trial.trial_id]["started"]
     assert sched.running[0].trial_id == first[2].trial.trial_id
+
+
+def test_a_trial_sent_ahead_to_a_stuck_group_is_not_noted_as_begun():
+    clock = {"t": 0.0}
+    sched, storage, searcher = _ahead(2, 10, trial_timeout=1.0, stuck_grace=1.0,
+                                      clock=lambda: clock["t"])
+    first = sched.start()
+    clock["t"] = 5.0
+    assert "did not stop" in sched.overdue()
+    never = first[2].trial.trial_id                     # group 0's trial sent ahead
+    assert storage.trials[never]["status"] == "INTERRUPTED" and not storage.trials[never]["started"]
+    assert 0 not in sched.running and {"x": 2}["x"] in searcher.forgotten

@@ -433,9 +433,14 @@ class Scheduler:
         limit = format_duration(self.trial_timeout)
         error = (f"timed out after {limit}; it did not stop within {format_duration(self.stuck_grace)}, "
                  f"so the job ended (group {group}, host {self.hosts[group]})")
+        nxt = self.ahead.pop(group, None)     # sent ahead to the stuck leader: never begun
+        if nxt is not None:
+            self.searcher.forget(nxt.params)
+            self._keep([dict(trial_id=nxt.trial_id, status=TrialStatus.INTERRUPTED,
+                             error="not started: its group was stuck in the trial before")])
+        self._stop("error", f"trial {run.number} {error}")     # first: nothing new starts
         self.on_result(group, Result(run.trial_id, TrialStatus.FAILED, error=error,
                                      duration=self.clock() - run.started))
-        self._stop("error", f"trial {run.number} {error}")
         return self.message
 
     def interrupt(self) -> list:
