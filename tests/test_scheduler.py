@@ -342,7 +342,8 @@ def test_groups_get_work_while_the_searcher_is_stuck_in_a_fit():
     dispatched = _until(lambda: sched.start() or sched.tick(), "a first dispatch")
     dispatched += _until(lambda: sched.tick(), "a second dispatch") if len(dispatched) < 2 else []
     assert sorted(a.group for a in dispatched) == [0, 1]
-    _until(lambda: len(inner.numbers) == 3, "the third (stocked) suggestion")
+    _until(lambda: len(inner.numbers) == 3 and searcher.ready >= 1,   # asked, and in stock
+           "the third (stocked) suggestion")                             # (not only asked)
     # the 4th ask is now stuck in its "fit": results still come in, are recorded and told,
     # and the finished group gets the stocked suggestion at once
     ids = {a.group: a.trial.trial_id for a in dispatched}
