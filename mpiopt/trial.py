@@ -64,3 +64,8 @@ class FrozenTrial:
     # {"kind": "fold"|"epoch", "fold": int, "epoch": int|None, "start": s, "end": s}, seconds
     # since the group began the trial (mpiopt.training records them)
     spans: list[dict] = field(default_factory=list)
+    # search.algorithm pbt: the population member, its round, and the trial number whose
+    # checkpoint this round started from (None in round 0); None for other algorithms
+    member: int | None = None
+    round: int | None = None
+    parent: int | None = None

@@ -206,3 +206,28 @@ def test_installed_wheel_finds_its_migrations(tmp_path):
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == f"{SHIPPED_HEAD} ['w']"
     assert (elsewhere / "fresh.db").is_file()
+
+
+def test_0006_adds_the_lineage_columns_and_keeps_the_trials(tmp_path):
+    """A 0005 database's trials survive 0006 with no lineage (NULL); new ones record it."""
+    url = f"sqlite:///{tmp_path / 'five.db'}"
+    engine = make_engine(url)
+    migrate.upgrade(engine, "0005")
+    with engine.begin() as conn:          # as the mpiopt of revision 0005 wrote it
+        conn.execute(text(
+            "insert into studies (name, direction, metric, spec_text, fingerprint, space_json, "
+            "status, created_at, updated_at) values ('old', 'minimize', 'value', 's', :fp, "
+            "'{}', 'RUNNING', '2026-11-22 10:00:00', '2026-11-22 10:00:00')"), {"fp": "0" * 64})
+        conn.execute(text("insert into trials (study_id, number, status, value, attempt, "
+                          "lost_attempts) values (1, 0, 'COMPLETE', 0.5, 0, 0)"))
+    engine.dispose()
+    with open_storage(url) as st:
+        assert migrate.current_revision(st.engine) == "0006"
+        assert {"member", "round", "parent"} <= {c["name"] for c in inspect(st.engine).get_columns("trials")}
+        old = st.get_trials(1)[0]
+        assert (old.value, old.member, old.round, old.parent) == (0.5, None, None, None)
+        new = st.create_trials(1, [dict(params={}, seed=1, group=0, member=2, round=3, parent=0)])[0]
+        assert (new.member, new.round, new.parent) == (2, 3, 0)
+        assert st.get_trials(1)[1].parent == 0
+        done = st.finish_trials([dict(trial_id=new.id, status="COMPLETE", value=0.1)])[0]
+        assert (done.member, done.round, done.parent) == (2, 3, 0)

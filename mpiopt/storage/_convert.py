@@ -118,6 +118,7 @@ def to_frozen(row: TrialModel) -> FrozenTrial:
         intermediate={i.epoch: i.value for i in sorted(row.intermediate, key=lambda i: i.epoch)},
         rank=row.rank, lost_attempts=row.lost_attempts or 0, device=row.device,
         suggest_seconds=row.suggest_seconds, spans=load_spans(row.spans_json),
+        member=row.member, round=row.round, parent=row.parent,
     )
 
 

@@ -47,13 +47,15 @@ _IDS = bindparam("ids", expanding=True)
 _HEADS = select(TRIALS.c.id, TRIALS.c.study_id, TRIALS.c.number, TRIALS.c.status,
                 TRIALS.c.seed, TRIALS.c.attempt, TRIALS.c.group_index, TRIALS.c.host,
                 TRIALS.c.started_at, TRIALS.c.rank,
-                TRIALS.c.suggest_seconds).where(TRIALS.c.id.in_(_IDS))
+                TRIALS.c.suggest_seconds, TRIALS.c.member, TRIALS.c.round,
+                TRIALS.c.parent).where(TRIALS.c.id.in_(_IDS))
 _SET_TRIAL = (update(TRIALS).where(TRIALS.c.id == bindparam("tid"))   # SET from the params
               .values(started_at=func.coalesce(TRIALS.c.started_at, bindparam("start_if_none"))))
 _MARK_STARTED = (update(TRIALS).where(TRIALS.c.id.in_(_IDS), TRIALS.c.started_at.is_(None))
                  .values(started_at=bindparam("now")))
 _DROP_FOLDS_OF = delete(FOLDS).where(FOLDS.c.trial_id.in_(_IDS))
 _NEW_FOLDS = insert(FOLDS)
+LINEAGE = ("member", "round", "parent")     # search.algorithm pbt (migration 0006)
 PARAM, EPOCH, FOLD = 0, 1, 2
 # Trials' params, per-epoch values and folds in one statement: rows of
 # (trial, part, ord, name, kind, text, num); params ordered by id, the order they were written.
@@ -98,7 +100,7 @@ def insert_trials(conn: Connection, study_id: int, requests: Sequence[dict], now
               "seed": r.get("seed"), "attempt": 0, "group_index": r.get("group"),
               "host": r.get("host"), "rank": r.get("rank"), "lost_attempts": 0,
               "started_at": now if r.get("started", True) else None,
-              "suggest_seconds": r.get("suggest_seconds")}
+              "suggest_seconds": r.get("suggest_seconds"), **{k: r.get(k) for k in LINEAGE}}
              for i, r in enumerate(requests)]
     if len(heads) == 1:      # the common case: no RETURNING round trip needed
         ids = [conn.execute(_NEW_TRIAL, heads[0]).inserted_primary_key[0]]
@@ -112,7 +114,7 @@ def insert_trials(conn: Connection, study_id: int, requests: Sequence[dict], now
     return [FrozenTrial(id=tid, study_id=study_id, number=h["number"], status=TrialStatus.RUNNING,
                         params=_decoded(trial_rows), seed=h["seed"], attempt=0,
                         group=h["group_index"], host=h["host"], started_at=h["started_at"], rank=h["rank"],
-                        suggest_seconds=h["suggest_seconds"])
+                        suggest_seconds=h["suggest_seconds"], **{k: h[k] for k in LINEAGE})
             for tid, h, trial_rows in zip(ids, heads, rows)]
 
 
@@ -161,7 +163,8 @@ def finish_many(conn: Connection, items: Sequence[tuple], now: datetime,
             error=outcome["error"], metrics=load_json(outcome["metrics_json"]),
             fold_values=[r["value"] for r in folds], intermediate=dict(sorted(epochs.items())),
             rank=head.rank, device=outcome.get("device"), suggest_seconds=head.suggest_seconds,
-            spans=load_spans(outcome.get("spans_json"))))
+            spans=load_spans(outcome.get("spans_json")),
+            member=head.member, round=head.round, parent=head.parent))
     conn.execute(_SET_TRIAL, updates)
     if drop:
         conn.execute(_DROP_FOLDS_OF, {"ids": drop})

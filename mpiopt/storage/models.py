@@ -109,6 +109,10 @@ class TrialModel(Base):
     device: Mapped[str | None] = mapped_column(String(NAME_LEN))
     suggest_seconds: Mapped[float | None] = mapped_column(Float)
     spans_json: Mapped[str | None] = mapped_column(Text)
+    # migration 0006: population-based training's lineage (NULL for other algorithms)
+    member: Mapped[int | None] = mapped_column(Integer)
+    round: Mapped[int | None] = mapped_column(Integer)
+    parent: Mapped[int | None] = mapped_column(Integer)
 
     study: Mapped[StudyModel] = relationship(back_populates="trials")
     params: Mapped[list["TrialParamModel"]] = relationship(
