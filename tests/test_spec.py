@@ -302,7 +302,7 @@ BAD = [
     (_set("search_space.lr.type", "float"), "search_space.lr.type: expected real, integer or categorical, got 'float'"),
     (_set("search_space.lr.prior", "log"), "search_space.lr.prior: expected one of uniform, log-uniform, got 'log'"),
     (_set("search_space", ["lr"]), "search_space: expected a mapping of parameter name -> definition"),
-    (_set("search.algorithm", "grid"), "search.algorithm: expected one of auto, bayesian, cmaes, evolutionary, random, tpe, got 'grid'"),
+    (_set("search.algorithm", "grid"), "search.algorithm: expected one of auto, bayesian, cmaes, evolutionary, pbt, random, tpe, got 'grid'"),
     (_set("objective.direction", "down"), "objective.direction: expected one of minimize, maximize"),
     (_set("search.target", "low"), "search.target: expected a finite number, got 'low'"),
     (_set("search.time_limit", "soon"), "search.time_limit: expected seconds or a duration"),

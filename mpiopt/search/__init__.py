@@ -16,6 +16,7 @@ from mpiopt.search.pruners import ASHAPruner, MedianPruner, Pruner, make_pruner
 
 __all__ = [
     "ALGORITHMS", "ASHAPruner", "BayesianSearcher", "EvolutionarySearcher", "MedianPruner",
+    "PBTSearcher",
     "Pruner", "RandomSearcher", "Searcher", "make_pruner", "make_searcher",
 ]
 
@@ -25,6 +26,7 @@ ALGORITHMS = {
     "random": ("mpiopt.search.random", "RandomSearcher"),
     "tpe": ("mpiopt.search.optuna_samplers", "TPESearcher"),
     "cmaes": ("mpiopt.search.optuna_samplers", "CmaEsSearcher"),
+    "pbt": ("mpiopt.search.pbt", "PBTSearcher"),
 }
 _LAZY = {cls: mod for mod, cls in ALGORITHMS.values()}
 

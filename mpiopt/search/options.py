@@ -64,6 +64,22 @@ OPTIONS: dict[str, Fields] = {
         Field("constant_liar", True, "flag", "Pending trials count as bad results, so groups "
               "spread out."),
     ),
+    "pbt": Fields(
+        Field("population", 8, "integer", "Members trained side by side. Groups beyond the "
+              "population wait (a member is never trained by two groups at once).", low=2),
+        Field("interval", 2, "integer", "Epochs a round trains: round r trains epochs "
+              "r x interval + 1 to (r + 1) x interval.", low=1),
+        Field("quantile", 0.25, "number", "The bottom fraction of the members (by their latest "
+              "finished round) that exploits the top fraction.", low=0.0, high=0.5),
+        Field("perturb", [0.8, 1.2], "list", "Positive factors a real or integer parameter is "
+              "multiplied by at explore (one drawn per parameter), then clipped to its bounds; "
+              "an integer moves at least one step."),
+        Field("resample_probability", 0.25, "number", "Chance that a categorical parameter is "
+              "drawn anew at explore.", low=0.0, high=1.0),
+        Field("explore", [], "list", "The parameters explore perturbs; `[]`: all. List only "
+              "those that keep the weights' shapes (learning rate, dropout, ...): the others "
+              "stay as the copied member had them."),
+    ),
     "cmaes": Fields(
         Field("population", 0, "integer", "Generation size; `0`: CMA-ES's own 4 + 3 ln d, whatever "
               "the number of groups (a generation as large as the groups leaves too few "

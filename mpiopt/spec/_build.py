@@ -10,6 +10,7 @@ import yaml
 
 from mpiopt.errors import SpecError
 from mpiopt.spec._includes import _expand_includes
+from mpiopt.spec._pbt import check_pbt
 from mpiopt.spec._reader import _Loader, _Section, _parse_yaml
 from mpiopt.spec._search import _search
 from mpiopt.spec._sections import _check_objectives, _objective, _resources, _study
@@ -86,6 +87,8 @@ def _build(raw: Any, source: str, base_dir: Path, check_files: bool) -> Spec:
     storage, retry, artifacts = _storage(top, base_dir)
     objective, search = _objective(top, base_dir, check_files), _search(top, space)
     _check_objectives(source, objective, search)
+    training = _training(top)
+    check_pbt(source, objective, search, training, space)
     return Spec(
         study=_study(top),
         storage=storage,
@@ -94,7 +97,7 @@ def _build(raw: Any, source: str, base_dir: Path, check_files: bool) -> Spec:
         objective=objective,
         space=space,
         search=search,
-        training=_training(top),
+        training=training,
         resources=_resources(top),
         base_dir=base_dir,
         source=source,

@@ -84,6 +84,10 @@ def _algorithm_options(search: _Section, algorithm: str, space: Space) -> dict:
     declared = OPTIONS[algorithm]
     sec = search.section(algorithm, declared.names, default={})
     opts = declared.read(sec)
+    if algorithm == "pbt":
+        from mpiopt.spec._pbt import read_lists
+
+        opts.update(read_lists(sec, declared))
     if algorithm == "evolutionary":
         if opts["tournament"] > opts["population"]:
             sec.fail("tournament", f"must not exceed population ({opts['population']}), got {opts['tournament']}")

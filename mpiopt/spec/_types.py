@@ -14,7 +14,7 @@ from mpiopt.space import Space
 
 STORAGE_RETRY_S = 600.0   # storage.retry_timeout default: ten minutes of outage ridden out
 TOP_KEYS = ("study", "storage", "objective", "search_space", "search", "training", "resources")
-ALGORITHMS = tuple(sorted(OPTIONS))   # auto, bayesian, cmaes, evolutionary, random, tpe
+ALGORITHMS = tuple(sorted(OPTIONS))   # auto, bayesian, cmaes, evolutionary, pbt, random, tpe
 
 
 # --------------------------------------------------------------------------- dataclasses

@@ -1,0 +1,206 @@
+"""Population-based training: the searcher's exploit/explore decisions, bounds and resume
+(pure, no MPI, no database), the spec's refusals, and the scheduler's lineage records."""
+from __future__ import annotations
+
+import copy
+
+import pytest
+import yaml
+
+from mpiopt.errors import SpecError
+from mpiopt.search import make_searcher
+from mpiopt.search.pbt import PBTSearcher
+from mpiopt.space import Categorical, Integer, Real, Space
+from mpiopt.spec import load_spec
+
+SPACE = Space([Real("lr", 1e-4, 1e-1, prior="log-uniform"), Integer("units", 4, 8),
+               Categorical("act", ["relu", "tanh", "elu"])])
+
+
+def pbt(**options) -> PBTSearcher:
+    return make_searcher("pbt", SPACE, {"population": 4, **options}, seed=3)
+
+
+def test_round_zero_starts_every_member_fresh_then_waits_for_a_free_member():
+    s = pbt()
+    for n in range(4):
+        params = s.ask(n)
+        assert SPACE.contains(params)
+        assert s.lineage(n) == {"member": n, "round": 0, "parent": None}
+    assert s.ask(4) is None            # every member trains: a fifth group waits
+
+
+def _finish_round_zero(s, values=(0.1, 0.2, 0.3, 0.4)):
+    for n, v in enumerate(values):
+        s.ask(n)
+    for n, v in enumerate(values):
+        s.tell_trial(n, s.segments[n].params, v)
+
+
+def test_the_bottom_member_exploits_a_top_member_and_the_others_continue():
+    s = pbt()
+    _finish_round_zero(s)
+    planned = {}
+    for n in range(4, 8):
+        params = s.ask(n)
+        planned[s.lineage(n)["member"]] = (n, params, s.lineage(n), s.decisions[n])
+    # member 0 (best) and the middle ones continue their own trial with their own params
+    for m in (0, 1, 2):
+        n, params, lineage, decision = planned[m]
+        assert decision == "continue"
+        assert lineage == {"member": m, "round": 1, "parent": m}
+        assert params == s.segments[m].params
+    # member 3 (worst, the bottom quarter) copies member 0 (the top quarter) and perturbs it
+    n, params, lineage, decision = planned[3]
+    assert decision == "exploit" and lineage == {"member": 3, "round": 1, "parent": 0}
+    donor = s.segments[0].params
+    assert params["lr"] in (pytest.approx(donor["lr"] * 0.8), pytest.approx(donor["lr"] * 1.2))
+    assert params["units"] != donor["units"] or donor["units"] in (4, 8)
+    assert SPACE.contains(params)
+
+
+def test_asynchronous_decisions_never_wait_for_the_population():
+    """A member that finishes while others still train is planned against the latest
+    finished results of whoever has one."""
+    s = pbt()
+    for n in range(4):
+        s.ask(n)
+    s.tell_trial(0, s.segments[0].params, 0.9)
+    s.tell_trial(1, s.segments[1].params, 0.1)
+    params = s.ask(4)                  # members 2, 3 still train
+    assert s.lineage(4) == {"member": 0, "round": 1, "parent": 1}   # 0 is the worst of two
+    assert s.decisions[4] == "exploit"
+    assert s.ask(5) is not None and s.lineage(5) == {"member": 1, "round": 1, "parent": 1}
+    assert s.ask(6) is None
+
+
+def test_explore_stays_inside_the_bounds_and_resamples_categoricals():
+    s = pbt(resample_probability=1.0, perturb=[0.01, 100.0])
+    seen = set()
+    for i in range(50):
+        s._reseed(0, i)
+        out = s.explore({"lr": 0.05, "units": 8, "act": "relu"})
+        assert 1e-4 <= out["lr"] <= 1e-1 and 4 <= out["units"] <= 8
+        seen.add(out["act"])
+    assert seen == {"relu", "tanh", "elu"}
+    only = pbt(explore=["lr"])
+    out = only.explore({"lr": 0.01, "units": 5, "act": "tanh"})
+    assert out["units"] == 5 and out["act"] == "tanh" and out["lr"] != 0.01
+
+
+def test_a_failed_round_makes_its_member_exploit():
+    s = pbt()
+    _finish_round_zero(s)
+    s.ask(4)                                  # member 0 continues
+    s.ask(5)                                  # member 1 (a middle one) continues...
+    assert s.decisions[5] == "continue"
+    s.forget_trial(5, s.segments[5].params)   # ...and fails
+    s.ask(6)
+    assert s.lineage(6) == {"member": 1, "round": 1, "parent": 0}
+    assert s.decisions[6] == "exploit"
+
+
+def test_checkpoints_needed_are_the_latest_rounds_and_running_parents():
+    s = pbt()
+    _finish_round_zero(s)
+    for n in range(4, 8):
+        s.ask(n)
+    assert s.needed() == {0, 1, 2, 3}
+    s.tell_trial(4, s.segments[4].params, 0.05)      # member 0's round 1: 0 is its parent
+    assert s.needed() == {4, 1, 2, 3, 0}
+    exploiter = next(n for n in range(4, 8) if s.decisions[n] == "exploit")
+    s.tell_trial(exploiter, s.segments[exploiter].params, 0.5)
+    for n in range(5, 8):
+        if n != exploiter:
+            s.tell_trial(n, s.segments[n].params, 0.3)
+    assert s.needed() == {4, 5, 6, 7}                   # round 0 may go
+
+
+def test_resume_rebuilds_the_population_from_told_trials():
+    live = pbt()
+    _finish_round_zero(live)
+    for n in range(4, 7):
+        live.ask(n)
+    live.tell_trial(4, live.segments[4].params, 0.05)
+    stored = [(seg.number, seg.params, seg.value, live.lineage(seg.number), seg.done)
+              for seg in sorted(live.segments.values(), key=lambda s: s.number)]
+    again = pbt()
+    again.replay_numbered(stored, next_number=7)
+    assert again.latest == live.latest and again.busy == live.busy
+    assert again.needed() == live.needed()
+    assert again.ask(7) == live.ask(7) and again.lineage(7) == live.lineage(7)
+
+
+def test_renumbering_keeps_the_lineage():
+    s = pbt()
+    s.ask(0)
+    s.renumber(0, 5)
+    assert s.lineage(5)["member"] == 0 and s.lineage(0) == {} and s.busy == {0: 5}
+
+
+# ----------------------------------------------------------------------------- the spec
+PBT_SPEC = {
+    "study": {"name": "p"},
+    "objective": {"model": "model.py:build_model", "data": {"npz": "train.npz"},
+                  "metric": "val_accuracy", "direction": "maximize"},
+    "search_space": {"lr": {"type": "real", "low": 1e-4, "high": 1e-1},
+                     "units": {"type": "integer", "low": 4, "high": 8}},
+    "search": {"algorithm": "pbt", "trials": 8, "pbt": {"population": 2, "interval": 1}},
+}
+
+
+@pytest.fixture
+def folder(tmp_path):
+    (tmp_path / "obj.py").write_text("def f(params):\n    return 1.0\n")
+    (tmp_path / "model.py").write_text("def build_model(params):\n    pass\n")
+    (tmp_path / "train.npz").write_bytes(b"")
+    return tmp_path
+
+
+def _error(folder, edit) -> str:
+    data = copy.deepcopy(PBT_SPEC)
+    edit(data)
+    path = folder / "spec.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(SpecError) as info:
+        load_spec(path)
+    message = str(info.value)
+    assert "\n" not in message
+    return message[len(f"{path}: "):]
+
+
+def test_a_good_pbt_spec_loads(folder):
+    path = folder / "spec.yaml"
+    path.write_text(yaml.safe_dump(PBT_SPEC))
+    spec = load_spec(path)
+    assert spec.search.options == {"population": 2, "interval": 1, "quantile": 0.25,
+                                   "perturb": [0.8, 1.2], "resample_probability": 0.25,
+                                   "explore": []}
+
+
+@pytest.mark.parametrize("edit, field", [
+    (lambda d: d["training"].update(kfold=2) if "training" in d else d.update(training={"kfold": 2}),
+     "training.kfold: pbt trains one model per member"),
+    (lambda d: d.update(training={"pruning": {"pruner": "median"}}), "training.pruning: pbt replaces pruning"),
+    (lambda d: d.update(training={"early_stopping": {"patience": 2}}), "training.early_stopping:"),
+    (lambda d: d.update(training={"checkpoint_every": 0}), "training.checkpoint_every:"),
+    (lambda d: d["objective"].update(metric=None, direction=None, metrics={"val_accuracy": "maximize",
+                                                                          "n_params": "minimize"}),
+     "search.algorithm: pbt optimizes one objective"),
+    (lambda d: d["search"]["pbt"].update(explore=["nope"]), "search.pbt.explore: 'nope' is not"),
+    (lambda d: d["search"]["pbt"].update(perturb=[0.8, -1]), "search.pbt.perturb: expected a list of positive"),
+    (lambda d: d["search"]["pbt"].update(quantile=0.7), "search.pbt.quantile:"),
+])
+def test_what_pbt_refuses_is_one_line_naming_the_field(folder, edit, field):
+    def apply(d):
+        edit(d)
+        for k in ("metric", "direction"):
+            if d["objective"].get(k) is None:
+                d["objective"].pop(k, None)
+    assert _error(folder, apply).startswith(field)
+
+
+def test_a_function_objective_is_refused(folder):
+    def edit(d):
+        d["objective"] = {"function": "obj.py:f"}
+    assert _error(folder, edit).startswith("objective.function: pbt continues each round")
