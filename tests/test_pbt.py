@@ -134,8 +134,10 @@ def test_resume_rebuilds_the_population_from_told_trials():
 def test_renumbering_keeps_the_lineage():
     s = pbt()
     s.ask(0)
-    s.renumber(0, 5)
-    assert s.lineage(5)["member"] == 0 and s.lineage(0) == {} and s.busy == {0: 5}
+    s.ask(1)
+    s.renumber({0: 1, 1: 2})
+    assert s.lineage(1)["member"] == 0 and s.lineage(2)["member"] == 1 and s.lineage(0) == {}
+    assert s.busy == {0: 1, 1: 2}
 
 
 # ----------------------------------------------------------------------------- the spec
@@ -204,3 +206,78 @@ def test_a_function_objective_is_refused(folder):
     def edit(d):
         d["objective"] = {"function": "obj.py:f"}
     assert _error(folder, edit).startswith("objective.function: pbt continues each round")
+
+
+# ----------------------------------------------------------------------------- the scheduler
+class RecordingKeeper:
+    """The Keeper's interface, recording which checkpoints would stay."""
+
+    checkpoints = True
+
+    def __init__(self):
+        self.kept: list[set] = []
+
+    def refit_wanted(self):
+        return False
+
+    def finished(self, trials, keep=None):
+        self.kept.append(set(keep or ()))
+
+
+def _run(storage, sid, existing=(), budget=12, values=None, stop_after=None):
+    """Two groups, population 3: results told as they come (values by member)."""
+    from mpiopt.parallel.protocol import Result
+    from mpiopt.parallel.scheduler import Dispatch, Scheduler
+    from mpiopt.trial import TrialStatus
+
+    keeper = RecordingKeeper()
+    sched = Scheduler(storage=storage, study_id=sid, searcher=make_searcher(
+        "pbt", SPACE, {"population": 3, "interval": 2}, seed=1), direction="minimize",
+        budget=budget, n_groups=2, existing=list(existing), artifacts=keeper)
+    queue = [a for a in sched.start() if isinstance(a, Dispatch)]
+    done = 0
+    while queue and (stop_after is None or done < stop_after):
+        d = queue.pop(0)
+        value = 1.0 / (1 + d.trial.round) + 0.1 * d.trial.number % 3
+        queue += [a for a in sched.on_result(d.group, Result(d.trial.trial_id, TrialStatus.COMPLETE,
+                                                              value=value))
+                  if isinstance(a, Dispatch)]
+        done += 1
+    return sched, keeper, queue
+
+
+def test_the_scheduler_records_lineage_and_keeps_only_needed_checkpoints(tmp_path):
+    from mpiopt.storage import open_storage
+
+    with open_storage(f"sqlite:///{tmp_path / 'p.db'}", create=True) as st:
+        sid = st.create_study("p", "minimize", "v", "s", "0" * 64, "{}")
+        sched, keeper, _ = _run(st, sid)
+        trials = st.get_trials(sid)
+        assert len(trials) == 12 and all(t.status.value == "COMPLETE" for t in trials)
+        assert [t.round for t in trials[:3]] == [0, 0, 0] and all(t.parent is None for t in trials[:3])
+        for t in trials[3:]:
+            parent = trials[t.parent]
+            assert t.round == parent.round + 1 and parent.number < t.number
+        assert {t.member for t in trials} == {0, 1, 2}
+        assert len(keeper.kept[-1]) <= 3              # one checkpoint per member at the end
+
+
+def test_a_resumed_scheduler_reruns_unfinished_rounds_with_their_lineage(tmp_path):
+    from mpiopt.storage import open_storage
+
+    with open_storage(f"sqlite:///{tmp_path / 'p.db'}", create=True) as st:
+        sid = st.create_study("p", "minimize", "v", "s", "0" * 64, "{}")
+        _, _, queue = _run(st, sid, stop_after=5)     # the job dies with 2 rounds running
+        st.interrupt_running(sid)
+        before = {t.number: t for t in st.get_trials(sid)}
+        running = [d.trial for d in queue]
+        assert len(running) == 2 and all(before[t.number].status.value == "INTERRUPTED" for t in running)
+        sched, keeper, _ = _run(st, sid, existing=list(before.values()))
+        after = st.get_trials(sid)
+        assert len(after) == 12
+        for t in running:                 # rerun as the same round of the same member
+            again = after[t.number]
+            assert again.status.value == "COMPLETE" and again.attempt == 1
+            assert (again.round, again.parent) == (t.round, t.parent)
+        for t in after[7:]:
+            assert t.round == after[t.parent].round + 1

@@ -30,22 +30,37 @@ class Keeper:
         self.sign = -1.0 if direction == "maximize" else 1.0
         self.say = say or (lambda line: None)
         self.kept = kept_models(self.root)          # {number: value}
+        self.held: set[int] = set()       # finished trials whose checkpoints stay (pbt)
 
-    def finished(self, trials) -> None:
+    def finished(self, trials, keep: set | None = None) -> None:
         """After the trials' results are written: their checkpoints go, their models are
         kept or deleted. Also called on resume for every finished trial (what a job that
-        died between the write and this step left behind)."""
+        died between the write and this step left behind).
+
+        keep (search.algorithm pbt): finished trials whose checkpoints a later round may
+        still start from. Theirs stay until a later call no longer names them, so the
+        store holds about one checkpoint per member (plus the parents of running rounds)."""
         for t in trials:
-            try:
-                shutil.rmtree(checkpoint_dir(self.root, t.number), ignore_errors=False)
-            except FileNotFoundError:
-                pass
-            except OSError as exc:
-                self.say(f"warning: could not remove the checkpoints of trial {t.number}: {exc}")
+            if keep is not None and t.number in keep:
+                self.held.add(t.number)
+            else:
+                self._drop_checkpoints(t.number)
             try:
                 self._place(t)
             except OSError as exc:
                 self.say(f"warning: could not keep the model of trial {t.number}: {exc}")
+        if keep is not None:
+            for number in sorted(self.held - keep):
+                self._drop_checkpoints(number)
+            self.held &= keep
+
+    def _drop_checkpoints(self, number: int) -> None:
+        try:
+            shutil.rmtree(checkpoint_dir(self.root, number), ignore_errors=False)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            self.say(f"warning: could not remove the checkpoints of trial {number}: {exc}")
 
     def refit_path(self) -> Path:
         return self.root / "refit.keras"

@@ -50,6 +50,8 @@ class Trial:
     attempt: int = 0
     timeout: float | None = None  # search.trial_timeout in seconds
     refit: bool = False           # training.refit: the best params on all the data, no row
+    round: int | None = None      # search.algorithm pbt: the round (epochs round*interval on)
+    parent: int | None = None     # ... and the trial whose checkpoint it starts from
 
 
 @dataclass(frozen=True)

@@ -146,11 +146,14 @@ class Scheduler:
         self.finishing = 0            # results being written while their group already runs
         self.send_now = None          # callable(actions): the MPI loop sends at once
         self.background = hasattr(searcher, "take")
+        # told by trial number, with a lineage per trial (search.pbt: members share params)
+        self.numbered = bool(getattr(searcher, "numbered", False))
         self.queued_taken = 0          # queued parameter sets started by this run
         self._queue_read_at: float | None = None   # None: read it at the next dispatch
         self._restore(existing, warm)
         if self.artifacts is not None:      # what a job that died mid-way left behind
-            self.artifacts.finished([t for t in existing if t.status.is_finished()])
+            self.artifacts.finished([t for t in existing if t.status.is_finished()],
+                                    keep=self._needed())
         if self.background:
             searcher.start(self.next_number)
 
@@ -174,7 +177,15 @@ class Scheduler:
                     self.history[t.number] = {e: self.sign * v for e, v in t.intermediate.items()}
             else:
                 self.reruns.append(t)
-        if finished or self.reruns:
+        if self.numbered:
+            self.searcher.replay_numbered(
+                [(t.number, t.params, self._told_value(t) if _usable(t) else None,
+                  {"member": t.member, "round": t.round, "parent": t.parent},
+                  t.status.is_finished())
+                 for t in sorted(existing, key=lambda t: t.number)
+                 if t.status not in (TrialStatus.RETRIED, TrialStatus.PENDING)],
+                self.next_number)
+        elif finished or self.reruns:
             self.searcher.replay(finished, [t.params for t in self.reruns], self.next_number)
         self.any_success = self.counts[TrialStatus.COMPLETE] + self.counts[TrialStatus.PRUNED] > 0
         if not self.any_success:
@@ -233,7 +244,7 @@ class Scheduler:
                 self._free(group, freed)
                 continue
             if status is TrialStatus.INTERRUPTED:      # cancelled: stays unfinished, runs again
-                self.searcher.forget(run.params)
+                self._forget(run.number, run.params)
                 self._free(group, freed)
                 if run.trial_id in self.withdrawn:     # never begun: on record as such
                     self._keep([dict(trial_id=run.trial_id, status=TrialStatus.INTERRUPTED,
@@ -280,7 +291,7 @@ class Scheduler:
                     self._free(t.group, freed)
             raise
         if self.artifacts is not None:      # written: its checkpoints go, its model is ranked
-            self.artifacts.finished(done)
+            self.artifacts.finished(done, keep=self._needed())
         for trial in done:
             self.counts[trial.status] += 1
             self._account(trial)
@@ -449,7 +460,7 @@ class Scheduler:
         self.storage.interrupt_running(self.study_id)
         for run in [*self.running.values(), *self.ahead.values()]:
             if not run.refit:
-                self.searcher.forget(run.params)
+                self._forget(run.number, run.params)
         self.running.clear()
         self.ahead.clear()
         self.storage.set_study_status(self.study_id, StudyStatus.INTERRUPTED)
@@ -458,6 +469,8 @@ class Scheduler:
     def prefetch(self) -> bool:
         """Ask ahead while groups are busy, so a finishing group need not wait for a fit."""
         if self.background or self.prefetched is not None or self.reruns or self.idle:
+            return False
+        if not getattr(self.searcher, "ask_ahead", True):   # pbt: plans on the latest results
             return False
         if not self.running or self._started() >= self.budget:
             return False
@@ -528,6 +541,8 @@ class Scheduler:
         the groups still without one and the suggestions for them (not yet created)."""
         if not self.ask_ahead or self.reruns or self.idle:
             return [], [], []
+        if not getattr(self.searcher, "ask_ahead", True):   # pbt: a round's plan must see
+            return [], [], []                                # the result before it
         groups = [g for g, run in self.running.items() if g not in self.ahead and not run.refit]
         if not groups or not self._ahead_room():
             return [], [], []
@@ -634,10 +649,15 @@ class Scheduler:
         later = {"started": False} if ahead else {}
         return [dict(params=params, seed=trial_seed(self.seed, self.next_number + i),
                      group=g, host=self.hosts[g], suggest_seconds=took, **later,
-                     **self._rank_of(g))
+                     **self._rank_of(g),
+                     # pbt: each trial's member, round and parent
+                     **(self.searcher.lineage(self.next_number + i) if self.numbered else {}))
                 for i, (g, (params, took)) in enumerate(zip(groups, fresh))]
 
     def _began(self, groups, records, fresh, ahead: bool) -> list[Dispatch]:
+        if self.numbered:        # the storage may have numbered them otherwise (a queued set)
+            self.searcher.renumber({self.next_number + i: rec.number
+                                    for i, rec in enumerate(records)})
         return [self._running(g, rec, params, ahead=ahead)
                 for g, rec, (params, _) in zip(groups, records, fresh)]
 
@@ -655,7 +675,9 @@ class Scheduler:
         (self.ahead if ahead else self.running)[group] = _Running(
             rec.id, rec.number, params, group, self.clock())
         seed = rec.seed if rec.seed is not None else trial_seed(self.seed, rec.number)
-        return Dispatch(group, Trial(rec.id, rec.number, params, seed, rec.attempt, self.trial_timeout))
+        return Dispatch(group, Trial(rec.id, rec.number, params, seed, rec.attempt, self.trial_timeout,
+                                     round=getattr(rec, "round", None),
+                                     parent=getattr(rec, "parent", None)))
 
     def _rank_of(self, group: int) -> dict:
         """The leader's world rank, recorded with the trial once storage has the column."""
@@ -690,10 +712,22 @@ class Scheduler:
         """Tell the searcher; it never sees a non-finite value or a failed trial's params."""
         usable = trial.status is not TrialStatus.FAILED and _is_number(trial.value)
         value = self._told_value(trial) if usable else None
-        if value is not None:
+        if value is not None and self.numbered:
+            self.searcher.tell_trial(trial.number, trial.params, value)
+        elif value is not None:
             self.searcher.tell(trial.params, value)
         else:
-            self.searcher.forget(trial.params)
+            self._forget(trial.number, trial.params)
+
+    def _forget(self, number: int, params: dict) -> None:
+        if self.numbered:
+            self.searcher.forget_trial(number, params)
+        else:
+            self.searcher.forget(params)
+
+    def _needed(self) -> set | None:
+        """Finished trials whose checkpoints must stay (pbt: rounds may start from them)."""
+        return self.searcher.needed() if self.numbered else None
 
     def _told_value(self, trial: FrozenTrial):
         """The signed value, or with several objectives or constraints the vector of
@@ -719,6 +753,11 @@ class Scheduler:
         hard = ("interrupted", "error")
         if self.stop_reason is None or (reason in hard and self.stop_reason not in hard):
             self.stop_reason, self.message = reason, message
+
+
+def _usable(trial: FrozenTrial) -> bool:
+    return (trial.status.is_finished() and trial.status is not TrialStatus.FAILED
+            and _is_number(trial.value))
 
 
 def _is_number(value) -> bool:

@@ -84,16 +84,17 @@ class PBTSearcher(Searcher):
             return {}
         return {"member": seg.member, "round": seg.round, "parent": seg.parent}
 
-    def renumber(self, asked: int, number: int) -> None:
-        """The storage gave the asked trial another number (a queued trial took one)."""
-        if asked == number or asked not in self.segments:
-            return
-        seg = self.segments.pop(asked)
-        seg.number = number
-        self.segments[number] = seg
-        self.decisions[number] = self.decisions.pop(asked, "")
-        if self.busy.get(seg.member) == asked:
-            self.busy[seg.member] = number
+    def renumber(self, numbers: dict[int, int]) -> None:
+        """{asked number: stored number}: the storage numbered some trials otherwise (a
+        queued trial took a number). All are moved at once, so shifted numbers never clash."""
+        moved = {new: self.segments.pop(old) for old, new in numbers.items()
+                 if old != new and old in self.segments}
+        for new, seg in moved.items():
+            old, seg.number = seg.number, new
+            self.decisions[new] = self.decisions.pop(old, "")
+            if self.busy.get(seg.member) == old:
+                self.busy[seg.member] = new
+        self.segments.update(moved)
 
     def tell_trial(self, number: int, params: dict, value: float) -> None:
         seg = self.segments.get(number)
