@@ -109,8 +109,11 @@ class Objective:
 
             from mpiopt.artifacts import trial_artifacts
 
+            from mpiopt.training.segment import segment_of
+
             res = run_training(self.spec, dict(trial.params), comm, trial.seed, report=report,
-                               artifacts=trial_artifacts(self.spec, trial.number))
+                               artifacts=trial_artifacts(self.spec, trial.number),
+                               segment=segment_of(self.spec, trial))
             return Result(trial.trial_id, TrialStatus.COMPLETE, value=_finite(res["value"], self.metric),
                           value_std=res.get("value_std"), fold_values=list(res.get("fold_values", [])),
                           metrics=dict(res.get("metrics", {})), spans=list(res.get("spans", [])),

@@ -7,11 +7,13 @@ TensorFlow nor mpi4py; they load when training starts.
 from mpiopt.errors import Pruned
 
 
-def run_training(spec, params, comm, seed, report=None, on_epoch=None, artifacts=None):
+def run_training(spec, params, comm, seed, report=None, on_epoch=None, artifacts=None,
+                 segment=None):
     """See mpiopt.training.trainer.run_training."""
     from mpiopt.training.trainer import run_training as _run
 
-    return _run(spec, params, comm, seed, report=report, on_epoch=on_epoch, artifacts=artifacts)
+    return _run(spec, params, comm, seed, report=report, on_epoch=on_epoch, artifacts=artifacts,
+                segment=segment)
 
 
 __all__ = ["Pruned", "run_training"]

@@ -24,6 +24,8 @@ _tf = None
 # size, and no gc.collect() in Keras's clear_session before each build.
 TRACE_ONCE = True
 COLLECT_ON_BUILD = False
+# variables a pbt round keeps from its own build when it takes its parent's state
+OWN_VARIABLES = ("learning_rate", "seed_generator_state")
 
 
 def import_tf():
@@ -250,13 +252,17 @@ class KerasModel:
         optimizer's step count included): what a checkpoint needs to continue exactly."""
         return self._state()
 
-    def restore(self, values: list) -> None:
-        """The inverse of state(); a checkpoint of another architecture is a ValueError."""
+    def restore(self, values: list, keep_own: bool = False) -> None:
+        """The inverse of state(); a checkpoint of another architecture is a ValueError.
+        keep_own (pbt's exploit): the optimizer's learning rate and the seed generators'
+        states stay as this model was built (its own hyperparameters and seed)."""
         variables = self.model.variables + list(self.optimizer.variables)
         if len(values) != len(variables) or any(tuple(v.shape) != tuple(np.shape(x))
                                                 for v, x in zip(variables, values)):
             raise ValueError("the checkpoint does not fit this model (another architecture)")
         for v, value in zip(variables, values):
+            if keep_own and v.name in OWN_VARIABLES:
+                continue
             v.assign(value)
 
     def save(self, path: str, weights: np.ndarray | None = None) -> None:

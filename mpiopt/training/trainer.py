@@ -37,7 +37,7 @@ def run_refit(spec, params: dict, comm, seed: int, report=None, artifacts=None) 
 
 
 def run_training(spec, params: dict, comm, seed: int, report=None, on_epoch=None,
-                 artifacts=None, all_data: bool = False) -> dict:
+                 artifacts=None, all_data: bool = False, segment=None) -> dict:
     """Train and evaluate params; the same result dict on every rank of comm.
 
     Returns {value, value_std, fold_values, metrics, epochs, intermediate, timing}.
@@ -45,13 +45,19 @@ def run_training(spec, params: dict, comm, seed: int, report=None, on_epoch=None
     on_epoch(epoch, value, metrics) is called on rank 0 for logging (mpiopt train).
     artifacts (mpiopt.artifacts.TrialArtifacts): each fold continues from its checkpoint
     and writes one every `every` epochs; the final model is saved where it says.
-    A model that fails to build, or data that fail to load, raise on every rank."""
+    A model that fails to build, or data that fail to load, raise on every rank.
+    segment (mpiopt.training.segment.Segment): a pbt round, trained from its parent's
+    checkpoint up to its last epoch, valued at that epoch."""
     threads.pin_threads(comm)
     t0 = comm.bcast(time.time(), root=0)   # spans are seconds since here, on every rank
     from mpiopt.objective_ref import load_callable
     from mpiopt.training import backend, searched
 
     spec, params, learning_rate = searched.split(spec, params)
+    if segment is not None:          # a pbt round trains up to its last epoch
+        from dataclasses import replace
+
+        spec = replace(spec, training=replace(spec.training, epochs=segment.end))
 
     obj = spec.objective
     data = together(comm, lambda: load_data(obj.data, spec.base_dir))
@@ -59,7 +65,7 @@ def run_training(spec, params: dict, comm, seed: int, report=None, on_epoch=None
         data = data.merged()
         splits = Splits(1, [(np.arange(len(data.x)), np.arange(len(data.x)))])
     else:
-        splits = make_splits(data, spec.training, seed)
+        splits = make_splits(data, spec.training, seed if segment is None else segment.split_seed)
     build = together(comm, lambda: load_callable(obj.model, spec.base_dir, field="objective.model"))
     tracked = ReadTracker(params)
     model = together(comm, lambda: backend.KerasModel(
@@ -70,9 +76,14 @@ def run_training(spec, params: dict, comm, seed: int, report=None, on_epoch=None
         model.reset()
         ckpt = resume.restore(model, resume.load(fold_comm, artifacts, fold))
         x, y, xv, yv = splits.arrays(data, fold)
-        trainer = FoldTrainer(model, fold_comm, spec, (x, y, xv, yv), seed, fold, t0, artifacts)
+        trainer = FoldTrainer(model, fold_comm, spec, (x, y, xv, yv), seed, fold, t0, artifacts,
+                              last=segment is not None)
         if ckpt is not None:
             trainer.resume_from(ckpt)
+        elif segment is not None and segment.parent_number is not None:
+            from mpiopt.training.segment import start_from_parent
+
+            start_from_parent(segment, model, trainer, fold_comm, fold)
         return trainer
 
     plan = fold_plan(splits.k, comm.Get_size())
@@ -185,7 +196,7 @@ class FoldTrainer:
     epochs with reports and, for concurrent folds, with the other folds)."""
 
     def __init__(self, model, comm, spec, arrays, seed: int, fold: int, t0: float | None = None,
-                 artifacts=None):
+                 artifacts=None, last: bool = False):
         self.model, self.comm, self.spec = model, comm, spec
         self.x, self.y, self.x_val, self.y_val = arrays
         self.training = spec.training
@@ -195,6 +206,7 @@ class FoldTrainer:
         self.epoch, self.best_epoch = 0, 0
         self.best_value, self.best_metrics = math.nan, {}
         self.done = False
+        self.last = last      # a pbt round: the figure of merit is the last epoch's, not the best
         self.history: list[tuple[float, dict]] = []   # (value, metrics) per epoch
         self.artifacts = artifacts
         # the best epoch's weights, for the kept model (only the rank that saves it)
@@ -254,6 +266,18 @@ class FoldTrainer:
             self.best_weights = ckpt.get("best")
         self.algorithm.resume(ckpt.get("validated"))
 
+    def inherit(self, ckpt: dict) -> None:
+        """A pbt round: continue the parent's learning curve after its last epoch (its
+        state is already in the model); this round's timing and spans are its own."""
+        m = ckpt["meta"]
+        self.epoch, self.done = int(m["epoch"]), False
+        self.history = [(float(v), dict(mt)) for v, mt in m["history"]]
+        if self.history:
+            self.best_value, self.best_metrics = self.history[-1]
+            self.best_epoch = self.epoch
+        self.done = self.epoch >= self.training.epochs
+        self.algorithm.resume(ckpt.get("validated"))
+
     def _since_t0(self) -> float:
         return round(time.time() - self.t0, 6)
 
@@ -278,7 +302,7 @@ class FoldTrainer:
             return
         stopping = self.training.early_stopping
         delta = stopping.min_delta if stopping else 0.0
-        if math.isnan(self.best_value) or self._better(value, self.best_value, delta):
+        if self.last or math.isnan(self.best_value) or self._better(value, self.best_value, delta):
             self.best_value, self.best_metrics, self.best_epoch = value, metrics, self.epoch
         if self.epoch >= self.training.epochs:
             self.done = True
