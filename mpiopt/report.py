@@ -19,6 +19,7 @@ from mpiopt.trial import FrozenTrial, TrialStatus
 TABLE_COLUMNS = ("number", "status", "value", "value_std", "attempt", "group", "duration", "params")
 BASE_COLUMNS = ("number", "status", "value", "value_std", "seed", "attempt", "group", "host",
                 "started_at", "finished_at", "duration", "error", "device", "suggest_seconds")
+LINEAGE_COLUMNS = ("member", "round", "parent")     # search.algorithm pbt
 SPARK = "▁▂▃▄▅▆▇█"
 SPARK_ASCII = "_.-~=*#@"
 
@@ -26,10 +27,20 @@ SPARK_ASCII = "_.-~=*#@"
 def trial_row(trial: FrozenTrial, human: bool = False) -> dict[str, Any]:
     """One line of `mpiopt trials` / `mpiopt best`; human: the duration as '1m23s'
     (tables), else in seconds (JSON)."""
-    return {"number": trial.number, "status": trial.status.value, "value": trial.value,
-            "value_std": trial.value_std, "attempt": trial.attempt, "group": trial.group,
-            "duration": format_duration(trial.duration) if human else trial.duration,
-            "params": dict(trial.params)}
+    row = {"number": trial.number, "status": trial.status.value, "value": trial.value,
+           "value_std": trial.value_std, "attempt": trial.attempt, "group": trial.group,
+           "duration": format_duration(trial.duration) if human else trial.duration}
+    if trial.round is not None:          # a pbt round: its lineage
+        row.update(member=trial.member, round=trial.round, parent=trial.parent)
+    row["params"] = dict(trial.params)
+    return row
+
+
+def table_columns(trials) -> tuple:
+    """TABLE_COLUMNS, with the lineage before params when some trial is a pbt round."""
+    if any(t.round is not None for t in trials):
+        return TABLE_COLUMNS[:-1] + LINEAGE_COLUMNS + TABLE_COLUMNS[-1:]
+    return TABLE_COLUMNS
 
 
 def trial_dict(trial: FrozenTrial) -> dict[str, Any]:
@@ -41,6 +52,8 @@ def trial_dict(trial: FrozenTrial) -> dict[str, Any]:
                fold_values=list(trial.fold_values),
                intermediate={str(k): v for k, v in trial.intermediate.items()},
                spans=list(trial.spans))
+    if trial.round is not None:
+        out.update(member=trial.member, round=trial.round, parent=trial.parent)
     return out
 
 
@@ -133,8 +146,8 @@ def ascii_curve(values: Sequence[float | None], height: int = 5, width: int = 60
 
 
 def show_lines(trial: FrozenTrial, study_name: str, metric: str, direction: str,
-               unicode_ok: bool = True) -> list[str]:
-    """Everything about one trial, for `mpiopt show`."""
+               unicode_ok: bool = True, parent: FrozenTrial | None = None) -> list[str]:
+    """Everything about one trial, for `mpiopt show` (parent: a pbt round's parent trial)."""
     spread = f" ± {trial.value_std:.6g}" if trial.value_std is not None else ""
     value = "-" if trial.value is None else f"{trial.value:.6g}"
     lines = [f"trial {trial.number} of study '{study_name}': {trial.status.value}",
@@ -143,6 +156,8 @@ def show_lines(trial: FrozenTrial, study_name: str, metric: str, direction: str,
              f"seed {_dash(trial.seed)}" + (f", device {trial.device}" if trial.device else ""),
              f"  started {_dash(_iso(trial.started_at))}, finished {_dash(_iso(trial.finished_at))}, "
              f"duration {_seconds(trial.duration)}"]
+    if trial.round is not None:
+        lines.append("  " + lineage_line(trial, parent))
     lines += _section("params", trial.params)
     lines += _section("folds", dict(enumerate(trial.fold_values)))
     lines += _section("metrics", trial.metrics)
@@ -156,6 +171,20 @@ def show_lines(trial: FrozenTrial, study_name: str, metric: str, direction: str,
     if trial.error:
         lines += ["error:"] + ["  " + line for line in trial.error.rstrip().splitlines()]
     return lines
+
+
+def lineage_line(trial: FrozenTrial, parent: FrozenTrial | None = None) -> str:
+    """A pbt round's lineage in words: which member and round, and where it started."""
+    head = f"pbt: member {trial.member}, round {trial.round}"
+    if trial.parent is None:
+        return f"{head}, started afresh"
+    if parent is None:
+        return f"{head}, from trial {trial.parent}'s checkpoint"
+    if parent.member == trial.member:
+        return f"{head}, continued its own trial {parent.number} (round {parent.round})"
+    value = "-" if parent.value is None else f"{parent.value:.6g}"
+    return (f"{head}, exploited member {parent.member}'s trial {parent.number} "
+            f"(value {value}) and explored its parameters")
 
 
 def budget_of(spec_text: str) -> int | None:

@@ -88,19 +88,20 @@ def cmd_studies(args) -> int:
 
 
 def cmd_trials(args) -> int:
-    from mpiopt.report import TABLE_COLUMNS, trial_row
+    from mpiopt.report import table_columns, trial_row
 
     with _opened(args) as (storage, record):
         trials = storage.get_trials(record.id, statuses=args.status, order_by=args.sort,
                                     limit=args.limit,
                                     descending=args.sort == "value" and record.direction == "maximize")
-    print_rows([trial_row(t, args.format == "table") for t in trials], args.format, TABLE_COLUMNS)
+    print_rows([trial_row(t, args.format == "table") for t in trials], args.format,
+               table_columns(trials))
     return 0
 
 
 def cmd_best(args) -> int:
     from mpiopt.objectives import from_stored
-    from mpiopt.report import TABLE_COLUMNS, trial_row
+    from mpiopt.report import table_columns, trial_row
 
     with _opened(args) as (storage, record):     # one opening, whichever kind of study
         objective = from_stored(record.spec_text)
@@ -112,7 +113,7 @@ def cmd_best(args) -> int:
         print(f"study '{record.name}' has no complete trial yet")
         return 0
     rows = [{"rank": i + 1, **trial_row(t, args.format == "table")} for i, t in enumerate(trials)]
-    print_rows(rows, args.format, ("rank",) + TABLE_COLUMNS)
+    print_rows(rows, args.format, ("rank",) + table_columns(trials))
     return 0
 
 
@@ -138,11 +139,12 @@ def cmd_show(args) -> int:
 
     with _opened(args) as (storage, record):
         trial = storage.get_trial(record.id, args.number)
+        parent = None if trial.parent is None else storage.get_trial(record.id, trial.parent)
     if args.format == "json":
         print(json.dumps(trial_dict(trial), indent=2))
         return 0
     for line in show_lines(trial, record.name, record.metric, record.direction,
-                           unicode_ok=_can_encode("▁█")):
+                           unicode_ok=_can_encode("▁█"), parent=parent):
         print(line)
     return 0
 
