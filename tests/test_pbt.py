@@ -281,3 +281,28 @@ def test_a_resumed_scheduler_reruns_unfinished_rounds_with_their_lineage(tmp_pat
             assert (again.round, again.parent) == (t.round, t.parent)
         for t in after[7:]:
             assert t.round == after[t.parent].round + 1
+
+
+# ----------------------------------------------------------------------------- the report
+def test_the_report_draws_the_population_and_tabulates_its_lineage(tmp_path):
+    from test_reporting import trial, view
+
+    from mpiopt.reporting import static
+    from mpiopt.reporting.figures import panel
+    from mpiopt.reporting.html import _lineage_table
+    from mpiopt.report import lineage_line
+
+    p = {"x": 0.5, "lr": 0.01, "act": "relu"}
+    rounds = [trial(0, p, 0.5, member=0, round=0), trial(1, p, 0.2, member=1, round=0),
+              trial(2, p, 0.4, member=0, round=1, parent=1), trial(3, p, 0.1, member=1, round=1,
+                                                                    parent=1)]
+    d = panel("lineage", view(rounds)).data
+    assert [(m["member"], m["rounds"]) for m in d["members"]] == [(0, [0, 1]), (1, [0, 1])]
+    assert [(x["number"], x["exploit"]) for x in d["links"]] == [(2, True), (3, False)]
+    assert [r["how"] for r in d["rows"]] == ["start", "start", "exploit member 1", "continue"]
+    assert "exploit member 1" in _lineage_table(panel("lineage", view(rounds)))
+    static.save(panel("lineage", view(rounds)), tmp_path / "lineage.png")
+    assert (tmp_path / "lineage.png").stat().st_size > 5000
+    assert "not a pbt study" in panel("lineage", view([trial(0, p, 0.5)])).note
+    assert lineage_line(rounds[2], rounds[1]).startswith("pbt: member 0, round 1, exploited member 1")
+    assert "continued its own trial 1" in lineage_line(rounds[3], rounds[1])

@@ -13,7 +13,9 @@ from pathlib import Path
 
 from mpiopt.cli.common import add_storage_option, storage_url
 from mpiopt.errors import MpioptError
-from mpiopt.reporting.figures import KINDS as PLOT_KINDS   # no plotting library imported
+from mpiopt.reporting.figures import KINDS, PBT_KINDS   # no plotting library imported
+
+PLOT_KINDS = KINDS + PBT_KINDS
 from mpiopt.reporting.static import FORMATS as PLOT_FORMATS
 
 

@@ -14,6 +14,7 @@ from mpiopt.reporting.view import Panel, StudyView, finite
 from mpiopt.trial import TrialStatus
 
 KINDS = ("history", "parallel", "importance", "slice", "contour", "curves", "folds", "timeline")
+PBT_KINDS = ("lineage",)    # drawn for pbt studies only (the report adds it when it has data)
 MIN_MODEL_TRIALS = 4       # a forest fitted to fewer points says nothing
 CONTOUR_GRID = 24
 
@@ -143,6 +144,41 @@ def folds(view: StudyView) -> Panel:
     return Panel("folds", title, data={"trials": rows})
 
 
+def lineage(view: StudyView) -> Panel:
+    """A pbt study's population: members: [{member, rounds, values, numbers}] (each
+    member's complete rounds in order); links: [{number, member, exploit, x0, y0, x1, y1}]
+    from a round's parent's point to its own (exploit: the parent is another member's);
+    rows: [{number, member, round, parent, how, value, status, params}] every round."""
+    title = "Population-based training: members' values across rounds (dashed: exploit)"
+    rounds = [t for t in view.trials if t.round is not None]
+    if not rounds:
+        return Panel("lineage", title, "not a pbt study (search.algorithm: pbt records lineage)")
+    by_number = {t.number: t for t in rounds}
+    members: dict[int, dict] = {}
+    exploits, rows = [], []
+    for t in sorted(rounds, key=lambda t: (t.round, t.number)):
+        parent = by_number.get(t.parent)
+        how = ("start" if t.parent is None else "continue" if parent is None
+               or parent.member == t.member else f"exploit member {parent.member}")
+        rows.append({"number": t.number, "member": t.member, "round": t.round, "parent": t.parent,
+                     "how": how, "value": t.value, "status": t.status.value,
+                     "params": dict(t.params)})
+        if t.status != TrialStatus.COMPLETE or not finite(t.value):
+            continue
+        line = members.setdefault(t.member, {"member": t.member, "rounds": [], "values": [],
+                                             "numbers": []})
+        line["rounds"].append(t.round)
+        line["values"].append(t.value)
+        line["numbers"].append(t.number)
+        if parent is not None and finite(parent.value):
+            exploits.append({"number": t.number, "member": t.member,
+                             "exploit": how.startswith("exploit"),
+                             "x0": parent.round, "y0": parent.value, "x1": t.round, "y1": t.value})
+    rows.sort(key=lambda r: r["number"])
+    return Panel("lineage", title, data={"members": [members[m] for m in sorted(members)],
+                                         "links": exploits, "rows": rows})
+
+
 def failures(view: StudyView) -> Panel:
     """rows: [{number, group, host, attempt, error}] of FAILED trials."""
     rows = [{"number": t.number, "group": t.group, "host": t.host, "attempt": t.attempt,
@@ -197,4 +233,4 @@ def _no_finished(view: StudyView) -> str:
 
 BUILDERS = {"history": history, "parallel": parallel, "importance": importance,
             "slice": slices, "contour": contour, "curves": curves, "folds": folds,
-            "timeline": timeline, "failures": failures}
+            "timeline": timeline, "failures": failures, "lineage": lineage}

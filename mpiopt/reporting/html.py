@@ -12,7 +12,7 @@ import json
 import math
 from datetime import datetime
 
-from mpiopt.reporting.figures import KINDS, panel
+from mpiopt.reporting.figures import KINDS, PBT_KINDS, panel
 from mpiopt.reporting.view import Panel, StudyView, hover
 from mpiopt.trial import TrialStatus
 
@@ -43,8 +43,12 @@ def render(view: StudyView, kinds=KINDS) -> str:
     from mpiopt.reporting.plotly_figures import figure
 
     panels = [panel(kind, view) for kind in kinds]
+    panels += [p for p in (panel(kind, view) for kind in PBT_KINDS) if p.note is None]
     figures = {f"plot-{p.kind}": figure(p) for p in panels if p.note is None}
     body = [_header(view)] + [_section(p) for p in panels] + [_failures(panel("failures", view))]
+    lineage = [p for p in panels if p.kind == "lineage"]
+    if lineage:
+        body.append(_lineage_table(lineage[0]))
     hovers = {t.number: hover(t, view.metric) for t in view.trials}
     return "\n".join([
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
@@ -95,6 +99,24 @@ def _failures(p: Panel) -> str:
         "</details></td></tr>" for r in p.data["rows"])
     return (f"{head}<table><tr><th>trial</th><th>group</th><th>host</th><th>attempt</th>"
             f"<th>error</th></tr>{rows}</table></section>")
+
+
+def _lineage_table(p: Panel) -> str:
+    """Every pbt round: its member, round, where it started and its value."""
+    rows = "".join(
+        f"<tr><td>{r['number']}</td><td>{r['member']}</td><td>{r['round']}</td>"
+        f"<td>{_dash(r['parent'])}</td><td>{html.escape(r['how'])}</td>"
+        f"<td>{'-' if r['value'] is None else format(r['value'], '.6g')}</td>"
+        f"<td>{html.escape(r['status'].lower())}</td><td>{html.escape(_params(r['params']))}</td></tr>"
+        for r in p.data["rows"])
+    return ('<section id="lineage-table"><h2>Lineage (one row per round)</h2><table><tr>'
+            "<th>trial</th><th>member</th><th>round</th><th>parent</th><th>how</th><th>value</th>"
+            f"<th>status</th><th>params</th></tr>{rows}</table></section>")
+
+
+def _params(params: dict) -> str:
+    return ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                     for k, v in params.items())
 
 
 def _json(value) -> str:

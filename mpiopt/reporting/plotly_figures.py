@@ -168,5 +168,25 @@ def timeline(d: dict) -> dict:
                   "categoryarray": [f"group {g}" for g in d["groups"]]}}}
 
 
-DRAW = {"history": history, "parallel": parallel, "importance": importance, "slice": slices,
+def lineage(d: dict) -> dict:
+    color = {m["member"]: MEMBER_COLORS[i % len(MEMBER_COLORS)] for i, m in enumerate(d["members"])}
+    data = []
+    for link in d["links"]:
+        data.append({"type": "scatter", "mode": "lines", "showlegend": False, "hoverinfo": "skip",
+                     "x": [link["x0"], link["x1"]], "y": [link["y0"], link["y1"]],
+                     "line": {"dash": "dash", "color": "#999", "width": 1} if link["exploit"]
+                     else {"color": color.get(link["member"], "#999"), "width": 1.5}})
+    data += [_trials({"type": "scatter", "mode": "markers", "name": f"member {m['member']}",
+                      "x": m["rounds"], "y": m["values"],
+                      "marker": {"size": 7, "color": color[m["member"]]}}, m["numbers"])
+             for m in d["members"]]
+    return {"data": data, "layout": {"xaxis": {"title": {"text": "round"}, "dtick": 1},
+                                     "yaxis": {"title": {"text": "value"}}}}
+
+
+MEMBER_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
+                 "#7f7f7f", "#bcbd22", "#17becf")
+
+
+DRAW = {"lineage": lineage, "history": history, "parallel": parallel, "importance": importance, "slice": slices,
         "contour": contour, "curves": curves, "folds": folds, "timeline": timeline}

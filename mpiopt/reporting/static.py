@@ -169,5 +169,23 @@ def _cmap(name: str):
     return matplotlib.colormaps[name]
 
 
-DRAW = {"history": history, "parallel": parallel, "importance": importance, "slice": slices,
+def lineage(fig, d: dict) -> None:
+    from matplotlib.ticker import MaxNLocator
+
+    ax = fig.subplots()
+    color = {m["member"]: f"C{i % 10}" for i, m in enumerate(d["members"])}
+    for link in d["links"]:
+        if link["exploit"]:
+            ax.plot([link["x0"], link["x1"]], [link["y0"], link["y1"]], ls="--", color="#999", lw=0.8)
+        else:
+            ax.plot([link["x0"], link["x1"]], [link["y0"], link["y1"]], color=color[link["member"]], lw=1.2)
+    for m in d["members"]:
+        ax.scatter(m["rounds"], m["values"], s=20, color=color[m["member"]], label=f"member {m['member']}",
+                   zorder=3)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set(xlabel="round", ylabel="value")
+    ax.legend(loc="best", fontsize=8)
+
+
+DRAW = {"lineage": lineage, "history": history, "parallel": parallel, "importance": importance, "slice": slices,
         "contour": contour, "curves": curves, "folds": folds, "timeline": timeline}
