@@ -30,7 +30,8 @@ FULL_SPEC = {
     "search_space": {"x": {"type": "real", "low": 0.0, "high": 1.0},
                      "y": {"type": "real", "low": 0.0, "high": 1.0}},
     "search": {"algorithm": "random", "trials": 2,
-               **{a: {} for a in ("bayesian", "tpe", "cmaes", "evolutionary", "random", "auto")}},
+               **{a: {} for a in ("bayesian", "tpe", "cmaes", "evolutionary", "random", "auto",
+                                  "pbt")}},
     "training": {"epochs": 1, "early_stopping": {}, "pruning": {}},
     "resources": {"group_size": 1},
 }

@@ -12,9 +12,11 @@ from mpiopt.spec._types import ALGORITHMS, SearchSpec
 SEARCH = Fields(
     Field("algorithm", "auto", "text", "`auto` (chooses, see \"Choosing a searcher\"), "
           "`bayesian` (a Gaussian process, scikit-optimize's kernels), `tpe` and `cmaes` "
-          "(Optuna's samplers), `evolutionary` (DEAP) or `random`.", choices=ALGORITHMS),
+          "(Optuna's samplers), `evolutionary` (DEAP), `random`, or `pbt` (population-based "
+          "training of Keras models, see \"Population-based training\").", choices=ALGORITHMS),
     Field("trials", REQUIRED, "integer", "Number of finished trials to run. A resumed study "
-          "counts the trials already done.", low=1),
+          "counts the trials already done. With `pbt` a trial is one round of one member, so "
+          "the compute is `trials` x `pbt.interval` group-epochs.", low=1),
     Field("seed", 0, "integer", "The same spec and seed give the same suggestions.", low=0),
     Field("target", None, "number", "Stop once a trial's value reaches this (or better, per "
           "`direction`)."),

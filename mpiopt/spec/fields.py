@@ -28,7 +28,7 @@ SECTIONS: dict[str, Fields] = {
     "objective.data": DATA,
     "search": SEARCH,
     **{f"search.{name}": OPTIONS[name] for name in ("bayesian", "tpe", "cmaes", "evolutionary",
-                                                     "random", "auto")},
+                                                     "random", "auto", "pbt")},
     "training": TRAINING,
     "training.early_stopping": EARLY_STOPPING,
     "training.pruning": PRUNING,
