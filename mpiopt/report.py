@@ -83,6 +83,8 @@ def flat_row(trial: FrozenTrial) -> dict[str, Any]:
     row = {c: getattr(trial, c) for c in BASE_COLUMNS}
     row["status"] = trial.status.value
     row["started_at"], row["finished_at"] = _iso(trial.started_at), _iso(trial.finished_at)
+    if trial.round is not None:          # a pbt round's lineage
+        row.update(member=trial.member, round=trial.round, parent=trial.parent)
     row.update({f"params_{k}": v for k, v in trial.params.items()})
     row.update({f"metrics_{k}": v for k, v in trial.metrics.items()})
     row.update({f"fold_{i}": v for i, v in enumerate(trial.fold_values)})
