@@ -310,3 +310,28 @@ def test_the_report_draws_the_population_and_tabulates_its_lineage(tmp_path):
 
     columns, rows = export_rows(rounds)
     assert {"member", "round", "parent"} <= set(columns) and rows[2]["parent"] == 1
+
+
+def test_groups_beyond_the_population_wait_and_the_study_still_ends(tmp_path):
+    from mpiopt.parallel.protocol import Result
+    from mpiopt.parallel.scheduler import Dispatch, Scheduler, StopGroup
+    from mpiopt.storage import open_storage
+    from mpiopt.trial import TrialStatus
+
+    with open_storage(f"sqlite:///{tmp_path / 'p.db'}", create=True) as st:
+        sid = st.create_study("p", "minimize", "v", "s", "0" * 64, "{}")
+        sched = Scheduler(storage=st, study_id=sid, searcher=make_searcher(
+            "pbt", SPACE, {"population": 2}, seed=1), direction="minimize", budget=6,
+            n_groups=3, artifacts=RecordingKeeper())
+        actions = sched.start()
+        queue = [a for a in actions if isinstance(a, Dispatch)]
+        assert len(queue) == 2 and sched.idle == [2]          # the third group waits
+        stopped = set()
+        while queue:
+            d = queue.pop(0)
+            out = sched.on_result(d.group, Result(d.trial.trial_id, TrialStatus.COMPLETE,
+                                                  value=float(d.trial.number)))
+            out += sched.tick()
+            queue += [a for a in out if isinstance(a, Dispatch)]
+            stopped |= {a.group for a in out if isinstance(a, StopGroup)}
+        assert sched.done and len(st.get_trials(sid)) == 6 and 2 in stopped
