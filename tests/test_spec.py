@@ -165,7 +165,8 @@ def test_model_objective_is_checked_without_importing(folder):
     assert "keras_is_not_imported_by_validation" not in sys.modules
 
 
-@pytest.mark.parametrize("path", ["examples/branin/spec.yaml", "examples/mixed/spec.yaml"])
+@pytest.mark.parametrize("path", ["examples/branin/spec.yaml", "examples/mixed/spec.yaml",
+                                  "examples/jets/pbt.yaml"])
 def test_example_specs_validate(path):
     spec = load_spec(ROOT / path)
     assert len(spec.space) >= 2
@@ -480,7 +481,8 @@ def test_cli_prints_the_resolved_spec(folder):
     assert printed["search"]["trials"] == 9 and printed["training"]["epochs"] == 10
 
 
-@pytest.mark.parametrize("path", ["examples/branin/spec.yaml", "examples/mixed/spec.yaml"])
+@pytest.mark.parametrize("path", ["examples/branin/spec.yaml", "examples/mixed/spec.yaml",
+                                  "examples/jets/pbt.yaml"])
 def test_cli_accepts_the_examples(path):
     proc = cli(ROOT / path)
     assert proc.returncode == 0, proc.stderr
