@@ -234,6 +234,7 @@ def _run(storage, sid, existing=(), budget=12, values=None, stop_after=None):
     sched = Scheduler(storage=storage, study_id=sid, searcher=make_searcher(
         "pbt", SPACE, {"population": 3, "interval": 2}, seed=1), direction="minimize",
         budget=budget, n_groups=2, existing=list(existing), artifacts=keeper)
+    sched.ask_ahead = True          # as the MPI loop sets it: pbt must still never go ahead
     queue = [a for a in sched.start() if isinstance(a, Dispatch)]
     done = 0
     while queue and (stop_after is None or done < stop_after):
@@ -242,6 +243,7 @@ def _run(storage, sid, existing=(), budget=12, values=None, stop_after=None):
         queue += [a for a in sched.on_result(d.group, Result(d.trial.trial_id, TrialStatus.COMPLETE,
                                                               value=value))
                   if isinstance(a, Dispatch)]
+        assert not sched.ahead and sched.prefetch() is False
         done += 1
     return sched, keeper, queue
 
