@@ -38,6 +38,12 @@ busy groups, and only once a trial has succeeded (a study whose first trials all
 should stop with nothing else on record). Once the study stops taking trials, those not yet begun are withdrawn
 (CANCEL): the leader answers INTERRUPTED without running them, and they run on resume.
 
+A numbered searcher (mpiopt.search.pbt: population-based training) is told and forgets by
+trial number, since its members often share parameters; each trial it plans carries a
+lineage (member, round, parent) to the database and to the group, it is never asked ahead
+(a round's plan must see the result before it), and the Keeper keeps the checkpoints of
+finished trials it may still start a round from (`needed()`).
+
 A slow searcher comes wrapped in mpiopt.search.background.BackgroundSearcher: suggestions
 are taken from its stock (none ready: the group waits for the next tick), tells are
 queued, and no event here ever waits for a model fit.
