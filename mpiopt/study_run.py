@@ -142,6 +142,11 @@ def open_run(spec, url: str, resume, isolated: bool, retry_failed: bool = False)
     from mpiopt.storage import open_storage
     from mpiopt.study import open_study
 
+    if retry_failed and spec.search.algorithm == "pbt":     # before anything is written
+        from mpiopt.errors import SpecError
+
+        raise SpecError("--retry-failed: a pbt round runs within its population (a failed "
+                        "round's member exploits another member instead); leave it off")
     warm, warm_note = _warm(spec, url)          # refused before anything is written
     storage = open_storage(url, create=True)
     period = lease_period_s()

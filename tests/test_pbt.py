@@ -337,3 +337,16 @@ def test_groups_beyond_the_population_wait_and_the_study_still_ends(tmp_path):
             queue += [a for a in out if isinstance(a, Dispatch)]
             stopped |= {a.group for a in out if isinstance(a, StopGroup)}
         assert sched.done and len(st.get_trials(sid)) == 6 and 2 in stopped
+
+
+def test_retry_failed_is_refused_for_pbt_before_anything_is_written(folder, capsys):
+    from mpiopt.cli.main import main
+
+    path = folder / "spec.yaml"
+    path.write_text(yaml.safe_dump(PBT_SPEC))
+    db = folder / "p.db"
+    assert main(["search", str(path), "--storage", f"sqlite:///{db}", "--resume",
+                 "--retry-failed"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--retry-failed: a pbt round" in err[0]
+    assert not db.exists()
