@@ -248,10 +248,11 @@ def _run(storage, sid, existing=(), budget=12, values=None, stop_after=None):
     return sched, keeper, queue
 
 
-def test_the_scheduler_records_lineage_and_keeps_only_needed_checkpoints(tmp_path):
+def test_the_scheduler_records_lineage_and_keeps_only_needed_checkpoints(db_url):
+    """On SQLite and on PostgreSQL (the lineage columns, `round` among them)."""
     from mpiopt.storage import open_storage
 
-    with open_storage(f"sqlite:///{tmp_path / 'p.db'}", create=True) as st:
+    with open_storage(db_url, create=True) as st:
         sid = st.create_study("p", "minimize", "v", "s", "0" * 64, "{}")
         sched, keeper, _ = _run(st, sid)
         trials = st.get_trials(sid)
