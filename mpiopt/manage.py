@@ -67,8 +67,14 @@ def copy_study(source, target, name: str, as_name: str | None = None) -> int:
 
 
 def enqueue(storage, name: str, given: dict):
-    """Queue one parameter set for study `name`; returns the PENDING trial."""
+    """Queue one parameter set for study `name`; returns the PENDING trial. Refused for
+    a pbt study: its rounds come from its population, and a queued set would run as a
+    whole training outside it, which the searcher ignores."""
     record = storage.get_study(name)
+    search = (yaml.safe_load(record.spec_text or "") or {}).get("search") or {}
+    if isinstance(search, dict) and search.get("algorithm") == "pbt":
+        raise SpecError(f"study '{name}' uses search.algorithm pbt: its rounds come from its "
+                        "population, so a queued parameter set has no member to join")
     try:
         params = Space.from_dict(json.loads(record.space_json)).parameter_set(given)
     except SpaceError as exc:

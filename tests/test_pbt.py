@@ -351,3 +351,18 @@ def test_retry_failed_is_refused_for_pbt_before_anything_is_written(folder, caps
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--retry-failed: a pbt round" in err[0]
     assert not db.exists()
+
+
+def test_enqueue_into_a_pbt_study_is_one_line_and_writes_nothing(folder, capsys):
+    from mpiopt.cli.main import main
+    from mpiopt.storage import open_storage
+
+    db = folder / "p.db"
+    with open_storage(f"sqlite:///{db}", create=True) as st:
+        st.create_study("p", "maximize", "val_auc", yaml.safe_dump(PBT_SPEC), "0" * 64, "{}")
+    assert main(["enqueue", "p", "--set", "lr=0.01",
+                 "--storage", f"sqlite:///{db}"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "search.algorithm pbt" in err[0]
+    with open_storage(f"sqlite:///{db}") as st:
+        assert st.get_trials(st.get_study("p").id) == []
