@@ -67,3 +67,13 @@ def db_url(request, tmp_path):
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'results.db'}"
     return request.getfixturevalue("pg_server").new_database()
+
+
+@pytest.fixture(autouse=True)
+def _no_native_log_leak(monkeypatch):
+    """A command run in this process (cli main) sets MPIOPT_NATIVE_LOG for the TensorFlow
+    it may import; it must not reach the next tests' subprocesses, whose headers and logs
+    would then name another test's file."""
+    if "MPIOPT_NATIVE_LOG" not in os.environ:
+        monkeypatch.setenv("MPIOPT_NATIVE_LOG", "")
+        monkeypatch.delenv("MPIOPT_NATIVE_LOG")     # recorded as unset: removed after the test

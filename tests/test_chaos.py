@@ -191,7 +191,13 @@ def test_signals_end_cleanly_with_130_and_one_line(tmp_path, url, np, sig):
     _wait_running(url)
     sent = time.monotonic()
     os.killpg(job.pid, sig)
-    out, err = job.communicate(timeout=60)
+    try:
+        out, err = job.communicate(timeout=60)
+    except subprocess.TimeoutExpired:     # say what the processes were doing, then end them
+        state = _signal_state(job.pid)
+        os.killpg(job.pid, signal.SIGKILL)
+        job.communicate(timeout=30)
+        raise AssertionError(f"still running 60 s after {sig.name}: {state}") from None
     assert time.monotonic() - sent < 15
     assert job.returncode == 130, out + err
     lines = [ln for ln in err.splitlines() if ln.startswith("mpiopt:")]
@@ -199,6 +205,23 @@ def test_signals_end_cleanly_with_130_and_one_line(tmp_path, url, np, sig):
     assert "MPI_Abort" not in out + err and "Traceback" not in err
     study, trials = assert_settled(url)
     assert study.status is StudyStatus.INTERRUPTED
+
+
+def _signal_state(pgid: int) -> str:
+    """Each process of the group: its command and its signal masks (/proc), for a hang's
+    failure message (a signal blocked or ignored by inheritance is the usual suspect)."""
+    lines = []
+    for pid in (p for p in os.listdir("/proc") if p.isdigit()):
+        try:
+            if os.getpgid(int(pid)) != pgid:
+                continue
+            cmd = open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ").decode()[:80]
+            masks = [ln.strip() for ln in open(f"/proc/{pid}/status")
+                     if ln.startswith(("State", "SigPnd", "ShdPnd", "SigBlk", "SigIgn", "SigCgt"))]
+        except (OSError, ProcessLookupError):
+            continue
+        lines.append(f"[{pid} {cmd}: {'; '.join(masks)}]")
+    return " ".join(lines) or "no process left in the group"
 
 
 # ---- start-up -----------------------------------------------------------------------------

@@ -43,7 +43,9 @@ class StopFlag:
         self.signum: int | None = None
 
     def install(self) -> None:
-        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1):
+        stops = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, stops)   # a blocked mask is inherited
+        for sig in stops:
             signal.signal(sig, self._handler)
 
     def _handler(self, signum, frame) -> None:

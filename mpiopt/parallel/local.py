@@ -22,8 +22,11 @@ def run_local(scheduler, objective, comm) -> bool:
     """Run the study to its end. Returns False when interrupted (signal, hard time limit)."""
     # SIGINT too: a process started with SIGINT ignored (a background job, a parent that
     # ignores it) gets no KeyboardInterrupt from Python, and Ctrl-C or killpg would not stop it
-    previous = {sig: signal.signal(sig, _raise_interrupt)
-                for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)}
+    # them unblocked too: a blocked mask is inherited across fork and exec, and a pending
+    # signal that is never delivered would leave the study running
+    stops = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, stops)
+    previous = {sig: signal.signal(sig, _raise_interrupt) for sig in stops}
     try:
         queue = deque(scheduler.start())
         while queue:

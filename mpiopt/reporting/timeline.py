@@ -34,6 +34,22 @@ def intervals(view: StudyView) -> list[tuple]:
             end = utc(t.finished_at)
         if end is not None:
             out.append((t, start, max(end, start)))
+    return _one_at_a_time(out)
+
+
+def _one_at_a_time(spans: list[tuple]) -> list[tuple]:
+    """A group runs one trial at a time: a trial's end is cut at the next one's start on
+    its group. (A trial sent ahead is noted as started when the result before it is
+    written, a few milliseconds after it began, so start + duration may overlap.)"""
+    by_group: dict[int, list[int]] = {}
+    for i, (t, start, _) in enumerate(spans):
+        by_group.setdefault(t.group, []).append(i)
+    out = list(spans)
+    for indexes in by_group.values():
+        indexes.sort(key=lambda i: spans[i][1])
+        for a, b in zip(indexes, indexes[1:]):
+            t, start, end = out[a]
+            out[a] = (t, start, max(start, min(end, spans[b][1])))
     return out
 
 

@@ -12,6 +12,7 @@ Every function runs inside the caller's transaction and never commits.
 """
 from __future__ import annotations
 
+import math
 from datetime import datetime, timedelta, timezone
 from typing import Sequence
 
@@ -49,8 +50,7 @@ _HEADS = select(TRIALS.c.id, TRIALS.c.study_id, TRIALS.c.number, TRIALS.c.status
                 TRIALS.c.started_at, TRIALS.c.rank,
                 TRIALS.c.suggest_seconds, TRIALS.c.member, TRIALS.c.round,
                 TRIALS.c.parent).where(TRIALS.c.id.in_(_IDS))
-_SET_TRIAL = (update(TRIALS).where(TRIALS.c.id == bindparam("tid"))   # SET from the params
-              .values(started_at=func.coalesce(TRIALS.c.started_at, bindparam("start_if_none"))))
+_SET_TRIAL = update(TRIALS).where(TRIALS.c.id == bindparam("tid"))   # SET from the params
 _MARK_STARTED = (update(TRIALS).where(TRIALS.c.id.in_(_IDS), TRIALS.c.started_at.is_(None))
                  .values(started_at=bindparam("now")))
 _DROP_FOLDS_OF = delete(FOLDS).where(FOLDS.c.trial_id.in_(_IDS))
@@ -144,12 +144,10 @@ def finish_many(conn: Connection, items: Sequence[tuple], now: datetime,
             raise StorageError(f"trial {head.number} is already {head.status.value}")
         if outcome["duration"] is None:
             outcome["duration"] = _elapsed(head.started_at, now)
-        started_at = head.started_at       # a trial sent ahead whose start was never noted
-        if started_at is None:             # (mark_started): its measured duration says when
-            started_at = now - timedelta(seconds=max(0.0, outcome["duration"] or 0.0))
+        started_at = _start(head.started_at, now, outcome["duration"])
         params, epochs, had_folds = children.get(tid, ({}, {}, False))
         updates.append({"tid": tid, "status": status, "finished_at": now,
-                        "start_if_none": started_at, **outcome})
+                        "started_at": started_at, **outcome})
         if had_folds:
             drop.append(tid)
         folds = _fold_rows(tid, fold_values, fold_metrics)
@@ -242,6 +240,15 @@ def _require_study(conn, study_id, where) -> None:
 def _decoded(rows: list[dict]) -> dict:
     """Parameters as a later read returns them (the written text decoded)."""
     return {r["name"]: decode_value(r["kind"], r["value_text"]) for r in rows}
+
+
+def _start(noted: datetime | None, now: datetime, duration: float | None) -> datetime | None:
+    """A finished trial's start: when it was noted, else (a trial sent ahead whose start
+    was never noted) its result's arrival less its measured duration, rounded down to the
+    microsecond so that its end does not pass the next trial's start on its group."""
+    if noted is not None or duration is None:
+        return noted
+    return now - timedelta(microseconds=math.ceil(max(0.0, duration) * 1e6))
 
 
 def _elapsed(start: datetime | None, end: datetime) -> float | None:
