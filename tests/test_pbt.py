@@ -67,7 +67,7 @@ def test_asynchronous_decisions_never_wait_for_the_population():
         s.ask(n)
     s.tell_trial(0, s.segments[0].params, 0.9)
     s.tell_trial(1, s.segments[1].params, 0.1)
-    params = s.ask(4)                  # members 2, 3 still train
+    s.ask(4)                           # members 2, 3 still train
     assert s.lineage(4) == {"member": 0, "round": 1, "parent": 1}   # 0 is the worst of two
     assert s.decisions[4] == "exploit"
     assert s.ask(5) is not None and s.lineage(5) == {"member": 1, "round": 1, "parent": 1}
