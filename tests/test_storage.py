@@ -648,3 +648,19 @@ def test_a_trial_finished_without_a_noted_start_gets_one_from_its_duration(stora
     assert again.started_at is not None and done.started_at is not None
     span = (again.finished_at - again.started_at).total_seconds()
     assert 29.0 <= span <= 31.0
+
+
+def test_the_queue_read_on_every_dispatch_does_not_walk_the_study(tmp_path):
+    """SQLite plans the queue's SELECT on the status index (a handful of PENDING rows),
+    not on (study_id, number), whose walk through every trial grew with the study: the
+    coordinator's cost per trial went from 0.85 ms at 100 trials to 1.7 ms at 10,000."""
+    from mpiopt.storage._studies import _PENDING
+
+    with open_storage(f"sqlite:///{tmp_path / 'q.db'}", create=True) as st:
+        compiled = _PENDING.compile(st.engine)
+        values = {**compiled.params, "sid": 1, "n": 4}
+        args = tuple(values[name] for name in compiled.positiontup)
+        with st.engine.connect() as conn:
+            plan = " ".join(str(row) for row in
+                            conn.exec_driver_sql("EXPLAIN QUERY PLAN " + str(compiled), args))
+    assert "ix_trials_status" in plan and "autoindex" not in plan, plan
