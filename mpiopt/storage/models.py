@@ -11,7 +11,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 from sqlalchemy import (BigInteger, DateTime, Enum, Float, ForeignKey, Integer, MetaData, String,
-                        Text, TypeDecorator, UniqueConstraint)
+                        Text, TypeDecorator, UniqueConstraint, Index)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 from mpiopt.trial import StudyStatus, TrialStatus
@@ -85,7 +85,9 @@ class StudyModel(Base):
 
 class TrialModel(Base):
     __tablename__ = "trials"
-    __table_args__ = (UniqueConstraint("study_id", "number"),)
+    __table_args__ = (UniqueConstraint("study_id", "number"),
+                      # the queue read on every dispatch (migration 0007)
+                      Index("ix_trials_queue", "study_id", "status", "number"))
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     study_id: Mapped[int] = mapped_column(
