@@ -61,6 +61,11 @@ class Objective:
         return self._function is None or "comm" in self._accepts
 
     @property
+    def function_here(self) -> bool:
+        """A plain function run in this process (objective.isolate: false)."""
+        return self._function is not None and not self.isolated
+
+    @property
     def isolated(self) -> bool:
         """A plain function without `comm` runs in a worker process (objective.isolate)."""
         return (self._function is not None and "comm" not in self._accepts

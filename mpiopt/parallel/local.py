@@ -14,30 +14,47 @@ from mpiopt.parallel.protocol import Report
 from mpiopt.parallel.scheduler import Dispatch, StopGroup
 
 
-def _raise_interrupt(signum, frame):
-    raise KeyboardInterrupt
+class _Stop:
+    """The signal handler: it only sets a flag, which the sandbox's wait, the per-epoch
+    report and the loop look at. An exception raised at an arbitrary point (inside a
+    database write, a pool's lock) could leave a lock held and the interrupt's own writes
+    waiting on it for ever, as a clean-clone run showed. Only while user code runs in this
+    process (objective.isolate: false) is KeyboardInterrupt raised, since nothing else
+    could stop a trial that never returns."""
+
+    def __init__(self):
+        self.set = False
+        self.user_code = False
+
+    def __call__(self, signum, frame):
+        self.set = True
+        if self.user_code:
+            raise KeyboardInterrupt
 
 
 def run_local(scheduler, objective, comm) -> bool:
     """Run the study to its end. Returns False when interrupted (signal, hard time limit)."""
     # SIGINT too: a process started with SIGINT ignored (a background job, a parent that
-    # ignores it) gets no KeyboardInterrupt from Python, and Ctrl-C or killpg would not stop it
-    # them unblocked too: a blocked mask is inherited across fork and exec, and a pending
+    # ignores it) gets no KeyboardInterrupt from Python, and Ctrl-C or killpg would not stop
+    # it; unblocked too: a blocked mask is inherited across fork and exec, and a pending
     # signal that is never delivered would leave the study running
     stops = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)
+    stop = _Stop()
     signal.pthread_sigmask(signal.SIG_UNBLOCK, stops)
-    previous = {sig: signal.signal(sig, _raise_interrupt) for sig in stops}
+    previous = {sig: signal.signal(sig, stop) for sig in stops}
     try:
         queue = deque(scheduler.start())
-        while queue:
+        while queue and not stop.set:
             action = queue.popleft()
             if isinstance(action, StopGroup):
                 continue
             assert isinstance(action, Dispatch)
-            result = _evaluate(scheduler, objective, comm, action)
+            result = _evaluate(scheduler, objective, comm, action, stop)
             queue.extend(scheduler.on_result(action.group, result))
             if result.status.value == "INTERRUPTED" or scheduler.overdue() is not None:
                 raise KeyboardInterrupt
+        if stop.set:
+            raise KeyboardInterrupt
         return True
     except KeyboardInterrupt:
         scheduler.interrupt()
@@ -48,20 +65,26 @@ def run_local(scheduler, objective, comm) -> bool:
         objective.close()
 
 
-def _evaluate(scheduler, objective, comm, action: Dispatch):
+def _evaluate(scheduler, objective, comm, action: Dispatch, stop: _Stop):
     trial = action.trial
 
     def past_hard_edge() -> bool:
         edge = scheduler.hard_deadline
-        return edge is not None and scheduler.clock() >= edge
+        return stop.set or (edge is not None and scheduler.clock() >= edge)
 
     def report(epoch, value):
         if past_hard_edge():
-            return TrialCancelled("cancelled: time limit + grace reached")
+            return TrialCancelled("cancelled: the study is stopping")
         answer = scheduler.on_report(action.group, Report(trial.trial_id, int(epoch), float(value)))
         return not (answer and answer[0].decision.prune)
 
-    result = objective.evaluate(trial, comm, report, should_cancel=past_hard_edge)
+    stop.user_code = objective.function_here
+    try:
+        if stop.set and stop.user_code:
+            raise KeyboardInterrupt
+        result = objective.evaluate(trial, comm, report, should_cancel=past_hard_edge)
+    finally:
+        stop.user_code = False
     if result.status.value == "PRUNED" and result.value is None:
         from dataclasses import replace
 
