@@ -9,7 +9,11 @@ a simulated clock, and the groups wait meanwhile. As under MPI, random and evolu
 search ask ahead: a busy group holds its next trial and starts it when its current one
 ends. Reported:
 
-- completions per second the coordinator sustains (trials / its busy seconds);
+- completions per second (trials / the coordinator's busy seconds), at the load the
+  groups make (1,000 groups of 10 s trials offer 100 results a second, which mostly arrive
+  one at a time) and saturated: 10,000 groups of 1 s trials offer 10,000 a second, more
+  than one coordinator can take, so results wait and arrive in batches, as they would at
+  the limit. The saturated figure is the most the coordinator sustains;
 - how busy the groups are at D = 10 s and 60 s: mean trial time / (mean trial time +
   mean wait between a trial's end and the group's next start), with 1,000 and 10,000
   groups (a short last wave that is nobody's fault is left out: only the gaps count);
@@ -96,7 +100,7 @@ def simulate(url: str, algorithm: str, groups: int, trials: int, mean_s: float,
         last_end: dict[int, float] = {}
         held: dict[int, list] = {}   # group -> trials it holds, not begun (sent ahead)
         busy: set[int] = set()
-        gaps, durations, busy_s, cost_at = [], [], 0.0, {}
+        gaps, durations, busy_s, cost_at, batches = [], [], 0.0, {}, 0
 
         def launch(group, at):
             a = held[group].pop(0)
@@ -130,6 +134,7 @@ def simulate(url: str, algorithm: str, groups: int, trials: int, mean_s: float,
                     launch(group, end)
                 batch.append((group, Result(tid, TrialStatus.COMPLETE, value=float(_branin(params)))))
             before = sched.finished
+            batches += 1
             t0 = time.perf_counter()
             actions = sched.on_results(batch)
             spent = time.perf_counter() - t0
@@ -143,7 +148,7 @@ def simulate(url: str, algorithm: str, groups: int, trials: int, mean_s: float,
     mean_gap = statistics.fmean(gaps) if gaps else 0.0
     return {"completions/s": trials / busy_s, "busy %": 100 * mean_s / (mean_s + mean_gap),
             "mean gap ms": 1e3 * mean_gap, "cost per trial ms": 1e3 * busy_s / trials,
-            "commits per trial": len(commits) / trials,
+            "commits per trial": len(commits) / trials, "mean batch": trials / max(1, batches),
             "cost_at": {m: 1e3 * statistics.median(v) for m, v in cost_at.items()}}
 
 
@@ -172,9 +177,11 @@ def main(argv=None) -> int:
     ap.add_argument("--algorithms", nargs="+", default=["random", "evolutionary"])
     ap.add_argument("--engines", nargs="+", default=["sqlite", "postgresql"])
     ap.add_argument("--waves", type=int, default=3, help="trials = waves x groups")
+    ap.add_argument("--saturate", type=int, default=10_000,
+                    help="groups of 1 s trials for the saturated figure (0: skip)")
     args = ap.parse_args(argv)
     server = None
-    rows, growth = [], []
+    rows, growth, saturated = [], [], []
     with tempfile.TemporaryDirectory() as tmp:
         urls = {"sqlite": lambda n: f"sqlite:///{Path(tmp) / (n + '.db')}"}
         if "postgresql" in args.engines:
@@ -200,6 +207,15 @@ def main(argv=None) -> int:
                                          "cost per trial ms": round(r["cost per trial ms"], 3),
                                          "commits per trial": round(r["commits per trial"], 2)})
                             print(rows[-1], flush=True)
+                    if args.saturate:
+                        r = simulate(urls[engine](f"{algorithm}-saturated"), algorithm,
+                                     args.saturate, args.waves * args.saturate, 1.0)
+                        saturated.append({"engine": engine, "algorithm": algorithm,
+                                          "groups": args.saturate, "trial s": 1.0,
+                                          "completions/s": round(r["completions/s"]),
+                                          "mean batch": round(r["mean batch"], 1),
+                                          "commits per trial": round(r["commits per trial"], 3)})
+                        print(saturated[-1], flush=True)
                     r = simulate(urls[engine](f"{algorithm}-growth"), algorithm, 16, 10_100, 10.0,
                                  marks=(100, 10_000))
                     growth.append({"engine": engine, "algorithm": algorithm,
@@ -215,6 +231,10 @@ def main(argv=None) -> int:
     print(f"`python benchmarks/simulate.py` (trials = {args.waves} x groups; durations "
           "log-normal, sd = mean / 2)\n")
     print(table(rows))
+    if saturated:
+        print("\nSaturated: more results offered than one coordinator takes (the most it "
+              "sustains; results wait and are written in batches):\n")
+        print(table(saturated))
     print("\nCost per trial as the study grows (16 groups, 10,100 trials):\n")
     print(table(growth))
     print("\nBayesian suggestions asked in a row (as for a batch of idle groups):\n")

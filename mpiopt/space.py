@@ -489,35 +489,36 @@ class PointSet:
     def __init__(self, space: "Space"):
         self.space = space
         cols = space.dimensions
-        self.categorical = np.array([isinstance(d, Categorical) for d in cols])
-        self.span = np.array([1.0 if isinstance(d, Categorical) else d._scale(d.high) - d._scale(d.low)
+        self.span = np.array([[1.0 if isinstance(d, Categorical) else d._scale(d.high) - d._scale(d.low)]
                               for d in cols])
-        self.rows = np.zeros((16, len(cols)))
-        self.live = np.zeros(16, dtype=bool)
+        # Stored by column (a reduction across a few columns of a long array is ~7x
+        # faster than across rows of two). A free slot holds +inf, at distance 1 (the most
+        # there is) from anything: no mask per call. Categories are indices, so
+        # min(1, |a - b|) is their 0/1 distance too.
+        self.cols = np.full((len(cols), 16), np.inf)
+        self.free = list(range(15, -1, -1))
         self.slot: dict = {}
 
     def add(self, key, params: dict) -> None:
         if key in self.slot:
             return
-        free = np.flatnonzero(~self.live)
-        if not len(free):
-            self.rows = np.vstack([self.rows, np.zeros_like(self.rows)])
-            self.live = np.concatenate([self.live, np.zeros_like(self.live)])
-            free = np.flatnonzero(~self.live)
-        i = int(free[0])
-        self.rows[i], self.live[i], self.slot[key] = self.space.distance_row(params), True, i
+        if not self.free:
+            n = self.cols.shape[1]
+            self.cols = np.hstack([self.cols, np.full_like(self.cols, np.inf)])
+            self.free = list(range(2 * n - 1, n - 1, -1))
+        i = self.free.pop()
+        self.cols[:, i], self.slot[key] = self.space.distance_row(params), i
 
     def discard(self, key) -> None:
         i = self.slot.pop(key, None)
         if i is not None:
-            self.live[i] = False
+            self.cols[:, i] = np.inf
+            self.free.append(i)
 
     def nearest(self, params: dict) -> float:
         """Distance from params to the nearest point (inf when there are none)."""
         if not self.slot:
             return float("inf")
-        rows = self.rows[self.live]
-        diff = np.abs(rows - np.array(self.space.distance_row(params)))
-        per_dim = np.where(self.categorical, (diff > 0).astype(float),
-                           np.minimum(1.0, diff / self.span))
-        return float(per_dim.max(axis=1).min())
+        diff = np.abs(self.cols - np.asarray(self.space.distance_row(params))[:, None])
+        diff /= self.span
+        return min(1.0, float(diff.max(axis=0).min()))

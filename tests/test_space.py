@@ -285,3 +285,28 @@ def test_from_dict_rejects_bad_entries():
         Space.from_dict({"x": {"type": "float", "low": 0, "high": 1}})
     with pytest.raises(SpaceError):
         Space.from_dict({"x": [1, 2]})
+
+
+def test_point_set_nearest_matches_space_distance_through_adds_and_discards():
+    """PointSet (numpy, by column, free slots at +inf) gives Space.distance's minimum, also
+    after discards and when it grows past its first 16 slots."""
+    from mpiopt.space import PointSet
+
+    space = Space.from_dict({"lr": {"type": "real", "low": 1e-4, "high": 1.0, "prior": "log-uniform"},
+                             "units": {"type": "integer", "low": 1, "high": 64},
+                             "act": {"type": "categorical", "choices": ["relu", "tanh", "elu"]}})
+    rng = np.random.default_rng(3)
+    points, kept = PointSet(space), {}
+    assert points.nearest(space.sample(rng)) == math.inf
+    for i in range(60):
+        p = space.sample(rng)
+        points.add(i, p)
+        kept[i] = p
+        if i % 3 == 0:
+            gone = int(rng.choice(list(kept)))
+            points.discard(gone)
+            del kept[gone]
+        q = space.sample(rng)
+        want = min(space.distance(q, other) for other in kept.values()) if kept else math.inf
+        assert points.nearest(q) == pytest.approx(want)
+    assert points.nearest(next(iter(kept.values()))) == 0.0

@@ -132,6 +132,9 @@ class Scheduler:
         self.stopped: set[int] = set()
         self.running: dict[int, _Running] = {}
         self.ahead: dict[int, _Running] = {}    # group -> its next trial, sent, not begun
+        # Groups that may want a trial sent ahead (an ordered set, filtered when read): a
+        # result then costs O(its batch), not a scan of every running group.
+        self._wanting: dict[int, None] = {}
         self.ask_ahead = False                  # set by the MPI loop (module docstring)
         self.withdrawn: set[int] = set()        # trial ids of ahead trials called back
         self.n_groups = n_groups
@@ -145,6 +148,7 @@ class Scheduler:
                       else None)
         self.history: dict[int, dict[int, float]] = {}
         self.counts = {s: 0 for s in TrialStatus}
+        self._finished = 0
         self.initial_failures = 0
         self.last_error: str | None = None
         self.next_number = 0
@@ -174,7 +178,7 @@ class Scheduler:
             if t.status in (TrialStatus.RETRIED, TrialStatus.PENDING):
                 continue
             if t.status.is_finished():
-                self.counts[t.status] += 1
+                self._count(t.status)
                 usable = t.status is not TrialStatus.FAILED and _is_number(t.value)
                 finished.append((t.params, self._told_value(t) if usable else None))
                 if usable:
@@ -200,7 +204,13 @@ class Scheduler:
     # ---- queries ------------------------------------------------------------------
     @property
     def finished(self) -> int:
-        return sum(n for s, n in self.counts.items() if s.counts())
+        """Trials that count toward the budget (kept as a number: asked several times per
+        result)."""
+        return self._finished
+
+    def _count(self, status: TrialStatus) -> None:
+        self.counts[status] += 1
+        self._finished += status.counts()
 
     @property
     def done(self) -> bool:
@@ -299,7 +309,7 @@ class Scheduler:
         if self.artifacts is not None:      # written: its checkpoints go, its model is ranked
             self.artifacts.finished(done, keep=self._needed())
         for trial in done:
-            self.counts[trial.status] += 1
+            self._count(trial.status)
             self._account(trial)
             if self.progress:
                 self.progress.trial_finished(trial, self)
@@ -348,6 +358,7 @@ class Scheduler:
             return True
         nxt.started = self.clock()
         self.running[group] = nxt
+        self._wanting[group] = None
         if begun is not None and nxt.trial_id not in self.withdrawn:
             begun.append(nxt.trial_id)
         return False
@@ -549,8 +560,12 @@ class Scheduler:
             return [], [], []
         if not getattr(self.searcher, "ask_ahead", True):   # pbt: a round's plan must see
             return [], [], []                                # the result before it
-        groups = [g for g, run in self.running.items() if g not in self.ahead and not run.refit]
-        if not groups or not self._ahead_room():
+        if not self._ahead_room():
+            return [], [], []
+        groups = [g for g in self._wanting if (run := self.running.get(g)) is not None
+                  and g not in self.ahead and not run.refit]
+        self._wanting = dict.fromkeys(groups)
+        if not groups:
             return [], [], []
         actions = self._take_queued(tick, ahead_of=groups)
         groups = [g for g in groups if g not in self.ahead]
@@ -680,6 +695,8 @@ class Scheduler:
         self.next_number = max(self.next_number, rec.number + 1)
         (self.ahead if ahead else self.running)[group] = _Running(
             rec.id, rec.number, params, group, self.clock())
+        if not ahead:
+            self._wanting[group] = None
         seed = rec.seed if rec.seed is not None else trial_seed(self.seed, rec.number)
         return Dispatch(group, Trial(rec.id, rec.number, params, seed, rec.attempt, self.trial_timeout,
                                      round=getattr(rec, "round", None),

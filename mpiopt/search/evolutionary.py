@@ -63,10 +63,7 @@ class EvolutionarySearcher(Searcher):
 
     # ---- ask ------------------------------------------------------------------------
     def _suggest(self) -> dict:
-        if self.options["cma"]:              # (it reseeds the private states per batch)
-            return self._suggest_one()
-        with self.globals.active():          # one swap of the random states per ask
-            return self._suggest_one()
+        return self._suggest_one()
 
     def _suggest_one(self) -> dict:
         genome = self._next_genome()
@@ -146,7 +143,7 @@ class EvolutionarySearcher(Searcher):
         if not self.queue:
             batch, skip = divmod(self.asked_in_generation, self.size)
             self.globals.reseed([self.seed, _GENERATION, self.generation, batch])
-            with self.globals.active():
+            with self.globals.active(numpy=True):
                 self.queue = [list(ind) for ind in self._cma().generate(gen.Individual)][skip:]
         return self.queue.pop(0)
 
