@@ -1,7 +1,11 @@
 """Scheduling efficiency: how much of the machine goes into trials, not into the tool.
 
 A sleeping objective of fixed duration runs on G groups: trials = max(40, 4 G), rounded
-up to a multiple of G so that the last wave is full. Ideal wall time is trials x duration
+up to a multiple of G so that the last wave is full. With 4 trials a group, half of the
+gaps are a first or last wave's, which go through rank 0 (nothing is sent ahead before a
+trial has succeeded, nor once at most one trial per group is left); `--steady` adds runs
+of random and evolutionary search at the most groups with 16 trials a group, where a
+study's middle, in which every group holds its next trial, dominates. Ideal wall time is trials x duration
 / G. The objective records when it starts and ends, so the gap between a group's trial
 ending and its next one starting is measured where it matters, on the group; "busy %" is
 duration / (duration + mean gap). The coordinator prints its own CPU time over its wall
@@ -22,9 +26,10 @@ from _common import OBJECTIVES, machine, mpiopt, table, write_spec
 CPU_LINE = re.compile(r"coordinator: ([\d.]+)s CPU over ([\d.]+)s wall")
 
 
-def run_one(tmp: Path, algorithm: str, groups: int, duration: float, group_size: int = 1) -> dict:
-    trials = -(-max(40, 4 * groups) // groups) * groups
-    name = f"{algorithm}-{groups}x{group_size}"
+def run_one(tmp: Path, algorithm: str, groups: int, duration: float, group_size: int = 1,
+            per_group: int = 4) -> dict:
+    trials = -(-max(40, per_group * groups) // groups) * groups
+    name = f"{algorithm}-{groups}x{group_size}-{per_group}"
     spec = write_spec(
         tmp / f"{name}.yaml",
         study={"name": name},
@@ -47,7 +52,8 @@ def run_one(tmp: Path, algorithm: str, groups: int, duration: float, group_size:
     gaps = _gaps(trials_)
     cpu, cwall = map(float, CPU_LINE.search(proc.stdout).groups())
     p99 = sorted(gaps)[min(len(gaps) - 1, int(0.99 * len(gaps)))]
-    return {"algorithm": algorithm, "groups": f"{groups}" + (f" x {group_size}" if group_size > 1 else ""),
+    return {"algorithm": algorithm, "groups": f"{groups}" + (f" x {group_size}" if group_size > 1 else "")
+            + (f" ({per_group} a group)" if per_group != 4 else ""),
             "trials": trials, "wall s": wall, "ideal s": ideal,
             "efficiency %": 100 * ideal / wall,
             "busy %": 100 * duration / (duration + statistics.fmean(gaps)),
@@ -105,12 +111,18 @@ def main(argv=None) -> str:
     ap.add_argument("--algorithms", nargs="+", default=["random", "evolutionary", "bayesian"])
     ap.add_argument("--wide", nargs="*", default=["random", "evolutionary", "bayesian"],
                     help="algorithms also run on 64 ranks (63 x 1 and 16 x 4); none to skip")
+    ap.add_argument("--steady", type=int, default=16,
+                    help="trials a group in the extra runs at the most groups (0: none)")
     args = ap.parse_args(argv)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for algorithm in args.algorithms:
             for g in args.groups:
                 rows.append(run_one(Path(tmp), algorithm, g, args.duration))
+                print(table(_shown(rows[-1:])), flush=True)
+            if args.steady and algorithm in ("random", "evolutionary"):
+                rows.append(run_one(Path(tmp), algorithm, max(args.groups), args.duration,
+                                    per_group=args.steady))
                 print(table(_shown(rows[-1:])), flush=True)
         for algorithm in args.wide:
             for g, size in ((63, 1), (16, 4)):

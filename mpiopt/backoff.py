@@ -33,8 +33,9 @@ class Backoff:
         self.delay = self.first
         self.since = time.monotonic()
 
-    def sleep(self) -> None:
-        time.sleep(self.delay)
+    def sleep(self, at_most: float | None = None) -> None:
+        """Sleep the current delay (or `at_most`, when shorter), then grow the delay."""
+        time.sleep(self.delay if at_most is None else min(self.delay, at_most))
         cap = self.limit
         if self.eager_s and time.monotonic() - self.since < self.eager_s:
             cap = min(cap, self.eager_limit)

@@ -2,7 +2,8 @@
 
 One dispatch table maps message tags to scheduler events. Between messages the loop asks
 ahead (prefetch) and otherwise sleeps with a growing backoff (at most POLL_LIMIT_S), so
-it costs a few percent of a core while the groups train.
+it costs a few percent of a core while the groups train; around the time a result that
+a group waits on is expected, it polls finely (mpiopt.parallel.forecast).
 
 Every way out goes through wind_down(): busy groups get CANCEL, idle ones STOP, results
 that still come in are recorded, reports are answered "cancel", and the loop waits for a
@@ -128,7 +129,8 @@ class Coordinator:
             elif not self.sched.prefetch():
                 self.execute(self.sched.tick())
                 self.on_tick()
-                backoff.sleep()
+                backoff.sleep(at_most=self.sched.forecast.sleep_s(
+                    self.sched.clock(), self.sched.waits_for_dispatch, backoff.delay))
         return None
 
     def _on_result(self, group, result):

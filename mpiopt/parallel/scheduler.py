@@ -58,6 +58,7 @@ from typing import Any
 import numpy as np
 
 from mpiopt.objectives import FrontTracker
+from mpiopt.parallel.forecast import Forecast
 from mpiopt.parallel.protocol import Decision, Report, Result, Trial, Verdict
 from mpiopt.trial import FrozenTrial, StudyStatus, TrialStatus
 
@@ -135,6 +136,7 @@ class Scheduler:
         # Groups that may want a trial sent ahead (an ordered set, filtered when read): a
         # result then costs O(its batch), not a scan of every running group.
         self._wanting: dict[int, None] = {}
+        self.forecast = Forecast()              # when the loop should poll finely
         self.ask_ahead = False                  # set by the MPI loop (module docstring)
         self.withdrawn: set[int] = set()        # trial ids of ahead trials called back
         self.n_groups = n_groups
@@ -217,6 +219,12 @@ class Scheduler:
         return (not self.running and not self.ahead and not self._can_dispatch()
                 and not self._refit_due())
 
+    def waits_for_dispatch(self, group: int, trial_id: int) -> bool:
+        """Whether the group runs this trial and, when it ends, waits for rank 0 (nothing
+        was sent ahead to it)."""
+        run = self.running.get(group)
+        return run is not None and run.trial_id == trial_id and group not in self.ahead
+
     def _can_dispatch(self, extra: int = 0) -> bool:
         """Whether one more trial may start (`extra`: ones already promised this round)."""
         if self.stop_reason is None and self.deadline is not None and self.clock() >= self.deadline:
@@ -259,6 +267,8 @@ class Scheduler:
                 self._refit_finished(result)
                 self._free(group, freed)
                 continue
+            if status is not TrialStatus.INTERRUPTED:
+                self.forecast.ended(self.clock() - run.started)
             if status is TrialStatus.INTERRUPTED:      # cancelled: stays unfinished, runs again
                 self._forget(run.number, run.params)
                 self._free(group, freed)
@@ -359,6 +369,7 @@ class Scheduler:
         nxt.started = self.clock()
         self.running[group] = nxt
         self._wanting[group] = None
+        self.forecast.began(group, nxt.trial_id, nxt.started)
         if begun is not None and nxt.trial_id not in self.withdrawn:
             begun.append(nxt.trial_id)
         return False
@@ -693,10 +704,11 @@ class Scheduler:
 
     def _running(self, group: int, rec: FrozenTrial, params: dict, ahead: bool = False) -> Dispatch:
         self.next_number = max(self.next_number, rec.number + 1)
-        (self.ahead if ahead else self.running)[group] = _Running(
-            rec.id, rec.number, params, group, self.clock())
+        run = _Running(rec.id, rec.number, params, group, self.clock())
+        (self.ahead if ahead else self.running)[group] = run
         if not ahead:
             self._wanting[group] = None
+            self.forecast.began(group, run.trial_id, run.started)
         seed = rec.seed if rec.seed is not None else trial_seed(self.seed, rec.number)
         return Dispatch(group, Trial(rec.id, rec.number, params, seed, rec.attempt, self.trial_timeout,
                                      round=getattr(rec, "round", None),
