@@ -267,8 +267,6 @@ class Scheduler:
                 self._refit_finished(result)
                 self._free(group, freed)
                 continue
-            if status is not TrialStatus.INTERRUPTED:
-                self.forecast.ended(self.clock() - run.started)
             if status is TrialStatus.INTERRUPTED:      # cancelled: stays unfinished, runs again
                 self._forget(run.number, run.params)
                 self._free(group, freed)
@@ -278,6 +276,7 @@ class Scheduler:
                 if result.halt:      # the job cannot go on (its artifact store failed)
                     self._halt(run, result.error or "stopped")
                 continue
+            self.forecast.ended(self.clock() - run.started)
             done.append(FrozenTrial(
                 id=run.trial_id, study_id=self.study_id, number=run.number, status=status,
                 params=run.params, value=result.value, group=group, duration=result.duration,

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import random
 import sys
-from random import Random
 from contextlib import contextmanager
+from random import Random
 
 import numpy as np
 from deap import base, tools

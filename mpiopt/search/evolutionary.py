@@ -63,9 +63,6 @@ class EvolutionarySearcher(Searcher):
 
     # ---- ask ------------------------------------------------------------------------
     def _suggest(self) -> dict:
-        return self._suggest_one()
-
-    def _suggest_one(self) -> dict:
         genome = self._next_genome()
         for _ in range(_MAX_RETRIES):
             params = self.space.from_genome(genome) if genome is not None else self.space.sample(self.rng)
