@@ -370,3 +370,18 @@ def test_auto_chooses_by_the_space():
     asked = [many.ask() for _ in range(6)]
     assert {type(m).__name__ for m in many.members} == {"BayesianSearcher", "CmaEsSearcher"}
     assert len({many.key(p) for p in asked}) == 6
+
+
+def test_bayesian_initial_design_covers_the_space_evenly():
+    """The first 8 points of a Sobol design put 2 in each quadrant (random samples
+    rarely do), whatever the seed; the random design stays available."""
+    def quadrants(searcher):
+        asked = [searcher.ask() for _ in range(8)]
+        return sorted(sum((p["x"] > 0, 2 * (p["y"] > 1))) for p in asked)
+
+    for seed in range(3):
+        assert quadrants(BayesianSearcher(SQUARE, {"initial_points": 8}, seed)) == [0, 0, 1, 1, 2, 2, 3, 3]
+    uneven = [quadrants(BayesianSearcher(SQUARE, {"initial_points": 8, "initial_design": "random"}, s))
+              for s in range(3)]
+    assert any(q != [0, 0, 1, 1, 2, 2, 3, 3] for q in uneven)
+

@@ -48,7 +48,9 @@ def make_searcher(algorithm: str, space, options: dict | None = None, seed: int 
     if algorithm == "portfolio":             # auto's choice for many groups (see there)
         from mpiopt.search.portfolio import PortfolioSearcher
 
-        members = [make_searcher(a, space, {}, seed, budget, parallel) for a in ("bayesian", "cmaes")]
+        # (options, for benchmarks' variants only: {member algorithm: its options})
+        members = [make_searcher(a, space, (options or {}).get(a, {}), seed, budget, parallel)
+                   for a in ("bayesian", "cmaes")]
         searcher = PortfolioSearcher(space, members, seed)
         searcher.choice = f"auto chose bayesian + cmaes in turn: {chosen_because}"
         return searcher

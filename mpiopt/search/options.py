@@ -19,8 +19,11 @@ OPTIONS: dict[str, Fields] = {
               "improvement), `LCB` (lower confidence bound), `PI` (probability of improvement) "
               "or `gp_hedge` (mixes the three by their past gains, as scikit-optimize does).",
               choices=("gp_hedge", "EI", "LCB", "PI")),
-        Field("initial_points", 10, "integer", "Random points before the surrogate is used.",
-              low=1),
+        Field("initial_points", 10, "integer", "Points of the initial design before the surrogate "
+              "is used.", low=1),
+        Field("initial_design", "sobol", "text", "The initial points: `sobol` (a scrambled Sobol "
+              "sequence, even cover for any number of points) or `random`.",
+              choices=("sobol", "random")),
         Field("refit_every", 0, "integer", "Refit the GP kernel's hyperparameters every N told "
               "results; `0` = automatic (every result while few are told, then at every ~10% "
               "growth).", low=0),
