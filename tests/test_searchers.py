@@ -367,6 +367,8 @@ def test_auto_chooses_by_the_space():
                               "c": {"type": "real", "low": 0.0, "high": 1.0}})
     few = make_searcher("auto", labels, {}, seed=0, budget=50, parallel=4)
     assert few.algorithm == "bayesian" and few.choice.startswith("auto chose bayesian")
+    plane = make_searcher("auto", SQUARE, {}, seed=0, budget=40, parallel=16)
+    assert plane.algorithm == "bayesian" and "2 numeric" in plane.choice
     asked = [many.ask() for _ in range(6)]
     assert {type(m).__name__ for m in many.members} == {"BayesianSearcher", "CmaEsSearcher"}
     assert len({many.key(p) for p in asked}) == 6
