@@ -125,6 +125,67 @@ def test_a_poison_trial_in_the_ranks_own_process_is_failed_after_max_attempts(tm
         assert t.error.startswith("killed its process 2 times (last: rank 1, host "), t.error
 
 
+def test_a_rank_that_stops_answering_ends_the_job_and_counts_a_lost_attempt(tmp_path, url,
+                                                                            monkeypatch):
+    """SIGSTOP in a trial: the rank neither dies nor answers, and no launcher notices (nor
+    did hydra, about once in a few hundred jobs, for a rank gone by os._exit). Its
+    heartbeats stop: the job ends within the silence limit with one line, the stopped trial
+    stays RUNNING (the resume counts a lost attempt), and resumes then finish the study."""
+    limit = 3
+    monkeypatch.setenv("MPIOPT_SILENCE_LIMIT", str(limit))
+    spec = spec_file(tmp_path, "stops_its_process", trials=5, objective={"isolate": False},
+                     max_attempts=2)
+    proc, wall = run(tmp_path, url, spec, 3)
+    assert proc.returncode != 0
+    line = closing_line(proc)
+    assert f"sent no heartbeat for {limit}s" in line and "resume with: mpiopt resume c" in line
+    assert wall < START_S + limit + 15
+    _, trials = study_state(url)
+    running = [t for t in trials if t.status is TrialStatus.RUNNING]
+    assert running and all(t.params["x"] > 0 for t in running)   # stopped; the rest INTERRUPTED
+    for _ in range(12):
+        proc, _ = run(tmp_path, url, spec, 3, "--resume")
+        if proc.returncode == 0:
+            break
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    _, trials = assert_settled(url, 5)
+    stopped = [t for t in trials if t.params["x"] > 0]
+    assert stopped and all(t.status is TrialStatus.FAILED for t in stopped)
+    assert all(t.error.startswith("killed its process 2 times") for t in stopped)
+
+
+def test_a_silent_coordinator_ends_the_job_from_the_groups(tmp_path, url, monkeypatch):
+    """Rank 0 stopped (SIGSTOP): the leaders stop hearing its heartbeats and end the job
+    with MPI_Abort and one line; a resume finishes the budget with nothing lost."""
+    limit = 3
+    monkeypatch.setenv("MPIOPT_SILENCE_LIMIT", str(limit))
+    monkeypatch.setenv("MPIOPT_LEASE_PERIOD", "1")
+    monkeypatch.setenv("MPIOPT_TEST_SLEEP", "0.2")
+    spec = spec_file(tmp_path, "steady", trials=30)
+    job = _start(tmp_path, url, spec, 3)
+    assert _wait_progress(url, 0, job)
+    _, before = study_state(url)
+    finished = {t.number: t.value for t in before if t.status.is_finished()}
+    tree = _descendants(job.pid)
+    ranks = sorted(p for p in tree if b"hydra_pmi_proxy" in _cmdline(_parent(p)))
+    os.kill(ranks[0], signal.SIGSTOP)
+    try:
+        _, err = job.communicate(timeout=limit + 30)
+    except subprocess.TimeoutExpired:
+        os.killpg(job.pid, signal.SIGKILL)
+        job.communicate()
+        raise AssertionError("the job went on with its coordinator stopped")
+    assert job.returncode != 0
+    lines = [ln for ln in err.splitlines() if ln.startswith("mpiopt:")]
+    assert lines and all("the coordinator (rank 0) has been silent for" in ln and
+                         "resume with: mpiopt resume c" in ln for ln in lines), err
+    time.sleep(3.5)                           # the stopped job's lease goes stale
+    proc, _ = run(tmp_path, url, spec, 3, "--resume")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    _, trials = assert_settled(url, 30)
+    assert all(t.value == finished[t.number] for t in trials if t.number in finished)
+
+
 @pytest.mark.parametrize("isolate", [True, False])
 def test_trial_timeout_fails_the_trial_and_the_study_goes_on(tmp_path, url, isolate):
     spec = spec_file(tmp_path, "never_returns", trials=8, objective={"isolate": isolate},

@@ -57,10 +57,10 @@ class FakeStorage:
     def add_intermediate(self, trial_id, epoch, value):
         self.intermediate.append((trial_id, epoch, value))
 
-    def interrupt_running(self, study_id):
+    def interrupt_running(self, study_id, keep=()):
         n = 0
-        for t in self.trials.values():
-            if t["status"] == "RUNNING":
+        for tid, t in self.trials.items():
+            if t["status"] == "RUNNING" and tid not in keep:
                 t["status"], n = "INTERRUPTED", n + 1
         return n
 

@@ -478,6 +478,18 @@ def test_lost_attempts_are_counted_and_an_interrupted_trial_can_be_failed(storag
     assert failed.status is TrialStatus.FAILED and storage.note_lost_attempts(sid) == []
 
 
+
+def test_interrupting_keeps_the_trials_whose_rank_died_running(storage):
+    """A job ending because a rank went silent interrupts the other running trials; the
+    dead rank's stays RUNNING, so the resume counts it as a lost attempt."""
+    sid = new_study(storage)
+    dead = storage.create_trial(sid, {"x": 1.0}, seed=1, group=0, host="n1", rank=1)
+    storage.create_trial(sid, {"x": 2.0}, seed=2, group=1, host="n1", rank=2)
+    assert storage.interrupt_running(sid, keep={dead.id}) == 1
+    assert [t.status for t in storage.get_trials(sid)] == [TrialStatus.RUNNING,
+                                                            TrialStatus.INTERRUPTED]
+    assert [(t.number, t.lost_attempts) for t in storage.note_lost_attempts(sid)] == [(0, 1)]
+
 # ---- one coordinator per study ---------------------------------------------------------
 def test_a_fresh_lease_refuses_a_second_job_and_a_stale_one_is_taken_over(storage):
     from datetime import timedelta

@@ -10,7 +10,9 @@ that still come in are recorded, reports are answered "cancel", and the loop wai
 BYE from every rank for at most WIND_DOWN_S. What is still running then is recorded
 INTERRUPTED; a rank that never said BYE is stuck in user code, and only then is the job
 ended with MPI_Abort. So a signal, the time limit's hard edge, a rank's FATAL and the
-coordinator's own error all end the whole job in bounded time.
+coordinator's own error all end the whole job in bounded time. A rank whose heartbeats
+stop (mpiopt.parallel.liveness: dead, and the launcher did not notice) ends it too; its
+group's trial stays RUNNING, so the resume counts a lost attempt.
 """
 from __future__ import annotations
 
@@ -70,7 +72,7 @@ class Ending:
 
 class Coordinator:
     def __init__(self, world, topology, scheduler, stop_flag: StopFlag | None = None,
-                 on_tick=None, clock=time.monotonic):
+                 on_tick=None, clock=time.monotonic, watch=None):
         self.world, self.topo, self.sched = world, topology, scheduler
         self.stop_flag = stop_flag or StopFlag()
         self.on_tick = on_tick or (lambda: None)
@@ -80,7 +82,11 @@ class Coordinator:
             Tag.REPORT: self.sched.on_report,
         }
         self.byes: set[int] = set()
-        self.stopped_ranks: set[int] = set()
+        self.watch = watch                   # mpiopt.parallel.liveness.Watch, or None
+        self.stopped_ranks: set[int] = watch.stopped if watch else set()
+        self.lock = watch.lock if watch else threading.Lock()
+        self.liveness = watch.liveness if watch else None
+        self.dead: set[int] = set()          # silent ranks: nothing more is sent to them
         scheduler.send_now = self.execute   # a finished group's next trial goes before the write
         scheduler.ask_ahead = not scheduler.background   # a slow searcher's suggestions would
         # be made with one more pending point per group, which costs them quality
@@ -110,6 +116,9 @@ class Coordinator:
             late = self.sched.overdue()
             if late is not None:
                 return late
+            silent = self.liveness.silent() if self.liveness else ()
+            if silent:
+                return self._lost(silent)
             self.execute(self.sched.withdraw_ahead())
             status = probe(self.world) or probe(self.world)   # MPICH's first probe often
             # only moves a message along (mpiopt.parallel.waiting.probe): a second one sees
@@ -122,7 +131,7 @@ class Coordinator:
                     self._stop_rank(source)
                     return msg.line()
                 if tag is Tag.BYE:
-                    self.byes.add(source)
+                    self._bye(source)
                     continue
                 self.execute(self.handlers[tag](self.topo.group_of(source), msg))
                 backoff.reset()
@@ -151,7 +160,7 @@ class Coordinator:
             self.sched.withdrawn.update(ids[1:])
             self._send(ids, self.topo.leader(group), Tag.CANCEL)
         self.execute(self.sched.stop_all())
-        everyone = set(range(1, self.world.Get_size()))
+        everyone = set(range(1, self.world.Get_size())) - self.dead   # the dead never answer
         end = self.clock() + WIND_DOWN_S
         backoff = Backoff()
         while self.byes != everyone and self.clock() < end:
@@ -162,7 +171,7 @@ class Coordinator:
             tag, source = Tag(status.Get_tag()), status.Get_source()
             msg = self.world.recv(source=source, tag=tag)
             if tag is Tag.BYE:
-                self.byes.add(source)
+                self._bye(source)
             elif tag is Tag.REPORT:
                 group = self.topo.group_of(source)
                 self._send(Decision(msg.trial_id, Verdict.CANCEL), source, Tag.DECISION)
@@ -173,7 +182,9 @@ class Coordinator:
                 self._stop_rank(source)
             backoff.reset()
         interrupted = self._interrupt_rest()
-        stuck = tuple(sorted(everyone - self.byes))
+        if self.watch:
+            self.watch.stop()
+        stuck = tuple(sorted((everyone - self.byes) | self.dead))
         return Ending(cause=cause, interrupted=interrupted or self.sched.stop_reason == "interrupted",
                       orderly=not stuck, stuck=stuck)
 
@@ -195,12 +206,31 @@ class Coordinator:
         return True
 
     def _stop_rank(self, rank: int) -> None:
-        if rank not in self.stopped_ranks:
-            self.stopped_ranks.add(rank)
-            self._send(None, rank, Tag.STOP)
+        with self.lock:                 # no heartbeat goes to a rank after its STOP
+            if rank not in self.stopped_ranks:
+                self.stopped_ranks.add(rank)
+                self._send(None, rank, Tag.STOP)
 
     def _send(self, obj, dest: int, tag: Tag) -> None:
-        self.world.send(obj, dest=dest, tag=tag)
+        if dest not in self.dead:       # a dead rank's queue may be full: a send could block
+            self.world.send(obj, dest=dest, tag=tag)
+
+    def _bye(self, rank: int) -> None:
+        self.byes.add(rank)
+        if self.liveness:
+            self.liveness.forget(rank)
+
+    def _lost(self, ranks) -> str:
+        """Silent ranks: the job ends; their groups' trials stay RUNNING for the resume."""
+        self.dead.update(ranks)
+        groups = sorted({self.topo.group_of(r) for r in ranks})
+        self.sched.lose(groups)
+        shown = ", ".join(map(str, ranks))
+        cause = (f"rank(s) {shown} (group(s) {', '.join(map(str, groups))}) sent no heartbeat "
+                 f"for {self.liveness.limit:.0f}s: the process died or is stuck, and the "
+                 "launcher did not end the job")
+        self.sched.stop("error", cause)
+        return cause
 
     def execute(self, actions) -> None:
         for action in actions:

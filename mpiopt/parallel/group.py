@@ -25,8 +25,9 @@ FATAL_WAIT_S = 10.0
 REPLY_DUE_S = 0.05
 
 
-def run_group(world, comm, objective) -> int:
-    """Serve trials until STOP. Returns the exit status of this rank (0, or 1 after FATAL)."""
+def run_group(world, comm, objective, before_bye=None) -> int:
+    """Serve trials until STOP. Returns the exit status of this rank (0, or 1 after FATAL).
+    `before_bye()` runs as the rank leaves (its heartbeat stops: no beat after BYE)."""
     try:
         _serve(world, comm, objective)
         status = 0
@@ -34,6 +35,8 @@ def run_group(world, comm, objective) -> int:
         status = _fatal(world, comm, exc)
     finally:
         objective.close()
+    if before_bye:
+        before_bye()
     world.send(None, dest=0, tag=Tag.BYE)
     return status
 

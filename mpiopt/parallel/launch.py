@@ -57,7 +57,8 @@ def _rank0(world, prepare, quiet: bool) -> int:
         raise
     log = _use_native_log(str(native_log_path(url, spec.study.name)))
     if multi:
-        quiet_bcast(world, {"spec": spec.to_dict(), "native_log": log}, tag=Tag.SETUP)
+        quiet_bcast(world, {"spec": spec.to_dict(), "native_log": log, "liveness": _liveness(),
+                            "resume": resume_command(spec.study.name, url)}, tag=Tag.SETUP)
     own = _set_up(world, spec) if not multi else (None, None)
     errors, payloads, silent = gather_ready(world, own[1], startup_limit(), say=_progress)
     if silent:
@@ -79,6 +80,14 @@ def _rank0(world, prepare, quiet: bool) -> int:
         raise
     _send_verdict(world, multi)
     return _coordinate(world, spec, url, opened, quiet, own[0])
+
+
+def _liveness() -> float | None:
+    """The silence limit every rank's heartbeat uses, or None where MPI cannot send from
+    a second thread (mpiopt.parallel.liveness)."""
+    from mpiopt.parallel.liveness import silence_limit, threads_ok
+
+    return silence_limit() if threads_ok() else None
 
 
 def _use_native_log(path: str | None) -> str | None:
@@ -166,7 +175,7 @@ def _other_rank(world) -> int:
     verdict = quiet_bcast(world, None, tag=Tag.SETUP)
     if "error" in verdict:
         return 2
-    return _serve(world, spec, objective)
+    return _serve(world, spec, objective, payload.get("liveness"), payload.get("resume", ""))
 
 
 def _set_up(world, spec):
@@ -179,17 +188,40 @@ def _set_up(world, spec):
         return None, f"{_where(world)}: {_one_line(exc)}"
 
 
-def _serve(world, spec, objective) -> int:
+def _serve(world, spec, objective, limit: float | None, resume: str) -> int:
     from mpiopt.parallel.group import run_group
     from mpiopt.parallel.topology import make_topology
 
     signal_ignore()
     topo, comm = make_topology(world, spec.resources.group_size)
     _leader_hosts(world, topo)
-    _pin_threads(spec, comm)
-    status = run_group(world, comm, objective)
+    heartbeat = _heartbeat(world, world.Dup(), limit, leader=comm.Get_rank() == 0,
+                           resume=resume)
+    try:
+        _pin_threads(spec, comm)
+        status = run_group(world, comm, objective, before_bye=heartbeat.stop if heartbeat else None)
+    finally:
+        if heartbeat:
+            heartbeat.stop()
     comm.Free()
     return status
+
+
+def _heartbeat(world, alive_comm, limit: float | None, leader: bool, resume: str):
+    """This rank's beats to rank 0; a leader also ends the job when rank 0 falls silent."""
+    if not limit:
+        return None
+    from mpiopt.parallel.liveness import Heartbeat, period_for
+
+    def coordinator_silent(seconds: float) -> None:
+        _say(f"{_where(world)}: the coordinator (rank 0) has been silent for {seconds:.0f}s "
+             "(its process died or is stuck, and the launcher did not end the job): ending "
+             f"the job with MPI_Abort; resume with: {resume}")
+        time.sleep(1.0)          # let the launcher carry the line out
+        world.Abort(EXIT_FAILED)
+
+    return Heartbeat(alive_comm, lambda: (0,), period_for(limit), limit=limit,
+                     on_silent=coordinator_silent if leader else None).start()
 
 
 def signal_ignore() -> None:
@@ -205,13 +237,35 @@ def signal_ignore() -> None:
 # ---- the coordinator's run and ending -----------------------------------------------------
 def _coordinate(world, spec, url, opened, quiet, objective=None) -> int:
     from mpiopt.parallel.topology import make_topology
+
+    topo, comm = make_topology(world, spec.resources.group_size)
+    hosts = _leader_hosts(world, topo)
+    watch = None if topo.single_process else _watch(world, world.Dup(), topo)
+    try:
+        return _coordinate_with(world, spec, url, opened, quiet, objective, topo, comm, hosts,
+                                watch)
+    finally:
+        if watch:
+            watch.stop()
+
+
+def _watch(world, alive_comm, topo):
+    """Rank 0's heartbeats and its view of every rank's (mpiopt.parallel.liveness)."""
+    limit = _liveness()
+    if not limit:
+        return None
+    from mpiopt.parallel.liveness import Watch
+
+    leaders = [topo.leader(g) for g in range(topo.n_groups)]
+    return Watch(alive_comm, leaders, world.Get_size(), limit).start()
+
+
+def _coordinate_with(world, spec, url, opened, quiet, objective, topo, comm, hosts, watch) -> int:
     from mpiopt.progress import Progress
 
     from mpiopt.parallel.coordinator import Coordinator, StopFlag
     from mpiopt.storage.resilient import Resilient
 
-    topo, comm = make_topology(world, spec.resources.group_size)
-    hosts = _leader_hosts(world, topo)
     progress = Progress(spec.search.trials, quiet=quiet)
     ranks = [0] if topo.single_process else [topo.leader(g) for g in range(topo.n_groups)]
     flag = StopFlag()
@@ -226,7 +280,7 @@ def _coordinate(world, spec, url, opened, quiet, objective=None) -> int:
     if topo.single_process:
         return _run_single(spec, url, opened, sched, progress, comm, objective)
     flag.install()
-    ending = Coordinator(world, topo, sched, flag, on_tick=opened.on_tick).run()
+    ending = Coordinator(world, topo, sched, flag, on_tick=opened.on_tick, watch=watch).run()
     stuck = "" if ending.orderly else (f" (rank(s) {', '.join(map(str, ending.stuck))} did not "
                                        "stop: ending the job with MPI_Abort)")
     code = _close(spec, url, opened, sched, progress, ending.cause, ending.interrupted, stuck)

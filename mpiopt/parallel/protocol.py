@@ -16,6 +16,8 @@ Running:
                           coordinator then ends the whole job
   any rank -> rank 0    : BYE, as it leaves its loop after STOP: the coordinator knows
                           every rank is done, or after a bounded wait calls MPI_Abort
+Beside it all, on a duplicate of the world communicator (parallel/liveness.py):
+  every rank -> rank 0, rank 0 -> leaders : ALIVE, every few seconds from a thread
 
 Messages are small frozen dataclasses sent pickled; none carries a DEAP or Keras object.
 """
@@ -39,6 +41,7 @@ class Tag(enum.IntEnum):
     CANCEL = 18
     FATAL = 19
     BYE = 20
+    ALIVE = 21       # heartbeats, on a communicator of their own (parallel/liveness.py)
 
 
 @dataclass(frozen=True)

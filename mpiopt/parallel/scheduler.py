@@ -133,6 +133,7 @@ class Scheduler:
         self.stopped: set[int] = set()
         self.running: dict[int, _Running] = {}
         self.ahead: dict[int, _Running] = {}    # group -> its next trial, sent, not begun
+        self.lost_ids: set[int] = set()         # trials whose group died under them (lose)
         # Groups that may want a trial sent ahead (an ordered set, filtered when read): a
         # result then costs O(its batch), not a scan of every running group.
         self._wanting: dict[int, None] = {}
@@ -481,10 +482,16 @@ class Scheduler:
                                      duration=self.clock() - run.started))
         return self.message
 
+    def lose(self, groups) -> None:
+        """These groups' ranks went silent (dead): their running trials stay RUNNING when
+        the rest is interrupted, so the resume counts each a lost attempt."""
+        self.lost_ids.update(self.running[g].trial_id for g in groups
+                             if g in self.running and not self.running[g].refit)
+
     def interrupt(self) -> list:
         """SIGINT/SIGTERM: running trials become INTERRUPTED; they run again on resume."""
         self._stop("interrupted", "interrupted: running trials are marked INTERRUPTED")
-        self.storage.interrupt_running(self.study_id)
+        self.storage.interrupt_running(self.study_id, keep=self.lost_ids)
         for run in [*self.running.values(), *self.ahead.values()]:
             if not run.refit:
                 self._forget(run.number, run.params)

@@ -352,13 +352,15 @@ class Storage:
         with self._writing_core() as conn:
             _writes.add_epoch(conn, trial_id, epoch, value, self.shown_url)
 
-    def interrupt_running(self, study_id: int) -> int:
+    def interrupt_running(self, study_id: int, keep=()) -> int:
         """RUNNING trials become INTERRUPTED; returns how many. PENDING ones (queued by
-        `mpiopt enqueue`, never started) stay queued for the next job."""
+        `mpiopt enqueue`, never started) stay queued for the next job. Trial ids in `keep`
+        stay RUNNING: their rank died under them, and the resume counts a lost attempt."""
         with self._writing() as s:
-            done = s.execute(update(TrialModel)
-                             .where(TrialModel.study_id == study_id,
-                                    TrialModel.status == TrialStatus.RUNNING)
+            where = [TrialModel.study_id == study_id, TrialModel.status == TrialStatus.RUNNING]
+            if keep:
+                where.append(TrialModel.id.not_in(list(keep)))
+            done = s.execute(update(TrialModel).where(*where)
                              .values(status=TrialStatus.INTERRUPTED, finished_at=_now()))
             return done.rowcount
 

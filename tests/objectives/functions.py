@@ -1,6 +1,7 @@
 """Plain objectives the MPI tests run: fast, sleeping, failing, and MPI-aware ones."""
 import math
 import os
+import signal
 import time
 
 
@@ -52,6 +53,14 @@ def kills_its_process(params):
     """os._exit(1): no exception, no cleanup, the process is simply gone."""
     if params["x"] > 0:
         os._exit(1)
+    return branin(params)
+
+
+def stops_its_process(params):
+    """SIGSTOP: the process neither dies nor answers (as one stuck in a driver call); no
+    launcher notices, only the missing heartbeats do."""
+    if params["x"] > 0:
+        os.kill(os.getpid(), signal.SIGSTOP)
     return branin(params)
 
 

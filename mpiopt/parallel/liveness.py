@@ -1,0 +1,161 @@
+"""What ends a wait when the peer is gone: heartbeats between rank 0 and the other ranks.
+
+The launcher normally ends the whole job when one process dies (MPICH's hydra when the
+dead process's PMI socket closes, Slurm, Open MPI). It does not always: hydra was seen to
+miss a rank killed by `os._exit` about once in a few hundred jobs, and a process stopped
+or stuck outside Python (SIGSTOP, a driver call) never dies at all. Then the coordinator
+would wait for ever for that group's result, or the groups for a coordinator that is gone.
+
+So every rank other than 0 sends ALIVE to rank 0 from a thread every `period`, and rank 0
+sends ALIVE to the group leaders. A rank silent for `limit` seconds (MPIOPT_SILENCE_LIMIT,
+default 60) is taken for dead: the coordinator ends the job (the dead group's trial stays
+RUNNING, so the resume counts a lost attempt), and a leader that no longer hears the
+coordinator prints one line and ends the job with MPI_Abort. Members need no watch of
+their own: a dead leader or coordinator ends the job, members included.
+
+A thread sends because the main thread may be inside user code for hours; it needs
+MPI_THREAD_MULTIPLE (mpi4py's default). Where the MPI library gives less, there are no
+heartbeats and the launcher alone ends the job. A limit well above the period keeps a
+thread that waits for the GIL (a C extension holding it) from being taken for dead.
+"""
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+from mpiopt.parallel.protocol import Tag
+
+DEFAULT_LIMIT_S = 60.0
+
+
+def silence_limit() -> float:
+    """Seconds without a heartbeat after which a rank is taken for dead."""
+    try:
+        return max(1.0, float(os.environ.get("MPIOPT_SILENCE_LIMIT", DEFAULT_LIMIT_S)))
+    except ValueError:
+        return DEFAULT_LIMIT_S
+
+
+def period_for(limit: float) -> float:
+    """A heartbeat every limit/12 (5 s at the default): many beats may be late or lost
+    to a busy GIL before a live rank looks dead, and a beat costs one small message."""
+    return limit / 12.0
+
+
+def threads_ok() -> bool:
+    """Whether MPI lets a second thread send while the main one is in MPI calls."""
+    from mpi4py import MPI
+
+    return MPI.Query_thread() == MPI.THREAD_MULTIPLE
+
+
+class Liveness:
+    """Rank 0's view: when each watched rank was last heard from. The heartbeat thread
+    calls heard(), the coordinator's loop silent(); a lock keeps the two apart."""
+
+    def __init__(self, ranks, limit: float, clock=time.monotonic):
+        self.limit, self.clock = limit, clock
+        now = clock()
+        self.last = {r: now for r in ranks}
+        self.next_check = now + min(1.0, limit)
+        self._lock = threading.Lock()
+
+    def heard(self, rank: int) -> None:
+        with self._lock:
+            if rank in self.last:
+                self.last[rank] = self.clock()
+
+    def forget(self, rank: int) -> None:
+        """A rank that said BYE is no longer watched."""
+        with self._lock:
+            self.last.pop(rank, None)
+
+    def silent(self) -> list[int]:
+        """Ranks silent past the limit (looked at about once a second)."""
+        now = self.clock()
+        if now < self.next_check:
+            return []
+        self.next_check = now + min(1.0, self.limit)
+        with self._lock:
+            return sorted(r for r, t in self.last.items() if now - t > self.limit)
+
+
+class Heartbeat:
+    """A daemon thread on `comm` (a duplicate of the world, so beats never meet the
+    protocol's messages): every `period` it sends ALIVE to each of `targets()` and hands
+    the source of every ALIVE that came in to `heard(source)`.
+
+    Sends are non-blocking, and a target whose last beat is still in flight gets no new
+    one, so a dead peer can never block the thread. `lock` is held while sending: the
+    coordinator takes it to send STOP, so no beat follows a STOP. With `on_silent`, the
+    thread watches rank 0: silent past `limit`, it calls on_silent(seconds) and ends."""
+
+    def __init__(self, comm, targets, period: float, heard=None, lock=None,
+                 limit: float | None = None, on_silent=None):
+        self.comm, self.targets, self.period = comm, targets, period
+        self.heard = heard or (lambda source: None)
+        self.lock = lock or threading.Lock()
+        self.limit, self.on_silent = limit, on_silent
+        self.last_from_0 = time.monotonic()
+        self._inflight: dict[int, object] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="mpiopt-alive", daemon=True)
+
+    def start(self) -> "Heartbeat":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop beating (before BYE, or as the coordinator ends); returns within a beat."""
+        self._stop.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout=5.0)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.period):
+            with self.lock:
+                if self._stop.is_set():
+                    return
+                self._beat()
+            self._listen()
+            silent = time.monotonic() - self.last_from_0
+            if self.on_silent is not None and silent > self.limit:
+                self.on_silent(silent)
+                return
+
+    def _beat(self) -> None:
+        for rank in self.targets():
+            req = self._inflight.get(rank)
+            if req is None or req.Test():
+                self._inflight[rank] = self.comm.isend(None, dest=rank, tag=Tag.ALIVE)
+
+    def _listen(self) -> None:
+        from mpiopt.parallel.waiting import probe
+
+        while (status := probe(self.comm, tag=Tag.ALIVE)) is not None:
+            source = status.Get_source()
+            self.comm.recv(source=source, tag=Tag.ALIVE)
+            if source == 0:
+                self.last_from_0 = time.monotonic()
+            self.heard(source)
+
+
+class Watch:
+    """Rank 0's side, started as soon as the ranks exist (before the searcher is built, so
+    a long set-up never looks like a dead coordinator): beats to the group leaders that
+    have not been sent STOP, and the Liveness of every other rank."""
+
+    def __init__(self, comm, leaders, size: int, limit: float):
+        self.lock = threading.Lock()          # held to send STOP: no beat follows a STOP
+        self.stopped: set[int] = set()
+        self.liveness = Liveness(range(1, size), limit)
+        self.heartbeat = Heartbeat(comm, lambda: [r for r in leaders if r not in self.stopped],
+                                   period_for(limit), heard=self.liveness.heard, lock=self.lock)
+
+    def start(self) -> "Watch":
+        self.heartbeat.start()
+        return self
+
+    def stop(self) -> None:
+        self.heartbeat.stop()
