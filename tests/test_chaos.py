@@ -112,17 +112,22 @@ def test_a_poison_trial_in_the_ranks_own_process_is_failed_after_max_attempts(tm
                      max_attempts=2)
     proc, _ = run(tmp_path, url, spec, 2)
     assert proc.returncode != 0
+    for t in resume_until_done(tmp_path, url, spec, 2, budget=6):
+        assert t.error.startswith("killed its process 2 times (last: rank 1, host "), t.error
+
+
+def resume_until_done(tmp_path, url, spec, np, budget):
+    """Resume until a job finishes the study; every trial with x > 0 must then be FAILED
+    (after its lost attempts). Returns those trials."""
     for _ in range(12):
-        proc, _ = run(tmp_path, url, spec, 2, "--resume")
+        proc, _ = run(tmp_path, url, spec, np, "--resume")
         if proc.returncode == 0:
             break
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    _, trials = assert_settled(url, 6)
+    _, trials = assert_settled(url, budget)
     poison = [t for t in trials if t.params["x"] > 0]
-    assert poison
-    for t in poison:
-        assert t.status is TrialStatus.FAILED
-        assert t.error.startswith("killed its process 2 times (last: rank 1, host "), t.error
+    assert poison and all(t.status is TrialStatus.FAILED for t in poison)
+    return poison
 
 
 def test_a_rank_that_stops_answering_ends_the_job_and_counts_a_lost_attempt(tmp_path, url,
@@ -143,14 +148,7 @@ def test_a_rank_that_stops_answering_ends_the_job_and_counts_a_lost_attempt(tmp_
     _, trials = study_state(url)
     running = [t for t in trials if t.status is TrialStatus.RUNNING]
     assert running and all(t.params["x"] > 0 for t in running)   # stopped; the rest INTERRUPTED
-    for _ in range(12):
-        proc, _ = run(tmp_path, url, spec, 3, "--resume")
-        if proc.returncode == 0:
-            break
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    _, trials = assert_settled(url, 5)
-    stopped = [t for t in trials if t.params["x"] > 0]
-    assert stopped and all(t.status is TrialStatus.FAILED for t in stopped)
+    stopped = resume_until_done(tmp_path, url, spec, 3, budget=5)
     assert all(t.error.startswith("killed its process 2 times") for t in stopped)
 
 
