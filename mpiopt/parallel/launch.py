@@ -56,8 +56,9 @@ def _rank0(world, prepare, quiet: bool) -> int:
             quiet_bcast(world, {"error": str(exc)}, tag=Tag.SETUP)
         raise
     log = _use_native_log(str(native_log_path(url, spec.study.name)))
+    limit = _liveness() if multi else None      # every rank's heartbeats use rank 0's
     if multi:
-        quiet_bcast(world, {"spec": spec.to_dict(), "native_log": log, "liveness": _liveness(),
+        quiet_bcast(world, {"spec": spec.to_dict(), "native_log": log, "liveness": limit,
                             "resume": resume_command(spec.study.name, url)}, tag=Tag.SETUP)
     own = _set_up(world, spec) if not multi else (None, None)
     errors, payloads, silent = gather_ready(world, own[1], startup_limit(), say=_progress)
@@ -79,7 +80,7 @@ def _rank0(world, prepare, quiet: bool) -> int:
         _send_verdict(world, multi, error=str(exc))
         raise
     _send_verdict(world, multi)
-    return _coordinate(world, spec, url, opened, quiet, own[0])
+    return _coordinate(world, spec, url, opened, quiet, own[0], limit)
 
 
 def _liveness() -> float | None:
@@ -235,12 +236,12 @@ def signal_ignore() -> None:
 
 
 # ---- the coordinator's run and ending -----------------------------------------------------
-def _coordinate(world, spec, url, opened, quiet, objective=None) -> int:
+def _coordinate(world, spec, url, opened, quiet, objective=None, limit=None) -> int:
     from mpiopt.parallel.topology import make_topology
 
     topo, comm = make_topology(world, spec.resources.group_size)
     hosts = _leader_hosts(world, topo)
-    watch = None if topo.single_process else _watch(world, world.Dup(), topo)
+    watch = None if topo.single_process else _watch(world, world.Dup(), topo, limit)
     try:
         return _coordinate_with(world, spec, url, opened, quiet, objective, topo, comm, hosts,
                                 watch)
@@ -249,9 +250,8 @@ def _coordinate(world, spec, url, opened, quiet, objective=None) -> int:
             watch.stop()
 
 
-def _watch(world, alive_comm, topo):
+def _watch(world, alive_comm, topo, limit: float | None):
     """Rank 0's heartbeats and its view of every rank's (mpiopt.parallel.liveness)."""
-    limit = _liveness()
     if not limit:
         return None
     from mpiopt.parallel.liveness import Watch

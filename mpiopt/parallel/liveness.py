@@ -131,11 +131,14 @@ class Heartbeat:
                 self._inflight[rank] = self.comm.isend(None, dest=rank, tag=Tag.ALIVE)
 
     def _listen(self) -> None:
-        from mpiopt.parallel.waiting import probe
+        """Every ALIVE already here (a matched probe: the receive takes exactly the message
+        found, so it never waits; senders have at most one beat in flight each)."""
+        from mpi4py import MPI
 
-        while (status := probe(self.comm, tag=Tag.ALIVE)) is not None:
+        status = MPI.Status()
+        while (message := self.comm.improbe(tag=Tag.ALIVE, status=status)) is not None:
+            message.recv()
             source = status.Get_source()
-            self.comm.recv(source=source, tag=Tag.ALIVE)
             if source == 0:
                 self.last_from_0 = time.monotonic()
             self.heard(source)
