@@ -184,6 +184,36 @@ def test_a_silent_coordinator_ends_the_job_from_the_groups(tmp_path, url, monkey
     assert all(t.value == finished[t.number] for t in trials if t.number in finished)
 
 
+def test_a_coordinator_stopped_during_start_up_ends_the_job_from_the_groups(tmp_path, monkeypatch):
+    """Rank 0 stopped (SIGSTOP) while it waits for a rank slow to set up, before any
+    heartbeat runs: the other ranks give up on it after twice MPIOPT_STARTUP_TIMEOUT and
+    end the job with one line; nothing was written (there is nothing to resume)."""
+    monkeypatch.setenv("MPIOPT_STARTUP_TIMEOUT", "4")
+    monkeypatch.setenv("MPIOPT_TEST_SLOW_RANK", "1")
+    monkeypatch.setenv("MPIOPT_TEST_SLOW_IMPORT_S", "2")
+    mark = tmp_path / "rank-1-importing"
+    monkeypatch.setenv("MPIOPT_TEST_SLOW_MARK", str(mark))
+    db = tmp_path / "c.db"
+    job = _start(tmp_path, f"sqlite:///{db}", spec_file(tmp_path, "steady", trials=4), 3)
+    end = time.monotonic() + START_S      # rank 1 imports the objective: rank 0 sent the spec
+    while not mark.exists() and time.monotonic() < end and job.poll() is None:
+        time.sleep(0.05)
+    assert mark.exists(), job.communicate()
+    ranks = sorted(p for p in _descendants(job.pid) if b"hydra_pmi_proxy" in _cmdline(_parent(p)))
+    os.kill(ranks[0], signal.SIGSTOP)
+    try:
+        _, err = job.communicate(timeout=2 * 4 + 10 + 30)
+    except subprocess.TimeoutExpired:
+        os.killpg(job.pid, signal.SIGKILL)
+        job.communicate()
+        raise AssertionError("the job went on waiting for a stopped rank 0 at start-up")
+    assert job.returncode != 0
+    lines = [ln for ln in err.splitlines() if ln.startswith("mpiopt:")]
+    assert len(lines) == 1 and "rank 1 on " in lines[0] and "rank 0 sent" in lines[0] and \
+        "not within 8s" in lines[0] and "nothing was written" in lines[0], err
+    assert not db.exists()
+
+
 @pytest.mark.parametrize("isolate", [True, False])
 def test_trial_timeout_fails_the_trial_and_the_study_goes_on(tmp_path, url, isolate):
     spec = spec_file(tmp_path, "never_returns", trials=8, objective={"isolate": isolate},

@@ -157,9 +157,9 @@ def _open(spec, url, resume, isolated: bool, retry_failed: bool = False):
 
 # ---- every other rank ---------------------------------------------------------------------
 def _other_rank(world) -> int:
-    from mpiopt.parallel.waiting import quiet_bcast, send_ready
+    from mpiopt.parallel.waiting import send_ready
 
-    payload = quiet_bcast(world, None, tag=Tag.SETUP)
+    payload = _from_rank0(world, "the spec")
     if "error" in payload:
         return 2
     _use_native_log(payload.get("native_log"))
@@ -169,14 +169,33 @@ def _other_rank(world) -> int:
         spec = Spec.from_dict(payload["spec"], source="<from rank 0>")
     except BaseException as exc:
         send_ready(world, f"{_where(world)}: {_one_line(exc)}")
-        quiet_bcast(world, None, tag=Tag.SETUP)
+        _from_rank0(world, "its verdict")
         return 2
     objective, error = _set_up(world, spec)
     send_ready(world, error, {"isolated": bool(objective and objective.isolated)})
-    verdict = quiet_bcast(world, None, tag=Tag.SETUP)
+    verdict = _from_rank0(world, "its verdict on the start-up")
     if "error" in verdict:
         return 2
     return _serve(world, spec, objective, payload.get("liveness"), payload.get("resume", ""))
+
+
+def _from_rank0(world, what: str):
+    """A start-up message from rank 0, before any heartbeat runs: rank 0 itself gives up
+    on a rank after startup_limit() and opening the database is bounded, so a rank that
+    waits twice that has lost rank 0 (stopped, or gone without the launcher noticing) and
+    ends the job; rank 1 says so, the others a little later if rank 1 is gone too."""
+    from mpiopt.parallel.waiting import quiet_bcast
+
+    limit = 2 * startup_limit() + (0 if world.Get_rank() == 1 else 10)
+    try:
+        return quiet_bcast(world, None, tag=Tag.SETUP, limit_s=limit)
+    except TimeoutError:
+        _say(f"{_where(world)}: rank 0 sent {what} not within {limit:.0f}s of start-up "
+             "(twice MPIOPT_STARTUP_TIMEOUT): its process died or is stuck; nothing was "
+             "written: ending the job with MPI_Abort")
+        time.sleep(1.0)          # let the launcher carry the line out
+        world.Abort(2)
+        raise SystemExit(2)      # (Abort does not return)
 
 
 def _set_up(world, spec):

@@ -22,25 +22,31 @@ def probe(comm, source=MPI.ANY_SOURCE, tag=MPI.ANY_TAG) -> MPI.Status | None:
     return status if comm.Iprobe(source=source, tag=tag, status=status) else None
 
 
-def wait_message(comm, source=MPI.ANY_SOURCE, tag=MPI.ANY_TAG, backoff: Backoff | None = None):
-    """Receive the next matching message, sleeping between probes. Returns (obj, status)."""
+def wait_message(comm, source=MPI.ANY_SOURCE, tag=MPI.ANY_TAG, backoff: Backoff | None = None,
+                 limit_s: float | None = None):
+    """Receive the next matching message, sleeping between probes. Returns (obj, status);
+    TimeoutError when `limit_s` seconds pass first (a wait whose peer has no heartbeat yet)."""
     backoff = backoff or Backoff()
+    deadline = None if limit_s is None else time.monotonic() + limit_s
     while True:
         status = probe(comm, source, tag)
         if status is not None:
             obj = comm.recv(source=status.Get_source(), tag=status.Get_tag())
             return obj, status
+        if deadline is not None and time.monotonic() >= deadline:
+            raise TimeoutError(f"nothing from rank {source} within {limit_s:.0f}s")
         backoff.sleep()
 
 
-def quiet_bcast(comm, obj=None, root: int = 0, tag: int = 0):
-    """Broadcast a small object so that receivers sleep while the root is still working."""
+def quiet_bcast(comm, obj=None, root: int = 0, tag: int = 0, limit_s: float | None = None):
+    """Broadcast a small object so that receivers sleep while the root is still working
+    (TimeoutError on a receiver after `limit_s`)."""
     if comm.Get_rank() == root:
         for rank in range(comm.Get_size()):
             if rank != root:
                 comm.send(obj, dest=rank, tag=tag)
         return obj
-    obj, _ = wait_message(comm, source=root, tag=tag)
+    obj, _ = wait_message(comm, source=root, tag=tag, limit_s=limit_s)
     return obj
 
 

@@ -4,6 +4,11 @@ import os
 import signal
 import time
 
+# tests/test_chaos.py: one rank slow to set up (its import takes a while)
+if os.environ.get("PMI_RANK") and os.environ.get("PMI_RANK") == os.environ.get("MPIOPT_TEST_SLOW_RANK"):
+    open(os.environ["MPIOPT_TEST_SLOW_MARK"], "w").close()     # the test knows it began
+    time.sleep(float(os.environ.get("MPIOPT_TEST_SLOW_IMPORT_S", "0")))
+
 
 def branin(params):
     x, y = params["x"], params["y"]
