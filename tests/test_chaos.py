@@ -164,17 +164,7 @@ def test_a_silent_coordinator_ends_the_job_from_the_groups(tmp_path, url, monkey
     assert _wait_progress(url, 0, job)
     _, before = study_state(url)
     finished = {t.number: t.value for t in before if t.status.is_finished()}
-    tree = _descendants(job.pid)
-    ranks = sorted(p for p in tree if b"hydra_pmi_proxy" in _cmdline(_parent(p)))
-    os.kill(ranks[0], signal.SIGSTOP)
-    try:
-        _, err = job.communicate(timeout=limit + 30)
-    except subprocess.TimeoutExpired:
-        os.killpg(job.pid, signal.SIGKILL)
-        job.communicate()
-        raise AssertionError("the job went on with its coordinator stopped")
-    assert job.returncode != 0
-    lines = [ln for ln in err.splitlines() if ln.startswith("mpiopt:")]
+    lines, err = _stop_rank0_until_the_job_ends(job, limit + 30)
     assert lines and all("the coordinator (rank 0) has been silent for" in ln and
                          "resume with: mpiopt resume c" in ln for ln in lines), err
     time.sleep(3.5)                           # the stopped job's lease goes stale
@@ -199,16 +189,7 @@ def test_a_coordinator_stopped_during_start_up_ends_the_job_from_the_groups(tmp_
     while not mark.exists() and time.monotonic() < end and job.poll() is None:
         time.sleep(0.05)
     assert mark.exists(), job.communicate()
-    ranks = sorted(p for p in _descendants(job.pid) if b"hydra_pmi_proxy" in _cmdline(_parent(p)))
-    os.kill(ranks[0], signal.SIGSTOP)
-    try:
-        _, err = job.communicate(timeout=2 * 4 + 10 + 30)
-    except subprocess.TimeoutExpired:
-        os.killpg(job.pid, signal.SIGKILL)
-        job.communicate()
-        raise AssertionError("the job went on waiting for a stopped rank 0 at start-up")
-    assert job.returncode != 0
-    lines = [ln for ln in err.splitlines() if ln.startswith("mpiopt:")]
+    lines, err = _stop_rank0_until_the_job_ends(job, 2 * 4 + 10 + 30)
     assert len(lines) == 1 and "rank 1 on " in lines[0] and "rank 0 sent" in lines[0] and \
         "not within 8s" in lines[0] and "nothing was written" in lines[0], err
     assert not db.exists()
@@ -378,6 +359,21 @@ def _cmdline(pid: int) -> bytes:
         return Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return b""
+
+
+def _stop_rank0_until_the_job_ends(job, timeout_s: float) -> tuple[list[str], str]:
+    """SIGSTOP rank 0 and wait for the rest of the job to end it (a failure with one line
+    from mpiopt); returns the closing lines and all of stderr."""
+    ranks = sorted(p for p in _descendants(job.pid) if b"hydra_pmi_proxy" in _cmdline(_parent(p)))
+    os.kill(ranks[0], signal.SIGSTOP)
+    try:
+        _, err = job.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(job.pid, signal.SIGKILL)
+        job.communicate()
+        raise AssertionError("the job went on with its coordinator stopped")
+    assert job.returncode != 0
+    return [ln for ln in err.splitlines() if ln.startswith("mpiopt:")], err
 
 
 def _descendants(root: int) -> set[int]:
