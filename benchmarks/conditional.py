@@ -110,7 +110,9 @@ def main(argv=None) -> str:
                      "median best": round(float(med), 3), "IQR": f"{q1:.3f}-{q3:.3f}",
                      "seconds": round(time.perf_counter() - start, 1)})
         print(table([rows[-1]]), flush=True)
-    report = (f"{machine()}\n\n`python benchmarks/conditional.py --budget {args.budget} "
+    report = ("### Conditional space (searchspaces/conditional.yaml, 2 pending; median best and "
+              f"IQR over seeds, lower is better)\n\n{machine()}\n\n"
+              f"`python benchmarks/conditional.py --budget {args.budget} "
               f"--seeds {args.seeds}`\n\n{table(rows)}\n")
     print(report)
     return report

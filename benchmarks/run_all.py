@@ -28,8 +28,9 @@ SCRIPTS = ["scheduling.py", "coordinator_cost.py", "searcher_cost.py", "training
 def final_report(stdout: str) -> str:
     """A script's report (from its first '### ' heading on, after any progress lines),
     else all it printed."""
-    start = stdout.find("\n### ")
-    return (stdout[start + 1:] if start >= 0 else stdout).strip()
+    text = "\n" + stdout                 # a report may begin on the very first line
+    start = text.find("\n### ")
+    return (text[start + 1:] if start >= 0 else stdout).strip()
 
 
 NOTES = re.compile(r"<!-- notes -->.*?<!-- /notes -->", re.S)
