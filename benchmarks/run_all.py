@@ -8,7 +8,7 @@ What people wrote by hand survives a run: a section's text between `<!-- notes -
 `<!-- /notes -->` (the figures a change replaced, what a table means) is carried over
 from the old RESULTS.md, under the new report of the same script.
 
-    make bench                                  # everything (about 90 minutes on 2 cores)
+    make bench                                  # everything (about an hour on 2 cores)
     python benchmarks/run_all.py simulate.py    # some scripts; the others' sections stay
 """
 from __future__ import annotations
