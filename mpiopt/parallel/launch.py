@@ -67,8 +67,7 @@ def _rank0(world, prepare, quiet: bool) -> int:
         _say(f"start-up: rank(s) {', '.join(map(str, silent))} did not finish setting up the "
              f"objective within {startup_limit():.0f}s (set MPIOPT_STARTUP_TIMEOUT to wait "
              "longer); nothing was written: ending the job with MPI_Abort")
-        time.sleep(1.0)    # let the launcher carry the line out (see _coordinate)
-        world.Abort(2)
+        _abort(world, 2)
     if errors:
         _send_verdict(world, multi, error=errors[0])
         more = f" (and {len(errors) - 1} more rank(s))" if len(errors) > 1 else ""
@@ -190,12 +189,10 @@ def _from_rank0(world, what: str):
     try:
         return quiet_bcast(world, None, tag=Tag.SETUP, limit_s=limit)
     except TimeoutError:
-        _say(f"{_where(world)}: rank 0 sent {what} not within {limit:.0f}s of start-up "
+        _say(f"{_where(world)}: rank 0 sent {what} not within {limit:.0f}s of waiting "
              "(twice MPIOPT_STARTUP_TIMEOUT): its process died or is stuck; nothing was "
              "written: ending the job with MPI_Abort")
-        time.sleep(1.0)          # let the launcher carry the line out
-        world.Abort(2)
-        raise SystemExit(2)      # (Abort does not return)
+        _abort(world, 2)
 
 
 def _set_up(world, spec):
@@ -237,8 +234,7 @@ def _heartbeat(world, alive_comm, limit: float | None, leader: bool, resume: str
         _say(f"{_where(world)}: the coordinator (rank 0) has been silent for {seconds:.0f}s "
              "(its process died or is stuck, and the launcher did not end the job): ending "
              f"the job with MPI_Abort; resume with: {resume}")
-        time.sleep(1.0)          # let the launcher carry the line out
-        world.Abort(EXIT_FAILED)
+        _abort(world, EXIT_FAILED)
 
     return Heartbeat(alive_comm, lambda: (0,), period_for(limit), limit=limit,
                      on_silent=coordinator_silent if leader else None).start()
@@ -304,12 +300,19 @@ def _coordinate_with(world, spec, url, opened, quiet, objective, topo, comm, hos
                                        "stop: ending the job with MPI_Abort)")
     code = _close(spec, url, opened, sched, progress, ending.cause, ending.interrupted, stuck)
     if not ending.orderly:
-        # MPI_Abort tears the launcher's I/O forwarding down at once: give it a moment to
-        # carry the closing line out first (measured lost under MPICH on a loaded machine).
-        sys.stdout.flush()
-        time.sleep(1.0)
-        world.Abort(code)
+        _abort(world, code)
     return code
+
+
+def _abort(world, code: int) -> None:
+    """MPI_Abort after the closing line is out: the abort tears the launcher's I/O
+    forwarding down at once, so the line gets a moment first (measured lost under MPICH
+    on a loaded machine). Never returns."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    time.sleep(1.0)
+    world.Abort(code)
+    raise SystemExit(code)
 
 
 def _run_single(spec, url, opened, sched, progress, comm, objective) -> int:
