@@ -6,38 +6,46 @@ time is tracing, so it counts as fixed). Trials run in this one process on one r
 interleaved trial by trial so that machine noise hits them alike:
 
 - before:     gc.collect() in Keras's clear_session before each build, and every step
-              function traced again for the last, smaller batch (the code before the cut)
+              function traced again for the last, smaller batch (the code before the cuts)
 - one trace:  each step function traced once per trial (a signature whose batch
               dimension is free)
-- after:      both cuts (the shipped default)
+- no collect: and no gc.collect() before each build
+- after:      and the fused pairs of a multi-rank step (apply + gradient) call the
+              pieces' traced functions instead of tracing their graphs again (the shipped
+              default; on one rank the step is one function, so it equals `no collect`)
 
-It also breaks the fixed cost down for the default: building the model, wrapping it in
-flat buffers, the first training step (tracing), the first validation (tracing).
+For each --ranks N (default 1 and 2) one report: with N > 1 the trials run data-parallel
+on N ranks, as a group of N ranks trains them (the script starts itself under mpiexec). On one rank it also breaks the fixed cost
+down for the default: building the model, wrapping it in flat buffers, the first
+training step (tracing), the first validation (tracing).
 
-    python benchmarks/trial_overhead.py --trials 8
+    python benchmarks/trial_overhead.py --trials 8              # on 1 rank, then on 2
+    python benchmarks/trial_overhead.py --trials 8 --ranks 4
 """
 from __future__ import annotations
 
 import argparse
+import subprocess
+import sys
 import time
 
 import numpy as np
 
-from _common import ROOT, machine, table
+from _common import BIN, ROOT, env, machine, table
 
-CONFIGS = {"before": dict(TRACE_ONCE=False, COLLECT_ON_BUILD=True),
-           "one trace": dict(TRACE_ONCE=True, COLLECT_ON_BUILD=True),
-           "after": dict(TRACE_ONCE=True, COLLECT_ON_BUILD=False)}
+CONFIGS = {"before": dict(TRACE_ONCE=False, COLLECT_ON_BUILD=True, SHARED_PIECES=False),
+           "one trace": dict(TRACE_ONCE=True, COLLECT_ON_BUILD=True, SHARED_PIECES=False),
+           "no collect": dict(TRACE_ONCE=True, COLLECT_ON_BUILD=False, SHARED_PIECES=False),
+           "after": dict(TRACE_ONCE=True, COLLECT_ON_BUILD=False, SHARED_PIECES=True)}
 
 
-def one_trial(spec, params, seed) -> tuple[float, float]:
-    """(wall s, fixed s) of one trial on one rank."""
-    from mpi4py import MPI
-
+def one_trial(spec, params, seed, comm) -> tuple[float, float]:
+    """(wall s, fixed s) of one trial on the ranks of comm (rank 0's figures)."""
     from mpiopt.training import run_training
 
+    comm.Barrier()
     start = time.perf_counter()
-    res = run_training(spec, params, MPI.COMM_SELF, seed)
+    res = run_training(spec, params, comm, seed)
     wall = time.perf_counter() - start
     epochs = [s["end"] - s["start"] for s in res["spans"] if s["kind"] == "epoch"]
     return wall, wall - len(epochs) * float(np.median(epochs))
@@ -73,20 +81,45 @@ def breakdown(spec, params, seed) -> dict:
 def main(argv=None) -> str:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--trials", type=int, default=8, help="trials per configuration")
+    ap.add_argument("--ranks", type=int, nargs="+", default=[1, 2],
+                    help="ranks that train each trial (one report each)")
     args = ap.parse_args(argv)
+    from mpi4py import MPI
+
+    if MPI.COMM_WORLD.Get_size() > 1:          # started by the lines below, under mpiexec
+        return measure(args.trials, MPI.COMM_WORLD)
+    reports = []
+    for ranks in args.ranks:
+        if ranks == 1:
+            reports.append(measure(args.trials, MPI.COMM_SELF))
+            continue
+        proc = subprocess.run([str(BIN / "mpiexec"), "-n", str(ranks), sys.executable, __file__,
+                               "--trials", str(args.trials)],
+                              env=env(), capture_output=True, text=True)
+        if proc.returncode:
+            raise SystemExit(f"trial_overhead.py on {ranks} ranks failed:\n{proc.stderr[-3000:]}")
+        print(proc.stdout)
+        reports.append(proc.stdout.strip())
+    return "\n\n".join(reports)
+
+
+def measure(trials_per_config: int, comm) -> str:
+    """The report for trials trained on the ranks of comm (printed on its rank 0)."""
     from mpiopt.spec import load_spec
     from mpiopt.training import backend
 
     spec = load_spec(ROOT / "examples" / "digits" / "spec.yaml")
     rng = np.random.default_rng(7)
-    trials = [spec.space.sample(rng) for _ in range(args.trials + 1)]
-    one_trial(spec, trials[0], 0)          # TensorFlow's import and first use: not a trial's
+    trials = [spec.space.sample(rng) for _ in range(trials_per_config + 1)]
+    one_trial(spec, trials[0], 0, comm)    # TensorFlow's import and first use: not a trial's
     runs = {name: [] for name in CONFIGS}
     for i, params in enumerate(trials[1:], 1):
         for name, flags in CONFIGS.items():
             for flag, value in flags.items():
                 setattr(backend, flag, value)
-            runs[name].append(one_trial(spec, params, i))
+            runs[name].append(one_trial(spec, params, i, comm))
+    if comm.Get_rank() != 0:
+        return ""
     rows = []
     for name, got in runs.items():
         walls, fixed = np.array(got).T
@@ -96,12 +129,16 @@ def main(argv=None) -> str:
     base = rows[0]["fixed s (median)"]
     for r in rows:
         r["fixed vs before"] = r["fixed s (median)"] / base
-    parts = [breakdown(spec, p, i) for i, p in enumerate(trials[1:4])]
-    split = {k: float(np.median([p[k] for p in parts])) for k in parts[0]}
-    report = (f"### A digits trial's fixed cost (one rank, {args.trials} trials per configuration, "
-              f"3 folds x up to {spec.training.epochs} epochs)\n\n{machine()}\n\n"
-              f"`python benchmarks/trial_overhead.py --trials {args.trials}`\n\n{table(rows)}\n\n"
-              f"Where the default's fixed cost goes (median of 3 trials):\n\n{table([split])}\n")
+    ranks = comm.Get_size()
+    where = "one rank" if ranks == 1 else f"{ranks} ranks, allreduce"
+    report = (f"### A digits trial's fixed cost ({where}, {trials_per_config} trials per "
+              f"configuration, 3 folds x up to {spec.training.epochs} epochs)\n\n{machine()}\n\n"
+              f"`python benchmarks/trial_overhead.py --trials {trials_per_config} --ranks {ranks}`"
+              f"\n\n{table(rows)}\n")
+    if ranks == 1:
+        parts = [breakdown(spec, p, i) for i, p in enumerate(trials[1:4])]
+        split = {k: float(np.median([p[k] for p in parts])) for k in parts[0]}
+        report += f"\nWhere the default's fixed cost goes (median of 3 trials):\n\n{table([split])}\n"
     print(report)
     return report
 
