@@ -240,6 +240,74 @@ def sgd_wine(p):
         learning_rate="adaptive", eta0=p["eta0"], max_iter=60, tol=None, random_state=0), "wine")
 
 
+# ---- held out: more shapes, only to check a rule (see HELD_OUT) -------------------------------
+def michalewicz(n, m=10):
+    """Steep narrow ridges and valleys (m sets their steepness); d! local minima."""
+    i = np.arange(1, n + 1)
+
+    def f(p):
+        x = _vec(p, n)
+        return float(-np.sum(np.sin(x) * np.sin(i * x ** 2 / math.pi) ** (2 * m)))
+    return f
+
+
+def griewank(n):
+    """A wide bowl covered by a fine product of cosines."""
+    i = np.sqrt(np.arange(1, n + 1))
+
+    def f(p):
+        x = _vec(p, n)
+        return float(1 + np.sum(x ** 2) / 4000 - np.prod(np.cos(x / i)))
+    return f
+
+
+def zakharov(n):
+    """A smooth plate-shaped valley whose walls rise as the fourth power."""
+    i = np.arange(1, n + 1)
+
+    def f(p):
+        x = _vec(p, n)
+        s = float(np.sum(0.5 * i * x))
+        return float(np.sum(x ** 2) + s ** 2 + s ** 4)
+    return f
+
+
+def mixed_hartmann(p):
+    """Hartmann-6 whose last two coordinates are chosen from five levels each (a model's
+    layer count, a batch size): a mixed space."""
+    q = {f"x{i}": p[f"x{i}"] for i in range(4)}
+    q["x4"], q["x5"] = p["level_a"] / 4, p["level_b"] / 4
+    return hartmann6(q)
+
+
+def forest_wine(p):
+    from sklearn.ensemble import RandomForestClassifier
+
+    return _cv_error(RandomForestClassifier(
+        n_estimators=p["n_estimators"], max_depth=p["max_depth"], max_features=p["max_features"],
+        min_samples_leaf=p["min_samples_leaf"], criterion=p["criterion"], random_state=0,
+        n_jobs=1), "wine")
+
+
+def knn_wine(p):
+    from sklearn.neighbors import KNeighborsClassifier
+
+    return _cv_error(KNeighborsClassifier(n_neighbors=p["n_neighbors"], weights=p["weights"],
+                                          p=p["p"]), "wine")
+
+
+def logreg_cancer(p):
+    import warnings
+
+    from sklearn.linear_model import LogisticRegression
+
+    with warnings.catch_warnings():   # saga's convergence; scikit-learn 1.8's penalty notice
+        warnings.simplefilter("ignore")
+        return _cv_error(LogisticRegression(C=p["C"], l1_ratio=p["l1_ratio"], penalty="elasticnet",
+                                            solver="saga", max_iter=200, tol=p["tol"]),
+                         "breast_cancer")
+
+
 # ---- the catalogue ----------------------------------------------------------------------------
 def catalogue() -> dict[str, Problem]:
     hart6 = Problem("hartmann6-noisy", "noisy", _reals(6, 0.0, 1.0), noisy(hartmann6, 0.1),
@@ -290,6 +358,26 @@ def catalogue() -> dict[str, Problem]:
         Problem("eggholder", "rugged", _reals(2, -512.0, 512.0), eggholder, -959.6407),
         Problem("goldstein-price", "smooth", _reals(2, -2.0, 2.0), goldstein_price, 3.0),
         Problem("styblinski2", "smooth", _reals(2, -5.0, 5.0), styblinski_tang(2), -78.33198),
+        # beyond two dimensions (added 2026-11-25, after auto's rules were set)
+        Problem("styblinski5", "rugged", _reals(5, -5.0, 5.0), styblinski_tang(5), -195.83),
+        Problem("michalewicz5", "rugged", _reals(5, 0.0, math.pi), michalewicz(5), -4.687658),
+        Problem("griewank8", "rugged", _reals(8, -50.0, 50.0), griewank(8), 0.0),
+        Problem("zakharov6", "valley", _reals(6, -5.0, 10.0), zakharov(6), 0.0),
+        Problem("mixed-hartmann", "mixed", Space(
+            [Real(f"x{i}", 0.0, 1.0) for i in range(4)]
+            + [Categorical("level_a", list(range(5))), Integer("level_b", 0, 4)]), mixed_hartmann,
+            None),
+        Problem("forest-wine", "real task", Space([
+            Integer("n_estimators", 4, 25, prior="log-uniform"), Integer("max_depth", 1, 12),
+            Real("max_features", 0.02, 1.0, prior="log-uniform"),
+            Integer("min_samples_leaf", 1, 30, prior="log-uniform"),
+            Categorical("criterion", ["gini", "entropy"])]), forest_wine, None, cost="model"),
+        Problem("knn-wine", "real task", Space([
+            Integer("n_neighbors", 1, 60), Categorical("weights", ["uniform", "distance"]),
+            Integer("p", 1, 2)]), knn_wine, None, cost="model"),
+        Problem("logreg-cancer", "real task", Space([
+            Real("C", 1e-4, 1e3, prior="log-uniform"), Real("l1_ratio", 0.0, 1.0),
+            Real("tol", 1e-6, 1e-1, prior="log-uniform")]), logreg_cancer, None, cost="model"),
     ]
     HELD_OUT.update(p.name for p in held_out)
     return {p.name: p for p in items + held_out}

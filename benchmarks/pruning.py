@@ -8,7 +8,11 @@ the groups spent in trials other than each group's first ("steady trial s": the 
 carries the rank's start-up, TensorFlow's import and the data, which pruning cannot save;
 the steady saving should follow the epochs run once a trial's fixed cost is small), and
 the median fixed cost of a steady trial that ran to the end (its duration less its
-epochs), with ratios against the run without pruning.
+epochs), with ratios against the run without pruning. "fixed-cost model" is the steady
+ratio expected if pruning saved exactly the epochs it cut while every trial still paid
+the fixed cost (F + share x E) / (F + E), with F and F + E the median fixed cost and
+duration of a full trial of the run without pruning: where "steady vs none" is close to
+it, pruning saves all it can and the rest of the gap to "epochs run" is the fixed cost.
 
     python benchmarks/pruning.py --trials 16 --np 5
 """
@@ -68,7 +72,9 @@ def run(tmp: Path, name: str, pruning, trials: int, np: int, epochs: int) -> dic
             "pruned": sum(t.status.value == "PRUNED" for t in rows), "trials": len(rows),
             "epochs run": epochs_run / most,
             "steady trial s": sum(t.duration for t in steady),
-            "fixed s/trial": float(numpy.median(fixed)) if fixed else float("nan")}
+            "fixed s/trial": float(numpy.median(fixed)) if fixed else float("nan"),
+            "full trial s": float(numpy.median([t.duration for t in steady if t.spans]))
+            if fixed else float("nan")}
 
 
 def main(argv=None) -> str:
@@ -84,9 +90,15 @@ def main(argv=None) -> str:
             rows.append(run(Path(tmp), name, PRUNERS[name], args.trials, args.np, args.epochs))
             print(table(rows[-1:]), flush=True)
     base = rows[0]
+    fixed, full = base["fixed s/trial"], base["full trial s"]
     for r in rows:
         r["wall vs none"] = r["wall s"] / base["wall s"]
         r["steady vs none"] = r["steady trial s"] / base["steady trial s"]
+        # what the steady trials would take if pruning saved exactly the epochs it cut and
+        # every trial still paid the fixed cost of the run without pruning
+        r["fixed-cost model"] = (fixed + r["epochs run"] * (full - fixed)) / full
+    for r in rows:
+        del r["full trial s"]
     report = (f"### Pruning (digits, val_accuracy, maximize)\n\n{machine()}\n\n"
               f"`python benchmarks/pruning.py --trials {args.trials} --epochs {args.epochs} --np {args.np}`\n\n"
               f"{table(rows)}\n")

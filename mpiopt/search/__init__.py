@@ -32,6 +32,7 @@ _LAZY = {cls: mod for mod, cls in ALGORITHMS.values()}
 
 
 VECTOR_ALGORITHMS = ("auto", "bayesian", "evolutionary", "random")
+PORTFOLIO_MEMBERS = ("bayesian", "cmaes")   # auto's pair (mpiopt.search.auto says why)
 
 
 def make_searcher(algorithm: str, space, options: dict | None = None, seed: int = 0,
@@ -48,11 +49,13 @@ def make_searcher(algorithm: str, space, options: dict | None = None, seed: int 
     if algorithm == "portfolio":             # auto's choice for many groups (see there)
         from mpiopt.search.portfolio import PortfolioSearcher
 
-        # (options, for benchmarks' variants only: {member algorithm: its options})
-        members = [make_searcher(a, space, (options or {}).get(a, {}), seed, budget, parallel)
-                   for a in ("bayesian", "cmaes")]
+        # (options, for benchmarks' variants only: "members", the algorithms taking turns,
+        # and {member algorithm: its options})
+        opts = dict(options or {})
+        names = opts.pop("members", PORTFOLIO_MEMBERS)
+        members = [make_searcher(a, space, opts.get(a, {}), seed, budget, parallel) for a in names]
         searcher = PortfolioSearcher(space, members, seed)
-        searcher.choice = f"auto chose bayesian + cmaes in turn: {chosen_because}"
+        searcher.choice = f"auto chose {' + '.join(names)} in turn: {chosen_because}"
         return searcher
     if algorithm not in ALGORITHMS:
         raise SpecError(f"search.algorithm: expected one of auto, {', '.join(ALGORITHMS)}, "
