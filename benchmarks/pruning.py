@@ -15,6 +15,7 @@ duration of a full trial of the run without pruning: where "steady vs none" is c
 it, pruning saves all it can and the rest of the gap to "epochs run" is the fixed cost.
 
     python benchmarks/pruning.py --trials 16 --np 5
+    python benchmarks/pruning.py --np 3 --group-size 1   # a core for each training rank here
 """
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ PRUNERS = {
 }
 
 
-def run(tmp: Path, name: str, pruning, trials: int, np: int, epochs: int) -> dict:
+def run(tmp: Path, name: str, pruning, trials: int, np: int, epochs: int, group_size: int) -> dict:
     from mpiopt.spec import load_spec
 
     spec = load_spec(ROOT / "examples" / "digits" / "spec.yaml").to_dict()
@@ -42,6 +43,7 @@ def run(tmp: Path, name: str, pruning, trials: int, np: int, epochs: int) -> dic
     spec["training"]["pruning"] = pruning
     spec["training"]["early_stopping"] = None
     spec["training"]["epochs"] = epochs
+    spec["resources"]["group_size"] = group_size
     path = write_spec(tmp / f"{name}.yaml", **spec)
     url = f"sqlite:///{tmp / (name + '.db')}"
     proc = mpiopt(["search", path, "--storage", url, "--quiet"], np=np, cwd=tmp)
@@ -81,13 +83,15 @@ def main(argv=None) -> str:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--trials", type=int, default=16)
     ap.add_argument("--epochs", type=int, default=6)
-    ap.add_argument("--np", type=int, default=5, help="MPI processes (1 coordinator + groups of 2)")
+    ap.add_argument("--np", type=int, default=5, help="MPI processes (1 coordinator + the groups)")
+    ap.add_argument("--group-size", type=int, default=2, help="ranks per group (the demo's 2)")
     ap.add_argument("--pruners", nargs="+", default=list(PRUNERS))
     args = ap.parse_args(argv)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.pruners:
-            rows.append(run(Path(tmp), name, PRUNERS[name], args.trials, args.np, args.epochs))
+            rows.append(run(Path(tmp), name, PRUNERS[name], args.trials, args.np, args.epochs,
+                            args.group_size))
             print(table(rows[-1:]), flush=True)
     base = rows[0]
     fixed, full = base["fixed s/trial"], base["full trial s"]
@@ -100,7 +104,8 @@ def main(argv=None) -> str:
     for r in rows:
         del r["full trial s"]
     report = (f"### Pruning (digits, val_accuracy, maximize)\n\n{machine()}\n\n"
-              f"`python benchmarks/pruning.py --trials {args.trials} --epochs {args.epochs} --np {args.np}`\n\n"
+              f"`python benchmarks/pruning.py --trials {args.trials} --epochs {args.epochs} --np {args.np}"
+              f" --group-size {args.group_size}`\n\n"
               f"{table(rows)}\n")
     print(report)
     return report
