@@ -101,8 +101,7 @@ def main(argv=None) -> str:
         # what the steady trials would take if pruning saved exactly the epochs it cut and
         # every trial still paid the fixed cost of the run without pruning
         r["fixed-cost model"] = (fixed + r["epochs run"] * (full - fixed)) / full
-    for r in rows:
-        del r["full trial s"]
+        del r["full trial s"]                  # (an input of the model, not a column)
     report = (f"### Pruning (digits, val_accuracy, maximize)\n\n{machine()}\n\n"
               f"`python benchmarks/pruning.py --trials {args.trials} --epochs {args.epochs} --np {args.np}"
               f" --group-size {args.group_size}`\n\n"
