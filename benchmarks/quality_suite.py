@@ -125,6 +125,11 @@ def make(name, space, seed, budget=None, parallel=1):
     from mpiopt.search import make_searcher
 
     algorithm, options = OURS.get(name) or EXTRA[name]
+    if algorithm == "auto" and options:     # a variant of auto: options per algorithm it picks
+        from mpiopt.search.auto import choose
+
+        algorithm = choose(space, budget, parallel)[0]
+        options = options.get(algorithm, {})
     return make_searcher(algorithm, space, options, seed, budget=budget, parallel=parallel)
 
 
@@ -253,6 +258,7 @@ def report(results, problems, searchers, pending_levels, seeds) -> str:
 
 
 def main(argv=None) -> int:
+    global DEFAULT
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="8 problems, 1 and 4 pending, 5 seeds")
     ap.add_argument("--problems", nargs="+", default=None,
@@ -263,9 +269,25 @@ def main(argv=None) -> int:
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--variant", action="append", default=[],
                     help="NAME=ALGORITHM:JSON, e.g. 'gp-max=bayesian:{\"liar\": \"max\"}'")
+    ap.add_argument("--save", type=Path, help="write every run's best-so-far curve (JSON)")
+    ap.add_argument("--load", type=Path, action="append", default=[],
+                    help="curves of an earlier --save: their runs are not run again (the runs "
+                         "are deterministic per seed, so only searchers changed since need to run)")
+    ap.add_argument("--patch", action="append", default=[],
+                    help="MODULE:NAME=JSON, a module constant set before any run (a variant of "
+                         "code that has no option, e.g. 'mpiopt.search.bayesian:_EXPLORE_EVERY=0')")
+    ap.add_argument("--default", default=DEFAULT,
+                    help="the searcher whose shortfalls are listed (a --variant, to judge one)")
     args = ap.parse_args(argv)
     import json
 
+    DEFAULT = args.default
+    for text in args.patch:
+        import importlib
+
+        target, value = text.split("=", 1)
+        module, attr = target.split(":")
+        setattr(importlib.import_module(module), attr, json.loads(value))
     for text in args.variant:
         name, rest = text.split("=", 1)
         algorithm, options = rest.split(":", 1)
@@ -283,8 +305,15 @@ def main(argv=None) -> int:
     tasks = [(p, s, seed, n) for n in pending_levels for p in problems for s in searchers
              for seed in range(seeds)
              if not (s == "skopt-gp" and (n != 1 or not skopt_runs(p, seed)))]
-    tasks.sort(key=lambda t: -P.catalogue()[t[0]].budget)     # long ones first
     results, spent, per_problem = {}, {}, {}
+    for path in args.load:
+        for key, curves in json.loads(path.read_text()).items():
+            pname, name, pending_n = key.split("|")
+            results[(pname, name, int(pending_n))] = curves
+    for key in [k for k, curves in results.items() if len(curves) < seeds]:
+        del results[key]                 # a partial set of seeds runs again whole
+    tasks = [t for t in tasks if (t[0], t[1], t[3]) not in results]
+    tasks.sort(key=lambda t: -P.catalogue()[t[0]].budget)     # long ones first
     start = time.perf_counter()
     with mp.get_context("fork").Pool(args.workers) as pool:
         for i, (task, curve, seconds) in enumerate(pool.imap_unordered(run, tasks), 1):
@@ -293,6 +322,8 @@ def main(argv=None) -> int:
             per_problem[task[0]] = per_problem.get(task[0], 0.0) + seconds
             if i % 25 == 0 or i == len(tasks):
                 print(f"[{i}/{len(tasks)}] {time.perf_counter() - start:.0f}s", flush=True)
+    if args.save:
+        args.save.write_text(json.dumps({f"{p}|{s}|{n}": c for (p, s, n), c in results.items()}))
     print(f"\n### Search quality suite ({len(problems)} problems, pending {pending_levels}, "
           f"{seeds} seeds, {time.perf_counter() - start:.0f}s on {args.workers} workers)")
     print(report(results, problems, searchers, pending_levels, seeds))
