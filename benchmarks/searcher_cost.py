@@ -38,6 +38,7 @@ ALGORITHMS = {
     "cmaes": ("cmaes", {}),
     "bayesian-GP": ("bayesian", {}),
     "bayesian-RF": ("bayesian", {"estimator": "RF"}),
+    "auto": ("auto", {}),     # the default: on this space the GP + CMA-ES portfolio
 }
 
 

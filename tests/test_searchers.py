@@ -371,7 +371,30 @@ def test_auto_chooses_by_the_space():
     assert plane.algorithm == "bayesian" and "2 numeric" in plane.choice
     asked = [many.ask() for _ in range(6)]
     assert {type(m).__name__ for m in many.members} == {"BayesianSearcher", "CmaEsSearcher"}
+    gp = next(m for m in many.members if m.algorithm == "bayesian")
+    assert gp.thompson_every == 0 and one.members[0].thompson_every == 0   # CMA-ES explores
+    assert make_searcher("bayesian", MIXED, {}, seed=0).thompson_every == 2
     assert len({many.key(p) for p in asked}) == 6
+
+
+def test_portfolio_gives_the_gp_the_turns_its_predictions_earn():
+    """On a smooth bowl the GP predicts held-out values well and gets most turns; on values
+    that do not depend on the point it predicts nothing and CMA-ES gets most of them."""
+    space = Space([Real(f"x{i}", 0.0, 1.0) for i in range(4)])
+    bowl = lambda p: sum((p[f"x{i}"] - 0.3) ** 2 for i in range(4))      # noqa: E731
+    noise = random.Random(0)
+
+    def gp_share(objective) -> float:
+        searcher = make_searcher("auto", space, {}, seed=0, budget=80, parallel=1)
+        gp, turns = searcher.members[0], []
+        for n in range(60):
+            params = searcher.ask()
+            turns.append(searcher.owner[searcher.key(params)] is gp)
+            searcher.tell(params, objective(params))
+        return sum(turns[30:]) / 30
+
+    assert gp_share(bowl) >= 0.6
+    assert gp_share(lambda p: noise.random()) <= 0.4
 
 
 def test_bayesian_initial_design_covers_the_space_evenly():

@@ -55,7 +55,7 @@ def make_searcher(algorithm: str, space, options: dict | None = None, seed: int 
         names = opts.pop("members", PORTFOLIO_MEMBERS)
         members = [make_searcher(a, space, opts.get(a, {}), seed, budget, parallel) for a in names]
         searcher = PortfolioSearcher(space, members, seed)
-        searcher.choice = f"auto chose {' + '.join(names)} in turn: {chosen_because}"
+        searcher.choice = f"auto chose {' + '.join(names)}: {chosen_because}"
         return searcher
     if algorithm not in ALGORITHMS:
         raise SpecError(f"search.algorithm: expected one of auto, {', '.join(ALGORITHMS)}, "

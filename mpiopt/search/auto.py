@@ -3,8 +3,9 @@ it starts. No constant here is fitted to a benchmark problem.
 
 The rule, and why (benchmarks/quality_suite.py; README "Choosing a searcher"):
 
-- at least three real or integer parameters: `bayesian` and `cmaes` in turn
-  (mpiopt.search.portfolio), whatever the number of groups. The Gaussian process makes
+- at least three real or integer parameters: `bayesian` and `cmaes` sharing the trials
+  (mpiopt.search.portfolio: the GP's share follows how well it predicts the results so
+  far, within a quarter and three quarters), whatever the number of groups. The Gaussian process makes
   the most of every result on smooth problems, but on rugged, multimodal ones (Levy,
   Rastrigin, a tree's cross-validated error) it settles in the first good basin and
   ends near random search, where CMA-ES, a population method, does well. Nobody knows
@@ -32,7 +33,7 @@ from __future__ import annotations
 VECTOR_MODEL_BUDGET = 250
 
 
-# A GP and CMA-ES in turn from this many numeric parameters; a GP alone below (see above).
+# A GP and CMA-ES sharing the trials from this many numeric parameters; a GP alone below (see above).
 PORTFOLIO_MIN_NUMERIC = 3
 
 
@@ -51,6 +52,7 @@ def choose(space, budget: int | None, parallel: int, vector: bool = False) -> tu
                             "a random scalarization per suggestion)")
     if numeric >= PORTFOLIO_MIN_NUMERIC:
         return "portfolio", (f"{numeric} numeric parameter(s): a Gaussian process for smooth "
-                             "problems and a population method for rugged ones, in turn")
+                             "problems and a population method for rugged ones, sharing the trials "
+                             "by how well the model predicts them")
     return "bayesian", (f"{n} parameter(s), {numeric} numeric: a Gaussian process "
                         "(in so few numeric dimensions the model covers the space)")

@@ -15,7 +15,7 @@ suggestions refits everything. Here:
   point can swallow a whole narrow optimum).
 * Every second suggestion is the minimiser of one posterior (Thompson) sample instead of
   the acquisition's best, so some groups keep probing other basins while the others refine
-  the incumbent.
+  the incumbent (not in auto's portfolio, where CMA-ES explores: see portfolio.py).
 * Kernel hyperparameters (with a log-normal prior on the length scales, see _gp) are
   re-fitted on a schedule (every tell while the study is small, then every ~10% growth,
   warm-started), on at most `hyper_points` points; in between a posterior is one Cholesky
@@ -77,6 +77,8 @@ class BayesianSearcher(Searcher):
         self._gains = np.zeros(len(_HEDGED))
         self._hedge_last: np.ndarray | None = None
         self._design: np.ndarray | None = None
+        self.thompson_every = _EXPLORE_EVERY   # (0 in auto's portfolio: see there)
+        self._agreement: tuple | None = None   # loo_agreement's (told, id(kernel), value, kernel)
 
     # ---- bookkeeping ----------------------------------------------------------------
     def _on_tell(self, params, value, was_pending) -> None:
@@ -111,8 +113,21 @@ class BayesianSearcher(Searcher):
                 return params
         return self.space.sample(self.rng)     # (a small discrete space: the design is used up)
 
+    def loo_agreement(self) -> float | None:
+        """How well the GP predicts each told value from the others (Spearman's rank
+        correlation of its leave-one-out means with the values), with the kernel fitted
+        last; None before a kernel is fitted. Near 1 on smooth surfaces, lower on rugged
+        ones, where the model's suggestions are worth less."""
+        if self._kernel is None or self.options["estimator"] != "GP" or len(self._rows) < 5:
+            return None
+        n, kernel = len(self._rows), self._kernel
+        if self._agreement is None or self._agreement[:2] != (n, id(kernel)):
+            X, y = self._training_set()
+            self._agreement = (n, id(kernel), _gp.loo_agreement(kernel, X, y), kernel)
+        return self._agreement[2]
+
     def _explore_now(self, model) -> bool:
-        every = _EXPLORE_EVERY
+        every = self.thompson_every
         return every > 0 and hasattr(model.post, "sample") and self.number % every == every - 1
 
     def _thompson(self, model, X: np.ndarray, y: np.ndarray) -> np.ndarray:
