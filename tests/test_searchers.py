@@ -372,7 +372,7 @@ def test_auto_chooses_by_the_space():
     asked = [many.ask() for _ in range(6)]
     assert {type(m).__name__ for m in many.members} == {"BayesianSearcher", "CmaEsSearcher"}
     gp = next(m for m in many.members if m.algorithm == "bayesian")
-    assert gp.thompson_every == 0 and one.members[0].thompson_every == 0   # CMA-ES explores
+    assert gp.thompson_every == 0 and one.members[0].thompson_every == 0  # CMA-ES explores
     assert make_searcher("bayesian", MIXED, {}, seed=0).thompson_every == 2
     assert len({many.key(p) for p in asked}) == 6
 

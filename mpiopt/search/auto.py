@@ -5,8 +5,8 @@ The rule, and why (benchmarks/quality_suite.py; README "Choosing a searcher"):
 
 - at least three real or integer parameters: `bayesian` and `cmaes` sharing the trials
   (mpiopt.search.portfolio: the GP's share follows how well it predicts the results so
-  far, within a quarter and three quarters), whatever the number of groups. The Gaussian process makes
-  the most of every result on smooth problems, but on rugged, multimodal ones (Levy,
+  far, within a quarter and three quarters), whatever the number of groups. The Gaussian
+  process makes the most of every result on smooth problems, but on rugged, multimodal ones (Levy,
   Rastrigin, a tree's cross-validated error) it settles in the first good basin and
   ends near random search, where CMA-ES, a population method, does well. Nobody knows
   beforehand which kind a study is, so both run, every result told to both, as algorithm
@@ -33,7 +33,7 @@ from __future__ import annotations
 VECTOR_MODEL_BUDGET = 250
 
 
-# A GP and CMA-ES sharing the trials from this many numeric parameters; a GP alone below (see above).
+# A GP and CMA-ES sharing the trials from this many numeric parameters; a GP alone below.
 PORTFOLIO_MIN_NUMERIC = 3
 
 
