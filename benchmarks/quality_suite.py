@@ -20,6 +20,14 @@ suite's time, and minutes at 80).
     python benchmarks/quality_suite.py --quick          # 8 problems, 1 and 4 pending, 5 seeds
     python benchmarks/quality_suite.py                   # everything: 18 problems, 1/4/16, 10 seeds
     python benchmarks/quality_suite.py --problems branin levy20 --pending 16 --seeds 3
+
+Judging a change to `auto` without running every searcher again (each run is
+deterministic per seed, so the stored runs of unchanged searchers are the runs):
+
+    python benchmarks/quality_suite.py --save base.json          # once, on the old code
+    python benchmarks/quality_suite.py --load base.json --variant 'new=auto:{}' \
+        --searchers new bayesian evolutionary tpe cmaes random optuna-tpe optuna-cmaes \
+        skopt-gp --default new                                    # after the change
 """
 from __future__ import annotations
 
