@@ -32,6 +32,8 @@ deterministic per seed, so the stored runs of unchanged searchers are the runs):
 from __future__ import annotations
 
 import argparse
+import importlib
+import json
 import math
 import multiprocessing as mp
 import os
@@ -287,12 +289,8 @@ def main(argv=None) -> int:
     ap.add_argument("--default", default=DEFAULT,
                     help="the searcher whose shortfalls are listed (a --variant, to judge one)")
     args = ap.parse_args(argv)
-    import json
-
     DEFAULT = args.default
     for text in args.patch:
-        import importlib
-
         target, value = text.split("=", 1)
         module, attr = target.split(":")
         setattr(importlib.import_module(module), attr, json.loads(value))

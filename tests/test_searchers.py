@@ -387,7 +387,7 @@ def test_portfolio_gives_the_gp_the_turns_its_predictions_earn():
     def gp_share(objective) -> float:
         searcher = make_searcher("auto", space, {}, seed=0, budget=80, parallel=1)
         gp, turns = searcher.members[0], []
-        for n in range(60):
+        for _ in range(60):
             params = searcher.ask()
             turns.append(searcher.owner[searcher.key(params)] is gp)
             searcher.tell(params, objective(params))

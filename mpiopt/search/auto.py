@@ -6,8 +6,8 @@ The rule, and why (benchmarks/quality_suite.py; README "Choosing a searcher"):
 - at least three real or integer parameters: `bayesian` and `cmaes` sharing the trials
   (mpiopt.search.portfolio: the GP's share follows how well it predicts the results so
   far, within a quarter and three quarters), whatever the number of groups. The Gaussian
-  process makes the most of every result on smooth problems, but on rugged, multimodal ones (Levy,
-  Rastrigin, a tree's cross-validated error) it settles in the first good basin and
+  process makes the most of every result on smooth problems, but on rugged, multimodal
+  ones (Levy, Rastrigin, a tree's cross-validated error) it settles in the first good basin and
   ends near random search, where CMA-ES, a population method, does well. Nobody knows
   beforehand which kind a study is, so both run, every result told to both, as algorithm
   portfolios do (Nevergrad's NGOpt). On the quality suite at 1, 4 and 16 pending

@@ -78,7 +78,7 @@ class BayesianSearcher(Searcher):
         self._hedge_last: np.ndarray | None = None
         self._design: np.ndarray | None = None
         self.thompson_every = _EXPLORE_EVERY   # (0 in auto's portfolio: see there)
-        self._agreement: tuple | None = None   # loo_agreement's (told, id(kernel), value, kernel)
+        self._agreement: tuple | None = None   # loo_agreement's (told count, kernel, value)
 
     # ---- bookkeeping ----------------------------------------------------------------
     def _on_tell(self, params, value, was_pending) -> None:
@@ -121,9 +121,9 @@ class BayesianSearcher(Searcher):
         if self._kernel is None or self.options["estimator"] != "GP" or len(self._rows) < 5:
             return None
         n, kernel = len(self._rows), self._kernel
-        if self._agreement is None or self._agreement[:2] != (n, id(kernel)):
+        if self._agreement is None or self._agreement[0] != n or self._agreement[1] is not kernel:
             X, y = self._training_set()
-            self._agreement = (n, id(kernel), _gp.loo_agreement(kernel, X, y), kernel)
+            self._agreement = (n, kernel, _gp.loo_agreement(kernel, X, y))
         return self._agreement[2]
 
     def _explore_now(self, model) -> bool:

@@ -49,6 +49,10 @@ class PortfolioSearcher(Searcher):
         for member in members:
             if hasattr(member, "thompson_every"):
                 member.thompson_every = 0
+        # the model whose predictions decide the shares, and the other member (a pair only)
+        models = [m for m in members if hasattr(m, "loo_agreement")]
+        self._model = models[0] if len(members) == 2 and models else None
+        self._other = next((m for m in members if m is not self._model), None)
         self.owner: dict[tuple, Searcher] = {}
         self._replaying = False
 
@@ -56,16 +60,11 @@ class PortfolioSearcher(Searcher):
         """The member that suggests this trial: in turn until the GP has a fitted kernel,
         then the GP with probability equal to its leave-one-out agreement (kept within
         [MIN_SHARE, 1 - MIN_SHARE]), CMA-ES otherwise."""
-        turn = self.members[self.number % len(self.members)]
-        model = next((m for m in self.members if hasattr(m, "loo_agreement")), None)
-        if model is None or len(self.members) != 2:
-            return turn
-        rho = model.loo_agreement()
+        rho = self._model.loo_agreement() if self._model is not None else None
         if rho is None:
-            return turn
+            return self.members[self.number % len(self.members)]
         share = min(max(rho, MIN_SHARE), 1 - MIN_SHARE)
-        other = next(m for m in self.members if m is not model)
-        return model if self.rng.random() < share else other
+        return self._model if self.rng.random() < share else self._other
 
     def _suggest(self) -> dict:
         member = self._pick()
