@@ -223,21 +223,43 @@ def svc_digits(p):
     return _cv_error(SVC(C=p["C"], gamma=p["gamma"], kernel=p["kernel"]), "digits")
 
 
-def tree_cancer(p):
+def _tree(p):
     from sklearn.tree import DecisionTreeClassifier
 
-    return _cv_error(DecisionTreeClassifier(
+    return DecisionTreeClassifier(
         max_depth=p["max_depth"], min_samples_leaf=p["min_samples_leaf"],
         min_samples_split=p["min_samples_split"], criterion=p["criterion"],
-        max_features=p["max_features"], random_state=0), "breast_cancer")
+        max_features=p["max_features"], random_state=0)
+
+
+def _tree_space():
+    return Space([
+        Integer("max_depth", 1, 20), Integer("min_samples_leaf", 1, 50, prior="log-uniform"),
+        Integer("min_samples_split", 2, 40), Categorical("criterion", ["gini", "entropy"]),
+        Real("max_features", 0.1, 1.0)])
+
+
+def _sgd(p):
+    from sklearn.linear_model import SGDClassifier
+
+    return SGDClassifier(
+        loss=p["loss"], alpha=p["alpha"], l1_ratio=p["l1_ratio"], penalty="elasticnet",
+        learning_rate="adaptive", eta0=p["eta0"], max_iter=60, tol=None, random_state=0)
+
+
+def _sgd_space():
+    return Space([
+        Categorical("loss", ["hinge", "log_loss", "modified_huber"]),
+        Real("alpha", 1e-7, 1.0, prior="log-uniform"), Real("l1_ratio", 0.0, 1.0),
+        Real("eta0", 1e-4, 1.0, prior="log-uniform")])
+
+
+def tree_cancer(p):
+    return _cv_error(_tree(p), "breast_cancer")
 
 
 def sgd_wine(p):
-    from sklearn.linear_model import SGDClassifier
-
-    return _cv_error(SGDClassifier(
-        loss=p["loss"], alpha=p["alpha"], l1_ratio=p["l1_ratio"], penalty="elasticnet",
-        learning_rate="adaptive", eta0=p["eta0"], max_iter=60, tol=None, random_state=0), "wine")
+    return _cv_error(_sgd(p), "wine")
 
 
 # ---- held out: more shapes, only to check a rule (see HELD_OUT) -------------------------------
@@ -292,6 +314,16 @@ def logreg_cancer(p):
                          "breast_cancer")
 
 
+
+def sgd_cancer(p):
+    """sgd-wine's model and space on the breast-cancer data."""
+    return _cv_error(_sgd(p), "breast_cancer")
+
+
+def tree_wine(p):
+    """tree-cancer's model and space on the wine data."""
+    return _cv_error(_tree(p), "wine")
+
 # ---- the catalogue ----------------------------------------------------------------------------
 def catalogue() -> dict[str, Problem]:
     hart6 = Problem("hartmann6-noisy", "noisy", _reals(6, 0.0, 1.0), noisy(hartmann6, 0.1),
@@ -326,14 +358,8 @@ def catalogue() -> dict[str, Problem]:
         Problem("svc-digits", "real task", Space([
             Real("C", 1e-3, 1e3, prior="log-uniform"), Real("gamma", 1e-5, 1.0, prior="log-uniform"),
             Categorical("kernel", ["rbf", "sigmoid"])]), svc_digits, None, cost="model"),
-        Problem("tree-cancer", "real task", Space([
-            Integer("max_depth", 1, 20), Integer("min_samples_leaf", 1, 50, prior="log-uniform"),
-            Integer("min_samples_split", 2, 40), Categorical("criterion", ["gini", "entropy"]),
-            Real("max_features", 0.1, 1.0)]), tree_cancer, None, cost="model"),
-        Problem("sgd-wine", "real task", Space([
-            Categorical("loss", ["hinge", "log_loss", "modified_huber"]),
-            Real("alpha", 1e-7, 1.0, prior="log-uniform"), Real("l1_ratio", 0.0, 1.0),
-            Real("eta0", 1e-4, 1.0, prior="log-uniform")]), sgd_wine, None, cost="model"),
+        Problem("tree-cancer", "real task", _tree_space(), tree_cancer, None, cost="model"),
+        Problem("sgd-wine", "real task", _sgd_space(), sgd_wine, None, cost="model"),
     ]
     held_out = [   # not in the suite: only to check a rule on problems it was not made on
         Problem("rastrigin2", "rugged", _reals(2, -5.12, 5.12), rastrigin(2), 0.0),
@@ -357,6 +383,11 @@ def catalogue() -> dict[str, Problem]:
         Problem("logreg-cancer", "real task", Space([
             Real("C", 1e-4, 1e3, prior="log-uniform"), Real("l1_ratio", 0.0, 1.0),
             Real("tol", 1e-6, 1e-1, prior="log-uniform")]), logreg_cancer, None, cost="model"),
+        # (added 2026-11-25 13:25, after a 30-seed check of the suite's two tasks where TPE
+        # beats `auto`, only to see whether that holds for the same models on the other
+        # data set: it did not, RESULTS.md)
+        Problem("sgd-cancer", "real task", _sgd_space(), sgd_cancer, None, cost="model"),
+        Problem("tree-wine", "real task", _tree_space(), tree_wine, None, cost="model"),
     ]
     HELD_OUT.update(p.name for p in held_out)
     return {p.name: p for p in items + held_out}
