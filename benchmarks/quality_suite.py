@@ -320,14 +320,16 @@ def main(argv=None) -> int:
         del results[key]                 # a partial set of seeds runs again whole
     tasks = [t for t in tasks if (t[0], t[1], t[3]) not in results]
     tasks.sort(key=lambda t: -P.catalogue()[t[0]].budget)     # long ones first
-    start = time.perf_counter()
+    start, by_seed = time.perf_counter(), {}
     with mp.get_context("fork").Pool(args.workers) as pool:
         for i, (task, curve, seconds) in enumerate(pool.imap_unordered(run, tasks), 1):
-            results.setdefault((task[0], task[1], task[3]), []).append(curve)
+            by_seed.setdefault((task[0], task[1], task[3]), {})[task[2]] = curve
             spent[task[1]] = spent.get(task[1], 0.0) + seconds
             per_problem[task[0]] = per_problem.get(task[0], 0.0) + seconds
             if i % 25 == 0 or i == len(tasks):
                 print(f"[{i}/{len(tasks)}] {time.perf_counter() - start:.0f}s", flush=True)
+    for key, runs in by_seed.items():    # (in seed order, so saved files compare seed by seed)
+        results[key] = [runs[seed] for seed in sorted(runs)]
     if args.save:
         args.save.write_text(json.dumps({f"{p}|{s}|{n}": c for (p, s, n), c in results.items()}))
     print(f"\n### Search quality suite ({len(problems)} problems, pending {pending_levels}, "
