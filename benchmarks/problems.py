@@ -314,7 +314,6 @@ def logreg_cancer(p):
                          "breast_cancer")
 
 
-
 def sgd_cancer(p):
     """sgd-wine's model and space on the breast-cancer data."""
     return _cv_error(_sgd(p), "breast_cancer")
@@ -323,6 +322,7 @@ def sgd_cancer(p):
 def tree_wine(p):
     """tree-cancer's model and space on the wine data."""
     return _cv_error(_tree(p), "wine")
+
 
 # ---- the catalogue ----------------------------------------------------------------------------
 def catalogue() -> dict[str, Problem]:
