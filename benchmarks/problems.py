@@ -383,7 +383,7 @@ def catalogue() -> dict[str, Problem]:
         Problem("logreg-cancer", "real task", Space([
             Real("C", 1e-4, 1e3, prior="log-uniform"), Real("l1_ratio", 0.0, 1.0),
             Real("tol", 1e-6, 1e-1, prior="log-uniform")]), logreg_cancer, None, cost="model"),
-        # (added 2026-11-25 13:25, after a 30-seed check of the suite's two tasks where TPE
+        # (added 2026-11-25 13:20, after a 30-seed check of the suite's two tasks where TPE
         # beats `auto`, only to see whether that holds for the same models on the other
         # data set: it did not, RESULTS.md)
         Problem("sgd-cancer", "real task", _sgd_space(), sgd_cancer, None, cost="model"),
