@@ -190,29 +190,34 @@ SHORTFALL = 0.9           # "more than 10% below the best peer's normalized scor
 RESAMPLES = 1000
 
 
-def shortfall(finals: dict, optimum: float, rng: np.random.Generator) -> tuple | None:
+def shortfall(finals: dict, optimum: float, rng: np.random.Generator | None,
+              default: str | None = None) -> tuple | None:
     """(default's score, best peer, its score, share of seed resamples in which the default
     is still more than 10% below the best peer) where it is below now; else None.
 
     With 10 seeds a median moves with one or two lucky runs, so each shortfall comes with
     how often it holds when the seeds are drawn again (a bootstrap, every searcher's runs
-    resampled on their own, random search's too)."""
+    resampled on their own, random search's too; rng None: no resampling, share None)."""
+    default = default or DEFAULT
+
     def scores(pick):
         random_median = float(np.median(pick(finals["random"])))
         return {s: normalized(float(np.median(pick(v))), random_median, optimum)
                 for s, v in finals.items() if len(v)}
 
     def short(sc):
-        peers = {s: v for s, v in sc.items() if s != DEFAULT}
+        peers = {s: v for s, v in sc.items() if s != default}
         best = max(peers, key=peers.get)
-        return sc[DEFAULT] < SHORTFALL * peers[best] and peers[best] > 0, best, peers[best]
+        return sc[default] < SHORTFALL * peers[best] and peers[best] > 0, best, peers[best]
 
     now = scores(lambda v: v)
     below, best, best_score = short(now)
     if not below:
         return None
+    if rng is None:
+        return now[default], best, best_score, None
     held = sum(short(scores(lambda v: rng.choice(v, len(v))))[0] for _ in range(RESAMPLES))
-    return now[DEFAULT], best, best_score, held / RESAMPLES
+    return now[default], best, best_score, held / RESAMPLES
 
 
 def report(results, problems, searchers, pending_levels, seeds) -> str:
@@ -222,6 +227,7 @@ def report(results, problems, searchers, pending_levels, seeds) -> str:
         ranks = {s: [] for s in searchers}
         scores = {s: [] for s in searchers}
         short = []
+        short_any = {s: [0, 0] for s in searchers if s != "random"}   # (short, pairs)
         lines.append(f"\n### {pending_n} pending suggestion(s), {seeds} seeds\n")
         lines.append("| problem | budget | " + " | ".join(searchers) + " |")
         lines.append("|---|---|" + "---|" * len(searchers))
@@ -241,6 +247,12 @@ def report(results, problems, searchers, pending_levels, seeds) -> str:
             for s in present:
                 ranks[s].append(1 + sum(medians[o] < medians[s] for o in present))
                 scores[s].append(normalized(medians[s], random_median, optimum))
+            if "random" in present:      # the criterion with each searcher as the default
+                arrays = {s: np.array(finals[s]) for s in present}
+                for s in present:
+                    if s != "random" and len(present) > 2:
+                        short_any[s][0] += shortfall(arrays, optimum, None, s) is not None
+                        short_any[s][1] += 1
             if DEFAULT in present and "random" in present:
                 found = shortfall({s: np.array(finals[s]) for s in present}, optimum, rng)
                 if found:
@@ -264,6 +276,10 @@ def report(results, problems, searchers, pending_levels, seeds) -> str:
         if DEFAULT in searchers:
             lines.append(f"\n`{DEFAULT}` more than 10% below the best peer's normalized score: "
                          + ("; ".join(short) if short else "nowhere") + ".")
+        lines.append("\nProblems where a searcher is more than 10% below the best other one, "
+                     "each searcher in turn taken as the default (of the problems it ran): "
+                     + ", ".join(f"{s} {n}/{m}" for s, (n, m) in
+                                 sorted(short_any.items(), key=lambda kv: kv[1][0]) if m) + ".")
     return "\n".join(lines)
 
 

@@ -1,0 +1,28 @@
+"""benchmarks/quality_suite.py's report: the summary lines a change to a searcher is judged by."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+
+import quality_suite as Q  # noqa: E402
+
+
+def _runs(final: float, seeds: int = 5) -> list[list[float]]:
+    return [[final + 1.0, final] for _ in range(seeds)]
+
+
+def test_report_counts_each_searchers_shortfalls_when_taken_as_the_default():
+    # branin's optimum 0.398, camel's -1.032: on branin `a` is best and `b` far behind,
+    # on camel the other way round, `c` is behind on both; random median is the zero
+    results = {
+        ("branin", "a", 1): _runs(0.4), ("branin", "b", 1): _runs(5.0),
+        ("branin", "c", 1): _runs(3.0), ("branin", "random", 1): _runs(10.0),
+        ("camel", "a", 1): _runs(-0.2), ("camel", "b", 1): _runs(-1.03),
+        ("camel", "c", 1): _runs(-0.5), ("camel", "random", 1): _runs(0.0),
+    }
+    text = Q.report(results, ["branin", "camel"], ["a", "b", "c", "random"], [1], 5)
+    line = next(t for t in text.splitlines() if t.startswith("Problems where a searcher"))
+    assert "a 1/2" in line and "b 1/2" in line and "c 2/2" in line
+    assert "random" not in line.split(":", 1)[1]
