@@ -40,11 +40,12 @@ def test_keras_study_with_pruning_on_five_ranks(tmp_path):
     # TensorFlow's native start-up lines went to the study's log, none to the terminal
     log = tmp_path / "tiny.log"
     assert f"start-up messages go to {log}" in proc.stdout
-    assert "oneDNN" in log.read_text()
+    native = ("oneDNN", "absl", "cpu_feature_guard", "cuda")   # which ones: TF build and CPU
+    assert any(w in log.read_text() for w in native), log.read_text()
     warned = [ln for ln in proc.stdout.splitlines() if "never read" in ln]
     assert len(warned) == 1 and "'momentum'" in warned[0] and "'lr'" not in warned[0], warned
     noise = [ln for ln in (proc.stdout + proc.stderr).splitlines()
-             if any(w in ln for w in ("oneDNN", "absl", "cpu_feature_guard", "cuda"))]
+             if any(w in ln for w in native)]
     assert not noise, noise
 
     storage = open_storage(url)
