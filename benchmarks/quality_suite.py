@@ -247,14 +247,14 @@ def report(results, problems, searchers, pending_levels, seeds) -> str:
             for s in present:
                 ranks[s].append(1 + sum(medians[o] < medians[s] for o in present))
                 scores[s].append(normalized(medians[s], random_median, optimum))
+            arrays = {s: np.array(finals[s]) for s in present}
             if "random" in present:      # the criterion with each searcher as the default
-                arrays = {s: np.array(finals[s]) for s in present}
                 for s in present:
                     if s != "random" and len(present) > 2:
                         short_any[s][0] += shortfall(arrays, optimum, None, s) is not None
                         short_any[s][1] += 1
             if DEFAULT in present and "random" in present:
-                found = shortfall({s: np.array(finals[s]) for s in present}, optimum, rng)
+                found = shortfall(arrays, optimum, rng)
                 if found:
                     short.append(f"{pname} {found[0]:.2f} vs {found[1]}'s {found[2]:.2f} "
                                  f"({found[3]:.0%} of resamples)")
@@ -278,8 +278,9 @@ def report(results, problems, searchers, pending_levels, seeds) -> str:
                          + ("; ".join(short) if short else "nowhere") + ".")
         lines.append("\nProblems where a searcher is more than 10% below the best other one, "
                      "each searcher in turn taken as the default (of the problems it ran): "
-                     + ", ".join(f"{s} {n}/{m}" for s, (n, m) in
-                                 sorted(short_any.items(), key=lambda kv: kv[1][0]) if m) + ".")
+                     + (", ".join(f"{s} {n}/{m}" for s, (n, m) in
+                                  sorted(short_any.items(), key=lambda kv: kv[1][0]) if m)
+                        or "none to compare (random and two others needed)") + ".")
     return "\n".join(lines)
 
 
