@@ -248,11 +248,10 @@ def report(results, problems, searchers, pending_levels, seeds) -> str:
                 ranks[s].append(1 + sum(medians[o] < medians[s] for o in present))
                 scores[s].append(normalized(medians[s], random_median, optimum))
             arrays = {s: np.array(finals[s]) for s in present}
-            if "random" in present:      # the criterion with each searcher as the default
-                for s in present:
-                    if s != "random" and len(present) > 2:
-                        short_any[s][0] += shortfall(arrays, optimum, None, s) is not None
-                        short_any[s][1] += 1
+            if "random" in present and len(present) > 2:   # each searcher as the default
+                for s in (s for s in present if s != "random"):
+                    short_any[s][0] += shortfall(arrays, optimum, None, s) is not None
+                    short_any[s][1] += 1
             if DEFAULT in present and "random" in present:
                 found = shortfall(arrays, optimum, rng)
                 if found:
