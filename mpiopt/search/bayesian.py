@@ -51,6 +51,10 @@ _RESTART_UNTIL = 100       # full fits only while the study is this small
 _EXPLORE_EVERY = 2         # every 2nd suggestion: a Thompson sample (0: never)
 _THOMPSON_CANDIDATES = 1000
 _DESIGN_SIZE = 64          # points of the initial Sobol design (a power of two)
+# EI and PI improve on the lowest posterior mean at a told point instead of the lowest told
+# value (the "plug-in" incumbent for noisy observations; Picheny et al. 2013): off, see
+# benchmarks/RESULTS.md
+PLUGIN_INCUMBENT = False
 # _INITIAL note: the initial suggestions (`initial_design`) are the first points of a
 # scrambled Sobol sequence (seeded by the study's seed) not yet known: the first k points
 # of a Sobol sequence cover the cube evenly for every k, which random samples do not, and
@@ -255,6 +259,8 @@ class BayesianSearcher(Searcher):
         """Best candidate of the acquisition that respects the distance rules."""
         scale = float(np.std(y)) or 1.0
         y_opt = float((np.min(y) - np.mean(y)) / scale)
+        if PLUGIN_INCUMBENT:
+            y_opt = float(np.min(predict(X)[0]))
         self._xi = self.options["xi"] / scale  # xi is in the objective's units, as in skopt
         names = _HEDGED if self.options["acquisition"] == "gp_hedge" else (self.options["acquisition"],)
         if self._hedge_last is not None and len(names) > 1:
