@@ -252,7 +252,8 @@ class BayesianSearcher(Searcher):
 
     def _initial_kernel(self):
         base = _skopt.hamming_kernel(self.encoder.n_cols) if self.encoder.all_categorical else None
-        return _gp.default_kernel(self.encoder.n_cols, base)
+        numeric = [c for b in self.encoder.blocks if b["kind"] != "cat" for c in b["cols"]]
+        return _gp.default_kernel(self.encoder.n_cols, base, numeric)
 
     # ---- acquisition -------------------------------------------------------------------
     def _maximise(self, predict, X: np.ndarray, y: np.ndarray) -> np.ndarray:
