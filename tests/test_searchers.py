@@ -380,9 +380,13 @@ def test_output_warping_keeps_the_order_and_tames_huge_values():
 def test_auto_chooses_by_the_space():
     from mpiopt.space import Space
 
-    many = make_searcher("auto", MIXED, {}, seed=0, budget=50, parallel=16)
-    one = make_searcher("auto", MIXED, {}, seed=0, budget=50, parallel=1)
+    cube = Space([Real(f"x{i}", 0.0, 1.0) for i in range(3)])
+    many = make_searcher("auto", cube, {}, seed=0, budget=50, parallel=16)
+    one = make_searcher("auto", cube, {}, seed=0, budget=50, parallel=1)
     assert many.algorithm == one.algorithm == "portfolio" and "cmaes" in many.choice
+    chosen = make_searcher("auto", MIXED, {}, seed=0, budget=50, parallel=4)   # a choice in it
+    assert chosen.algorithm == "portfolio" and "bayesian + tpe" in chosen.choice
+    assert {type(m).__name__ for m in chosen.members} == {"BayesianSearcher", "TPESearcher"}
     labels = Space.from_dict({"a": {"type": "categorical", "choices": ["x", "y", "z"]},
                               "b": {"type": "categorical", "choices": [1, 2]},
                               "c": {"type": "real", "low": 0.0, "high": 1.0}})
@@ -396,6 +400,23 @@ def test_auto_chooses_by_the_space():
     assert gp.thompson_every == 0 and one.members[0].thompson_every == 0  # CMA-ES explores
     assert make_searcher("bayesian", MIXED, {}, seed=0).thompson_every == 2
     assert len({many.key(p) for p in asked}) == 6
+
+
+def test_portfolio_partners_hold_each_others_pending_points():
+    from optuna.trial import TrialState
+
+    searcher = make_searcher("auto", MIXED, {}, seed=0, budget=50, parallel=4)
+    gp, tpe = searcher.members
+    asked = [searcher.ask() for _ in range(4)]
+    study = tpe.study
+    # every pending point, whoever suggested it, is RUNNING in TPE's study (its liar sees it)
+    running = [t for t in study.trials if t.state == TrialState.RUNNING]
+    assert len(running) == 4 and set(tpe.pending) == set(gp.pending) == {searcher.key(p) for p in asked}
+    searcher.tell(asked[0], 1.0)
+    searcher.forget(asked[1])
+    states = [t.state for t in study.trials]
+    assert states.count(TrialState.COMPLETE) == 1 and states.count(TrialState.FAIL) == 1
+    assert states.count(TrialState.RUNNING) == 2 and len(tpe.pending) == len(gp.pending) == 2
 
 
 def test_portfolio_gives_the_gp_the_turns_its_predictions_earn():

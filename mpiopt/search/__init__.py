@@ -32,7 +32,6 @@ _LAZY = {cls: mod for mod, cls in ALGORITHMS.values()}
 
 
 VECTOR_ALGORITHMS = ("auto", "bayesian", "evolutionary", "random")
-PORTFOLIO_MEMBERS = ("bayesian", "cmaes")   # auto's pair (mpiopt.search.auto says why)
 
 
 def make_searcher(algorithm: str, space, options: dict | None = None, seed: int = 0,
@@ -51,8 +50,10 @@ def make_searcher(algorithm: str, space, options: dict | None = None, seed: int 
 
         # (options, for benchmarks' variants only: "members", the algorithms taking turns,
         # and {member algorithm: its options})
+        from mpiopt.search.auto import partner
+
         opts = dict(options or {})
-        names = opts.pop("members", PORTFOLIO_MEMBERS)
+        names = opts.pop("members", ("bayesian", partner(space)))   # auto's pair (see there)
         members = [make_searcher(a, space, opts.get(a, {}), seed, budget, parallel) for a in names]
         searcher = PortfolioSearcher(space, members, seed)
         searcher.choice = f"auto chose {' + '.join(names)}: {chosen_because}"

@@ -102,6 +102,12 @@ class Searcher(abc.ABC):
         self.told.append((dict(params), value))
         self._on_tell(params, value, was_pending)
 
+    def hold(self, params: dict) -> None:
+        """Another searcher's suggestion, pending here too (a portfolio's members share
+        their pending points), so this one's suggestions keep away from it."""
+        self.pending[self.key(params)] = params
+        self._on_hold(params)
+
     def forget(self, params: dict) -> None:
         """A pending trial failed or was interrupted: drop it and learn nothing."""
         if self.pending.pop(self.key(params), None) is not None:
@@ -151,6 +157,9 @@ class Searcher(abc.ABC):
     @abc.abstractmethod
     def _suggest(self) -> dict:
         """Return a new parameter dict (native Python types, inside the space)."""
+
+    def _on_hold(self, params: dict) -> None:
+        """Called after another searcher's suggestion became pending here (see hold)."""
 
     def _on_tell(self, params: dict, value: float, was_pending: bool) -> None:
         """Called after a value was recorded in `self.told`."""

@@ -13,6 +13,11 @@ The rule, and why (benchmarks/quality_suite.py; README "Choosing a searcher"):
   portfolios do (Nevergrad's NGOpt). On the quality suite at 1, 4 and 16 pending
   suggestions, 10 seeds, the pair has a better mean rank than either alone: it loses a
   few percent on smooth problems and gains most of the gap on rugged ones;
+  with a categorical parameter among them, the GP's partner is TPE instead of CMA-ES
+  (`partner`): CMA-ES models real numbers only (its categorical choices are sampled
+  beside its distribution), while TPE models a choice and the numbers it goes with as
+  densities of good and bad results (Bergstra et al. 2011), which on the suite's tasks with a
+  choice (a tree's criterion, SGD's loss) reached the rare best settings more often;
 - fewer (all categorical, or one or two numeric parameters): `bayesian` alone. In two
   dimensions a few dozen results already cover the plane, so the model is good even
   on rugged surfaces, and CMA-ES's half of the trials is mostly spent adapting its
@@ -33,12 +38,18 @@ from __future__ import annotations
 VECTOR_MODEL_BUDGET = 250
 
 
-# A GP and CMA-ES sharing the trials from this many numeric parameters; a GP alone below.
+# A GP and a partner sharing the trials from this many numeric parameters; a GP alone below.
 PORTFOLIO_MIN_NUMERIC = 3
 
 
 def numeric_dimensions(space) -> int:
     return sum(type(d).__name__ != "Categorical" for d in space.dimensions)
+
+
+def partner(space) -> str:
+    """The GP's partner in the portfolio: TPE where the space has a categorical parameter
+    (it models choices; CMA-ES does not), CMA-ES on all-numeric spaces."""
+    return "tpe" if numeric_dimensions(space) < len(space.dimensions) else "cmaes"
 
 
 def choose(space, budget: int | None, parallel: int, vector: bool = False) -> tuple[str, str]:
@@ -51,6 +62,11 @@ def choose(space, budget: int | None, parallel: int, vector: bool = False) -> tu
         return "bayesian", ("several objectives or constraints: ParEGO (a Gaussian process on "
                             "a random scalarization per suggestion)")
     if numeric >= PORTFOLIO_MIN_NUMERIC:
+        if partner(space) == "tpe":
+            return "portfolio", (f"{numeric} numeric and {n - numeric} categorical parameter(s): "
+                                 "a Gaussian process for smooth problems and TPE, which models "
+                                 "the choices, sharing the trials by how well the model "
+                                 "predicts them")
         return "portfolio", (f"{numeric} numeric parameter(s): a Gaussian process for smooth "
                              "problems and a population method for rugged ones, sharing the trials "
                              "by how well the model predicts them")

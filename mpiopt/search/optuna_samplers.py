@@ -127,6 +127,14 @@ class TPESearcher(OptunaSearcher):
                 **extra)
 
 
+    def _on_hold(self, params: dict) -> None:
+        """A portfolio partner's pending suggestion enters the in-memory study as RUNNING,
+        so the constant liar counts it as a bad result and TPE's suggestions spread away
+        from it as from its own (told later, it completes; forgotten, it fails)."""
+        if self.options["constant_liar"]:
+            self.numbers[self.key(params)] = self._add(params, None)
+
+
 class CmaEsSearcher(OptunaSearcher):
     algorithm = "cmaes"
     defaults = declared("cmaes")

@@ -1,12 +1,14 @@
-"""Two searchers sharing the trials: the Gaussian-process searcher and CMA-ES (`auto`'s choice).
+"""Two searchers sharing the trials: the Gaussian-process searcher and CMA-ES, or TPE where
+the space has a categorical parameter (`auto`'s choice; mpiopt.search.auto says why).
 
 On rugged, multimodal problems a GP settles in the first good basin and ends near random
 search, while CMA-ES, a population method, keeps moving (benchmarks/quality_suite.py, at
 1, 4 and 16 pending); on smooth problems the GP is far ahead. Nobody knows beforehand
 which kind a study is, so `auto` runs both, as algorithm portfolios do (Nevergrad's NGOpt;
 Meunier et al. 2021). Every result is told to both, so the GP also learns from the points
-CMA-ES chose, and every pending point is pending in the GP too, so its suggestions keep
-away from them.
+CMA-ES chose, and every pending point is pending in both (`Searcher.hold`), so their
+suggestions keep away from each other's: the GP lies about them, TPE's constant liar
+counts them as bad results (CMA-ES samples its generation regardless).
 
 Who suggests a trial: in turn (trial n to member n mod 2) until the GP has a fitted kernel;
 then the GP with probability equal to how well it predicts the results it has: Spearman's
@@ -73,7 +75,7 @@ class PortfolioSearcher(Searcher):
         self.owner[key] = member
         for other in self.members:
             if other is not member:
-                other.pending[key] = params        # so the others keep away from it
+                other.hold(params)                 # so the others keep away from it
         return params
 
     def _on_tell(self, params, value, was_pending) -> None:
