@@ -62,13 +62,10 @@ def choose(space, budget: int | None, parallel: int, vector: bool = False) -> tu
         return "bayesian", ("several objectives or constraints: ParEGO (a Gaussian process on "
                             "a random scalarization per suggestion)")
     if numeric >= PORTFOLIO_MIN_NUMERIC:
+        kinds, other = f"{numeric} numeric", "a population method for rugged ones"
         if partner(space) == "tpe":
-            return "portfolio", (f"{numeric} numeric and {n - numeric} categorical parameter(s): "
-                                 "a Gaussian process for smooth problems and TPE, which models "
-                                 "the choices, sharing the trials by how well the model "
-                                 "predicts them")
-        return "portfolio", (f"{numeric} numeric parameter(s): a Gaussian process for smooth "
-                             "problems and a population method for rugged ones, sharing the trials "
-                             "by how well the model predicts them")
+            kinds, other = f"{kinds} and {n - numeric} categorical", "TPE, which models the choices"
+        return "portfolio", (f"{kinds} parameter(s): a Gaussian process for smooth problems and "
+                             f"{other}, sharing the trials by how well the model predicts them")
     return "bayesian", (f"{n} parameter(s), {numeric} numeric: a Gaussian process "
                         "(in so few numeric dimensions the model covers the space)")

@@ -126,7 +126,6 @@ class TPESearcher(OptunaSearcher):
                 multivariate=bool(o["multivariate"]), constant_liar=bool(o["constant_liar"]),
                 **extra)
 
-
     def _on_hold(self, params: dict) -> None:
         """A portfolio partner's pending suggestion enters the in-memory study as RUNNING,
         so the constant liar counts it as a bad result and TPE's suggestions spread away
