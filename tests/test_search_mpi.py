@@ -218,9 +218,14 @@ def _cpu_seconds(pid: int) -> float:
 
 
 def test_waiting_ranks_do_not_spin_and_status_reads_during_the_run(tmp_path, monkeypatch):
-    """Coordinator and an idle group member sleep between probes: each under 5% of a core."""
+    """Coordinator and idle group members sleep between probes, measured over 4 s of a run.
+
+    A rank that blocks in MPICH busy-polls a whole core (about 1.0). The coordinator wakes
+    up to 200 times a second (POLL_LIMIT_S) for two probes and its bookkeeping: 3-4% of a
+    core here, 5.0% once on the 2-core CI machine with five ranks and two trial workers
+    on it, so it is held under 8% (a twelfth of a spin); every other rank under 5%."""
     monkeypatch.setenv("MPIOPT_TEST_SLEEP", "2.0")
-    spec = write_spec(tmp_path, trials=6, group_size=2)   # plain objective: member ranks idle
+    spec = write_spec(tmp_path, trials=10, group_size=2)   # plain objective: member ranks idle
     job = _job(tmp_path, spec, 5)
     _wait_for_finished(tmp_path, 0)
     status = mpiopt("status", "t", "--storage", db_url(tmp_path), "--format", "json", cwd=tmp_path)
@@ -232,14 +237,17 @@ def test_waiting_ranks_do_not_spin_and_status_reads_during_the_run(tmp_path, mon
             and b"mpiexec" not in Path(f"/proc/{p}/cmdline").read_bytes()]
     pids = [p for p in pids if _parent(p) not in pids]    # ranks, not their trial workers
     assert len(pids) == 5
+    coordinator, = [p for p in pids                       # MPICH's hydra names each rank
+                    if b"PMI_RANK=0" in Path(f"/proc/{p}/environ").read_bytes().split(b"\0")]
     time.sleep(0.5)
     first = {p: _cpu_seconds(p) for p in pids}
-    time.sleep(2.0)
-    used = {p: (_cpu_seconds(p) - first[p]) / 2.0 for p in pids}
+    time.sleep(4.0)                 # 1/100 s clock ticks: 0.25% of a core per tick over 4 s
+    used = {p: (_cpu_seconds(p) - first[p]) / 4.0 for p in pids}
     job.communicate(timeout=60)
     assert job.returncode == 0
     print("CPU share per rank:", sorted(round(v, 4) for v in used.values()))
-    assert max(used.values()) < 0.05, used
+    assert used[coordinator] < 0.08, used
+    assert max(v for p, v in used.items() if p != coordinator) < 0.05, used
 
 
 # Tolerances from repeated runs (the minimum is 0.397887): 12 seeds x 40 sequential trials
