@@ -41,7 +41,14 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
+# One BLAS/OpenMP thread per worker, set before numpy loads its libraries: the pool runs one
+# worker per core, and a threaded BLAS on top oversubscribed the cores (a whole run took 2.5x
+# as long) and made runs differ from those of a pinned run (threaded LAPACK sums in another
+# order: levy20's CMA-ES rows moved), so saved runs could not be compared with new ones.
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ[_var] = "1"
+
+import numpy as np  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
