@@ -42,9 +42,10 @@ import time
 from pathlib import Path
 
 # One BLAS/OpenMP thread per worker, set before numpy loads its libraries: the pool runs one
-# worker per core, and a threaded BLAS on top oversubscribed the cores (a whole run took 2.5x
-# as long) and made runs differ from those of a pinned run (threaded LAPACK sums in another
-# order: levy20's CMA-ES rows moved), so saved runs could not be compared with new ones.
+# worker per core, and a threaded BLAS on top oversubscribed the cores (a whole run took
+# 4287 s against 3088 s pinned, 2026-11-25; the curves were the same). Runs are
+# deterministic per seed on one machine; on another CPU a few differ (OpenBLAS picks its
+# kernels by CPU: levy20's rows of Optuna's CMA-ES too), so compare saved runs from one.
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[_var] = "1"
 
