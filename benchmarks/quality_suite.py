@@ -46,8 +46,7 @@ from pathlib import Path
 # 4287 s against 3088 s pinned, 2026-11-25; the curves were the same). Runs are
 # deterministic per seed on one machine; on another CPU a few differ (OpenBLAS picks its
 # kernels by CPU: levy20's rows of Optuna's CMA-ES too), so compare saved runs from one.
-for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ[_var] = "1"
+os.environ.update(dict.fromkeys(("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"), "1"))
 
 import numpy as np  # noqa: E402
 

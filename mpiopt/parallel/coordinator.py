@@ -31,8 +31,8 @@ from mpiopt.parallel.waiting import probe
 WIND_DOWN_S = 10.0
 # The loop's longest sleep between probes: a result waits at most this long to be seen.
 # Shorter sleeps see results sooner but cost CPU: at 1-2 ms (two probes per wake-up) the
-# coordinator used 6-6.5% of a core while every group trained (3-4% at 5 ms), against
-# the few percent that tests/test_search_mpi.py allows.
+# coordinator used 6-6.5% of a core while every group trained, 3-4% at 5 ms
+# (tests/test_search_mpi.py holds it under 8%; a rank spinning in MPICH uses 100%).
 POLL_LIMIT_S = 5e-3
 
 
