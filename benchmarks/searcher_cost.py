@@ -3,8 +3,9 @@
 For each algorithm the searcher is brought to N told points (50, 200, 500 by default) by
 replaying random trials of a 6-D problem (Hartmann-6), then a live phase follows with
 4 suggestions pending (tell the oldest, ask one more), as with 4 busy groups. Printed per
-N: the mean and the worst ask+tell over the live trials, and the first ask after the
-replay (a resume pays a full kernel fit there). Reference: plain scikit-optimize GP, one
+N: the mean and the worst ask+tell over the live trials, the first ask after the replay
+(a resume pays a full kernel fit there) and the replay itself (the rest of what a resume
+costs the searcher). Reference: plain scikit-optimize GP, one
 suggestion at 50 and 200 points (`--skopt` to measure it here; it takes a while).
 
     python benchmarks/searcher_cost.py [--sizes 50 200 500] [--trials 30] [--skopt]
@@ -55,7 +56,10 @@ def history(n: int, seed: int) -> list:
 
 def measure(algorithm: str, options: dict, n: int, trials: int, parallel: int = 4) -> dict:
     searcher = make_searcher(algorithm, SPACE, options, seed=0)
-    searcher.replay(history(n, seed=n))
+    told = history(n, seed=n)
+    t0 = time.perf_counter()
+    searcher.replay(told)
+    replay = time.perf_counter() - t0
     t0 = time.perf_counter()
     pending = [searcher.ask()]
     first = time.perf_counter() - t0
@@ -68,7 +72,8 @@ def measure(algorithm: str, options: dict, n: int, trials: int, parallel: int = 
         searcher.tell(params, value)
         pending.append(searcher.ask())
         costs.append(time.perf_counter() - t0)
-    return {"mean": float(np.mean(costs)), "max": float(np.max(costs)), "first": first}
+    return {"mean": float(np.mean(costs)), "max": float(np.max(costs)), "first": first,
+            "replay": replay}
 
 
 def skopt_reference(n: int) -> float:
@@ -92,13 +97,14 @@ def main(argv=None) -> int:
     ap.add_argument("--skopt", action="store_true", help="also time plain scikit-optimize GP")
     args = ap.parse_args(argv)
     print(f"ask+tell per trial, 4 pending, Hartmann-6 space; {args.trials} live trials per size")
-    print(f"{'algorithm':18s} {'told':>5s} {'mean ms':>9s} {'max ms':>9s} {'first ask ms':>13s}")
+    print(f"{'algorithm':18s} {'told':>5s} {'mean ms':>9s} {'max ms':>9s} {'first ask ms':>13s} "
+          f"{'replay ms':>10s}")
     for name in args.algorithms:
         algorithm, options = ALGORITHMS[name]
         for n in args.sizes:
             r = measure(algorithm, options, n, args.trials)
             print(f"{name:18s} {n:5d} {1e3 * r['mean']:9.1f} {1e3 * r['max']:9.1f} "
-                  f"{1e3 * r['first']:13.1f}", flush=True)
+                  f"{1e3 * r['first']:13.1f} {1e3 * r['replay']:10.1f}", flush=True)
     if args.skopt:
         for n in [s for s in args.sizes if s <= 200]:
             t = skopt_reference(n)
