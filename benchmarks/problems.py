@@ -283,6 +283,19 @@ def griewank(n):
     return f
 
 
+def shifted(fn, n, low, high, seed=0):
+    """fn with its optimum moved off the centre: fn(x - c), c uniform within 80% of the
+    half-width per coordinate (as BBOB/COCO place their optima). Rastrigin's, Ackley's and
+    Griewank's optima lie at the centre of their usual domains, where CMA-ES starts its
+    distribution (Optuna's and Hansen's default x0): the shifted twins show how much of a
+    searcher's result on them is that start."""
+    c = np.random.default_rng(seed).uniform(-0.8, 0.8, n) * (high - low) / 2
+
+    def f(p):
+        return fn({**p, **{f"x{i}": p[f"x{i}"] - c[i] for i in range(n)}})
+    return f
+
+
 def zakharov(n):
     """A smooth plate-shaped valley whose walls rise as the fourth power."""
     i = np.arange(1, n + 1)
@@ -388,6 +401,15 @@ def catalogue() -> dict[str, Problem]:
         # data set: it did not, RESULTS.md)
         Problem("sgd-cancer", "real task", _sgd_space(), sgd_cancer, None, cost="model"),
         Problem("tree-wine", "real task", _tree_space(), tree_wine, None, cost="model"),
+        # (added 2026-11-26: the centre-optimum functions with their optima moved, see shifted)
+        Problem("ackley5-shifted", "rugged", _reals(5, -32.768, 32.768),
+                shifted(ackley(5), 5, -32.768, 32.768), 0.0),
+        Problem("rastrigin4-shifted", "rugged", _reals(4, -5.12, 5.12),
+                shifted(rastrigin(4), 4, -5.12, 5.12), 0.0),
+        Problem("levy6-shifted", "rugged", _reals(6, -10.0, 10.0),
+                shifted(levy(6), 6, -10.0, 10.0), 0.0),
+        Problem("griewank8-shifted", "rugged", _reals(8, -50.0, 50.0),
+                shifted(griewank(8), 8, -50.0, 50.0), 0.0),
     ]
     HELD_OUT.update(p.name for p in held_out)
     return {p.name: p for p in items + held_out}

@@ -83,7 +83,7 @@ class BayesianSearcher(Searcher):
         self._design: np.ndarray | None = None
         self.thompson_every = _EXPLORE_EVERY   # (0 in auto's portfolio: see there)
         self._agreement: tuple | None = None   # loo_agreement's (told count, kernel, value)
-        self._warped: tuple | None = None      # _warp's last (values' bytes, warped values)
+        self._warp_cache: tuple | None = None  # _warped: (the values' bytes, _warp of them)
 
     # ---- bookkeeping ----------------------------------------------------------------
     def _on_tell(self, params, value, was_pending) -> None:
@@ -169,16 +169,16 @@ class BayesianSearcher(Searcher):
             extra = np.setdiff1d(np.argsort(y, kind="stable"), keep)[: cap - len(keep)]
             keep = np.union1d(keep, extra)
             X, y = X[keep], y[keep]
-        return X, (self._warp(y) if self.options["output_warping"] else y)
+        return X, (self._warped(y) if self.options["output_warping"] else y)
 
-    def _warp(self, y: np.ndarray) -> np.ndarray:
+    def _warped(self, y: np.ndarray) -> np.ndarray:
         """_warp(y), kept for the same values: a suggestion and the portfolio's
         loo_agreement both ask for it between two tells, and its exponent's fit (scipy's
         yeojohnson_normmax, ~20 likelihood evaluations) cost as much as a kernel refit."""
         key = y.tobytes()
-        if self._warped is None or self._warped[0] != key:
-            self._warped = (key, _warp(y))
-        return self._warped[1]
+        if self._warp_cache is None or self._warp_cache[0] != key:
+            self._warp_cache = (key, _warp(y))
+        return self._warp_cache[1]
 
     def _values(self) -> np.ndarray:
         """The told values, one number each. With several objectives: ParEGO (Knowles,
