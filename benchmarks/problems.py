@@ -410,6 +410,8 @@ def catalogue() -> dict[str, Problem]:
                 shifted(levy(6), 6, -10.0, 10.0), 0.0),
         Problem("griewank8-shifted", "rugged", _reals(8, -50.0, 50.0),
                 shifted(griewank(8), 8, -50.0, 50.0), 0.0),
+        Problem("levy20-shifted", "high-dim", _reals(20, -10.0, 10.0),
+                shifted(levy(20), 20, -10.0, 10.0), 0.0),
     ]
     HELD_OUT.update(p.name for p in held_out)
     return {p.name: p for p in items + held_out}
