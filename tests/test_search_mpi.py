@@ -254,14 +254,17 @@ def test_waiting_ranks_do_not_spin_and_status_reads_during_the_run(tmp_path, mon
 # gave worst best values of bayesian 0.3988, evolutionary 1.51, random 3.28 (medians
 # 0.3981, 0.487, 1.43); bayesian on 2 groups under mpiexec -n 3 (a suggestion asked while
 # the other group's point is pending) gave 0.40-0.68 over seeds 0-5. The bounds leave
-# margin for the asynchronous order, which depends on which group finishes first.
-@pytest.mark.parametrize("algorithm,np,bound", [
-    ("bayesian", 3, 1.5), ("evolutionary", 3, 2.5), ("random", 1, 5.0),
+# margin for the asynchronous order, which depends on which group finishes first. The
+# evolutionary searcher on 2 groups runs 80 trials: at 40 its best ranged 0.40-3.70 over
+# 24 jobs of seed 3 (the order alone differing; CI failed once at 3.56 against a bound of
+# 2.5), at 80 0.398-0.69 over 24 jobs (2026-11-26).
+@pytest.mark.parametrize("algorithm,np,bound,budget", [
+    ("bayesian", 3, 1.5, 40), ("evolutionary", 3, 1.5, 80), ("random", 1, 5.0, 40),
 ])
-def test_each_searcher_finds_the_branin_minimum(tmp_path, algorithm, np, bound):
-    spec = write_spec(tmp_path, function="branin", algorithm=algorithm, trials=40)
+def test_each_searcher_finds_the_branin_minimum(tmp_path, algorithm, np, bound, budget):
+    spec = write_spec(tmp_path, function="branin", algorithm=algorithm, trials=budget)
     proc = search(tmp_path, spec, np)
     assert proc.returncode == 0, proc.stderr
     _, trials = trials_of(tmp_path)
-    assert len(trials) == 40
+    assert len(trials) == budget
     assert 0.397887 - 1e-6 <= min(t.value for t in trials) <= bound
