@@ -296,6 +296,11 @@ def shifted(fn, n, low, high, seed=0):
     return f
 
 
+def _moved(name, kind, family, n, low, high) -> "Problem":
+    """The n-D `family` function on [low, high]^n with its optimum (0) moved (`shifted`)."""
+    return Problem(name, kind, _reals(n, low, high), shifted(family(n), n, low, high), 0.0)
+
+
 def zakharov(n):
     """A smooth plate-shaped valley whose walls rise as the fourth power."""
     i = np.arange(1, n + 1)
@@ -402,16 +407,11 @@ def catalogue() -> dict[str, Problem]:
         Problem("sgd-cancer", "real task", _sgd_space(), sgd_cancer, None, cost="model"),
         Problem("tree-wine", "real task", _tree_space(), tree_wine, None, cost="model"),
         # (added 2026-11-26: the centre-optimum functions with their optima moved, see shifted)
-        Problem("ackley5-shifted", "rugged", _reals(5, -32.768, 32.768),
-                shifted(ackley(5), 5, -32.768, 32.768), 0.0),
-        Problem("rastrigin4-shifted", "rugged", _reals(4, -5.12, 5.12),
-                shifted(rastrigin(4), 4, -5.12, 5.12), 0.0),
-        Problem("levy6-shifted", "rugged", _reals(6, -10.0, 10.0),
-                shifted(levy(6), 6, -10.0, 10.0), 0.0),
-        Problem("griewank8-shifted", "rugged", _reals(8, -50.0, 50.0),
-                shifted(griewank(8), 8, -50.0, 50.0), 0.0),
-        Problem("levy20-shifted", "high-dim", _reals(20, -10.0, 10.0),
-                shifted(levy(20), 20, -10.0, 10.0), 0.0),
+        _moved("ackley5-shifted", "rugged", ackley, 5, -32.768, 32.768),
+        _moved("rastrigin4-shifted", "rugged", rastrigin, 4, -5.12, 5.12),
+        _moved("levy6-shifted", "rugged", levy, 6, -10.0, 10.0),
+        _moved("griewank8-shifted", "rugged", griewank, 8, -50.0, 50.0),
+        _moved("levy20-shifted", "high-dim", levy, 20, -10.0, 10.0),
     ]
     HELD_OUT.update(p.name for p in held_out)
     return {p.name: p for p in items + held_out}

@@ -5,8 +5,8 @@ replaying random trials of a 6-D problem (Hartmann-6), then a live phase follows
 4 suggestions pending (tell the oldest, ask one more), as with 4 busy groups. Printed per
 N: the mean and the worst ask+tell over the live trials, the first ask after the replay
 (a resume pays a full kernel fit there) and the replay itself (the rest of what a resume
-costs the searcher). Reference: plain scikit-optimize GP, one
-suggestion at 50 and 200 points (`--skopt` to measure it here; it takes a while).
+costs the searcher). Reference: plain scikit-optimize GP, one suggestion at 50 and 200
+points (`--skopt` to measure it here; it takes a while).
 
     python benchmarks/searcher_cost.py [--sizes 50 200 500] [--trials 30] [--skopt]
 """
