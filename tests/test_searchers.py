@@ -377,6 +377,23 @@ def test_output_warping_keeps_the_order_and_tames_huge_values():
     assert spread(w) < spread(y) / 5                        # the walls no longer set the scale
 
 
+def test_yeojohnson_exponent_is_scipys_maximum_likelihood_exponent():
+    """The warping's own exponent search (without scipy's per-call wrapper) must find what
+    scipy.stats.yeojohnson_normmax finds: skewed, all-negative, heavy-tailed and tied data."""
+    from scipy import stats
+
+    from mpiopt.search.bayesian import _yeojohnson_exponent
+
+    rng = np.random.default_rng(3)
+    samples = [rng.normal(size=40), rng.lognormal(sigma=3, size=60), -rng.lognormal(size=25),
+               rng.standard_cauchy(size=80), np.round(rng.normal(size=30), 1)]
+    for y in samples:
+        z = (y - y.mean()) / y.std()
+        assert _yeojohnson_exponent(z) == pytest.approx(stats.yeojohnson_normmax(z), abs=1e-9)
+    with pytest.raises(ValueError):
+        _yeojohnson_exponent(np.array([0.0, np.inf, 1.0]))
+
+
 def test_auto_chooses_by_the_space():
     from mpiopt.space import Space
 
