@@ -390,6 +390,7 @@ def test_yeojohnson_exponent_is_scipys_maximum_likelihood_exponent():
     for y in samples:
         z = (y - y.mean()) / y.std()
         assert _yeojohnson_exponent(z) == pytest.approx(stats.yeojohnson_normmax(z), abs=1e-9)
+    assert _yeojohnson_exponent(np.zeros(5)) == stats.yeojohnson_normmax(np.zeros(5))
     with pytest.raises(ValueError):
         _yeojohnson_exponent(np.array([0.0, np.inf, 1.0]))
 

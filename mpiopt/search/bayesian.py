@@ -350,6 +350,8 @@ def _yeojohnson_exponent(z: np.ndarray) -> float:
 
     if not np.all(np.isfinite(z)):
         raise ValueError("Yeo-Johnson input must be finite")
+    if not np.any(z):
+        return 1.0                          # (scipy's answer: every exponent fits as well)
     n, tiny = len(z), np.finfo(float).smallest_normal
     with np.errstate(invalid="ignore"):
         shape = np.sum(np.sign(z) * np.log1p(np.abs(z)))
