@@ -379,7 +379,8 @@ def test_output_warping_keeps_the_order_and_tames_huge_values():
 
 def test_yeojohnson_exponent_is_scipys_maximum_likelihood_exponent():
     """The warping's own exponent search (without scipy's per-call wrapper) must find what
-    scipy.stats.yeojohnson_normmax finds: skewed, all-negative, heavy-tailed and tied data."""
+    scipy.stats.yeojohnson_normmax finds: skewed either way, heavy-tailed and tied data,
+    standardised as the warping uses it and raw (all-negative and all-positive bounds)."""
     from scipy import stats
 
     from mpiopt.search.bayesian import _yeojohnson_exponent
@@ -388,8 +389,8 @@ def test_yeojohnson_exponent_is_scipys_maximum_likelihood_exponent():
     samples = [rng.normal(size=40), rng.lognormal(sigma=3, size=60), -rng.lognormal(size=25),
                rng.standard_cauchy(size=80), np.round(rng.normal(size=30), 1)]
     for y in samples:
-        z = (y - y.mean()) / y.std()
-        assert _yeojohnson_exponent(z) == pytest.approx(stats.yeojohnson_normmax(z), abs=1e-9)
+        for z in ((y - y.mean()) / y.std(), y):
+            assert _yeojohnson_exponent(z) == pytest.approx(stats.yeojohnson_normmax(z), abs=1e-9)
     assert _yeojohnson_exponent(np.zeros(5)) == stats.yeojohnson_normmax(np.zeros(5))
     with pytest.raises(ValueError):
         _yeojohnson_exponent(np.array([0.0, np.inf, 1.0]))
