@@ -380,7 +380,8 @@ def test_output_warping_keeps_the_order_and_tames_huge_values():
 def test_yeojohnson_exponent_is_scipys_maximum_likelihood_exponent():
     """The warping's own exponent search (without scipy's per-call wrapper) must find what
     scipy.stats.yeojohnson_normmax finds: skewed either way, heavy-tailed and tied data,
-    standardised as the warping uses it and raw (all-negative and all-positive bounds)."""
+    standardised as the warping uses it and raw, and values so large that the bounds against
+    overflow bind (they differ for all-negative and all-positive data)."""
     from scipy import stats
 
     from mpiopt.search.bayesian import _yeojohnson_exponent
@@ -391,6 +392,10 @@ def test_yeojohnson_exponent_is_scipys_maximum_likelihood_exponent():
     for y in samples:
         for z in ((y - y.mean()) / y.std(), y):
             assert _yeojohnson_exponent(z) == pytest.approx(stats.yeojohnson_normmax(z), abs=1e-9)
+    for huge in (-rng.lognormal(size=20) * 1e300, rng.lognormal(size=20) * 1e300):
+        # (values this large make the overflow bounds bind: they differ by sign)
+        assert _yeojohnson_exponent(huge) == pytest.approx(stats.yeojohnson_normmax(huge),
+                                                           abs=1e-9)
     assert _yeojohnson_exponent(np.zeros(5)) == stats.yeojohnson_normmax(np.zeros(5))
     with pytest.raises(ValueError):
         _yeojohnson_exponent(np.array([0.0, np.inf, 1.0]))
