@@ -173,8 +173,8 @@ class BayesianSearcher(Searcher):
 
     def _warped(self, y: np.ndarray) -> np.ndarray:
         """_warp(y), kept for the same values: a suggestion and the portfolio's
-        loo_agreement both ask for it between two tells, and its exponent's fit (scipy's
-        yeojohnson_normmax, ~20 likelihood evaluations) cost as much as a kernel refit."""
+        loo_agreement both ask for it between two tells, and its exponent's fit (a bounded
+        search of ~20 likelihood evaluations, _yeojohnson_exponent) is not free."""
         key = y.tobytes()
         if self._warp_cache is None or self._warp_cache[0] != key:
             self._warp_cache = (key, _warp(y))
