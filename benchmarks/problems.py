@@ -208,13 +208,32 @@ def _data(name):
     return x[keep], y[keep]
 
 
-def _cv_error(model, name, folds=3):
-    from sklearn.model_selection import cross_val_score
-    from sklearn.pipeline import make_pipeline
+@lru_cache(maxsize=None)
+def _scaled_folds(name, folds=3):
+    """(train x, train y, test x, test y) per fold, each fold's x scaled by a StandardScaler
+    fitted on its training part: the splits cross_val_score makes for a classifier
+    (StratifiedKFold, unshuffled), computed once per data set instead of per evaluation."""
+    from sklearn.model_selection import StratifiedKFold
     from sklearn.preprocessing import StandardScaler
 
     x, y = _data(name)
-    return 1.0 - float(np.mean(cross_val_score(make_pipeline(StandardScaler(), model), x, y, cv=folds)))
+    out = []
+    for train, test in StratifiedKFold(folds).split(x, y):
+        scaler = StandardScaler().fit(x[train])
+        out.append((scaler.transform(x[train]), y[train], scaler.transform(x[test]), y[test]))
+    return tuple(out)
+
+
+def _cv_error(model, name, folds=3):
+    """1 - mean accuracy over the folds: the numbers of `1 - mean(cross_val_score(
+    make_pipeline(StandardScaler(), model), x, y, cv=folds))` (the same splits, scaled
+    arrays, fits and scores; checked equal on random settings of every task, and the
+    suite's curves were unchanged), without cross_val_score's per-call machinery and the
+    scaler's refits, which were 30-45% of a tree's or SGD's evaluation."""
+    from sklearn.base import clone
+
+    return 1.0 - float(np.mean([clone(model).fit(a, b).score(c, d)
+                                for a, b, c, d in _scaled_folds(name, folds)]))
 
 
 def svc_digits(p):

@@ -40,3 +40,28 @@ def test_shifted_twins_move_the_centre_optimum_away():
             centre = {d.name: (d.low + d.high) / 2 for d in problem.space.dimensions}
             assert (problem.objective(centre) < 1e-9) is centre_is_optimal, problem.name
     assert {"rastrigin4-shifted", "levy6-shifted"} <= P.HELD_OUT
+
+
+def test_real_tasks_give_cross_val_scores_numbers():
+    """The real tasks' error is computed on folds scaled once (problems._cv_error); it must
+    stay exactly the error of scikit-learn's cross_val_score on the scaled pipeline, or the
+    stored runs the suite is compared with no longer hold."""
+    import numpy as np
+    from sklearn.model_selection import cross_val_score
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+    from sklearn.svm import SVC
+
+    import problems as P
+
+    models = [(P._tree({"max_depth": 4, "min_samples_leaf": 3, "min_samples_split": 9,
+                        "criterion": "entropy", "max_features": 0.37}), "breast_cancer"),
+              (P._sgd({"loss": "modified_huber", "alpha": 3e-4, "l1_ratio": 0.2, "eta0": 0.05}),
+               "wine"),
+              (SVC(C=3.0, gamma=2e-3, kernel="rbf"), "digits")]
+    for model, data in models:
+        x, y = P._data(data)
+        expected = 1.0 - float(np.mean(cross_val_score(make_pipeline(StandardScaler(), model),
+                                                       x, y, cv=3)))
+        assert P._cv_error(model, data) == expected, data
+
