@@ -150,6 +150,26 @@ def make(name, space, seed, budget=None, parallel=1):
     return make_searcher(algorithm, space, options, seed, budget=budget, parallel=parallel)
 
 
+def same_run(task, pending_levels, searchers):
+    """The task whose curve this task's curve is by construction, or None: such a task is
+    not run, its curves are copied (checked equal, tests/test_quality_suite.py).
+
+    - random search at every pending level but the first: its suggestion n depends on n
+      alone, and results are told in the order asked, so the curve is the same;
+    - `auto` where it chooses the GP alone (one or two numeric parameters): `auto` then
+      is `bayesian` with its default options and the same seed (mpiopt.search.make_searcher).
+    """
+    pname, name, seed, pending_n = task
+    if name == "random" and pending_n != pending_levels[0]:
+        return pname, name, seed, pending_levels[0]
+    if name == "auto" and "bayesian" in searchers:
+        from mpiopt.search.auto import choose
+
+        if choose(P.catalogue()[pname].space, P.catalogue()[pname].budget, pending_n)[0] == "bayesian":
+            return pname, "bayesian", seed, pending_n
+    return None
+
+
 def run(task) -> tuple:
     pname, name, seed, pending_n = task
     problem = P.catalogue()[pname]
@@ -342,6 +362,10 @@ def main(argv=None) -> int:
     for key in [k for k, curves in results.items() if len(curves) < seeds]:
         del results[key]                 # a partial set of seeds runs again whole
     tasks = [t for t in tasks if (t[0], t[1], t[3]) not in results]
+    copies = {t: same_run(t, pending_levels, searchers) for t in tasks}
+    # (copied from runs of this invocation only: a loaded run may predate a --patch)
+    copies = {t: src for t, src in copies.items() if src is not None and src in tasks}
+    tasks = [t for t in tasks if t not in copies]
     tasks.sort(key=lambda t: -P.catalogue()[t[0]].budget)     # long ones first
     start, by_seed = time.perf_counter(), {}
     with mp.get_context("fork").Pool(args.workers) as pool:
@@ -351,6 +375,9 @@ def main(argv=None) -> int:
             per_problem[task[0]] = per_problem.get(task[0], 0.0) + seconds
             if i % 25 == 0 or i == len(tasks):
                 print(f"[{i}/{len(tasks)}] {time.perf_counter() - start:.0f}s", flush=True)
+    for task, src in copies.items():
+        curve = by_seed[(src[0], src[1], src[3])][src[2]]
+        by_seed.setdefault((task[0], task[1], task[3]), {})[task[2]] = list(curve)
     for key, runs in by_seed.items():    # (in seed order, so saved files compare seed by seed)
         results[key] = [runs[seed] for seed in sorted(runs)]
     if args.save:

@@ -65,3 +65,14 @@ def test_real_tasks_give_cross_val_scores_numbers():
                                                        x, y, cv=3)))
         assert P._cv_error(model, data) == expected, data
 
+
+def test_runs_the_suite_copies_instead_of_running_are_the_same_runs():
+    """quality_suite.same_run skips random search at every pending level but the first, and
+    `auto` where it picks the GP alone: both must give the very curve they are copied from."""
+    levels, names = [1, 4, 16], ["auto", "bayesian", "random"]
+    assert Q.same_run(("branin", "random", 3, 16), levels, names) == ("branin", "random", 3, 1)
+    assert Q.same_run(("branin", "auto", 3, 4), levels, names) == ("branin", "bayesian", 3, 4)
+    assert Q.same_run(("hartmann3", "auto", 3, 4), levels, names) is None   # auto's pair
+    assert Q.same_run(("branin", "auto", 3, 4), levels, ["auto", "random"]) is None
+    assert Q.run(("camel", "random", 0, 1))[1] == Q.run(("camel", "random", 0, 16))[1]
+    assert Q.run(("camel", "auto", 1, 4))[1] == Q.run(("camel", "bayesian", 1, 4))[1]
