@@ -18,8 +18,7 @@ from scipy.optimize import minimize
 from scipy.spatial.distance import cdist, pdist, squareform
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.gaussian_process import GaussianProcessRegressor
-from sklearn.gaussian_process.kernels import (ConstantKernel, Hyperparameter, Matern, WhiteKernel,
-                                              _check_length_scale)
+from sklearn.gaussian_process.kernels import ConstantKernel, Hyperparameter, Matern, WhiteKernel
 
 _JITTER = 1e-10
 LS_PRIOR_MEDIAN = 0.5
@@ -140,7 +139,7 @@ class Matern52(Matern):
                                                  or self.hyperparameter_length_scale.fixed)):
             return super().__call__(X, Y, eval_gradient)
         X = np.atleast_2d(X)
-        length_scale = _check_length_scale(X, self.length_scale)
+        length_scale = np.squeeze(self.length_scale).astype(float)   # (as scikit-learn's)
         if Y is None:
             K = pdist(X / length_scale, metric="euclidean")
         else:
