@@ -165,7 +165,8 @@ def same_run(task, pending_levels, searchers):
     if name == "auto" and "bayesian" in searchers:
         from mpiopt.search.auto import choose
 
-        if choose(P.catalogue()[pname].space, P.catalogue()[pname].budget, pending_n)[0] == "bayesian":
+        problem = P.catalogue()[pname]
+        if choose(problem.space, problem.budget, pending_n)[0] == "bayesian":
             return pname, "bayesian", seed, pending_n
     return None
 
@@ -362,9 +363,9 @@ def main(argv=None) -> int:
     for key in [k for k, curves in results.items() if len(curves) < seeds]:
         del results[key]                 # a partial set of seeds runs again whole
     tasks = [t for t in tasks if (t[0], t[1], t[3]) not in results]
-    copies = {t: same_run(t, pending_levels, searchers) for t in tasks}
     # (copied from runs of this invocation only: a loaded run may predate a --patch)
-    copies = {t: src for t, src in copies.items() if src is not None and src in tasks}
+    queued = set(tasks)
+    copies = {t: src for t in tasks if (src := same_run(t, pending_levels, searchers)) in queued}
     tasks = [t for t in tasks if t not in copies]
     tasks.sort(key=lambda t: -P.catalogue()[t[0]].budget)     # long ones first
     start, by_seed = time.perf_counter(), {}
