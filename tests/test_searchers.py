@@ -441,6 +441,38 @@ def test_auto_chooses_by_the_space():
     assert len({many.key(p) for p in asked}) == 6
 
 
+def test_preload_imports_the_modules_the_searcher_will_use(monkeypatch):
+    """Rank 0 imports these while the other ranks set up (parallel/launch.py): the modules
+    of the searchers make_searcher then builds, auto resolved; a wrong algorithm name is
+    left for make_searcher to refuse."""
+    import importlib
+
+    from mpiopt.search import preload
+
+    cube = [Real(f"x{i}", 0.0, 1.0) for i in range(3)]
+    spaces = [Space(cube), Space(cube + [Categorical("c", ["a", "b"])]), SQUARE, MIXED]
+    for space in spaces:
+        for algorithm in ("auto", "bayesian", "evolutionary", "tpe", "random"):
+            searcher = make_searcher(algorithm, space, {}, seed=0, budget=50, parallel=4)
+            built = {type(m).__module__ for m in getattr(searcher, "members", [searcher])}
+            loaded = []
+            with monkeypatch.context() as patch:
+                patch.setattr(importlib, "import_module", loaded.append)
+                preload(algorithm, space, budget=50, parallel=4)
+            assert set(loaded) == built, (algorithm, space, loaded, built)
+    loaded = []
+    with monkeypatch.context() as patch:
+        patch.setattr(importlib, "import_module", loaded.append)
+        preload("no-such", SQUARE)
+    assert loaded == []
+    with pytest.raises(SpecError, match="search.algorithm"):
+        make_searcher("no-such", SQUARE)
+    from mpiopt.parallel import launch
+
+    for module in launch._RUN_MODULES:       # (a wrong name would be skipped in silence)
+        importlib.import_module(module)
+
+
 def test_portfolio_partners_hold_each_others_pending_points():
     from optuna.trial import TrialState
 

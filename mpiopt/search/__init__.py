@@ -50,10 +50,10 @@ def make_searcher(algorithm: str, space, options: dict | None = None, seed: int 
 
         # (options, for benchmarks' variants only: "members", the algorithms taking turns,
         # and {member algorithm: its options})
-        from mpiopt.search.auto import partner
+        from mpiopt.search.auto import pair
 
         opts = dict(options or {})
-        names = opts.pop("members", ("bayesian", partner(space)))   # auto's pair (see there)
+        names = opts.pop("members", pair(space))   # auto's pair (see there)
         members = [make_searcher(a, space, opts.get(a, {}), seed, budget, parallel) for a in names]
         searcher = PortfolioSearcher(space, members, seed)
         searcher.choice = f"auto chose {' + '.join(names)}: {chosen_because}"
@@ -65,6 +65,27 @@ def make_searcher(algorithm: str, space, options: dict | None = None, seed: int 
     searcher = getattr(importlib.import_module(module), cls)(space, options or {}, seed)
     searcher.choice = (f"auto chose {algorithm}: {chosen_because}" if chosen_because else None)
     return searcher
+
+
+def preload(algorithm: str, space, budget: int | None = None, parallel: int = 1,
+            vector: bool = False) -> None:
+    """Import now the strategy modules that make_searcher will need for this study (auto
+    resolved). Rank 0 does this while the other ranks set up their objective, so the
+    seconds that scikit-learn and scikit-optimize take to import overlap theirs instead
+    of delaying the first trial. An error is left for make_searcher to raise, where a
+    study's start-up errors are reported."""
+    names = [algorithm]
+    try:
+        if algorithm == "auto":
+            from mpiopt.search.auto import choose, pair
+
+            chosen, _ = choose(space, budget, parallel, vector)
+            names = list(pair(space)) if chosen == "portfolio" else [chosen]
+        for name in names:
+            if name in ALGORITHMS:
+                importlib.import_module(ALGORITHMS[name][0])
+    except Exception:       # (make_searcher imports the same modules and raises it there)
+        pass
 
 
 def __getattr__(name: str):

@@ -52,6 +52,11 @@ def partner(space) -> str:
     return "tpe" if numeric_dimensions(space) < len(space.dimensions) else "cmaes"
 
 
+def pair(space) -> tuple[str, str]:
+    """The portfolio's two members: the GP and its partner."""
+    return "bayesian", partner(space)
+
+
 def choose(space, budget: int | None, parallel: int, vector: bool = False) -> tuple[str, str]:
     """(algorithm, the reason in words)."""
     n, numeric = len(space.dimensions), numeric_dimensions(space)
