@@ -113,11 +113,11 @@ def test_a_poison_trial_in_the_ranks_own_process_is_failed_after_max_attempts(tm
     after the silence limit: 5 s instead of the default 60, which cost this test a minute
     or two when it happened.)"""
     monkeypatch.setenv("MPIOPT_SILENCE_LIMIT", "5")
-    spec = spec_file(tmp_path, "kills_its_process", trials=6, objective={"isolate": False},
+    spec = spec_file(tmp_path, "kills_its_process", trials=3, objective={"isolate": False},
                      max_attempts=2)
     proc, _ = run(tmp_path, url, spec, 2)
     assert proc.returncode != 0
-    for t in resume_until_done(tmp_path, url, spec, 2, budget=6):
+    for t in resume_until_done(tmp_path, url, spec, 2, budget=3):
         assert t.error.startswith("killed its process 2 times (last: rank 1, host "), t.error
 
 
@@ -143,7 +143,7 @@ def test_a_rank_that_stops_answering_ends_the_job_and_counts_a_lost_attempt(tmp_
     stays RUNNING (the resume counts a lost attempt), and resumes then finish the study."""
     limit = 3
     monkeypatch.setenv("MPIOPT_SILENCE_LIMIT", str(limit))
-    spec = spec_file(tmp_path, "stops_its_process", trials=5, objective={"isolate": False},
+    spec = spec_file(tmp_path, "stops_its_process", trials=3, objective={"isolate": False},
                      max_attempts=2)
     proc, wall = run(tmp_path, url, spec, 3)
     assert proc.returncode != 0
@@ -153,7 +153,7 @@ def test_a_rank_that_stops_answering_ends_the_job_and_counts_a_lost_attempt(tmp_
     _, trials = study_state(url)
     running = [t for t in trials if t.status is TrialStatus.RUNNING]
     assert running and all(t.params["x"] > 0 for t in running)   # stopped; the rest INTERRUPTED
-    stopped = resume_until_done(tmp_path, url, spec, 3, budget=5)
+    stopped = resume_until_done(tmp_path, url, spec, 3, budget=3)
     assert all(t.error.startswith("killed its process 2 times") for t in stopped)
 
 

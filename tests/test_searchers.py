@@ -71,7 +71,14 @@ def test_suggestions_are_inside_the_space_with_native_types(algorithm, options):
         assert type(params["bn"]) is bool and type(params["act"]) is str
 
 
-@pytest.mark.parametrize("algorithm,options", CONFIGS, ids=IDS)
+# (skopt's random forest refits 100 trees per suggestion, 16 s for this test's three runs:
+# its seeding is checked by test_replay_gives_the_same_next_suggestions, two searchers of
+# one seed asked alike)
+SEEDED = [(a, o) for a, o in CONFIGS if o.get("estimator") != "RF"]
+SEEDED_IDS = [i for i, c in zip(IDS, CONFIGS) if c in SEEDED]
+
+
+@pytest.mark.parametrize("algorithm,options", SEEDED, ids=SEEDED_IDS)
 def test_same_seed_gives_the_same_sequence(algorithm, options):
     first = drive(make_searcher(algorithm, MIXED, options, seed=11), mixed_objective, 14)
     again = drive(make_searcher(algorithm, MIXED, options, seed=11), mixed_objective, 14)
