@@ -21,8 +21,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 SCRIPTS = ["scheduling.py", "coordinator_cost.py", "searcher_cost.py", "training_throughput.py",
-           "quality_suite.py", "pruning.py", "trial_overhead.py", "multiobjective.py", "storage.py",
-           "simulate.py", "checkpoint_overhead.py", "conditional.py", "pbt.py"]
+           "quality_suite.py", "pruning.py", "trial_overhead.py", "startup.py", "multiobjective.py",
+           "storage.py", "simulate.py", "checkpoint_overhead.py", "conditional.py", "pbt.py"]
 
 
 def final_report(stdout: str) -> str:
