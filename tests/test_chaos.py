@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import signal
 import subprocess
 import time
@@ -222,6 +223,12 @@ def test_a_trial_deaf_to_its_timeout_ends_the_job_and_is_not_run_again(tmp_path,
     deaf = [t for t in trials if t.status is TrialStatus.FAILED]
     assert len(deaf) == 1 and "timed out after 1s" in deaf[0].error
     assert wall < START_S + 1 + 5 + 10 + 10
+    # the stuck group's BYE is not waited for (it would never come): the study ends at the
+    # timeout + grace, not WIND_DOWN_S later (it took 16 s when it was waited for)
+    from mpiopt.parallel.coordinator import WIND_DOWN_S
+
+    took = re.search(r"^study interrupted: .* in ([0-9.]+)s$", proc.stdout, re.M)
+    assert took and float(took.group(1)) < 1 + 5 + WIND_DOWN_S, proc.stdout
 
 
 def test_time_limit_has_a_hard_edge(tmp_path, url):

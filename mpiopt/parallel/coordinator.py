@@ -7,7 +7,8 @@ a group waits on is expected, it polls finely (mpiopt.parallel.forecast).
 
 Every way out goes through wind_down(): busy groups get CANCEL, idle ones STOP, results
 that still come in are recorded, reports are answered "cancel", and the loop waits for a
-BYE from every rank for at most WIND_DOWN_S. What is still running then is recorded
+BYE from every rank for at most WIND_DOWN_S (not from a rank gone silent, nor from a group
+stuck in a trial past its timeout and grace: they would never answer). What is still running then is recorded
 INTERRUPTED; a rank that never said BYE is stuck in user code, and only then is the job
 ended with MPI_Abort. So a signal, the time limit's hard edge, a rank's FATAL and the
 coordinator's own error all end the whole job in bounded time. A rank whose heartbeats
@@ -160,7 +161,8 @@ class Coordinator:
             self.sched.withdrawn.update(ids[1:])
             self._send(ids, self.topo.leader(group), Tag.CANCEL)
         self.execute(self.sched.stop_all())
-        everyone = set(range(1, self.world.Get_size())) - self.dead   # the dead never answer
+        gone = self.dead | self._given_up_ranks()        # they never answer: not waited for
+        everyone = set(range(1, self.world.Get_size())) - gone
         end = self.clock() + WIND_DOWN_S
         backoff = Backoff()
         while self.byes != everyone and self.clock() < end:
@@ -184,9 +186,16 @@ class Coordinator:
         interrupted = self._interrupt_rest()
         if self.watch:
             self.watch.stop()
-        stuck = tuple(sorted((everyone - self.byes) | self.dead))
+        stuck = tuple(sorted((everyone - self.byes) | gone))
         return Ending(cause=cause, interrupted=interrupted or self.sched.stop_reason == "interrupted",
                       orderly=not stuck, stuck=stuck)
+
+    def _given_up_ranks(self) -> set[int]:
+        """The ranks of groups whose trial did not stop within its timeout and grace: the
+        leader sits in user code that ignores the cancel, so waiting WIND_DOWN_S more for
+        their BYE only delays the MPI_Abort that ends them."""
+        size = self.topo.group_size
+        return {self.topo.leader(g) + i for g in self.sched.given_up for i in range(size)}
 
     def _record_quietly(self, group, result) -> None:
         """A result that arrives while the job ends is still recorded, if the database lets."""

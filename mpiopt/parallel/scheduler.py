@@ -134,6 +134,7 @@ class Scheduler:
         self.running: dict[int, _Running] = {}
         self.ahead: dict[int, _Running] = {}    # group -> its next trial, sent, not begun
         self.lost_ids: set[int] = set()         # trials whose group died under them (lose)
+        self.given_up: set[int] = set()         # groups stuck in a trial past its timeout
         # Groups that may want a trial sent ahead (an ordered set, filtered when read): a
         # result then costs O(its batch), not a scan of every running group.
         self._wanting: dict[int, None] = {}
@@ -477,6 +478,7 @@ class Scheduler:
             self.searcher.forget(nxt.params)
             self._keep([dict(trial_id=nxt.trial_id, status=TrialStatus.INTERRUPTED,
                              error="not started: its group was stuck in the trial before")])
+        self.given_up.add(group)
         self._stop("error", f"trial {run.number} {error}")     # first: nothing new starts
         self.on_result(group, Result(run.trial_id, TrialStatus.FAILED, error=error,
                                      duration=self.clock() - run.started))
