@@ -8,12 +8,12 @@ a group waits on is expected, it polls finely (mpiopt.parallel.forecast).
 Every way out goes through wind_down(): busy groups get CANCEL, idle ones STOP, results
 that still come in are recorded, reports are answered "cancel", and the loop waits for a
 BYE from every rank for at most WIND_DOWN_S (not from a rank gone silent, nor from a group
-stuck in a trial past its timeout and grace: they would never answer). What is still running then is recorded
-INTERRUPTED; a rank that never said BYE is stuck in user code, and only then is the job
-ended with MPI_Abort. So a signal, the time limit's hard edge, a rank's FATAL and the
-coordinator's own error all end the whole job in bounded time. A rank whose heartbeats
-stop (mpiopt.parallel.liveness: dead, and the launcher did not notice) ends it too; its
-group's trial stays RUNNING, so the resume counts a lost attempt.
+stuck in a trial past its timeout and grace: they would never answer). What is still
+running then is recorded INTERRUPTED; a rank that never said BYE is stuck in user code,
+and only then is the job ended with MPI_Abort. So a signal, the time limit's hard edge, a
+rank's FATAL and the coordinator's own error all end the whole job in bounded time. A rank
+whose heartbeats stop (mpiopt.parallel.liveness: dead, and the launcher did not notice)
+ends it too; its group's trial stays RUNNING, so the resume counts a lost attempt.
 """
 from __future__ import annotations
 
