@@ -561,3 +561,4 @@ def test_a_trial_sent_ahead_to_a_stuck_group_is_not_noted_as_begun():
     never = first[2].trial.trial_id                     # group 0's trial sent ahead
     assert storage.trials[never]["status"] == "INTERRUPTED" and not storage.trials[never]["started"]
     assert 0 not in sched.running and {"x": 2}["x"] in searcher.forgotten
+    assert sched.given_up == {0}       # the wind-down does not wait for its ranks' BYE
