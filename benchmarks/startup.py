@@ -18,6 +18,8 @@ import on every group rank (I/O-bound, as an import from a shared file system is
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sqlite3
 import statistics
 import subprocess
@@ -37,6 +39,9 @@ def f(p):
 '''
 
 
+LIMIT_S = 300.0     # one study of np - 1 trials of 50 ms
+
+
 def one_run(folder: Path, algorithm: str, setup_s: float, np: int) -> tuple[float, float]:
     """(seconds to the first finished trial, seconds to the job's end) from mpiexec's start."""
     spec = write_spec(
@@ -47,17 +52,22 @@ def one_run(folder: Path, algorithm: str, setup_s: float, np: int) -> tuple[floa
     db = Path(tempfile.mkdtemp(dir=folder)) / "results.db"     # a new database each run
     cmd = [str(BIN / "mpiexec"), "-n", str(np), str(BIN / "mpiopt"), "search", str(spec),
            "--storage", f"sqlite:///{db}", "--quiet"]
+    errors = db.with_name("stderr.txt")
     start = time.monotonic()
-    job = subprocess.Popen(cmd, cwd=folder, env=env(STARTUP_BENCH_SETUP_S=setup_s),
-                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    with open(errors, "w") as err:
+        job = subprocess.Popen(cmd, cwd=folder, env=env(STARTUP_BENCH_SETUP_S=setup_s),
+                               stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
     first = None
     while job.poll() is None:
         if first is None and _finished(db):
             first = time.monotonic() - start
+        if time.monotonic() - start > LIMIT_S:       # a job that hangs ends the benchmark
+            os.killpg(job.pid, signal.SIGKILL)
+            raise SystemExit(f"{algorithm}: no end within {LIMIT_S:.0f}s")
         time.sleep(0.02)
     end = time.monotonic() - start
     if job.returncode != 0:
-        raise SystemExit(f"{algorithm}: exit {job.returncode}: {job.stderr.read()[-2000:]}")
+        raise SystemExit(f"{algorithm}: exit {job.returncode}: {errors.read_text()[-2000:]}")
     return (first if first is not None else end), end
 
 
