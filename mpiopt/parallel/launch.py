@@ -104,10 +104,11 @@ def _preload(world, spec):
     import importlib
     import threading
 
+    from mpiopt.parallel.topology import check_layout
     from mpiopt.search import preload
 
     s = spec.search
-    groups = max(1, (world.Get_size() - 1) // spec.resources.group_size)
+    groups = check_layout(world.Get_size(), spec.resources.group_size).n_groups  # (checked)
 
     def imports() -> None:
         preload(s.algorithm, spec.space, s.trials, groups, spec.objective.vector)
