@@ -517,6 +517,23 @@ def test_portfolio_gives_the_gp_the_turns_its_predictions_earn():
     assert gp_share(lambda p: noise.random()) <= 0.4
 
 
+def test_portfolio_on_a_plateau_warns_nothing_and_keeps_suggesting_new_points():
+    """Every result alike (a model that never learns): the GP's agreement is undefined,
+    which gives CMA-ES most turns, and nothing is written to stderr at each suggestion."""
+    import warnings
+
+    space = Space([Real(f"x{i}", 0.0, 1.0) for i in range(4)])
+    searcher = make_searcher("auto", space, {}, seed=0, budget=40, parallel=1)
+    keys = set()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for _ in range(30):
+            params = searcher.ask()
+            keys.add(searcher.key(params))
+            searcher.tell(params, 0.5)
+    assert len(keys) == 30 and searcher.members[0].loo_agreement() == 0.0
+
+
 def test_bayesian_initial_design_covers_the_space_evenly():
     """The first 8 points of a Sobol design put 2 in each quadrant (random samples
     rarely do), whatever the seed; the random design stays available."""

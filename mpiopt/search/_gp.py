@@ -314,5 +314,9 @@ def loo_agreement(kernel, X: np.ndarray, y: np.ndarray) -> float:
         return 0.5
     inv = cho_solve((L, True), np.eye(len(y)), check_finite=False)
     loo = z - (inv @ z) / np.diag(inv)
+    if np.ptp(z) == 0 or np.ptp(loo) == 0:
+        # (a plateau: every result alike, as from a model that never learns; the rank
+        # correlation is undefined, and scipy would warn on stderr at every suggestion)
+        return 0.0
     rho = spearmanr(loo, z).statistic
     return float(rho) if np.isfinite(rho) else 0.0
