@@ -52,12 +52,13 @@ def view(trials, space=SPACE, direction="minimize"):
     return StudyView.of(record(space, direction), trials, now=T0 + timedelta(hours=1))
 
 
-def test_importance_finds_the_parameter_that_matters():
+@pytest.mark.parametrize("size", [1.0, 1e300])   # (finite values of any size: mpiopt.scaling)
+def test_importance_finds_the_parameter_that_matters(size):
     rng = random.Random(0)
     trials = []
     for n in range(40):
         p = {"x": rng.random(), "lr": 10 ** rng.uniform(-4, -1), "act": rng.choice(["relu", "tanh"])}
-        trials.append(trial(n, p, value=(p["x"] - 0.3) ** 2 + 0.001 * rng.random()))
+        trials.append(trial(n, p, value=size * ((p["x"] - 0.3) ** 2 + 0.001 * rng.random())))
     shown = panel("importance", view(trials))
     shares = dict(shown.data["shares"])
     assert list(shares)[0] == "x" and shares["x"] > 0.8, shares

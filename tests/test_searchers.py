@@ -534,6 +534,31 @@ def test_portfolio_on_a_plateau_warns_nothing_and_keeps_suggesting_new_points():
     assert len(keys) == 30 and searcher.members[0].loo_agreement() == 0.0
 
 
+@pytest.mark.parametrize("algorithm", ["bayesian", "auto"])
+def test_model_searchers_take_finite_values_of_any_size(algorithm):
+    """Finite values up to 1.8e308 (a diverging simulation's) are valid results: from 1e154
+    their squares overflow, and the GP's predictions were NaN ("Probabilities contain
+    NaN" ended the study). Ordinary values reach the model unchanged, bit for bit."""
+    from mpiopt.scaling import in_range
+    from mpiopt.search.pareto import Objectives
+
+    space = Space([Real(f"x{i}", 0.0, 1.0) for i in range(3)])
+    huge = lambda p: 1e300 * (1 + p["x0"]) if p["x1"] > 0.5 else -1e300 * p["x0"]  # noqa: E731
+    searcher = make_searcher(algorithm, space, {}, seed=0, budget=30, parallel=2)
+    for _ in range(25):
+        params = searcher.ask()
+        searcher.tell(params, huge(params))
+    assert searcher.best[1] < -5e299             # it went where the values are lowest
+    vector = make_searcher("bayesian", space, {}, seed=0)
+    for _ in range(14):
+        params = vector.ask()
+        vector.tell(params, Objectives((huge(params), -huge(params) / 1e200)))
+    ordinary = np.array([0.3, -2.5e40, 7.0])
+    assert in_range(ordinary) is ordinary
+    scaled = in_range(np.array([3e300, -1.5e300, 1.0]))
+    assert np.all(np.abs(scaled) < 1) and scaled[0] == -2 * scaled[1]
+
+
 def test_bayesian_initial_design_covers_the_space_evenly():
     """The first 8 points of a Sobol design put 2 in each quadrant (random samples
     rarely do), whatever the seed; the random design stays available."""

@@ -36,6 +36,7 @@ import numpy as np
 from threadpoolctl import ThreadpoolController
 
 from mpiopt.errors import SpecError
+from mpiopt.scaling import in_range
 from mpiopt.search import _gp, _skopt, pareto
 from mpiopt.search._base import Searcher, check_options
 from mpiopt.search.options import defaults as declared
@@ -188,8 +189,8 @@ class BayesianSearcher(Searcher):
         share of the largest), so the model learns where the feasible region ends."""
         told = [v for _, v in self.told]
         if not told or not isinstance(told[0], tuple):
-            return np.array(told, dtype=float)
-        values = np.array([tuple(v) for v in told], dtype=float)
+            return in_range(np.array(told, dtype=float))
+        values = in_range(np.array([tuple(v) for v in told], dtype=float))
         broken = np.array([getattr(v, "violation", 0.0) for v in told])
         ok = broken <= 0
         y = np.zeros(len(told))
