@@ -548,7 +548,7 @@ def test_model_searchers_take_finite_values_of_any_size(algorithm):
     for _ in range(25):
         params = searcher.ask()
         searcher.tell(params, huge(params))
-    assert searcher.best[1] < -5e299             # it went where the values are lowest
+    assert searcher.best[1] <= -0.999e300   # the model found the lowest (random: -0.992e300)
     vector = make_searcher("bayesian", space, {}, seed=0)
     for _ in range(14):
         params = vector.ask()

@@ -194,8 +194,8 @@ class Coordinator:
         """The ranks of groups whose trial did not stop within its timeout and grace: the
         leader sits in user code that ignores the cancel, so waiting WIND_DOWN_S more for
         their BYE only delays the MPI_Abort that ends them."""
-        size = self.topo.group_size
-        return {self.topo.leader(g) + i for g in self.sched.given_up for i in range(size)}
+        return {r for r in range(1, self.world.Get_size())
+                if self.topo.group_of(r) in self.sched.given_up}
 
     def _record_quietly(self, group, result) -> None:
         """A result that arrives while the job ends is still recorded, if the database lets."""
