@@ -26,7 +26,7 @@ demo: $(STAMP)
 test: $(STAMP)
 	.ci/ensure-postgresql
 	.ci/ensure-chromium
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -q tests
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -q --durations=30 tests
 
 bench: $(STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python benchmarks/run_all.py
