@@ -215,6 +215,7 @@ def normalized(best: float, random_median: float, optimum: float) -> float:
 
 DEFAULT = "auto"          # the searcher the issue's criterion is about
 SHORTFALL = 0.9           # "more than 10% below the best peer's normalized score"
+SPLIT_MIN_SEEDS = 20      # seed halves of at least the suite's 10 seeds: the noise floor
 RESAMPLES = 1000
 
 
@@ -256,6 +257,7 @@ def report(results, problems, searchers, pending_levels, seeds) -> str:
         scores = {s: [] for s in searchers}
         short = []
         short_any = {s: [0, 0] for s in searchers if s != "random"}   # (short, pairs)
+        apart = {s: [0, 0, []] for s in searchers if s != "random"}   # (apart, pairs, where)
         lines.append(f"\n### {pending_n} pending suggestion(s), {seeds} seeds\n")
         lines.append("| problem | budget | " + " | ".join(searchers) + " |")
         lines.append("|---|---|" + "---|" * len(searchers))
@@ -280,6 +282,12 @@ def report(results, problems, searchers, pending_levels, seeds) -> str:
                 for s in (s for s in present if s != "random"):
                     short_any[s][0] += shortfall(arrays, optimum, None, s) is not None
                     short_any[s][1] += 1
+            if "random" in present and seeds >= SPLIT_MIN_SEEDS:
+                for s in (s for s in present if s != "random"):
+                    if halves_apart(finals[s], seeds // 2, random_median, optimum):
+                        apart[s][0] += 1
+                        apart[s][2].append(pname)
+                    apart[s][1] += 1
             if DEFAULT in present and "random" in present:
                 found = shortfall(arrays, optimum, rng)
                 if found:
@@ -308,7 +316,22 @@ def report(results, problems, searchers, pending_levels, seeds) -> str:
                      + (", ".join(f"{s} {n}/{m}" for s, (n, m) in
                                   sorted(short_any.items(), key=lambda kv: kv[1][0]) if m)
                         or "none to compare (random and two others needed)") + ".")
+        if seeds >= SPLIT_MIN_SEEDS:
+            lines.append(f"\nThe same searcher against itself, its seeds split in two halves of "
+                         f"{seeds // 2} (one half's score more than 10% below the other's; "
+                         "the criterion's noise floor at that many seeds): "
+                         + ", ".join(f"{s} {n}/{m}" + (f" ({', '.join(where)})" if where else "")
+                                     for s, (n, m, where) in
+                                     sorted(apart.items(), key=lambda kv: kv[1][0]) if m) + ".")
     return "\n".join(lines)
+
+
+def halves_apart(finals: list, half: int, random_median: float, optimum: float) -> bool:
+    """Whether the first `half` seeds' normalized score and the next `half` seeds' differ by
+    more than the shortfall criterion allows, either way round: same code, other seeds."""
+    a, b = (normalized(float(np.median(part)), random_median, optimum)
+            for part in (finals[:half], finals[half:2 * half]))
+    return (a < SHORTFALL * b and b > 0) or (b < SHORTFALL * a and a > 0)
 
 
 def main(argv=None) -> int:
@@ -320,6 +343,9 @@ def main(argv=None) -> int:
     ap.add_argument("--searchers", nargs="+", default=None)
     ap.add_argument("--pending", nargs="+", type=int, default=None)
     ap.add_argument("--seeds", type=int, default=None)
+    ap.add_argument("--first-seed", type=int, default=0,
+                    help="run seeds FIRST..FIRST+SEEDS-1 (more seeds for runs saved before: "
+                         "--save, then join the files with --load)")
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--variant", action="append", default=[],
                     help="NAME=ALGORITHM:JSON, e.g. 'gp-max=bayesian:{\"liar\": \"max\"}'")
@@ -353,13 +379,14 @@ def main(argv=None) -> int:
         return P.catalogue()[p].budget <= SKOPT_MAX_BUDGET and seed < SKOPT_SEEDS
 
     tasks = [(p, s, seed, n) for n in pending_levels for p in problems for s in searchers
-             for seed in range(seeds)
+             for seed in range(args.first_seed, args.first_seed + seeds)
              if not (s == "skopt-gp" and (n != 1 or not skopt_runs(p, seed)))]
     results, spent, per_problem = {}, {}, {}
     for path in args.load:
         for key, curves in json.loads(path.read_text()).items():
             pname, name, pending_n = key.split("|")
-            results[(pname, name, int(pending_n))] = curves
+            # a key in several files: their seeds joined in the order given (--first-seed)
+            results.setdefault((pname, name, int(pending_n)), []).extend(curves)
     for key in [k for k, curves in results.items() if len(curves) < seeds]:
         del results[key]                 # a partial set of seeds runs again whole
     tasks = [t for t in tasks if (t[0], t[1], t[3]) not in results]

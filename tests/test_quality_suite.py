@@ -76,3 +76,26 @@ def test_runs_the_suite_copies_instead_of_running_are_the_same_runs():
     assert Q.same_run(("branin", "auto", 3, 4), levels, ["auto", "random"]) is None
     assert Q.run(("camel", "random", 0, 1))[1] == Q.run(("camel", "random", 0, 16))[1]
     assert Q.run(("camel", "auto", 1, 4))[1] == Q.run(("camel", "bayesian", 1, 4))[1]
+
+
+def test_seeds_saved_in_two_files_are_joined_and_their_halves_compared(tmp_path, capsys):
+    """Ten more seeds (--first-seed 10, --save) join the ten saved before (--load both);
+    at 20 seeds the report says on which problems a searcher's two halves of 10 seeds are
+    more than 10% apart: how far the same code moves with other seeds."""
+    import json
+
+    first = {"branin|a|1": _runs(0.4, 10), "branin|random|1": _runs(10.0, 10),
+             "camel|a|1": _runs(-1.0, 10), "camel|random|1": _runs(0.0, 10)}
+    more = {"branin|a|1": _runs(0.4, 10), "branin|random|1": _runs(10.0, 10),
+            "camel|a|1": _runs(-0.5, 10), "camel|random|1": _runs(0.0, 10)}
+    paths = []
+    for i, runs in enumerate((first, more)):
+        paths.append(tmp_path / f"{i}.json")
+        paths[-1].write_text(json.dumps(runs))
+    Q.main(["--load", str(paths[0]), "--load", str(paths[1]), "--seeds", "20", "--pending",
+            "1", "--problems", "branin", "camel", "--searchers", "a", "random", "--workers", "1"])
+    out = capsys.readouterr().out
+    assert "20 seeds" in out
+    line = next(t for t in out.splitlines() if t.startswith("The same searcher against itself"))
+    assert "halves of 10" in line and "a 1/2 (camel)" in line
+    assert Q.halves_apart([1.0] * 10 + [1.05] * 10, 10, 10.0, 0.0) is False
