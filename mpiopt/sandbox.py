@@ -14,6 +14,16 @@ never spinning, and so stays free to notice:
 
 The worker is forked (the objective is already imported, nothing is pickled) and never
 calls MPI: it exits with os._exit and dies with its parent (PR_SET_PDEATHSIG).
+
+Processes a trial starts die with its worker. A subprocess.Popen the objective does not
+wait for, or a simulation still running when its trial's deadline kills the worker, would
+otherwise live on holding the job's output pipes, and mpiexec waits for those after the
+last rank has exited: a study that finished in seconds kept the job for as long as a
+killed trial's `subprocess.run(["sleep", "100"])` (102 s, measured). So the worker leads a
+process group of its own, which the rank kills whole where it kills the worker, and a
+keeper process in that group kills the group when the worker dies for any reason (its
+trial's os._exit, the end of the study, the rank's own death). A process that starts a
+session of its own (setsid, start_new_session) leaves the group and is not followed.
 """
 from __future__ import annotations
 
@@ -89,6 +99,10 @@ class Sandbox:
         self._proc.start()
         child.close()
         self._conn = parent
+        try:
+            os.setpgid(self._proc.pid, self._proc.pid)   # (the worker does too: no race)
+        except OSError:
+            pass
 
     def _receive(self):
         try:
@@ -110,6 +124,8 @@ class Sandbox:
 
     def _kill(self) -> None:
         if self._proc is not None:
+            if self._proc.exitcode is None:   # not reaped: its pid and group are still ours
+                _kill_group(self._proc.pid)
             if self._proc.is_alive():
                 self._proc.kill()
             self._proc.join(KILL_WAIT_S)
@@ -119,6 +135,16 @@ class Sandbox:
         if self._conn is not None:
             self._conn.close()
         self._proc, self._conn = None, None
+
+
+def _kill_group(pid: int) -> None:
+    """SIGKILL the worker's process group (the worker and whatever its trials started),
+    only where the worker leads one: never the rank's own group."""
+    try:
+        if os.getpgid(pid) == pid:
+            os.killpg(pid, signal.SIGKILL)
+    except OSError:
+        pass
 
 
 def _answer_for_worker(answer):
@@ -140,6 +166,7 @@ def _serve(objective, conn) -> None:
     _die_with_parent()
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1):
         signal.signal(sig, signal.SIG_IGN)     # the rank decides; it kills us when it must
+    _lead_a_group_with_a_keeper()
     try:
         while True:
             try:
@@ -175,14 +202,64 @@ def _without_timeout(trial: Trial) -> Trial:
     return replace(trial, timeout=None)
 
 
-def _die_with_parent() -> None:
-    """Linux: SIGKILL this worker when the rank that forked it dies (no orphans)."""
+def _lead_a_group_with_a_keeper() -> None:
+    """Make this worker a process group's leader and fork the group's keeper: a process
+    that does nothing until the worker dies (its PR_SET_PDEATHSIG), then SIGKILLs the
+    whole group, itself included, so nothing a trial started outlives the worker. The
+    keeper holds no file of the worker's (not the job's output, not the rank's pipe), so
+    even a keeper that failed to act would not keep the job or the rank waiting."""
+    try:
+        os.setpgid(0, 0)
+    except OSError:
+        return
+    if os.getpgrp() != os.getpid() or not _LIBC_PRCTL:
+        return                                   # never kill a group we do not lead
+    worker = os.getpid()
+    try:
+        pid = os.fork()
+    except OSError:
+        return
+    if pid:
+        return
+    try:                                         # the keeper
+        null = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(null, fd)
+        os.closerange(3, _max_fd())
+        signal.signal(_KEEPER_SIGNAL, lambda *_: os.killpg(0, signal.SIGKILL))
+        _LIBC_PRCTL(1, _KEEPER_SIGNAL)           # PR_SET_PDEATHSIG: sent when the worker dies
+        while os.getppid() == worker:
+            signal.pause()
+        os.killpg(0, signal.SIGKILL)
+    finally:
+        os._exit(0)
+
+
+def _max_fd() -> int:
+    try:
+        return max(int(fd) for fd in os.listdir("/proc/self/fd")) + 1
+    except (OSError, ValueError):
+        return 1024
+
+
+def _libc_prctl():
     try:
         import ctypes
 
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGKILL)   # PR_SET_PDEATHSIG
+        return ctypes.CDLL("libc.so.6", use_errno=True).prctl
     except (OSError, AttributeError):
-        pass
+        return None
+
+
+_LIBC_PRCTL = _libc_prctl()
+# The keeper's signal that its worker died: one that nothing else sends (a job's SIGTERM,
+# which the worker ignores, must not make the keeper kill a trial the rank will cancel).
+_KEEPER_SIGNAL = signal.SIGRTMIN + 7
+
+
+def _die_with_parent() -> None:
+    """Linux: SIGKILL this worker when the rank that forked it dies (no orphans)."""
+    if _LIBC_PRCTL is not None:
+        _LIBC_PRCTL(1, signal.SIGKILL)   # PR_SET_PDEATHSIG
     if os.getppid() == 1:
         os._exit(0)

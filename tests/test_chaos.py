@@ -213,6 +213,34 @@ def test_trial_timeout_fails_the_trial_and_the_study_goes_on(tmp_path, url, isol
     assert all(t.error.startswith("timed out after 2s") for t in late), [t.error for t in late]
 
 
+def test_programs_a_trial_started_end_with_it_and_do_not_keep_the_job(tmp_path, monkeypatch):
+    """A program a trial left running (a Popen not waited for) or was running when its
+    deadline killed it (subprocess.run) held the job's output pipes, and mpiexec waited for
+    it after every rank had exited: the study below finished in seconds and the job took as
+    long as the program (measured: 102 s for a 100-s program). Now the trial's process
+    group goes with its worker."""
+    mark = f"{300 + random.random():.6f}"          # sleep's argument: finds its processes
+    monkeypatch.setenv("MPIOPT_TEST_MARK", mark)
+    url = f"sqlite:///{tmp_path / 'p.db'}"
+    spec = spec_file(tmp_path, "starts_a_program", trials=6, trial_timeout="2s")
+    try:
+        proc, wall = run(tmp_path, url, spec)
+        left = subprocess.run(["pgrep", "-f", f"sleep {mark}"], capture_output=True, text=True)
+    finally:
+        subprocess.run(["pkill", "-f", f"sleep {mark}"])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert wall < START_S, wall
+    assert left.stdout == "", "a trial's program outlived the job"
+    _, trials = assert_settled(url, 6)
+    by_kind = {x > 0 for x in (t.params["x"] for t in trials)}
+    assert by_kind == {True, False}, "both kinds of trial ran"
+    for t in trials:
+        if t.params["x"] > 0:
+            assert t.status is TrialStatus.COMPLETE
+        else:
+            assert t.status is TrialStatus.FAILED and t.error.startswith("timed out after 2s")
+
+
 def test_a_trial_deaf_to_its_timeout_ends_the_job_and_is_not_run_again(tmp_path, url):
     spec = spec_file(tmp_path, "deaf", trials=6, objective={"isolate": False}, trial_timeout="1s")
     proc, wall = run(tmp_path, url, spec, 2)
