@@ -222,6 +222,25 @@ def test_initial_failures_stop_the_study():
     assert "first 3 trials all failed" in sched.message and "ImportError" in sched.message
 
 
+def test_quick_failures_wait_for_an_earlier_trial_that_may_succeed():
+    """Settings that fail in seconds (an out-of-memory batch size) report before the trial
+    that trains: their failures stop nothing while it runs; it succeeds, the study goes on.
+    When it fails too, the failures stop the study."""
+    for last in (2.0, None):
+        sched, storage, _ = make(n_groups=2, budget=50, max_initial_failures=3)
+        first = sched.start()
+        slow, quick = first[0].trial, first[1].trial          # trials 0 and 1
+        for _ in range(4):
+            actions = sched.on_result(1, done(quick.trial_id, None, "FAILED", "OOM"))
+            assert sched.stop_reason is None, "stopped while trial 0 may still succeed"
+            quick = next(a.trial for a in actions if isinstance(a, Dispatch))
+        status = "COMPLETE" if last is not None else "FAILED"
+        sched.on_result(0, done(slow.trial_id, last, status, None if last else "OOM"))
+        assert (sched.stop_reason == "failures") is (last is None)
+        if last is None:
+            assert "first 5 trials all failed" in sched.message
+
+
 def test_time_limit_stops_new_dispatch():
     now = [0.0]
     sched, _, _ = make(n_groups=1, budget=10, time_limit=5.0, clock=lambda: now[0])

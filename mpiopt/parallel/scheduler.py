@@ -746,7 +746,12 @@ class Scheduler:
             self.last_error = (trial.error or "").splitlines()[0] if trial.error else None
             if not self.any_success:
                 self.initial_failures += 1
-                if self.initial_failures >= self.max_initial_failures:
+                # a trial started earlier and still running may yet succeed (settings that
+                # fail in seconds, as an out-of-memory batch size, report before those that
+                # train): wait for it; a broken objective fails them all soon enough
+                earlier = any(r.number < trial.number for r in self.running.values()
+                              if not r.refit)
+                if self.initial_failures >= self.max_initial_failures and not earlier:
                     self._stop("failures", f"stopping: the first {self.initial_failures} trials "
                                f"all failed (search.max_initial_failures); last error: "
                                f"{self.last_error}")

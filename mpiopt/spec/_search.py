@@ -23,7 +23,9 @@ SEARCH = Fields(
     Field("time_limit", None, "duration", "Seconds, or a duration `90s`, `10m`, `2h`, `1h30m`, "
           "`1d`. After it no new trial starts; running trials finish."),
     Field("max_initial_failures", 5, "integer", "Stop the study if this many trials fail before "
-          "any succeeds.", low=1),
+          "any succeeds, once no trial started before the last of them is still running (it "
+          "may yet succeed: settings that fail in seconds, as a batch size that runs out of "
+          "memory, report before those that train).", low=1),
     Field("trial_timeout", None, "duration", "A trial past it is FAILED (\"timed out after "
           "10m\") and never run again. A sandboxed function is killed at once; a function in "
           "the rank's process gets a SIGALRM; a Keras trial stops at its next epoch end. One "
