@@ -213,16 +213,19 @@ def test_trial_timeout_fails_the_trial_and_the_study_goes_on(tmp_path, url, isol
     assert all(t.error.startswith("timed out after 2s") for t in late), [t.error for t in late]
 
 
-def test_programs_a_trial_started_end_with_it_and_do_not_keep_the_job(tmp_path, monkeypatch):
+@pytest.mark.parametrize("isolate", [True, False])
+def test_programs_a_trial_started_end_with_it_and_do_not_keep_the_job(tmp_path, monkeypatch,
+                                                                      isolate):
     """A program a trial left running (a Popen not waited for) or was running when its
     deadline killed it (subprocess.run) held the job's output pipes, and mpiexec waited for
     it after every rank had exited: the study below finished in seconds and the job took as
-    long as the program (measured: 102 s for a 100-s program). Now the trial's process
-    group goes with its worker."""
+    long as the program (measured: 102 s for a 100-s program). Now a sandboxed trial's
+    process group goes with its worker, and a rank ends what its in-process trials left."""
     mark = f"{300 + random.random():.6f}"          # sleep's argument: finds its processes
     monkeypatch.setenv("MPIOPT_TEST_MARK", mark)
     url = f"sqlite:///{tmp_path / 'p.db'}"
-    spec = spec_file(tmp_path, "starts_a_program", trials=6, trial_timeout="2s")
+    spec = spec_file(tmp_path, "starts_a_program", trials=6, trial_timeout="2s",
+                     objective={"isolate": isolate})
     try:
         proc, wall = run(tmp_path, url, spec)
         left = subprocess.run(["pgrep", "-f", f"sleep {mark}"], capture_output=True, text=True)

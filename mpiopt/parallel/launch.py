@@ -35,10 +35,16 @@ def run_study_command(prepare, quiet: bool = False) -> int:
     options: {"retry_failed": bool}."""
     from mpi4py import MPI
 
+    from mpiopt.processes import descendants, end_started_since
+
     world = MPI.COMM_WORLD
-    if world.Get_rank() == 0:
-        return _rank0(world, prepare, quiet)
-    return _other_rank(world)
+    before = descendants()           # (after MPI's start: its own helpers stay)
+    try:
+        if world.Get_rank() == 0:
+            return _rank0(world, prepare, quiet)
+        return _other_rank(world)
+    finally:
+        end_started_since(before)    # programs trials left running: see mpiopt.processes
 
 
 # ---- rank 0 -------------------------------------------------------------------------------

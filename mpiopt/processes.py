@@ -1,0 +1,53 @@
+"""Programs a rank's trials started and left running end with the rank.
+
+mpiexec waits, after the last rank has exited, for every process holding the job's output
+open, and a program a trial starts (subprocess.Popen not waited for) holds it: the study
+ends, the job does not, for as long as the program runs. Sandboxed trials are covered by
+their worker's process group (mpiopt.sandbox); this covers trials in the rank's own
+process (`isolate: false`, functions taking `comm`, Keras models). Only processes that
+appeared after the rank took its snapshot are ended, so whatever the MPI library started
+at initialisation (a singleton's process manager) is left alone. Linux (/proc) only.
+"""
+from __future__ import annotations
+
+import os
+import signal
+
+
+def descendants(root: int | None = None) -> set[int]:
+    """Every live process below `root` (default: this one), from /proc's parent links."""
+    root = os.getpid() if root is None else root
+    children: dict[int, list[int]] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return set()
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])   # (the name may hold spaces)
+        children.setdefault(ppid, []).append(int(entry))
+    found, todo = set(), [root]
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+def end_started_since(before: set[int]) -> int:
+    """SIGKILL this process's descendants that are not in `before`; how many there were."""
+    ended = 0
+    for pid in descendants() - before:
+        try:
+            os.kill(pid, signal.SIGKILL)
+            ended += 1
+        except OSError:
+            pass
+    return ended
