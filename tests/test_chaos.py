@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 from conftest import BIN, ROOT, mpiopt, subprocess_env
+from mpiopt.processes import descendants
 from mpiopt.trial import StudyStatus, TrialStatus
 
 FUNCTIONS = ROOT / "tests" / "objectives" / "functions.py"
@@ -377,7 +378,7 @@ def test_a_database_url_that_cannot_work_is_one_line_under_mpiexec(tmp_path, bad
 # ---- kill -9 campaigns --------------------------------------------------------------------
 def _kill(job, target: str) -> None:
     """kill -9 rank 0, one group rank, or every process of the job (as a node's loss)."""
-    tree = _descendants(job.pid)
+    tree = descendants(job.pid)
     ranks = sorted(p for p in tree if _parent(p) in tree and b"hydra_pmi_proxy" in _cmdline(_parent(p)))
     if target == "job":
         victims = [job.pid, *tree]
@@ -407,7 +408,7 @@ def _cmdline(pid: int) -> bytes:
 def _stop_rank0_until_the_job_ends(job, timeout_s: float) -> tuple[list[str], str]:
     """SIGSTOP rank 0 and wait for the rest of the job to end it (a failure with one line
     from mpiopt); returns the closing lines and all of stderr."""
-    ranks = sorted(p for p in _descendants(job.pid) if b"hydra_pmi_proxy" in _cmdline(_parent(p)))
+    ranks = sorted(p for p in descendants(job.pid) if b"hydra_pmi_proxy" in _cmdline(_parent(p)))
     os.kill(ranks[0], signal.SIGSTOP)
     try:
         _, err = job.communicate(timeout=timeout_s)
@@ -417,20 +418,6 @@ def _stop_rank0_until_the_job_ends(job, timeout_s: float) -> tuple[list[str], st
         raise AssertionError("the job went on with its coordinator stopped")
     assert job.returncode != 0
     return [ln for ln in err.splitlines() if ln.startswith("mpiopt:")], err
-
-
-def _descendants(root: int) -> set[int]:
-    """Every process below root (hydra gives each proxy and rank a session of its own)."""
-    children: dict[int, list[int]] = {}
-    for p in os.listdir("/proc"):
-        if p.isdigit():
-            children.setdefault(_parent(int(p)), []).append(int(p))
-    out, stack = set(), [root]
-    while stack:
-        for child in children.get(stack.pop(), []):
-            out.add(child)
-            stack.append(child)
-    return out
 
 
 @pytest.mark.parametrize("algorithm", ["bayesian", "evolutionary"])
