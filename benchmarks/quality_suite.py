@@ -21,6 +21,13 @@ suite's time, and minutes at 80).
     python benchmarks/quality_suite.py                   # everything: 18 problems, 1/4/16, 10 seeds
     python benchmarks/quality_suite.py --problems branin levy20 --pending 16 --seeds 3
 
+Twenty seeds from two runs of ten (the report then also gives the noise floor: on how
+many problems a searcher's two halves of 10 seeds are more than 10% apart):
+
+    python benchmarks/quality_suite.py --save a.json
+    python benchmarks/quality_suite.py --first-seed 10 --save b.json
+    python benchmarks/quality_suite.py --load a.json --load b.json --seeds 20
+
 Judging a change to `auto` without running every searcher again (each run is
 deterministic per seed, so the stored runs of unchanged searchers are the runs):
 
