@@ -226,10 +226,12 @@ def _lead_a_group_with_a_keeper() -> None:
         for fd in (0, 1, 2):
             os.dup2(null, fd)
         os.closerange(3, _max_fd())
-        signal.signal(_KEEPER_SIGNAL, lambda *_: os.killpg(0, signal.SIGKILL))
+        # blocked, the signal waits for sigtimedwait (no race with a check of the parent);
+        # the timeout re-checks the parent should the signal never come
+        signal.pthread_sigmask(signal.SIG_BLOCK, [_KEEPER_SIGNAL])
         _LIBC_PRCTL(1, _KEEPER_SIGNAL)           # PR_SET_PDEATHSIG: sent when the worker dies
         while os.getppid() == worker:
-            signal.pause()
+            signal.sigtimedwait([_KEEPER_SIGNAL], _KEEPER_CHECK_S)
         os.killpg(0, signal.SIGKILL)
     finally:
         os._exit(0)
@@ -255,6 +257,7 @@ _LIBC_PRCTL = _libc_prctl()
 # The keeper's signal that its worker died: one that nothing else sends (a job's SIGTERM,
 # which the worker ignores, must not make the keeper kill a trial the rank will cancel).
 _KEEPER_SIGNAL = signal.SIGRTMIN + 7
+_KEEPER_CHECK_S = 1.0     # the keeper looks at its parent at least this often
 
 
 def _die_with_parent() -> None:
