@@ -7,6 +7,9 @@ their worker's process group (mpiopt.sandbox); this covers trials in the rank's 
 process (`isolate: false`, functions taking `comm`, Keras models). Only processes that
 appeared after the rank took its snapshot are ended, so whatever the MPI library started
 at initialisation (a singleton's process manager) is left alone. Linux (/proc) only.
+
+Also here: signals a rank or a trial's worker ignores are not ignored by the programs it
+starts (see `ignore`).
 """
 from __future__ import annotations
 
@@ -51,3 +54,19 @@ def end_started_since(before: set[int]) -> int:
         except OSError:
             pass
     return ended
+
+
+def ignore(signals) -> None:
+    """Ignore `signals` in this process, but not in the programs it starts.
+
+    SIG_IGN passes through exec: a trial's own program then ignored SIGTERM, so the
+    trial's `proc.terminate(); proc.wait()` waited until the trial's deadline (20 s of a
+    20-s timeout, measured). A handler that does nothing is reset by exec instead; system
+    calls it interrupts are restarted (siginterrupt False), as under SIG_IGN."""
+    for sig in signals:
+        signal.signal(sig, _do_nothing)
+        signal.siginterrupt(sig, False)
+
+
+def _do_nothing(signum, frame) -> None:
+    """(see ignore)"""

@@ -35,6 +35,7 @@ import time
 from mpiopt.errors import TrialStopped
 from mpiopt.objective import failed_result, format_duration
 from mpiopt.parallel.protocol import Result, Trial
+from mpiopt.processes import ignore
 from mpiopt.trial import TrialStatus
 
 POLL_S = 0.05        # how often a waiting rank looks at the coordinator's cancel
@@ -164,8 +165,8 @@ def _elapsed(result: Result, start: float) -> Result:
 def _serve(objective, conn) -> None:
     """The worker's loop: run trials until told to exit or the parent is gone."""
     _die_with_parent()
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1):
-        signal.signal(sig, signal.SIG_IGN)     # the rank decides; it kills us when it must
+    # the rank decides; it kills us when it must (the trial's programs keep the defaults)
+    ignore((signal.SIGINT, signal.SIGTERM, signal.SIGUSR1))
     _lead_a_group_with_a_keeper()
     try:
         while True:

@@ -221,7 +221,9 @@ def test_programs_a_trial_started_end_with_it_and_do_not_keep_the_job(tmp_path, 
     deadline killed it (subprocess.run) held the job's output pipes, and mpiexec waited for
     it after every rank had exited: the study below finished in seconds and the job took as
     long as the program (measured: 102 s for a 100-s program). Now a sandboxed trial's
-    process group goes with its worker, and a rank ends what its in-process trials left."""
+    process group goes with its worker, and a rank ends what its in-process trials left.
+    And a trial's terminate() of its own program works: the program no longer inherits
+    the SIGTERM its rank or worker ignores (the trial waited until its deadline)."""
     mark = f"{300 + random.random():.6f}"          # sleep's argument: finds its processes
     monkeypatch.setenv("MPIOPT_TEST_MARK", mark)
     url = f"sqlite:///{tmp_path / 'p.db'}"

@@ -293,8 +293,9 @@ def signal_ignore() -> None:
     with it (Slurm's --signal reaches every task of the step, not only rank 0)."""
     import signal
 
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1):
-        signal.signal(sig, signal.SIG_IGN)
+    from mpiopt.processes import ignore
+
+    ignore((signal.SIGINT, signal.SIGTERM, signal.SIGUSR1))   # (not in trials' programs)
 
 
 # ---- the coordinator's run and ending -----------------------------------------------------

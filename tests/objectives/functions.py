@@ -79,14 +79,18 @@ def never_returns(params):
 
 def starts_a_program(params):
     """Starts an external program that outlives the trial (its output goes to the job's):
-    left running where x > 0 (a Popen not waited for), waited for where x <= 0, as a
-    simulation would be, so a trial_timeout kills the trial while the program runs. The
-    program is `sleep MPIOPT_TEST_MARK`, a duration the test knows it by."""
+    left running where x > 0 (a Popen not waited for; a second one is stopped with
+    terminate() and waited for, which must not take until the deadline), waited for where
+    x <= 0, as a simulation would be, so a trial_timeout kills the trial while the program
+    runs. The program is `sleep MPIOPT_TEST_MARK`, a duration the test knows it by."""
     import subprocess
 
     program = ["sleep", os.environ["MPIOPT_TEST_MARK"]]
     if params["x"] > 0:
         subprocess.Popen(program)
+        stopped = subprocess.Popen(program)
+        stopped.terminate()
+        stopped.wait()
         return branin(params)
     subprocess.run(program)
     return branin(params)
