@@ -49,7 +49,7 @@ def run_study_command(prepare, quiet: bool = False) -> int:
 
 # ---- rank 0 -------------------------------------------------------------------------------
 def _rank0(world, prepare, quiet: bool) -> int:
-    from mpiopt.parallel.waiting import gather_ready, quiet_bcast
+    from mpiopt.parallel.waiting import quiet_bcast
 
     multi = world.Get_size() > 1
     try:
@@ -57,15 +57,29 @@ def _rank0(world, prepare, quiet: bool) -> int:
         options = options[0] if options else {}
         _check_start(world.Get_size(), spec, url)
         spec = _with_artifacts(spec, url)
-    except MpioptError as exc:
-        if multi:
-            quiet_bcast(world, {"error": str(exc)}, tag=Tag.SETUP)
+    except (MpioptError, KeyboardInterrupt) as exc:
+        if multi:   # (the other ranks leave signals to rank 0: they wait for its word)
+            quiet_bcast(world, {"error": str(exc) or "interrupted"}, tag=Tag.SETUP)
         raise
     log = _use_native_log(str(native_log_path(url, spec.study.name)))
     limit = _liveness() if multi else None      # every rank's heartbeats use rank 0's
     if multi:
         quiet_bcast(world, {"spec": spec.to_dict(), "native_log": log, "liveness": limit,
                             "resume": resume_command(spec.study.name, url)}, tag=Tag.SETUP)
+    try:
+        own, opened = _start_up(world, spec, url, resume, multi, options)
+    except KeyboardInterrupt:   # Ctrl-C while the others set up: they end on this verdict
+        _send_verdict(world, multi, error="interrupted")
+        raise
+    _send_verdict(world, multi)
+    return _coordinate(world, spec, url, opened, quiet, own[0], limit)
+
+
+def _start_up(world, spec, url, resume, multi: bool, options: dict):
+    """Rank 0's part of the start-up after the spec went out: (rank 0's own set-up, the
+    opened study). A failure sends the other ranks its verdict and raises."""
+    from mpiopt.parallel.waiting import gather_ready
+
     own = _set_up(world, spec) if not multi else (None, None)
     preloading = _preload(world, spec) if multi else None
     errors, payloads, silent = gather_ready(world, own[1], startup_limit(), say=_progress)
@@ -87,8 +101,7 @@ def _rank0(world, prepare, quiet: bool) -> int:
     except MpioptError as exc:
         _send_verdict(world, multi, error=str(exc))
         raise
-    _send_verdict(world, multi)
-    return _coordinate(world, spec, url, opened, quiet, own[0], limit)
+    return own, opened
 
 
 # What rank 0 imports after the other ranks are set up (the database, the run's loop).
@@ -205,6 +218,10 @@ def _open(spec, url, resume, isolated: bool, retry_failed: bool = False):
 def _other_rank(world) -> int:
     from mpiopt.parallel.waiting import send_ready
 
+    # From the start, not only once serving: a rank that a Ctrl-C ended during the
+    # start-up left rank 0 in a collective for ever (measured: 10 min and counting, at
+    # 100% CPU); rank 0 hears the signal too and sends its verdict.
+    signal_ignore()
     payload = _from_rank0(world, "the spec")
     if "error" in payload:
         return 2
@@ -300,14 +317,18 @@ def signal_ignore() -> None:
 
 # ---- the coordinator's run and ending -----------------------------------------------------
 def _coordinate(world, spec, url, opened, quiet, objective=None, limit=None) -> int:
+    from mpiopt.parallel.coordinator import StopFlag
     from mpiopt.parallel.topology import make_topology
 
+    flag = StopFlag()
+    if world.Get_size() > 1:
+        flag.install()    # now: a signal during the set-up below ends the run in order
     topo, comm = make_topology(world, spec.resources.group_size)
     hosts = _leader_hosts(world, topo)
     watch = None if topo.single_process else _watch(world, world.Dup(), topo, limit)
     try:
         return _coordinate_with(world, spec, url, opened, quiet, objective, topo, comm, hosts,
-                                watch)
+                                watch, flag)
     finally:
         if watch:
             watch.stop()
@@ -323,15 +344,15 @@ def _watch(world, alive_comm, topo, limit: float | None):
     return Watch(alive_comm, leaders, world.Get_size(), limit).start()
 
 
-def _coordinate_with(world, spec, url, opened, quiet, objective, topo, comm, hosts, watch) -> int:
+def _coordinate_with(world, spec, url, opened, quiet, objective, topo, comm, hosts, watch,
+                     flag) -> int:
     from mpiopt.progress import Progress
 
-    from mpiopt.parallel.coordinator import Coordinator, StopFlag
+    from mpiopt.parallel.coordinator import Coordinator
     from mpiopt.storage.resilient import Resilient
 
     progress = Progress(spec.search.trials, quiet=quiet)
     ranks = [0] if topo.single_process else [topo.leader(g) for g in range(topo.n_groups)]
-    flag = StopFlag()
     storage = Resilient(opened.storage, spec.storage_retry, opened.recovery, say=_progress)
     sched = _scheduler(spec, opened, storage, topo.n_groups, progress, hosts, ranks,
                        background=not topo.single_process)
@@ -342,7 +363,6 @@ def _coordinate_with(world, spec, url, opened, quiet, objective, topo, comm, hos
     progress.start()
     if topo.single_process:
         return _run_single(spec, url, opened, sched, progress, comm, objective)
-    flag.install()
     ending = Coordinator(world, topo, sched, flag, on_tick=opened.on_tick, watch=watch).run()
     stuck = "" if ending.orderly else (f" (rank(s) {', '.join(map(str, ending.stuck))} did not "
                                        "stop: ending the job with MPI_Abort)")
