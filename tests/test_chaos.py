@@ -334,12 +334,7 @@ def test_ctrl_c_during_the_start_up_ends_the_job_in_order(tmp_path, wait_s):
     job = _start(tmp_path, f"sqlite:///{db}", spec, 3)
     time.sleep(wait_s)
     os.killpg(job.pid, signal.SIGINT)            # as a terminal's Ctrl-C does
-    try:
-        out, err = job.communicate(timeout=START_S)
-    except subprocess.TimeoutExpired:
-        os.killpg(job.pid, signal.SIGKILL)
-        job.communicate()
-        raise AssertionError("the job went on after a Ctrl-C during its start-up")
+    out, err = _ended(job, START_S, "the job went on after a Ctrl-C during its start-up")
     assert job.returncode == 130, out + err
     assert [ln for ln in err.splitlines() if ln.startswith("mpiopt:")] == ["mpiopt: interrupted"]
 
@@ -433,14 +428,20 @@ def _stop_rank0_until_the_job_ends(job, timeout_s: float) -> tuple[list[str], st
     from mpiopt); returns the closing lines and all of stderr."""
     ranks = sorted(p for p in descendants(job.pid) if b"hydra_pmi_proxy" in _cmdline(_parent(p)))
     os.kill(ranks[0], signal.SIGSTOP)
+    _, err = _ended(job, timeout_s, "the job went on with its coordinator stopped")
+    assert job.returncode != 0
+    return [ln for ln in err.splitlines() if ln.startswith("mpiopt:")], err
+
+
+def _ended(job, timeout_s: float, hang: str) -> tuple[str, str]:
+    """The job's (stdout, stderr) once it ended; killed and failed with `hang` if it did
+    not within timeout_s."""
     try:
-        _, err = job.communicate(timeout=timeout_s)
+        return job.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
         os.killpg(job.pid, signal.SIGKILL)
         job.communicate()
-        raise AssertionError("the job went on with its coordinator stopped")
-    assert job.returncode != 0
-    return [ln for ln in err.splitlines() if ln.startswith("mpiopt:")], err
+        raise AssertionError(hang) from None
 
 
 @pytest.mark.parametrize("algorithm", ["bayesian", "evolutionary"])
