@@ -323,17 +323,19 @@ def test_signals_end_cleanly_with_130_and_one_line(tmp_path, url, np, sig):
     assert study.status is StudyStatus.INTERRUPTED
 
 
-@pytest.mark.parametrize("wait_s", [1.0, 3.0])
-def test_ctrl_c_during_the_start_up_ends_the_job_in_order(tmp_path, wait_s):
+@pytest.mark.parametrize("wait_s,sig", [(1.0, signal.SIGINT), (3.0, signal.SIGINT),
+                                        (3.0, signal.SIGTERM)])
+def test_ctrl_c_during_the_start_up_ends_the_job_in_order(tmp_path, wait_s, sig):
     """Ctrl-C while rank 2 still imports its objective (rank 1 is ready and waits for rank
     0's verdict): a group rank that ended on its own left rank 0 spinning in a collective
     for ever (seen with the digits example, Ctrl-C 4 s in: 10 min at 100% CPU). Group
-    ranks now leave signals to rank 0, which sends its verdict to all and ends."""
+    ranks now leave signals to rank 0, which sends its verdict to all and ends. SIGTERM
+    (`scancel`) the same way: it used to kill every rank silently (exit status 15)."""
     spec = spec_with_module(tmp_path, "slow", "2", "    time.sleep(6)\n")
     db = tmp_path / "s.db"
     job = _start(tmp_path, f"sqlite:///{db}", spec, 3)
     time.sleep(wait_s)
-    os.killpg(job.pid, signal.SIGINT)            # as a terminal's Ctrl-C does
+    os.killpg(job.pid, sig)                      # as a terminal's Ctrl-C does
     out, err = _ended(job, START_S, "the job went on after a Ctrl-C during its start-up")
     assert job.returncode == 130, out + err
     assert [ln for ln in err.splitlines() if ln.startswith("mpiopt:")] == ["mpiopt: interrupted"]

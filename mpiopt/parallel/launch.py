@@ -52,6 +52,7 @@ def _rank0(world, prepare, quiet: bool) -> int:
     from mpiopt.parallel.waiting import quiet_bcast
 
     multi = world.Get_size() > 1
+    _stop_as_ctrl_c()
     try:
         spec, url, resume, *options = prepare()
         options = options[0] if options else {}
@@ -73,6 +74,20 @@ def _rank0(world, prepare, quiet: bool) -> int:
         raise
     _send_verdict(world, multi)
     return _coordinate(world, spec, url, opened, quiet, own[0], limit)
+
+
+def _stop_as_ctrl_c() -> None:
+    """Until the coordinator's own stop flag takes over, SIGTERM and SIGUSR1 (`scancel`,
+    Slurm's `--signal`) end rank 0's start-up as Ctrl-C does: the other ranks get the
+    verdict "interrupted" and the job ends with one line (by default they killed rank 0
+    silently, exit status 15)."""
+    import signal
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    for sig in (signal.SIGTERM, signal.SIGUSR1):
+        signal.signal(sig, interrupt)
 
 
 def _start_up(world, spec, url, resume, multi: bool, options: dict):
