@@ -94,3 +94,8 @@ class ArtifactStoreError(MpioptError):
     left. Not the trial's fault: at start-up one line and exit 2; mid-study the trial is
     INTERRUPTED and the job stops in order (it runs again on resume from its last
     checkpoint)."""
+
+
+# What a rank of a training communicator says when another rank's part failed (its own
+# error is the cause to record: mpiopt.parallel.together prefers it).
+OTHERS_FAILED = "other rank(s) of the training communicator failed"

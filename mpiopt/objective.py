@@ -61,6 +61,13 @@ class Objective:
         return self._function is None or "comm" in self._accepts
 
     @property
+    def reports_in_group(self) -> bool:
+        """A function taking `comm` and `report`: every rank of its group hears the
+        leader's answer to each report (parallel/group.py), so a prune, a deadline or a
+        cancel stops every rank at the same step."""
+        return self._function is not None and {"comm", "report"} <= self._accepts
+
+    @property
     def function_here(self) -> bool:
         """A plain function run in this process (objective.isolate: false)."""
         return self._function is not None and not self.isolated

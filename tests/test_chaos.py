@@ -265,6 +265,80 @@ def test_a_trial_deaf_to_its_timeout_ends_the_job_and_is_not_run_again(tmp_path,
     assert took and float(took.group(1)) < 1 + 5 + WIND_DOWN_S, proc.stdout
 
 
+@pytest.mark.parametrize("failing_rank", [1, 0])
+def test_a_rank_whose_part_fails_ends_a_group_left_in_a_collective(tmp_path, monkeypatch,
+                                                                   failing_rank):
+    """One rank of a two-rank group fails between two collectives, as a GPU out of memory
+    on one rank does; its partner waits in the second one for ever. The job hung (a member
+    failing: for ever, nothing recorded; the leader failing: its partner's stale collective
+    met the next trial's). Now the failed rank waits MPIOPT_GROUP_WAIT, records the trial
+    FAILED and the job ends with the resume line; the resume does not run it again."""
+    monkeypatch.setenv("MPIOPT_GROUP_WAIT", "3")
+    monkeypatch.setenv("MPIOPT_TEST_FAILING_RANK", str(failing_rank))
+    url = f"sqlite:///{tmp_path / 'g.db'}"
+    spec = spec_file(tmp_path, "one_rank_fails", trials=6)
+    spec.write_text(spec.read_text() + "resources: {group_size: 2}\n")
+    proc, wall = run(tmp_path, url, spec, 5)
+    assert proc.returncode != 0, proc.stdout + proc.stderr
+    assert wall < START_S + 3 + 10 + 10, wall
+    line = closing_line(proc)
+    assert "did not end their part within 3s" in line and "resume with: mpiopt resume c" in line
+    _, trials = assert_settled(url)
+    broken = [t for t in trials if t.status is TrialStatus.FAILED]
+    assert broken and all(t.params["x"] > 0 for t in broken)
+    assert all("out of memory on this rank's device" in t.error and
+               "left waiting in a collective" in t.error for t in broken), [t.error for t in broken]
+    proc2, _ = run(tmp_path, url, spec, 5, "--resume")
+    _, after = assert_settled(url)
+    again = {t.number: t for t in after}
+    assert all(again[t.number].status is TrialStatus.FAILED and again[t.number].error == t.error
+               and again[t.number].attempt == t.attempt for t in broken)
+    assert len(after) > len(trials), "the resume went on with the study"
+
+
+def test_a_part_failing_after_the_last_collective_fails_the_trial_and_the_study_goes_on(tmp_path):
+    """A rank's part fails but every rank comes back (after the last collective, or on
+    every rank): the trial is FAILED with the failing rank's error, the group goes on."""
+    url = f"sqlite:///{tmp_path / 'g.db'}"
+    spec = spec_file(tmp_path, "fails_after_the_collectives", trials=12)
+    spec.write_text(spec.read_text() + "resources: {group_size: 2}\n")
+    proc, wall = run(tmp_path, url, spec, 5)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    _, trials = assert_settled(url, 12)
+    kinds = set()
+    for t in trials:
+        x = t.params["x"]
+        kinds.add((x > 0) + (x > 5))
+        if x > 5:
+            assert t.status is TrialStatus.FAILED and "every rank" in t.error
+        elif x > 0:
+            assert t.status is TrialStatus.FAILED and "after the last collective" in t.error
+            assert "world rank 2" in t.error or "world rank 4" in t.error, t.error
+        else:
+            assert t.status is TrialStatus.COMPLETE and t.metrics["ranks"] == 2
+    assert kinds == {0, 1, 2}, "every kind of trial ran"
+
+
+def test_a_deadline_heard_at_a_report_stops_every_rank_of_the_group(tmp_path):
+    """A function taking `comm` and `report`: every rank's report() returns the leader's
+    answer, so a trial past its deadline stops on every rank at the same step and the
+    study goes on (the members had no report at all: their part failed at the first one
+    while the leader waited in the next collective)."""
+    url = f"sqlite:///{tmp_path / 'g.db'}"
+    spec = spec_file(tmp_path, "reports_every_step", trials=8, trial_timeout="1s")
+    spec.write_text(spec.read_text() + "resources: {group_size: 2}\n")
+    proc, wall = run(tmp_path, url, spec, 5)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    _, trials = assert_settled(url, 8)
+    slow = [t for t in trials if t.params["x"] > 0]
+    assert slow and len(slow) < 8, "both kinds of trial ran"
+    for t in trials:
+        if t.params["x"] > 0:
+            assert t.status is TrialStatus.FAILED and t.error.startswith("timed out after 1s"), t.error
+        else:
+            assert t.status is TrialStatus.COMPLETE
+
+
 def test_time_limit_has_a_hard_edge(tmp_path, url):
     spec = spec_file(tmp_path, "never_returns", trials=50, time_limit="3s", grace="2s")
     proc, wall = run(tmp_path, url, spec)

@@ -581,3 +581,30 @@ def test_a_trial_sent_ahead_to_a_stuck_group_is_not_noted_as_begun():
     assert storage.trials[never]["status"] == "INTERRUPTED" and not storage.trials[never]["started"]
     assert 0 not in sched.running and {"x": 2}["x"] in searcher.forgotten
     assert sched.given_up == {0}       # the wind-down does not wait for its ranks' BYE
+
+
+def test_a_second_result_for_a_settled_trial_changes_nothing():
+    """A member records its group's trial FAILED when the leader is stuck in a collective
+    (mpiopt.parallel.together); a later word on that trial must not settle the group's
+    next one."""
+    sched, storage, searcher = make(n_groups=1, budget=5)
+    first = sched.start()
+    tid = first[0].trial.trial_id
+    sched.on_result(0, done(tid, None, "FAILED", "MemoryError (world rank 2 on n1)"))
+    running = sched.running[0].trial_id
+    assert running != tid
+    assert sched.on_result(0, done(tid, 9.0)) is not None
+    assert sched.running[0].trial_id == running
+    assert storage.trials[tid]["status"] == "FAILED" and storage.trials[running]["status"] == "RUNNING"
+    assert searcher.told == []
+
+
+def test_the_recorded_error_is_the_failing_ranks_own_not_an_echo():
+    from mpiopt.errors import OTHERS_FAILED
+    from mpiopt.parallel.together import _cause
+
+    echo = f"RuntimeError: 1 {OTHERS_FAILED} (world rank 1 on n1)\n  File ..."
+    own = "MemoryError: out of memory (world rank 2 on n1)\n  File ..."
+    assert _cause([echo, own]) == own
+    assert _cause([echo]) == echo
+    assert _cause([own, "ValueError: x (world rank 4 on n1)"]) == own

@@ -129,7 +129,7 @@ class Coordinator:
                 msg = self.world.recv(source=source, tag=tag)
                 if tag is Tag.FATAL:
                     self.sched.stop("error", msg.line())
-                    self._stop_rank(source)
+                    self._fatal(source, msg)
                     return msg.line()
                 if tag is Tag.BYE:
                     self._bye(source)
@@ -181,7 +181,9 @@ class Coordinator:
                 self._record_quietly(self.topo.group_of(source), msg)
             elif tag is Tag.FATAL:
                 cause = cause or msg.line()
-                self._stop_rank(source)
+                self._fatal(source, msg)
+                gone |= self.dead
+                everyone -= gone
             backoff.reset()
         interrupted = self._interrupt_rest()
         if self.watch:
@@ -213,6 +215,15 @@ class Coordinator:
         except Exception:
             pass          # the database is the cause; resume finds these trials RUNNING
         return True
+
+    def _fatal(self, rank: int, msg) -> None:
+        """A rank failed: STOP it; where its group is left in a collective, its ranks are
+        given up (not sent to, not waited for: the job's MPI_Abort ends them)."""
+        if msg.group_stuck:
+            group = self.topo.group_of(rank)
+            self.dead.update(r for r in range(1, self.world.Get_size())
+                             if self.topo.group_of(r) == group)
+        self._stop_rank(rank)
 
     def _stop_rank(self, rank: int) -> None:
         with self.lock:                 # no heartbeat goes to a rank after its STOP

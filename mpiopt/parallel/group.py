@@ -14,14 +14,17 @@ from __future__ import annotations
 import socket
 import time
 
-from mpiopt.errors import TrialCancelled, TrialTimeout
+from mpiopt import errors
+from mpiopt.errors import TrialCancelled, TrialStopped, TrialTimeout
 from mpiopt.objective import format_duration
 from mpiopt.parallel.protocol import Fatal, Report, Result, Tag, Trial, Verdict
+from mpiopt.parallel.together import GroupBroken, finish_together
 from mpiopt.trial import TrialStatus
 from mpiopt.backoff import Backoff
 from mpiopt.parallel.waiting import probe, wait_message
 
 FATAL_WAIT_S = 10.0
+STAY_S = 30.0
 REPLY_DUE_S = 0.05
 
 
@@ -44,17 +47,31 @@ def run_group(world, comm, objective, before_bye=None) -> int:
 def _serve(world, comm, objective) -> None:
     leader = comm.Get_rank() == 0
     cancelled: set[int] = set()      # trial ids the coordinator called back (CANCEL)
+    together = objective.uses_group and comm.Get_size() > 1
+    work = comm.Dup() if together else comm     # the objective's collectives (together.py)
     while True:
         trial = (_next_trial(world, comm, objective, cancelled) if leader
                  else wait_message(comm, 0, Tag.TRIAL, _reply_due())[0])
         if trial is None:
+            if together:
+                work.Free()
             return
+        hears = together and objective.reports_in_group
         if not leader:
             if objective.uses_group:
-                objective.evaluate(trial, comm)
+                answers = LeaderAnswers(comm, trial) if hears else None
+                result = objective.evaluate(trial, work, answers)
+                if together:
+                    finish_together(world, comm, trial, result)
+                if answers:
+                    answers.drain()
             continue
-        reporter = Reporter(world, trial, cancelled)
-        result = objective.evaluate(trial, comm, reporter, should_cancel=reporter.cancelled)
+        reporter = Reporter(world, trial, cancelled, members=comm if hears else None)
+        result = objective.evaluate(trial, work, reporter, should_cancel=reporter.cancelled)
+        if hears:
+            reporter.tell_members(END)
+        if together:
+            result = finish_together(world, comm, trial, result)
         if result.status.value == "PRUNED" and result.value is None:
             from dataclasses import replace
 
@@ -87,16 +104,31 @@ def _next_trial(world, comm, objective, cancelled: set[int]) -> Trial | None:
 
 class Reporter:
     """report(epoch, value) -> True to go on, False to prune, or a TrialStopped to raise
-    on every rank of the group (a cancel from the coordinator, or the trial's deadline)."""
+    on every rank of the group (a cancel from the coordinator, or the trial's deadline).
+    With `members` (the group's communicator) each answer also goes to the other ranks,
+    whose own report() returns it (LeaderAnswers)."""
 
-    def __init__(self, world, trial: Trial, cancelled: set[int] | None = None):
+    def __init__(self, world, trial: Trial, cancelled: set[int] | None = None, members=None):
         self.world, self.trial = world, trial
         self.called_back = cancelled if cancelled is not None else set()
         self.last: float | None = None
         self.deadline = None if not trial.timeout else time.monotonic() + trial.timeout
         self._cancel = False
+        self.members = members
 
     def __call__(self, epoch: int, value: float):
+        answer = self._answer(epoch, value)
+        if self.members is not None:
+            self.tell_members(answer)
+        return answer
+
+    def tell_members(self, answer) -> None:
+        """Send this report's answer (or END, the trial is over) to every other rank."""
+        word = (type(answer).__name__, answer.reason) if isinstance(answer, TrialStopped) else answer
+        for member in range(1, self.members.Get_size()):
+            self.members.send((self.trial.trial_id, word), dest=member, tag=Tag.DECISION)
+
+    def _answer(self, epoch: int, value: float):
         self.last = float(value)
         if self.deadline is not None and time.monotonic() >= self.deadline:
             return TrialTimeout(f"timed out after {format_duration(self.trial.timeout)}")
@@ -112,6 +144,47 @@ class Reporter:
             _take_cancels(self.world, self.called_back)
             self._cancel = self.trial.trial_id in self.called_back
         return self._cancel
+
+
+END = "end"     # the leader's last word on a trial to its members' report()
+
+
+class LeaderAnswers:
+    """A member's report(epoch, value) for a function taking `comm` and `report`: it
+    returns the leader's answer to the leader's next report of the trial, so that every
+    rank prunes, times out or is cancelled at the same step (before, only the leader
+    heard; the others waited in their next collective for it). Waits without spinning;
+    the leader's END (its part is over) answers True to any report left."""
+
+    def __init__(self, comm, trial: Trial):
+        self.comm, self.trial_id = comm, trial.trial_id
+        self.ended = False
+
+    def __call__(self, epoch: int, value: float):
+        word = self._next()
+        if word is END:
+            return True
+        if isinstance(word, tuple):
+            name, reason = word
+            return getattr(errors, name)(reason)
+        return bool(word)
+
+    def _next(self):
+        if self.ended:
+            return END
+        while True:
+            (trial_id, word), _ = wait_message(self.comm, 0, Tag.DECISION, _reply_due())
+            if trial_id == self.trial_id:
+                if word == END:
+                    self.ended = True
+                    return END
+                return word
+
+    def drain(self) -> None:
+        """Read the leader's answers this rank did not ask for, up to its END (sent before
+        the leader's part ended, so it comes), so none is taken for the next trial's."""
+        while self._next() is not END:
+            pass
 
 
 def _take_cancels(world, cancelled: set[int]) -> None:
@@ -136,8 +209,11 @@ def _fatal(world, comm, exc: BaseException) -> int:
     for the coordinator's STOP so the job ends in order."""
     rank = world.Get_rank()
     cause = f"{type(exc).__name__}: {exc}".splitlines()[0]
+    stuck = isinstance(exc, GroupBroken)
     try:
-        world.send(Fatal(rank, socket.gethostname(), cause), dest=0, tag=Tag.FATAL)
+        world.send(Fatal(rank, socket.gethostname(), cause, group_stuck=stuck), dest=0, tag=Tag.FATAL)
+        if stuck:
+            return _stay()
         if comm.Get_rank() == 0:
             for member in range(1, comm.Get_size()):
                 comm.send(None, dest=member, tag=Tag.TRIAL)
@@ -150,4 +226,12 @@ def _fatal(world, comm, exc: BaseException) -> int:
             world.recv(source=0, tag=Tag.STOP)
             break
         backoff.sleep()
+    return 1
+
+
+def _stay() -> int:
+    """A rank whose group is left in a collective stays until the coordinator's MPI_Abort
+    ends the job (at most STAY_S): a rank of a stuck group that exits makes MPICH's
+    launcher kill every rank at once, before rank 0 can say why or record the ending."""
+    time.sleep(STAY_S)
     return 1

@@ -11,9 +11,11 @@ Running:
                           answers INTERRUPTED without running it), STOP (None: leave the loop)
   leader -> its members : TRIAL or STOP, point to point (members wait without spinning)
   leader -> coordinator : REPORT (per-epoch value) -> coordinator answers DECISION
-  leader -> coordinator : RESULT (the trial's one record)
-  any rank -> rank 0    : FATAL (a failure outside user code: rank, host, cause); the
-                          coordinator then ends the whole job
+  leader -> coordinator : RESULT (the trial's one record; from a member instead when its
+                          part failed and the leader is stuck in a collective, together.py)
+  any rank -> rank 0    : FATAL (a failure outside user code: rank, host, cause; or its
+                          group left in a collective: group_stuck); the coordinator then
+                          ends the whole job
   any rank -> rank 0    : BYE, as it leaves its loop after STOP: the coordinator knows
                           every rank is done, or after a bounded wait calls MPI_Abort
 Beside it all, on a duplicate of the world communicator (parallel/liveness.py):
@@ -111,6 +113,8 @@ class Fatal:
     rank: int
     host: str
     cause: str
+    group_stuck: bool = False   # its group's ranks are left in a collective (together.py):
+                                # none of them can answer, so none is waited for
 
     def line(self) -> str:
         return f"rank {self.rank} on {self.host} failed: {self.cause}"

@@ -260,6 +260,8 @@ class Scheduler:
         begun: list[int] = []        # trials sent ahead that their groups now run
         freed: dict[int, bool] = {}  # group -> whether it is idle now
         for group, result in batch:
+            if group not in self.running or self.running[group].trial_id != result.trial_id:
+                continue    # a second word on a trial already settled (parallel/together.py)
             self._warn_unread(result.unread)
             run = self.running.pop(group)
             status = TrialStatus(result.status)

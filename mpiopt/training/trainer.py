@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from mpiopt.errors import OTHERS_FAILED
 from mpiopt.training import resume, threads
 from mpiopt.training.data import epoch_order, load_data, shard
 from mpiopt.training.folds import Splits, fold_plan, make_splits, run_folds
@@ -129,7 +130,7 @@ def together(comm, fn):
     if error is not None:
         raise error
     if failed:
-        raise RuntimeError(f"{failed} other rank(s) of the training communicator failed")
+        raise RuntimeError(f"{failed} {OTHERS_FAILED}")
     return value
 
 

@@ -108,6 +108,43 @@ def deaf(params):
     return branin(params)
 
 
+def one_rank_fails(params, comm):
+    """A group objective whose part fails on one rank only, between two collectives (a GPU
+    out of memory on one rank): for x > 0 on group rank MPIOPT_TEST_FAILING_RANK; the
+    others wait in the second all-reduce, which that rank never joins."""
+    total = comm.allreduce(1)
+    if params["x"] > 0 and comm.Get_rank() == int(os.environ.get("MPIOPT_TEST_FAILING_RANK", "1")):
+        raise MemoryError("out of memory on this rank's device")
+    total += comm.allreduce(comm.Get_rank())
+    return {"value": branin(params), "ranks": total}
+
+
+def fails_after_the_collectives(params, comm):
+    """A group objective whose part fails on group rank 1 only for 0 < x <= 5, after its
+    last collective (the others return their value), and on every rank for x > 5."""
+    total = comm.allreduce(1)
+    if params["x"] > 5:
+        raise ValueError("deliberate failure on every rank")
+    if params["x"] > 0 and comm.Get_rank() == 1:
+        raise MemoryError("out of memory on this rank's device after the last collective")
+    return {"value": branin(params), "ranks": total}
+
+
+def reports_every_step(params, comm, report):
+    """A group objective with a collective and a report at every step, as a simulation
+    or a training loop of the user's own: x > 0 is slow (0.3 s a step, 8 steps), so a
+    trial_timeout of 1 s stops it at a report, which must stop every rank there."""
+    from mpiopt.objective import Pruned
+
+    value = branin(params)
+    for step in range(8):
+        value = comm.allreduce(branin(params) + 10.0 / (step + 1)) / comm.Get_size()
+        time.sleep(0.3 if params["x"] > 0 else 0.01)
+        if not report(step, value):
+            raise Pruned()
+    return value
+
+
 def steady(params):
     """A deterministic objective that takes a little while (kill campaigns hit it mid-run)."""
     time.sleep(float(os.environ.get("MPIOPT_TEST_SLEEP", "0.2")))
