@@ -62,7 +62,7 @@ def finish_together(world, comm, trial: Trial, result: Result) -> Result:
     stopped = TrialStatus(result.status) in (TrialStatus.FAILED, TrialStatus.INTERRUPTED)
     limit = wait_limit() if stopped else None
     end = None if limit is None else time.monotonic() + limit
-    backoff = Backoff(eager_s=0.05)
+    backoff = Backoff(first=1e-5, eager_s=0.05, eager_limit=5e-5)   # the others are due
     while not request.Test():
         if end is not None and time.monotonic() >= end:
             raise GroupBroken(_give_up(world, comm, trial, result, limit))
