@@ -68,12 +68,12 @@ def _rank0(world, prepare, quiet: bool) -> int:
         quiet_bcast(world, {"spec": spec.to_dict(), "native_log": log, "liveness": limit,
                             "resume": resume_command(spec.study.name, url)}, tag=Tag.SETUP)
     try:
-        own, opened = _start_up(world, spec, url, resume, multi, options)
+        own, opened, flag = _start_up(world, spec, url, resume, multi, options)
     except KeyboardInterrupt:   # Ctrl-C while the others set up: they end on this verdict
         _send_verdict(world, multi, error="interrupted")
         raise
     _send_verdict(world, multi)
-    return _coordinate(world, spec, url, opened, quiet, own[0], limit)
+    return _coordinate(world, spec, url, opened, quiet, own[0], limit, flag)
 
 
 def _stop_as_ctrl_c() -> None:
@@ -116,7 +116,19 @@ def _start_up(world, spec, url, resume, multi: bool, options: dict):
     except MpioptError as exc:
         _send_verdict(world, multi, error=str(exc))
         raise
-    return own, opened
+    return own, opened, _stop_flag(multi)
+
+
+def _stop_flag(multi: bool):
+    """The coordinator's stop flag, installed as soon as the study is open: a signal from
+    here on ends the run in order, with the resume line (a Ctrl-C between the opening and
+    the coordinator's start said `mpiopt: interrupted` alone and left the study RUNNING)."""
+    from mpiopt.parallel.coordinator import StopFlag
+
+    flag = StopFlag()
+    if multi:
+        flag.install()
+    return flag
 
 
 # What rank 0 imports after the other ranks are set up (the database, the run's loop).
@@ -331,13 +343,10 @@ def signal_ignore() -> None:
 
 
 # ---- the coordinator's run and ending -----------------------------------------------------
-def _coordinate(world, spec, url, opened, quiet, objective=None, limit=None) -> int:
-    from mpiopt.parallel.coordinator import StopFlag
+def _coordinate(world, spec, url, opened, quiet, objective=None, limit=None, flag=None) -> int:
     from mpiopt.parallel.topology import make_topology
 
-    flag = StopFlag()
-    if world.Get_size() > 1:
-        flag.install()    # now: a signal during the set-up below ends the run in order
+    flag = flag or _stop_flag(world.Get_size() > 1)   # a signal during the set-up below
     topo, comm = make_topology(world, spec.resources.group_size)
     hosts = _leader_hosts(world, topo)
     watch = None if topo.single_process else _watch(world, world.Dup(), topo, limit)
