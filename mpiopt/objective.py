@@ -250,8 +250,22 @@ def describe_error(exc: BaseException, where: str) -> str:
 _NAMED = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt): ")
 
 
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_KERAS_CALL = "Exception encountered when calling"
+
+
 def _first_line(exc: BaseException) -> str:
-    lines = [ln.strip() for ln in str(exc).strip().splitlines() if ln.strip()]
+    """TensorFlow's "in user code:" puts the real error last but one block down, and
+    Keras's "Exception encountered when calling X.call()." puts the message on the next
+    line and the call's arguments after it (measured: a layer's MemoryError was recorded
+    as "StagingError: • training=True")."""
+    lines = [ln.strip() for ln in _ANSI.sub("", str(exc)).strip().splitlines() if ln.strip()]
     if len(lines) > 1 and lines[0].rstrip(":") == "in user code":
-        return lines[-1]
+        named = [i for i, ln in enumerate(lines) if _NAMED.match(ln)]
+        if not named:
+            return lines[-1]
+        lines = lines[named[-1]:]
+    if len(lines) > 1 and _KERAS_CALL in lines[0]:
+        kind = lines[0].split(":", 1)[0] if _NAMED.match(lines[0]) else ""
+        return f"{kind}: {lines[1]}" if kind else lines[1]
     return lines[0] if lines else ""

@@ -50,3 +50,20 @@ def test_the_error_line_is_the_real_error_not_kerass_wrapper():
     assert describe_error(wrapped, "rank 1").splitlines()[0] == \
         "ValueError: Arguments `target` and `output` must have the same rank (rank 1)"
     assert describe_error(KeyError("lr"), "rank 2").splitlines()[0] == "KeyError: 'lr' (rank 2)"
+
+
+def test_the_error_line_of_a_keras_layer_is_its_message_not_its_arguments():
+    from mpiopt.objective import describe_error
+
+    staged = RuntimeError(
+        'in user code:\n\n    File "backend.py", line 147, in loss_and_grads  *\n'
+        "        y_pred = model(x, training=True)\n\n"
+        "    MemoryError: Exception encountered when calling Fails.call().\n    \n"
+        "    \x1b[1mout of GPU memory on world rank 2\x1b[0m\n    \n"
+        "    Arguments received by Fails.call():\n      • x=tf.Tensor(shape=(None, 73))\n"
+        "      • training=True")
+    assert describe_error(staged, "rank 2").splitlines()[0] == \
+        "MemoryError: out of GPU memory on world rank 2 (rank 2)"
+    eager = ValueError("Exception encountered when calling Dense.call().\n\n\x1b[1mbad "
+                       "shape\x1b[0m\n\nArguments received by Dense.call():\n  • x=...")
+    assert describe_error(eager, "rank 1").splitlines()[0] == "ValueError: bad shape (rank 1)"
