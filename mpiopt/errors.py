@@ -89,6 +89,22 @@ class TrialCancelled(TrialStopped):
     so the trial runs again on resume."""
 
 
+def answer_word(answer):
+    """A report's answer as plain data for another rank: True (go on), False (prune), or
+    a TrialStopped as (its class name, its reason)."""
+    if isinstance(answer, TrialStopped):
+        return type(answer).__name__, answer.reason
+    return bool(answer)
+
+
+def answer_from_word(word, epoch: int | None = None, value: float | None = None):
+    """The answer `answer_word` sent: True, False, or the TrialStopped to raise."""
+    if isinstance(word, tuple):
+        name, reason = word
+        return globals()[name](reason, epoch, value)
+    return word
+
+
 class ArtifactStoreError(MpioptError):
     """The artifact store (storage.artifacts) cannot be written: not writable, no space
     left. Not the trial's fault: at start-up one line and exit 2; mid-study the trial is

@@ -14,8 +14,7 @@ from __future__ import annotations
 import socket
 import time
 
-from mpiopt import errors
-from mpiopt.errors import TrialCancelled, TrialStopped, TrialTimeout
+from mpiopt.errors import TrialCancelled, TrialTimeout, answer_from_word, answer_word
 from mpiopt.objective import format_duration
 from mpiopt.parallel.protocol import Fatal, Report, Result, Tag, Trial, Verdict
 from mpiopt.parallel.together import GroupBroken, finish_together
@@ -49,6 +48,7 @@ def _serve(world, comm, objective) -> None:
     cancelled: set[int] = set()      # trial ids the coordinator called back (CANCEL)
     together = objective.uses_group and comm.Get_size() > 1
     work = comm.Dup() if together else comm     # the objective's collectives (together.py)
+    hears = together and objective.reports_in_group
     while True:
         trial = (_next_trial(world, comm, objective, cancelled) if leader
                  else wait_message(comm, 0, Tag.TRIAL, _reply_due())[0])
@@ -56,7 +56,6 @@ def _serve(world, comm, objective) -> None:
             if together:
                 work.Free()
             return
-        hears = together and objective.reports_in_group
         if not leader:
             if objective.uses_group:
                 answers = LeaderAnswers(comm, trial) if hears else None
@@ -124,7 +123,7 @@ class Reporter:
 
     def tell_members(self, answer) -> None:
         """Send this report's answer (or END, the trial is over) to every other rank."""
-        word = (type(answer).__name__, answer.reason) if isinstance(answer, TrialStopped) else answer
+        word = END if answer is END else answer_word(answer)
         for member in range(1, self.members.Get_size()):
             self.members.send((self.trial.trial_id, word), dest=member, tag=Tag.DECISION)
 
@@ -162,12 +161,7 @@ class LeaderAnswers:
 
     def __call__(self, epoch: int, value: float):
         word = self._next()
-        if word is END:
-            return True
-        if isinstance(word, tuple):
-            name, reason = word
-            return getattr(errors, name)(reason)
-        return bool(word)
+        return True if word is END else answer_from_word(word)
 
     def _next(self):
         if self.ended:

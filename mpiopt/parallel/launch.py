@@ -92,7 +92,8 @@ def _stop_as_ctrl_c() -> None:
 
 def _start_up(world, spec, url, resume, multi: bool, options: dict):
     """Rank 0's part of the start-up after the spec went out: (rank 0's own set-up, the
-    opened study). A failure sends the other ranks its verdict and raises."""
+    opened study, the installed stop flag). A failure sends the other ranks its verdict
+    and raises."""
     from mpiopt.parallel.waiting import gather_ready
 
     own = _set_up(world, spec) if not multi else (None, None)
@@ -343,10 +344,9 @@ def signal_ignore() -> None:
 
 
 # ---- the coordinator's run and ending -----------------------------------------------------
-def _coordinate(world, spec, url, opened, quiet, objective=None, limit=None, flag=None) -> int:
+def _coordinate(world, spec, url, opened, quiet, objective, limit, flag) -> int:
     from mpiopt.parallel.topology import make_topology
 
-    flag = flag or _stop_flag(world.Get_size() > 1)   # a signal during the set-up below
     topo, comm = make_topology(world, spec.resources.group_size)
     hosts = _leader_hosts(world, topo)
     watch = None if topo.single_process else _watch(world, world.Dup(), topo, limit)

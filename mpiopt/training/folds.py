@@ -152,23 +152,16 @@ def _report(comm, report, on_epoch, step: int, value: float, metrics: dict) -> N
     """Rank 0 logs and asks report(); everyone learns the answer together, so a prune, a
     deadline or a cancel raises on every rank at the same point (none is left waiting
     inside a collective). report() answers True, False (prune) or a TrialStopped."""
-    from mpiopt.errors import Pruned, TrialStopped
+    from mpiopt.errors import Pruned, answer_from_word, answer_word
 
     answer = True
     if comm.Get_rank() == 0:
         if on_epoch is not None:
             on_epoch(step, value, metrics)
         if report is not None:
-            answer = report(step, value)
-            if isinstance(answer, TrialStopped):
-                answer = (type(answer).__name__, answer.reason)
-            else:
-                answer = bool(answer)
-    answer = comm.bcast(answer, root=0)
+            answer = answer_word(report(step, value))
+    answer = answer_from_word(comm.bcast(answer, root=0), step, value)
     if answer is False:
         raise Pruned(step, value)
     if answer is not True:
-        from mpiopt import errors
-
-        name, reason = answer
-        raise getattr(errors, name)(reason, step, value)
+        raise answer
