@@ -31,6 +31,7 @@ import numpy as np
 from mpiopt.device import describe_device
 from mpiopt.durations import format_duration
 from mpiopt.errors import ArtifactStoreError, Pruned, TrialStopped, TrialTimeout
+from mpiopt.parallel.world_guard import world_guarded
 from mpiopt.parallel.protocol import Result, Trial
 from mpiopt.trial import TrialStatus
 
@@ -54,6 +55,12 @@ class Objective:
 
             self._function = load_callable(spec.objective.function, spec.base_dir)
             self._accepts = _accepted_args(self._function)
+
+    @property
+    def namespace(self) -> dict | None:
+        """The globals of a plain function's module (where a `comm = MPI.COMM_WORLD` the
+        module keeps is guarded during a trial: mpiopt.parallel.world_guard)."""
+        return getattr(self._function, "__globals__", None)
 
     @property
     def uses_group(self) -> bool:
@@ -100,7 +107,8 @@ class Objective:
         """Run the trial in this process; a plain function's deadline is a SIGALRM."""
         start = time.perf_counter()
         try:
-            with _alarm(trial.timeout if self._function is not None else None):
+            with _alarm(trial.timeout if self._function is not None else None), \
+                    world_guarded(self.namespace):
                 result = self._run(trial, comm, report)
         except TrialStopped as exc:
             result = stopped_result(trial, exc, self.where)

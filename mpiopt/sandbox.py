@@ -13,7 +13,8 @@ never spinning, and so stays free to notice:
   INTERRUPTED, so it runs again on resume.
 
 The worker is forked (the objective is already imported, nothing is pickled) and never
-calls MPI: it exits with os._exit and dies with its parent (PR_SET_PDEATHSIG).
+calls MPI (an objective that tries gets an error at once: mpiopt.parallel.world_guard): it
+exits with os._exit and dies with its parent (PR_SET_PDEATHSIG).
 
 Processes a trial starts die with its worker. A subprocess.Popen the objective does not
 wait for, or a simulation still running when its trial's deadline kills the worker, would
@@ -35,6 +36,7 @@ import time
 from mpiopt.errors import TrialStopped
 from mpiopt.objective import failed_result, format_duration
 from mpiopt.parallel.protocol import Result, Trial
+from mpiopt.parallel.world_guard import guard_worker
 from mpiopt.processes import ignore
 from mpiopt.trial import TrialStatus
 
@@ -168,6 +170,7 @@ def _serve(objective, conn) -> None:
     # the rank decides; it kills us when it must (the trial's programs keep the defaults)
     ignore((signal.SIGINT, signal.SIGTERM, signal.SIGUSR1))
     _lead_a_group_with_a_keeper()
+    guard_worker(objective.namespace)      # MPI here would run on the rank's copied state
     try:
         while True:
             try:

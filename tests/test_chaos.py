@@ -339,6 +339,50 @@ def test_a_deadline_heard_at_a_report_stops_every_rank_of_the_group(tmp_path):
             assert t.status is TrialStatus.COMPLETE
 
 
+def test_a_trial_calling_the_world_communicator_fails_at_once_and_the_study_goes_on(tmp_path):
+    """A function taking `comm` whose code calls MPI.COMM_WORLD.Barrier() (which the
+    coordinator and the other groups never join) waited for ever with nothing printed;
+    now that call raises at once, the trial is FAILED with what to use instead, and the
+    study goes on. Asking COMM_WORLD for its rank and size still works."""
+    url = f"sqlite:///{tmp_path / 'w.db'}"
+    spec = spec_file(tmp_path, "uses_the_world", trials=10, max_initial_failures=10)
+    proc, wall = run(tmp_path, url, spec, 3)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    _, trials = assert_settled(url, 10)
+    assert {t.params["x"] > 0 for t in trials} == {True, False}, "both kinds of trial ran"
+    for t in trials:
+        if t.params["x"] > 0:
+            assert t.status is TrialStatus.FAILED, t
+            assert t.error.startswith("MPIInTrialError: MPI.COMM_WORLD.Barrier called inside a "
+                                      "trial") and "`comm` argument" in t.error, t.error
+        else:
+            assert t.status is TrialStatus.COMPLETE
+            assert t.metrics["world_size"] == 3 and t.metrics["world_rank"] in (1, 2)
+
+
+def test_a_sandboxed_trial_using_mpi_fails_at_once_and_the_job_goes_on(tmp_path, monkeypatch):
+    """A function without `comm` runs in a worker forked from its rank, which must not use
+    MPI: an all-reduce on the `MPI.COMM_WORLD` its module kept in a global ran on the
+    rank's copied MPI state, the rank stopped hearing its coordinator and the job ended
+    after the silence limit blaming the coordinator, the trials left RUNNING; now the call
+    raises at once, the trial is FAILED saying to take `comm`, and the study completes."""
+    monkeypatch.setenv("MPIOPT_TEST_KEEP_WORLD", "1")
+    monkeypatch.setenv("MPIOPT_SILENCE_LIMIT", "10")
+    url = f"sqlite:///{tmp_path / 'w.db'}"
+    spec = spec_file(tmp_path, "uses_the_kept_world", trials=10, max_initial_failures=10)
+    proc, wall = run(tmp_path, url, spec, 3)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    _, trials = assert_settled(url, 10)
+    assert {t.params["x"] > 0 for t in trials} == {True, False}, "both kinds of trial ran"
+    for t in trials:
+        if t.params["x"] > 0:
+            assert t.status is TrialStatus.FAILED, t
+            assert t.error.startswith("MPIInTrialError: KEPT_WORLD.allreduce called inside a "
+                                      "trial: a function without a `comm` argument"), t.error
+        else:
+            assert t.status is TrialStatus.COMPLETE
+
+
 def test_time_limit_has_a_hard_edge(tmp_path, url):
     spec = spec_file(tmp_path, "never_returns", trials=50, time_limit="3s", grace="2s")
     proc, wall = run(tmp_path, url, spec)

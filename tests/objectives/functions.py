@@ -181,3 +181,30 @@ def conditional(params):
     loss += (params["beta1"] - 0.9) ** 2 if adam else 0.2 + (params["momentum"] - 0.9) ** 2
     loss += sum((math.log2(params[k]) - 5) ** 2 for k in widths) / 10
     return loss + abs(params["layers"] - 2) * 0.3 + params.get("dropout", 0.0)
+
+
+def uses_the_world(params, comm):
+    """A function taking `comm` that calls MPI.COMM_WORLD (code written for a whole job):
+    a barrier for x > 0, which the coordinator and the other groups never join; its
+    rank and size as before otherwise."""
+    from mpi4py import MPI
+
+    if params["x"] > 0:
+        MPI.COMM_WORLD.Barrier()
+    return {"value": branin(params), "world_rank": MPI.COMM_WORLD.Get_rank(),
+            "world_size": MPI.COMM_WORLD.Get_size()}
+
+
+def uses_the_kept_world(params):
+    """A function without `comm` (run in a forked worker) that all-reduces on the world
+    communicator its module keeps, as scripts do (`comm = MPI.COMM_WORLD` at the top;
+    here only with MPIOPT_TEST_KEEP_WORLD, so other tests never import mpi4py here)."""
+    if params["x"] > 0:
+        return KEPT_WORLD.allreduce(branin(params))   # noqa: F821 (defined below)
+    return branin(params)
+
+
+if os.environ.get("MPIOPT_TEST_KEEP_WORLD"):
+    from mpi4py import MPI as _MPI
+
+    KEPT_WORLD = _MPI.COMM_WORLD
