@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import operator
 import random
 import re
 import signal
@@ -175,12 +176,38 @@ def _plain_report(report: Callable | None) -> Callable | None:
         return None
 
     def plain(epoch, value) -> bool:
-        answer = report(epoch, value)
+        answer = report(*report_args(epoch, value))
         if isinstance(answer, TrialStopped):
             raise answer
         return bool(answer)
 
     return plain
+
+
+def report_args(epoch, value) -> tuple[int, float]:
+    """report()'s arguments as the coordinator records them, or a TypeError / ValueError
+    raised in the objective's own code, where its trial fails with it (a sandboxed
+    function's `report("a", 1.0)` used to fail in its rank instead, which ended the job)."""
+    try:
+        step = operator.index(epoch)
+    except TypeError:
+        raise TypeError(f"report(epoch, value): epoch must be an integer, got "
+                        f"{type(epoch).__name__} {_short(epoch)}") from None
+    if step < 0:
+        raise ValueError(f"report(epoch, value): epoch must be >= 0, got {step}")
+    try:
+        if isinstance(value, (str, bytes)):
+            raise TypeError
+        number = float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"report(epoch, value): value must be a number, got "
+                        f"{type(value).__name__} {_short(value)}") from None
+    return step, number
+
+
+def _short(x) -> str:
+    text = repr(x)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def stopped_result(trial: Trial, exc: TrialStopped, where: str) -> Result:

@@ -339,6 +339,27 @@ def test_a_deadline_heard_at_a_report_stops_every_rank_of_the_group(tmp_path):
             assert t.status is TrialStatus.COMPLETE
 
 
+@pytest.mark.parametrize("isolate", [True, False])
+def test_a_bad_report_fails_its_trial_and_the_study_goes_on(tmp_path, isolate):
+    """report("warm-up", value) from a sandboxed function failed in its rank, not in the
+    function, and ended the job (exit 9); now it raises in the function's own code, and
+    the trial is FAILED saying what report() takes."""
+    url = f"sqlite:///{tmp_path / 'r.db'}"
+    spec = spec_file(tmp_path, "bad_report", trials=10, max_initial_failures=10,
+                     objective={"isolate": isolate})
+    proc, _ = run(tmp_path, url, spec, 3)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    _, trials = assert_settled(url, 10)
+    assert {t.params["x"] > 0 for t in trials} == {True, False}, "both kinds of trial ran"
+    for t in trials:
+        if t.params["x"] > 0:
+            assert t.status is TrialStatus.FAILED
+            assert t.error.startswith("TypeError: report(epoch, value): epoch must be an "
+                                      "integer, got str 'warm-up'"), t.error
+        else:
+            assert t.status is TrialStatus.COMPLETE
+
+
 def test_a_trial_calling_the_world_communicator_fails_at_once_and_the_study_goes_on(tmp_path):
     """A function taking `comm` whose code calls MPI.COMM_WORLD.Barrier() (which the
     coordinator and the other groups never join) waited for ever with nothing printed;

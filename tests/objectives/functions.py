@@ -208,3 +208,10 @@ if os.environ.get("MPIOPT_TEST_KEEP_WORLD"):
     from mpi4py import MPI as _MPI
 
     KEPT_WORLD = _MPI.COMM_WORLD
+
+
+def bad_report(params, report):
+    """report() with an epoch that is not an integer for x > 0 (a label instead of a
+    step), a good report otherwise; the function lets report's error through."""
+    report("warm-up" if params["x"] > 0 else 0, branin(params))
+    return branin(params)
