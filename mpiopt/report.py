@@ -127,11 +127,32 @@ def sparkline(values: Sequence[float | None], ascii_only: bool = False) -> str:
     return "".join(ramp[round((v - lo) * scale)] if _finite(v) else " " for v in values)
 
 
-def ascii_curve(values: Sequence[float | None], height: int = 5, width: int = 60) -> list[str]:
+CURVE_WIDTH = 60     # columns of `mpiopt show`'s sparkline and curve
+EPOCH_ROWS = 40      # per-epoch rows `mpiopt show` lists in full; past it, the ends only
+
+
+def _thinned(values: Sequence, width: int) -> list:
+    """At most `width` values, evenly spaced, the first and last kept."""
+    if len(values) <= width:
+        return list(values)
+    return [values[round(i * (len(values) - 1) / (width - 1))] for i in range(width)]
+
+
+def _epoch_rows(epochs: list[int], values: list) -> list[str]:
+    """A row per epoch; a trial that reported every batch (20,000 reports printed 20,000
+    rows) lists its first and last EPOCH_ROWS / 2 and says where the rest are."""
+    rows = [f"  {e:>4}  {_num(v)}" for e, v in zip(epochs, values)]
+    if len(rows) <= EPOCH_ROWS:
+        return rows
+    half = EPOCH_ROWS // 2
+    return (rows[:half] + [f"  ... {len(rows) - 2 * half} more epochs (all of them: mpiopt export)"]
+            + rows[-half:])
+
+
+def ascii_curve(values: Sequence[float | None], height: int = 5, width: int = CURVE_WIDTH) -> list[str]:
     """A small plot of a learning curve: `*` per epoch (evenly thinned to `width` columns),
     the max on top, the min at the bottom."""
-    if len(values) > width:
-        values = [values[round(i * (len(values) - 1) / (width - 1))] for i in range(width)]
+    values = _thinned(values, width)
     points = [v if _finite(v) else None for v in values]
     finite = [v for v in points if v is not None]
     if len(finite) < 2:
@@ -167,9 +188,9 @@ def show_lines(trial: FrozenTrial, study_name: str, metric: str, direction: str,
         epochs = sorted(trial.intermediate)
         values = [trial.intermediate[e] for e in epochs]
         lines += [f"per-epoch values ({len(epochs)} epochs, {epochs[0]}..{epochs[-1]}): "
-                  f"{sparkline(values, ascii_only=not unicode_ok)}"]
+                  f"{sparkline(_thinned(values, CURVE_WIDTH), ascii_only=not unicode_ok)}"]
         lines += ["  " + line for line in ascii_curve(values)]
-        lines += [f"  {e:>4}  {_num(v)}" for e, v in zip(epochs, values)]
+        lines += _epoch_rows(epochs, values)
     if trial.error:
         lines += ["error:"] + ["  " + line for line in trial.error.rstrip().splitlines()]
     return lines

@@ -67,3 +67,22 @@ def test_the_error_line_of_a_keras_layer_is_its_message_not_its_arguments():
     eager = ValueError("Exception encountered when calling Dense.call().\n\n\x1b[1mbad "
                        "shape\x1b[0m\n\nArguments received by Dense.call():\n  • x=...")
     assert describe_error(eager, "rank 1").splitlines()[0] == "ValueError: bad shape (rank 1)"
+
+
+def test_show_of_a_trial_that_reported_every_step_fits_a_screen():
+    """20,000 reports (a function reporting every batch) printed 20,000 rows and a
+    20,000-character sparkline; now the curve is thinned and the rows are the ends."""
+    from mpiopt.report import show_lines
+
+    intermediate = {e: 1.0 / (e + 1) for e in range(20000)}
+    trial = FrozenTrial(id=1, study_id=1, number=0, status=TrialStatus.COMPLETE, params={"x": 1.0},
+                        value=0.5, intermediate=intermediate)
+    lines = show_lines(trial, "s", "value", "minimize")
+    assert len(lines) < 70 and max(map(len, lines)) < 120
+    assert "  ... 19960 more epochs (all of them: mpiopt export)" in lines
+    assert lines[-1].split() == ["19999", "5e-05"] and "     0  1" in lines
+    short = show_lines(FrozenTrial(id=1, study_id=1, number=0, status=TrialStatus.COMPLETE,
+                                   params={}, intermediate={e: float(e) for e in range(40)}),
+                       "s", "value", "minimize")
+    assert not [line for line in short if "more epochs" in line]
+    assert "     0  0" in short and "    39  39" in short
