@@ -21,6 +21,7 @@ import random
 import re
 import signal
 import socket
+import sys
 import time
 import traceback
 from contextlib import contextmanager
@@ -51,6 +52,11 @@ class Objective:
         self._function: Callable | None = None
         self._accepts: set[str] = set()
         self._sandbox = None
+        # metrics mpiopt reads: they must be numbers; other entries of a returned dict
+        # that are not (a path, a list) are left out of the record, with one note
+        self._read = {self.metric, *(m for m, _ in spec.objective.metrics),
+                      *(c.metric for c in spec.objective.constraints)}
+        self._told_skipped = False
         if spec.objective.function:
             from mpiopt.objective_ref import load_callable
 
@@ -162,7 +168,17 @@ class Objective:
             if self.metric not in returned:
                 raise ValueError(f"objective returned metrics {sorted(returned)} without "
                                  f"'{self.metric}' (objective.metric)")
-            metrics = {k: _number(v, k) for k, v in returned.items()}
+            metrics, skipped = {}, []
+            for key, value in returned.items():
+                if key in self._read or _is_number(value):
+                    metrics[key] = _number(value, key)
+                else:
+                    skipped.append(key)
+            if skipped and not self._told_skipped:
+                self._told_skipped = True
+                print(f"mpiopt: note: the objective returned {', '.join(map(repr, skipped))}, "
+                      f"which are not numbers; they are not stored (metrics are numbers; the "
+                      f"trial's value is) ({self.where}; said once)", file=sys.stderr, flush=True)
             return Result(trial.trial_id, TrialStatus.COMPLETE,
                           value=_finite(metrics[self.metric], self.metric), metrics=metrics)
         return Result(trial.trial_id, TrialStatus.COMPLETE,
@@ -253,6 +269,14 @@ def _accepted_args(fn: Callable) -> set[str]:
     if any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values()):
         return set(OPTIONAL_ARGS)
     return {name for name in OPTIONAL_ARGS if name in sig.parameters}
+
+
+def _is_number(value: Any) -> bool:
+    try:
+        _number(value, "")
+        return True
+    except (TypeError, ValueError):
+        return False
 
 
 def _number(value: Any, name: str) -> float:

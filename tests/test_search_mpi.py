@@ -268,3 +268,27 @@ def test_each_searcher_finds_the_branin_minimum(tmp_path, algorithm, np, bound, 
     _, trials = trials_of(tmp_path)
     assert len(trials) == budget
     assert 0.397887 - 1e-6 <= min(t.value for t in trials) <= bound
+
+
+def test_entries_of_a_returned_dict_that_are_not_numbers_are_left_out_with_one_note(tmp_path):
+    """A path or a list among the returned metrics failed every trial (`objective returned
+    str for 'model_path'`) and so the study, its values thrown away; now the trial is
+    COMPLETE, the numbers are stored, each rank says once what it left out. A metric
+    mpiopt reads (here a constraint's) must still be a number."""
+    spec = write_spec(tmp_path, function="returns_extras", trials=12)
+    data = yaml.safe_load(spec.read_text())
+    data["objective"]["constraints"] = ["n_leaves <= 10"]
+    spec.write_text(yaml.safe_dump(data))
+    proc = search(tmp_path, spec, 3)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    notes = [ln for ln in proc.stderr.splitlines() if ln.startswith("mpiopt: note: the objective returned")]
+    assert 1 <= len(notes) <= 2 and "'model_path', 'history', 'converged'" in notes[0], proc.stderr
+    _, trials = trials_of(tmp_path)
+    assert {t.params["x"] > 5 for t in trials} == {True, False}, "both kinds of trial ran"
+    for t in trials:
+        if t.params["x"] > 5:
+            assert t.status is TrialStatus.FAILED
+            assert t.error.startswith("TypeError: objective returned str for 'n_leaves'"), t.error
+        else:
+            assert t.status is TrialStatus.COMPLETE, t.error
+            assert t.metrics == {"value": t.value, "n_params": 1234.0, "n_leaves": 3.0}

@@ -215,3 +215,11 @@ def bad_report(params, report):
     step), a good report otherwise; the function lets report's error through."""
     report("warm-up" if params["x"] > 0 else 0, branin(params))
     return branin(params)
+
+
+def returns_extras(params):
+    """A dict with the value, a number, and things that are not numbers (a path, a list, a
+    flag), as Ray Tune users return; `n_leaves` a string for x > 5 (used as a constraint)."""
+    return {"value": branin(params), "n_params": 1234, "model_path": "/tmp/model.keras",
+            "history": [1.0, 0.5], "converged": True,
+            "n_leaves": "many" if params["x"] > 5 else 3}
