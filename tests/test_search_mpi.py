@@ -292,3 +292,13 @@ def test_entries_of_a_returned_dict_that_are_not_numbers_are_left_out_with_one_n
         else:
             assert t.status is TrialStatus.COMPLETE, t.error
             assert t.metrics == {"value": t.value, "n_params": 1234.0, "n_leaves": 3.0}
+
+
+def test_a_mistyped_option_under_mpirun_is_one_line_not_one_per_rank(tmp_path):
+    """Every rank parses the command line; argparse's usage and error came from each
+    (3 ranks, 3 errors); now from rank 0 alone, and every rank exits 2."""
+    proc = mpiopt("resume", "s", "--trials", "abc", np=3, cwd=tmp_path, timeout=120)
+    assert proc.returncode == 2
+    errors = [ln for ln in proc.stderr.splitlines() if "error:" in ln]
+    assert errors == ["mpiopt resume: error: argument --trials: invalid int value: 'abc'"], proc.stderr
+    assert not list(tmp_path.iterdir()), "nothing written"

@@ -21,8 +21,18 @@ COMMAND_MODULES = (
 )
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage, help and errors from rank 0 only: under `mpirun -n 64` every rank parses the
+    command line, and a mistyped option printed its error 64 times (subcommands' parsers
+    are made of this class too). Every rank still exits with argparse's status."""
+
+    def _print_message(self, message, file=None):
+        if _world_rank() == 0:
+            super()._print_message(message, file)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="mpiopt",
         description="Distributed hyperparameter optimization under MPI.",
     )
