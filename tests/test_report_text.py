@@ -69,6 +69,22 @@ def test_the_error_line_of_a_keras_layer_is_its_message_not_its_arguments():
     assert describe_error(eager, "rank 1").splitlines()[0] == "ValueError: bad shape (rank 1)"
 
 
+def test_the_error_line_of_a_tensorflow_graph_error_is_its_message():
+    """TensorFlow's "Graph execution error:" names the op's definition stack first; the
+    message (here a model with 3 outputs for 10 classes) comes after it."""
+    from mpiopt.objective import describe_error
+
+    graph = ValueError(
+        "Graph execution error:\n\nDetected at node compile_loss/Sparse defined at (most "
+        "recent call last):\n  File \"mpiopt\", line 6, in <module>\n\n  File \"nn.py\", "
+        "line 1438, in sparse_categorical_crossentropy\n\nReceived a label value of 9 which "
+        "is outside the valid range of [0, 3).  Label values: 3 0 9\n\t [[{{node "
+        "compile_loss/Sparse}}]] [Op:__inference_grad_flat_157]")
+    assert describe_error(graph, "rank 1").splitlines()[0] == (
+        "ValueError: Received a label value of 9 which is outside the valid range of [0, 3).  "
+        "Label values: 3 0 9 (rank 1)")
+
+
 def test_show_of_a_trial_that_reported_every_step_fits_a_screen():
     """20,000 reports (a function reporting every batch) printed 20,000 rows and a
     20,000-character sparkline; now the curve is thinned and the rows are the ends."""
