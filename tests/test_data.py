@@ -108,3 +108,24 @@ def test_jets_example_generates_the_same_files_and_reads_them_back(tmp_path, mon
     again, _ = gen.make_file(0)
     assert np.array_equal(again, x[:50])
     assert len(files) == 4
+
+
+def test_nan_or_inf_in_the_data_is_refused_where_it_is_read(monkeypatch):
+    """One NaN pixel made two of three folds' weights NaN and the trial COMPLETE at chance
+    accuracy, silently; now the data is refused, naming the array, the count and the
+    first sample (looked at in bounded chunks, so the first is found across them)."""
+    from mpiopt.training import data as data_mod
+    from mpiopt.training.data import Dataset, check_finite
+
+    monkeypatch.setattr(data_mod, "_CHUNK", 16)       # 2 samples of 8 values per chunk
+    x = np.zeros((10, 2, 4), dtype=np.float32)
+    y = np.arange(10)
+    assert check_finite(Dataset(x, y)).x is x
+    x[7, 1, 2] = np.nan
+    x[9, 0, 0] = np.inf
+    with pytest.raises(ValueError, match=r"the features hold 2 NaN or infinite value\(s\), the "
+                                         r"first in sample 7"):
+        check_finite(Dataset(x, y))
+    y_val = np.array([0.0, np.nan])
+    with pytest.raises(ValueError, match="the validation labels hold 1 .* sample 1"):
+        check_finite(Dataset(np.zeros((3, 2)), y, np.zeros((2, 2)), y_val))
