@@ -295,10 +295,18 @@ def test_entries_of_a_returned_dict_that_are_not_numbers_are_left_out_with_one_n
 
 
 def test_a_mistyped_option_under_mpirun_is_one_line_not_one_per_rank(tmp_path):
-    """Every rank parses the command line; argparse's usage and error came from each
-    (3 ranks, 3 errors); now from rank 0 alone, and every rank exits 2."""
+    """Every rank parses the command line and reads the spec; argparse's usage and error,
+    and a spec's error outside `search` (`mpiopt train`, `validate`), came from each (3
+    ranks, 3 errors); now from rank 0 alone, and every rank exits 2."""
     proc = mpiopt("resume", "s", "--trials", "abc", np=3, cwd=tmp_path, timeout=120)
     assert proc.returncode == 2
     errors = [ln for ln in proc.stderr.splitlines() if "error:" in ln]
     assert errors == ["mpiopt resume: error: argument --trials: invalid int value: 'abc'"], proc.stderr
     assert not list(tmp_path.iterdir()), "nothing written"
+    bad = tmp_path / "bad.yaml"     # a spec's error is the same on every rank: said once
+    bad.write_text("study: {name: b}\nobjective: {function: f.py:f}\n"
+                   "search_space: {x: {type: real, low: 1, high: 0}}\nsearch: {trials: 3}\n")
+    proc = mpiopt("validate", bad, np=3, cwd=tmp_path, timeout=120)
+    assert proc.returncode == 2
+    assert [ln for ln in proc.stderr.splitlines() if "error:" in ln] == [
+        f"mpiopt: error: {bad}: search_space.x.low: low (1) must be less than high (0)"], proc.stderr

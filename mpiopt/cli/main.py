@@ -46,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from mpiopt.errors import MpioptError
+    from mpiopt.errors import MpioptError, SpecError
 
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -56,8 +56,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except MpioptError as exc:
-        print(f"mpiopt: error: {exc}", file=sys.stderr)
-        return exc.exit_code
+        if not (isinstance(exc, SpecError) and _world_rank() != 0):
+            print(f"mpiopt: error: {exc}", file=sys.stderr)   # (a spec's error is the same
+        return exc.exit_code                                   # on every rank: said once)
     except BrokenPipeError:  # `mpiopt trials X | head`
         return 0
     except KeyboardInterrupt:  # Ctrl-C before a study started (or in a query)
