@@ -98,13 +98,13 @@ def _save_path(text: str | None):
         return None
     from pathlib import Path
 
-    from mpiopt.errors import MpioptError
+    from mpiopt.errors import SpecError     # (bad input, the same on every rank: said once)
 
     path = Path(text).resolve()
     if path.suffix != ".keras":
-        raise MpioptError(f"--save {text}: the file name must end in .keras (Keras's format)")
+        raise SpecError(f"--save {text}: the file name must end in .keras (Keras's format)")
     if not path.parent.is_dir():
-        raise MpioptError(f"--save {text}: the folder {path.parent} does not exist")
+        raise SpecError(f"--save {text}: the folder {path.parent} does not exist")
     return path
 
 
