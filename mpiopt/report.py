@@ -246,11 +246,13 @@ def status_summary(record, counts: dict, best: FrozenTrial | None, groups=(),
     now = datetime.now(timezone.utc)
     # the last recorded event: a trial started or finished, or the study's own record changed
     last_event = max([record.updated_at] + [g["last_at"] for g in groups])
+    ahead = sum(g.get("ahead", 0) for g in groups)   # RUNNING rows not started yet
     return {
         "study": record.name, "status": record.status.value,
         "state": liveness(record, resume_hint, now)[1], "direction": record.direction,
         "metric": record.metric, "budget": budget_of(record.spec_text), "done": done,
-        "complete": counts[TrialStatus.COMPLETE], "running": counts[TrialStatus.RUNNING],
+        "complete": counts[TrialStatus.COMPLETE],
+        "running": counts[TrialStatus.RUNNING] - ahead, "sent_ahead": ahead,
         "failed": counts[TrialStatus.FAILED], "pruned": counts[TrialStatus.PRUNED],
         "interrupted": counts[TrialStatus.INTERRUPTED],
         "best": None if best is None else {"number": best.number, "value": best.value,
@@ -271,7 +273,9 @@ def status_lines(summary: dict[str, Any]) -> list[str]:
         + " ".join(f"{k}={_num(v)}" for k, v in best["params"].items()))
     return [f"study    {summary['study']} ({summary['status']}, {summary['metric']}, "
             f"{summary['direction']})",
-            f"trials   {summary['done']}/{budget} done, {summary['running']} running, "
+            f"trials   {summary['done']}/{budget} done, {summary['running']} running"
+            + (f" (+{summary['sent_ahead']} sent ahead)" if summary.get("sent_ahead") else "")
+            + ", "
             f"{summary['failed']} failed, {summary['pruned']} pruned, "
             f"{summary['interrupted']} interrupted",
             f"best     {best_text}",
@@ -280,6 +284,7 @@ def status_lines(summary: dict[str, Any]) -> list[str]:
             f"state    {summary['state']}"] + [
             f"group {g['group']:<3} {g['host'] or '?'}: last reported {_seconds(g['since'])} ago"
             + (f", running trial {g['running']}" if g["running"] is not None else "")
+            + (f", {g['ahead']} sent ahead" if g.get("ahead") else "")
             for g in summary["groups"]]
 
 

@@ -676,3 +676,27 @@ def test_the_queue_read_on_every_dispatch_does_not_walk_the_study(tmp_path):
             plan = " ".join(str(row) for row in
                             conn.exec_driver_sql("EXPLAIN QUERY PLAN " + str(compiled), args))
     assert "ix_trials_queue" in plan and "autoindex" not in plan, plan
+
+
+def test_group_activity_tells_the_running_trial_from_the_ones_sent_ahead(storage):
+    """A trial sent ahead is RUNNING without a start; `mpiopt status` counted it as
+    running (4 running with 2 groups) and could name it as the group's running trial."""
+    from mpiopt.report import status_lines, status_summary
+
+    sid = new_study(storage)
+    runs = storage.create_trials(sid, [{"params": {"x": 0.1}, "seed": 1, "group": 0},
+                                       {"params": {"x": 0.2}, "seed": 1, "group": 1}])
+    ahead = storage.create_trials(sid, [{"params": {"x": 0.3}, "seed": 1, "group": 0,
+                                         "started": False},
+                                        {"params": {"x": 0.4}, "seed": 1, "group": 1,
+                                         "started": False}])
+    groups = storage.group_activity(sid)
+    assert [(g["group"], g["running"], g["ahead"]) for g in groups] == [
+        (0, runs[0].number, 1), (1, runs[1].number, 1)]
+    record = storage.get_study("s")
+    summary = status_summary(record, storage.count_trials(sid), None, groups)
+    assert (summary["running"], summary["sent_ahead"]) == (2, 2)
+    lines = status_lines(summary)
+    assert "2 running (+2 sent ahead), 0 failed" in lines[1], lines[1]
+    assert lines[-2].endswith(f"running trial {runs[0].number}, 1 sent ahead")
+    assert ahead[0].status is TrialStatus.RUNNING

@@ -434,18 +434,26 @@ class Storage:
         return counts
 
     def group_activity(self, study_id: int) -> list[dict]:
-        """Per group: its host, when it last started or finished a trial, and the trial
-        it runs now (None when idle), for `mpiopt status`."""
+        """Per group: its host, when it last started or finished a trial, the trial it
+        runs now (None when idle) and how many were sent ahead to it (RUNNING, not yet
+        started), for `mpiopt status`."""
         last = func.max(func.coalesce(TrialModel.finished_at, TrialModel.started_at))
         with self._reading() as s:
             rows = s.execute(select(TrialModel.group, last, func.max(TrialModel.started_at))
                              .where(TrialModel.study_id == study_id, TrialModel.group.is_not(None))
                              .group_by(TrialModel.group).order_by(TrialModel.group)).all()
-            running = dict(s.execute(select(TrialModel.group, TrialModel.number).where(
+            unfinished = s.execute(select(TrialModel.group, TrialModel.number,
+                                          TrialModel.started_at).where(
                 TrialModel.study_id == study_id,
-                TrialModel.status == TrialStatus.RUNNING)).all())
+                TrialModel.status == TrialStatus.RUNNING)).all()
             hosts = dict(s.execute(select(TrialModel.group, TrialModel.host).where(
                 TrialModel.study_id == study_id).order_by(TrialModel.started_at)).all())
+        # a RUNNING row without a start is a trial sent ahead: it waits for its group
+        running = {g: n for g, n, started in unfinished if started is not None}
+        ahead: dict = {}
+        for g, _, started in unfinished:
+            if started is None:
+                ahead[g] = ahead.get(g, 0) + 1
         out = []
         for group, last_finish, last_start in rows:
             moments = [m for m in (last_finish, last_start) if m is not None]
@@ -453,7 +461,7 @@ class Storage:
                 continue
             at = max(m if m.tzinfo else m.replace(tzinfo=timezone.utc) for m in moments)
             out.append({"group": group, "host": hosts.get(group), "last_at": at,
-                        "running": running.get(group)})
+                        "running": running.get(group), "ahead": ahead.get(group, 0)})
         return out
 
     # ---- helpers -----------------------------------------------------------------------
