@@ -469,6 +469,24 @@ def test_ctrl_c_during_the_start_up_ends_the_job_in_order(tmp_path, wait_s, sig)
     assert [ln for ln in err.splitlines() if ln.startswith("mpiopt:")] == ["mpiopt: interrupted"]
 
 
+def test_ctrl_c_in_the_first_half_second_never_hangs_the_job(tmp_path):
+    """Ctrl-C while the ranks were still inside MPI_Init: rank 0 ended at once, cleanly,
+    and the other ranks waited for it there, with mpiexec, for ever (5 jobs of 10 at
+    0.2-0.3 s). Now each job ends with the one line and 130; only a signal before mpiopt's
+    `main` runs (the interpreter's first ~60 ms) kills a rank, and mpiexec ends the job."""
+    spec = spec_with_module(tmp_path, "slow", "2", "    time.sleep(3)\n")
+    for i, wait_s in enumerate((0.2, 0.25, 0.3, 0.4, 0.6)):
+        job = _start(tmp_path, f"sqlite:///{tmp_path / f's{i}.db'}", spec, 3)
+        time.sleep(wait_s)
+        os.killpg(job.pid, signal.SIGINT)
+        out, err = _ended(job, 30, f"the job hung after a Ctrl-C {wait_s} s into its start")
+        lines = [ln for ln in err.splitlines() if ln.startswith("mpiopt:")]
+        if lines:                                   # (mpiopt's main ran on rank 0)
+            assert (job.returncode, lines) == (130, ["mpiopt: interrupted"]), out + err
+        else:
+            assert job.returncode != 0, out + err
+
+
 def _signal_state(pgid: int) -> str:
     """Each process of the group: its command and its signal masks (/proc), for a hang's
     failure message (a signal blocked or ignored by inheritance is the usual suspect)."""
@@ -569,7 +587,13 @@ def _ended(job, timeout_s: float, hang: str) -> tuple[str, str]:
     try:
         return job.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        os.killpg(job.pid, signal.SIGKILL)
+        from mpiopt.processes import descendants
+
+        for pid in descendants(job.pid) | {job.pid}:   # (the launcher's proxy and ranks
+            try:                                        # have process groups of their own)
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
         job.communicate()
         raise AssertionError(hang) from None
 

@@ -46,10 +46,26 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from mpiopt import startup_signals
+
+    startup_signals.hold()      # a Ctrl-C in a rank's start waits for an orderly end
+    try:
+        return _main(argv)
+    finally:
+        startup_signals.restore()
+
+
+def _main(argv: list[str] | None) -> int:
+    from mpiopt import startup_signals
     from mpiopt.errors import MpioptError, SpecError
 
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        if not getattr(args, "starts_a_run", False):
+            startup_signals.release()      # (a run's ranks release them: parallel.launch)
+    except KeyboardInterrupt:
+        return _interrupted()
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
@@ -62,9 +78,13 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `mpiopt trials X | head`
         return 0
     except KeyboardInterrupt:  # Ctrl-C before a study started (or in a query)
-        if _world_rank() == 0:
-            print("mpiopt: interrupted", file=sys.stderr)
-        return 130
+        return _interrupted()
+
+
+def _interrupted() -> int:
+    if _world_rank() == 0:
+        print("mpiopt: interrupted", file=sys.stderr)
+    return 130
 
 
 def _world_rank() -> int:

@@ -17,14 +17,14 @@ def register(sub) -> None:
                    help="with --resume: FAILED trials become RETRIED (kept, no longer counted) "
                         "and their parameter sets run again first")
     _common(p)
-    p.set_defaults(func=cmd_search)
+    p.set_defaults(func=cmd_search, starts_a_run=True)
 
     p = sub.add_parser("resume", help="continue a study with the spec stored in the database")
     p.add_argument("study", help="study name")
     p.add_argument("--retry-failed", action="store_true",
                    help="FAILED trials become RETRIED and their parameter sets run again first")
     _common(p)
-    p.set_defaults(func=cmd_resume)
+    p.set_defaults(func=cmd_resume, starts_a_run=True)
 
 
 def _common(p) -> None:

@@ -49,11 +49,13 @@ def run_study_command(prepare, quiet: bool = False) -> int:
 
 # ---- rank 0 -------------------------------------------------------------------------------
 def _rank0(world, prepare, quiet: bool) -> int:
+    from mpiopt import startup_signals
     from mpiopt.parallel.waiting import quiet_bcast
 
     multi = world.Get_size() > 1
     _stop_as_ctrl_c()
     try:
+        startup_signals.release()       # a Ctrl-C held since main: the verdict says it
         spec, url, resume, *options = prepare()
         options = options[0] if options else {}
         _check_start(world.Get_size(), spec, url)
@@ -338,9 +340,11 @@ def signal_ignore() -> None:
     with it (Slurm's --signal reaches every task of the step, not only rank 0)."""
     import signal
 
+    from mpiopt import startup_signals
     from mpiopt.processes import ignore
 
     ignore((signal.SIGINT, signal.SIGTERM, signal.SIGUSR1))   # (not in trials' programs)
+    startup_signals.forget()            # (one held since main: rank 0 heard it too)
 
 
 # ---- the coordinator's run and ending -----------------------------------------------------
