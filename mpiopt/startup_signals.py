@@ -36,6 +36,8 @@ def hold() -> None:
     if threading.current_thread() is not threading.main_thread():
         return
     for sig in HELD:
+        if signal.getsignal(sig) == signal.SIG_IGN:
+            continue            # ignored by whoever started us (nohup, `cmd &`): it stays so
         _before.setdefault(sig, signal.getsignal(sig))
         signal.signal(sig, _note)
         signal.siginterrupt(sig, False)
