@@ -11,61 +11,97 @@ instead of the one line.
 
 So `main` holds these signals from its first line: a signal that comes is only noted.
 Rank 0 of a run releases them where it can tell every rank (mpiopt.parallel.launch: the
-start-up's first message carries the verdict "interrupted"); the other ranks of a run
-leave signals to rank 0 from then on (launch.signal_ignore); any other command releases
-them once its arguments are parsed. Released, a noted signal is a KeyboardInterrupt.
-What is left is the time before `main` runs (the interpreter's start and mpiopt's import,
-about 60 ms): a rank killed there is a killed process, and mpiexec ends the job.
+start-up's messages carry the verdict "interrupted"); the other ranks of a run leave
+signals to rank 0 from then on (launch.signal_ignore); any other command releases them
+once its arguments are parsed. Released, a noted signal goes to the handler then in place
+(a KeyboardInterrupt for Ctrl-C). What is left is the time before `main` runs (the
+interpreter's start and mpiopt's import, about 60 ms): a rank killed there is a killed
+process, and mpiexec ends the job.
 
-System calls that a held signal interrupts are restarted, as with no handler.
+`deferred()` does the same for a stretch of code that must not be cut in two: rank 0's
+start-up messages go to every rank or to none (a Ctrl-C between two sends left the ranks
+not yet sent to waiting for a message that never came).
+
+A signal ignored by whoever started mpiopt (nohup, a background job) stays ignored, and
+system calls that a held signal interrupts are restarted, as with no handler.
 """
 from __future__ import annotations
 
 import signal
 import threading
+from contextlib import contextmanager
 
 HELD = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)
 
-_noted: list[int] = []
-_before: dict[int, object] = {}
+
+class _Hold:
+    """The handlers a hold replaced, and the signals it noted meanwhile."""
+
+    def __init__(self):
+        self.before: dict[int, object] = {}
+        self.noted: list[int] = []
+
+    def start(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return                       # (signals are the main thread's only)
+        for sig in HELD:
+            if signal.getsignal(sig) == signal.SIG_IGN:
+                continue
+            self.before.setdefault(sig, signal.getsignal(sig))
+            signal.signal(sig, self.note)
+            signal.siginterrupt(sig, False)
+
+    def note(self, signum, frame) -> None:
+        self.noted.append(signum)
+
+    def restore(self) -> None:
+        for sig, handler in self.before.items():
+            if signal.getsignal(sig) == self.note:   # (one who took over is left alone)
+                signal.signal(sig, handler)
+        self.before.clear()
+
+    def release(self) -> None:
+        """Restore, then hand each signal noted to the handler now in place, once."""
+        self.restore()
+        noted, self.noted = list(dict.fromkeys(self.noted)), []
+        for sig in noted:
+            signal.raise_signal(sig)
+
+
+_main = _Hold()
 
 
 def hold() -> None:
-    """Note these signals instead of acting on them (in the main thread; elsewhere, as
-    when `main` is called from a thread, nothing is held)."""
-    if threading.current_thread() is not threading.main_thread():
-        return
-    for sig in HELD:
-        if signal.getsignal(sig) == signal.SIG_IGN:
-            continue            # ignored by whoever started us (nohup, `cmd &`): it stays so
-        _before.setdefault(sig, signal.getsignal(sig))
-        signal.signal(sig, _note)
-        signal.siginterrupt(sig, False)
-
-
-def _note(signum, frame) -> None:
-    _noted.append(signum)
+    """From `main`'s first line: note these signals instead of acting on them (in the
+    main thread; elsewhere, as when `main` is called from a thread, nothing is held)."""
+    _main.start()
 
 
 def release() -> None:
-    """The handlers from before `hold`; a signal noted meanwhile is raised now as
-    KeyboardInterrupt (SIGTERM too: a held start-up ends as Ctrl-C ends it)."""
-    restore()
-    if _noted:
-        _noted.clear()
-        raise KeyboardInterrupt
+    """The handlers from before `hold`; a signal noted meanwhile goes to them now (a
+    KeyboardInterrupt for Ctrl-C)."""
+    _main.release()
 
 
 def restore() -> None:
     """The handlers from before `hold`, and nothing noted is acted on."""
-    for sig, handler in _before.items():
-        if signal.getsignal(sig) is _note:     # (someone who took over is left alone)
-            signal.signal(sig, handler)
-    _before.clear()
+    _main.restore()
+    _main.noted.clear()
 
 
 def forget() -> None:
     """This process installs its own handlers now (a group rank's): nothing to restore,
     and what was noted is not acted on."""
-    _before.clear()
-    _noted.clear()
+    _main.before.clear()
+    _main.noted.clear()
+
+
+@contextmanager
+def deferred():
+    """Signals in this block reach the handlers in place at its end, not in the middle."""
+    hold = _Hold()
+    hold.start()
+    try:
+        yield
+    finally:
+        hold.release()
