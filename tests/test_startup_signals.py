@@ -29,7 +29,7 @@ def usr1():
     yield calls
 
 
-def test_a_held_ctrl_c_is_noted_then_raised_once_on_release(usr1):
+def test_a_held_ctrl_c_is_noted_then_raised_once_on_release():
     before = signal.getsignal(signal.SIGINT)
     startup_signals.hold()
     os.kill(os.getpid(), signal.SIGINT)            # would raise KeyboardInterrupt here

@@ -8,6 +8,7 @@ Only the coordinator writes; any number of processes may read while it does.
 from __future__ import annotations
 
 import uuid
+from collections import Counter
 from datetime import datetime, timezone
 from typing import Iterable, Sequence
 
@@ -450,10 +451,7 @@ class Storage:
                 TrialModel.study_id == study_id).order_by(TrialModel.started_at)).all())
         # a RUNNING row without a start is a trial sent ahead: it waits for its group
         running = {g: n for g, n, started in unfinished if started is not None}
-        ahead: dict = {}
-        for g, _, started in unfinished:
-            if started is None:
-                ahead[g] = ahead.get(g, 0) + 1
+        ahead = Counter(g for g, _, started in unfinished if started is None)
         out = []
         for group, last_finish, last_start in rows:
             moments = [m for m in (last_finish, last_start) if m is not None]
