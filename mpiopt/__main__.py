@@ -1,3 +1,3 @@
-from mpiopt.cli.main import main
+from mpiopt.leftover_threads import run
 
-raise SystemExit(main())
+run()

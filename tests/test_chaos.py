@@ -247,6 +247,25 @@ def test_programs_a_trial_started_end_with_it_and_do_not_keep_the_job(tmp_path, 
             assert t.status is TrialStatus.FAILED and t.error.startswith("timed out after 2s")
 
 
+def test_a_thread_a_trial_left_running_does_not_keep_the_job(tmp_path):
+    """Python's exit waits for every non-daemon thread without a limit: a trial in the
+    rank's process that left one running kept its rank, and the job, alive after the study
+    had ended (the job hung for the thread's 300 s). Now the rank waits GRACE_S, says so
+    in one line and ends as Python would have, MPI_Finalize included."""
+    from mpiopt.leftover_threads import GRACE_S
+
+    url = f"sqlite:///{tmp_path / 't.db'}"
+    spec = spec_file(tmp_path, "leaves_a_thread", trials=4, objective={"isolate": False})
+    proc, wall = run(tmp_path, url, spec, 2)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert wall < START_S + GRACE_S, wall
+    assert_settled(url, 4)
+    line = closing_line(proc)
+    assert re.match(r"mpiopt: rank 1 on .*: \d+ thread\(s\) the objective started "
+                    r"\(left-running", line), line
+    assert "BAD TERMINATION" not in proc.stdout + proc.stderr
+
+
 def test_a_trial_deaf_to_its_timeout_ends_the_job_and_is_not_run_again(tmp_path, url):
     spec = spec_file(tmp_path, "deaf", trials=6, objective={"isolate": False}, trial_timeout="1s")
     proc, wall = run(tmp_path, url, spec, 2)

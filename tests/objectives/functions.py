@@ -96,6 +96,16 @@ def starts_a_program(params):
     return branin(params)
 
 
+def leaves_a_thread(params):
+    """Starts a (non-daemon) thread that outlives the trial by minutes, as a logger's
+    writer or a prefetching loader left running would."""
+    import threading
+    import time
+
+    threading.Thread(target=time.sleep, args=(300,), name="left-running").start()
+    return branin(params)
+
+
 def deaf(params):
     """Never returns and ignores the signal a timeout would use (as a library that installs
     its own handler, or a long C call, would)."""
