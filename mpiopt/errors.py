@@ -55,6 +55,12 @@ class TopologyError(MpioptError):
     """The MPI process count does not fit the requested group layout."""
 
 
+class StopRequested(KeyboardInterrupt):
+    """Ctrl-C, SIGTERM or SIGUSR1 arriving while user code runs in single-process mode
+    (mpiopt.parallel.local): the study stops. Any other KeyboardInterrupt inside a trial is
+    the objective's own doing (raised by it or a library), and only fails that trial."""
+
+
 class TrialStopped(BaseException):
     """Ends a trial from outside its own logic: a deadline, a cancel, a prune.
 

@@ -32,7 +32,7 @@ import numpy as np
 
 from mpiopt.device import describe_device
 from mpiopt.durations import format_duration
-from mpiopt.errors import ArtifactStoreError, Pruned, TrialStopped, TrialTimeout
+from mpiopt.errors import ArtifactStoreError, Pruned, StopRequested, TrialStopped, TrialTimeout
 from mpiopt.parallel.world_guard import world_guarded
 from mpiopt.parallel.protocol import Result, Trial
 from mpiopt.trial import TrialStatus
@@ -124,7 +124,15 @@ class Objective:
                             error=f"{exc} ({self.where})", halt=True)
         except SystemExit as exc:
             result = failed_result(trial, f"objective called sys.exit({exc.code!r}) ({self.where})")
+        except StopRequested:     # a signal in single-process mode: the study stops
+            raise
         except Exception as exc:  # the study goes on; the error is recorded
+            result = failed_result(trial, describe_error(exc, self.where))
+        except BaseException as exc:
+            # KeyboardInterrupt, GeneratorExit, asyncio's CancelledError, a framework's own:
+            # raised by the objective, they fail its trial. Let through, one ended a group
+            # rank (the job ended 60 s later, when its heartbeats were missed) or a sandbox
+            # worker ("killed its process: exit status 0")
             result = failed_result(trial, describe_error(exc, self.where))
         return _with_duration(result, time.perf_counter() - start)
 
@@ -301,7 +309,9 @@ def describe_error(exc: BaseException, where: str) -> str:
     traced function as "ValueError: in user code:"; the real one is further down)."""
     tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)[-6:])
     first = _first_line(exc)
-    if not _NAMED.match(first):          # the wrapped error's line names its own type
+    if not first:                        # (a bare `raise KeyboardInterrupt`)
+        first = type(exc).__name__
+    elif not _NAMED.match(first):        # the wrapped error's line names its own type
         first = f"{type(exc).__name__}: {first}"
     return f"{first} ({where})\n{tb}".rstrip()
 

@@ -377,6 +377,19 @@ def _fails_where_x_is_positive(tmp_path, function: str, error_start: str, **obje
 
 
 @pytest.mark.parametrize("isolate", [True, False])
+@pytest.mark.parametrize("function, error", [
+    ("raises_keyboard_interrupt", "KeyboardInterrupt (world rank"),
+    ("raises_cancelled", "CancelledError: the data server went away")])
+def test_a_base_exception_the_objective_raises_fails_its_trial(tmp_path, isolate, function,
+                                                               error):
+    """A KeyboardInterrupt or asyncio's CancelledError (BaseExceptions, not Exceptions)
+    raised by the objective went past the trial's error handling: in the rank's process it
+    ended the group rank and the job ended 60 s later with the heartbeat line; in the
+    sandbox the trial was "killed its process: exit status 0". Now each fails its trial."""
+    _fails_where_x_is_positive(tmp_path, function, error, isolate=isolate)
+
+
+@pytest.mark.parametrize("isolate", [True, False])
 def test_a_bad_report_fails_its_trial_and_the_study_goes_on(tmp_path, isolate):
     """report("warm-up", value) from a sandboxed function failed in its rank, not in the
     function, and ended the job (exit 9); now it raises in the function's own code, and

@@ -9,7 +9,7 @@ from __future__ import annotations
 import signal
 from collections import deque
 
-from mpiopt.errors import TrialCancelled
+from mpiopt.errors import StopRequested, TrialCancelled
 from mpiopt.parallel.protocol import Report
 from mpiopt.parallel.scheduler import Dispatch, StopGroup
 
@@ -29,7 +29,7 @@ class _Stop:
     def __call__(self, signum, frame):
         self.set = True
         if self.user_code:
-            raise KeyboardInterrupt
+            raise StopRequested
 
 
 def run_local(scheduler, objective, comm) -> bool:
@@ -81,7 +81,7 @@ def _evaluate(scheduler, objective, comm, action: Dispatch, stop: _Stop):
     stop.user_code = objective.function_here
     try:
         if stop.set and stop.user_code:
-            raise KeyboardInterrupt
+            raise StopRequested
         result = objective.evaluate(trial, comm, report, should_cancel=past_hard_edge)
     finally:
         stop.user_code = False

@@ -96,6 +96,23 @@ def starts_a_program(params):
     return branin(params)
 
 
+def raises_keyboard_interrupt(params):
+    """A KeyboardInterrupt raised by the objective itself (or a library it calls), not by a
+    signal: where x > 0."""
+    if params["x"] > 0:
+        raise KeyboardInterrupt
+    return branin(params)
+
+
+def raises_cancelled(params):
+    """asyncio's CancelledError, a BaseException since Python 3.8: where x > 0."""
+    import asyncio
+
+    if params["x"] > 0:
+        raise asyncio.CancelledError("the data server went away")
+    return branin(params)
+
+
 def leaves_a_thread(params):
     """Starts a (non-daemon) thread that outlives the trial by minutes, as a logger's
     writer or a prefetching loader left running would."""
