@@ -56,6 +56,10 @@ _DESIGN_SIZE = 64          # points of the initial Sobol design (a power of two)
 # value (the "plug-in" incumbent for noisy observations; Picheny et al. 2013): off, see
 # benchmarks/RESULTS.md
 PLUGIN_INCUMBENT = False
+# The output transform when output_warping is on: "yeo-johnson" (HEBO's power transform)
+# or "copula" (each value replaced by the normal quantile of its rank, ties averaged;
+# Salinas et al. 2020): see benchmarks/RESULTS.md
+OUTPUT_TRANSFORM = "yeo-johnson"
 # _INITIAL note: the initial suggestions (`initial_design`) are the first points of a
 # scrambled Sobol sequence (seeded by the study's seed) not yet known: the first k points
 # of a Sobol sequence cover the cube evenly for every k, which random samples do not, and
@@ -331,6 +335,9 @@ def _warp(y: np.ndarray) -> np.ndarray:
 
     if len(y) < 3 or np.ptp(y) == 0:
         return y
+    if OUTPUT_TRANSFORM == "copula":
+        q = stats.norm.ppf((stats.rankdata(y) - 0.5) / len(y))
+        return (q - np.mean(q)) / np.std(q)
     z = (y - np.mean(y)) / np.std(y)
     try:
         warped = stats.yeojohnson(z, _yeojohnson_exponent(z))
