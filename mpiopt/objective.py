@@ -326,6 +326,15 @@ _KERAS_CALL = "Exception encountered when calling"
 _TF_GRAPH_ERROR = "Graph execution error"
 
 
+def _text(exc: BaseException) -> str:
+    """str(exc), which is user code too: an exception whose __str__ raised failed the
+    trial's own error handling (the rank ended, or the sandbox said "killed its process")."""
+    try:
+        return str(exc)
+    except Exception as inner:
+        return f"<str() of the exception failed: {type(inner).__name__}>"
+
+
 def _first_line(exc: BaseException) -> str:
     """TensorFlow's "Graph execution error:" puts the real error after the stack of where
     the failing op was defined (measured: a model with 3 outputs for 10 classes was recorded
@@ -335,7 +344,7 @@ def _first_line(exc: BaseException) -> str:
     Keras's "Exception encountered when calling X.call()." puts the message on the next
     line and the call's arguments after it (measured: a layer's MemoryError was recorded
     as "StagingError: • training=True")."""
-    lines = [ln.strip() for ln in _ANSI.sub("", str(exc)).strip().splitlines() if ln.strip()]
+    lines = [ln.strip() for ln in _ANSI.sub("", _text(exc)).strip().splitlines() if ln.strip()]
     if len(lines) > 1 and lines[0].rstrip(":") == "in user code":
         named = [i for i, ln in enumerate(lines) if _NAMED.match(ln)]
         if not named:

@@ -379,13 +379,15 @@ def _fails_where_x_is_positive(tmp_path, function: str, error_start: str, **obje
 @pytest.mark.parametrize("isolate", [True, False])
 @pytest.mark.parametrize("function, error", [
     ("raises_keyboard_interrupt", "KeyboardInterrupt (world rank"),
-    ("raises_cancelled", "CancelledError: the data server went away")])
-def test_a_base_exception_the_objective_raises_fails_its_trial(tmp_path, isolate, function,
+    ("raises_cancelled", "CancelledError: the data server went away"),
+    ("raises_unprintable", "Unprintable: <str() of the exception failed: RuntimeError>")])
+def test_an_odd_exception_the_objective_raises_fails_its_trial(tmp_path, isolate, function,
                                                                error):
-    """A KeyboardInterrupt or asyncio's CancelledError (BaseExceptions, not Exceptions)
-    raised by the objective went past the trial's error handling: in the rank's process it
-    ended the group rank and the job ended 60 s later with the heartbeat line; in the
-    sandbox the trial was "killed its process: exit status 0". Now each fails its trial."""
+    """A KeyboardInterrupt or asyncio's CancelledError (BaseExceptions, not Exceptions), or
+    an exception whose str() raises, went past the trial's error handling: in the rank's
+    process the group rank ended (the job ended 60 s later with the heartbeat line, or at
+    once with "rank 1 failed"); in the sandbox the trial was "killed its process: exit
+    status 0". Now each fails its trial and the study goes on."""
     _fails_where_x_is_positive(tmp_path, function, error, isolate=isolate)
 
 

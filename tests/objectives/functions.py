@@ -113,6 +113,18 @@ def raises_cancelled(params):
     return branin(params)
 
 
+class Unprintable(Exception):
+    def __str__(self):
+        raise RuntimeError("no text")
+
+
+def raises_unprintable(params):
+    """An exception whose str() raises in turn: where x > 0."""
+    if params["x"] > 0:
+        raise Unprintable()
+    return branin(params)
+
+
 def leaves_a_thread(params):
     """Starts a (non-daemon) thread that outlives the trial by minutes, as a logger's
     writer or a prefetching loader left running would."""
