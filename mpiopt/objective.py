@@ -35,6 +35,7 @@ from mpiopt.durations import format_duration
 from mpiopt.errors import ArtifactStoreError, Pruned, StopRequested, TrialStopped, TrialTimeout
 from mpiopt.parallel.world_guard import world_guarded
 from mpiopt.parallel.protocol import Result, Trial
+from mpiopt.processes import stop_signal_seen
 from mpiopt.trial import TrialStatus
 
 OPTIONAL_ARGS = ("comm", "seed", "report")
@@ -113,6 +114,7 @@ class Objective:
     def run_here(self, trial: Trial, comm, report: Callable | None = None) -> Result:
         """Run the trial in this process; a plain function's deadline is a SIGALRM."""
         start = time.perf_counter()
+        stop_signal_seen()        # (what came before this trial is not its concern)
         try:
             with _alarm(trial.timeout if self._function is not None else None), \
                     world_guarded(self.namespace):
@@ -123,17 +125,15 @@ class Objective:
             result = Result(trial.trial_id, TrialStatus.INTERRUPTED,   # and the study stops
                             error=f"{exc} ({self.where})", halt=True)
         except SystemExit as exc:
-            result = failed_result(trial, f"objective called sys.exit({exc.code!r}) ({self.where})")
+            result = _failed_or_stopped(
+                trial, f"objective called sys.exit({exc.code!r}) ({self.where})")
         except StopRequested:     # a signal in single-process mode: the study stops
             raise
-        except Exception as exc:  # the study goes on; the error is recorded
-            result = failed_result(trial, describe_error(exc, self.where))
-        except BaseException as exc:
-            # KeyboardInterrupt, GeneratorExit, asyncio's CancelledError, a framework's own:
-            # raised by the objective, they fail its trial. Let through, one ended a group
-            # rank (the job ended 60 s later, when its heartbeats were missed) or a sandbox
-            # worker ("killed its process: exit status 0")
-            result = failed_result(trial, describe_error(exc, self.where))
+        except BaseException as exc:  # the study goes on; the error is recorded
+            # (KeyboardInterrupt, GeneratorExit, asyncio's CancelledError too: let through,
+            # one ended a group rank, the job ending 60 s later on missed heartbeats, or a
+            # sandbox worker, "killed its process: exit status 0")
+            result = _failed_or_stopped(trial, describe_error(exc, self.where))
         return _with_duration(result, time.perf_counter() - start)
 
     def _run(self, trial: Trial, comm, report) -> Result:
@@ -239,6 +239,20 @@ def stopped_result(trial: Trial, exc: TrialStopped, where: str) -> Result:
     error = None if status is TrialStatus.PRUNED else f"{exc.reason} ({where})"
     return Result(trial.trial_id, status, value=exc.value if status is TrialStatus.PRUNED else None,
                   error=error)
+
+
+def _failed_or_stopped(trial: Trial, error: str) -> Result:
+    """FAILED with `error`; but INTERRUPTED (run again on resume) where a stop signal
+    reached this rank while the trial ran: the objective's own handler turned it into the
+    error (Python's default SIGINT handler put back by a library, `sys.exit` on SIGTERM),
+    and a Ctrl-C must not cost the study its running trials."""
+    sig = stop_signal_seen()
+    if sig is None:
+        return failed_result(trial, error)
+    name = signal.Signals(sig).name
+    return Result(trial.trial_id, TrialStatus.INTERRUPTED,
+                  error=f"stopped by {name}, which the objective handled itself: "
+                        f"{error.splitlines()[0]}")
 
 
 def failed_result(trial: Trial, error: str) -> Result:

@@ -70,3 +70,52 @@ def ignore(signals) -> None:
 
 def _do_nothing(signum, frame) -> None:
     """(see ignore)"""
+
+
+# ---- which signals reached this process, whoever handled them --------------------------------
+_seen_fd: int | None = None
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)
+
+
+def note_signals() -> None:
+    """From now on the interpreter writes the number of every signal it handles to a pipe
+    (signal.set_wakeup_fd), whichever handler runs: a trial that installs its own (Python's
+    default SIGINT handler, `sys.exit` on SIGTERM) still leaves a trace of the signal that
+    stopped it (`stop_signal_seen`). Main thread only; a no-op elsewhere or twice."""
+    global _seen_fd
+    if _seen_fd is not None:
+        return
+    r, w = os.pipe()
+    os.set_blocking(r, False)
+    os.set_blocking(w, False)
+    try:
+        signal.set_wakeup_fd(w, warn_on_full_buffer=False)
+    except ValueError:                     # (not the main thread)
+        os.close(r)
+        os.close(w)
+        return
+    _seen_fd = r
+
+
+def forget_signals() -> None:
+    """In a forked child: write no more to the parent's pipe."""
+    global _seen_fd
+    if _seen_fd is not None:
+        signal.set_wakeup_fd(-1)
+        _seen_fd = None
+
+
+def stop_signal_seen() -> int | None:
+    """A stop signal (SIGINT, SIGTERM, SIGUSR1) handled since the last call, or None; what
+    was noted is consumed."""
+    seen = set()
+    while _seen_fd is not None:
+        try:
+            chunk = os.read(_seen_fd, 4096)
+        except (BlockingIOError, OSError):
+            break
+        if not chunk:
+            break
+        seen.update(chunk)
+    return next((sig for sig in STOP_SIGNALS if sig in seen), None)
+

@@ -485,6 +485,25 @@ def test_signals_end_cleanly_with_130_and_one_line(tmp_path, url, np, sig):
     assert study.status is StudyStatus.INTERRUPTED
 
 
+def test_ctrl_c_through_a_trials_own_handler_interrupts_the_trial_not_fails_it(tmp_path):
+    """A trial in the rank's process that puts Python's SIGINT handler back gets the Ctrl-C
+    as a KeyboardInterrupt: recorded as the trial's failure, it would never run again. The
+    rank notes which signals it handled (signal.set_wakeup_fd), whoever's handler ran, and
+    such a trial is INTERRUPTED like the others, to run again on resume."""
+    url = f"sqlite:///{tmp_path / 'h.db'}"
+    spec = spec_file(tmp_path, "handles_sigint_itself", trials=6, objective={"isolate": False})
+    job = _start(tmp_path, url, spec, 3)
+    _wait_running(url)
+    time.sleep(1.0)                               # (both groups inside their trials)
+    os.killpg(job.pid, signal.SIGINT)
+    out, err = job.communicate(timeout=60)
+    assert job.returncode == 130, out + err
+    study, trials = assert_settled(url)
+    assert study.status is StudyStatus.INTERRUPTED
+    assert not [t for t in trials if t.status is TrialStatus.FAILED], [t.error for t in trials]
+    assert [t for t in trials if t.status is TrialStatus.INTERRUPTED]
+
+
 @pytest.mark.parametrize("wait_s,sig", [(1.0, signal.SIGINT), (3.0, signal.SIGINT),
                                         (3.0, signal.SIGTERM)])
 def test_ctrl_c_during_the_start_up_ends_the_job_in_order(tmp_path, wait_s, sig):

@@ -367,9 +367,10 @@ def signal_ignore() -> None:
     import signal
 
     from mpiopt import startup_signals
-    from mpiopt.processes import ignore
+    from mpiopt.processes import ignore, note_signals
 
     ignore((signal.SIGINT, signal.SIGTERM, signal.SIGUSR1))   # (not in trials' programs)
+    note_signals()                      # (a trial's own handler may act on them: objective)
     startup_signals.forget()            # (one held since main: rank 0 heard it too)
 
 

@@ -113,6 +113,17 @@ def raises_cancelled(params):
     return branin(params)
 
 
+def handles_sigint_itself(params):
+    """Puts Python's own SIGINT handler back (as some libraries do) and runs a while, so a
+    Ctrl-C raises KeyboardInterrupt inside the trial."""
+    import signal
+    import time
+
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    time.sleep(30)
+    return branin(params)
+
+
 class Unprintable(Exception):
     def __str__(self):
         raise RuntimeError("no text")
