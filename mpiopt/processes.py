@@ -73,7 +73,8 @@ def _do_nothing(signum, frame) -> None:
 
 
 # ---- which signals reached this process, whoever handled them --------------------------------
-_seen_fd: int | None = None
+_seen_fd: int | None = None            # the pipe's read end
+_write_fd: int | None = None
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)
 
 
@@ -82,7 +83,7 @@ def note_signals() -> None:
     (signal.set_wakeup_fd), whichever handler runs: a trial that installs its own (Python's
     default SIGINT handler, `sys.exit` on SIGTERM) still leaves a trace of the signal that
     stopped it (`stop_signal_seen`). Main thread only; a no-op elsewhere or twice."""
-    global _seen_fd
+    global _seen_fd, _write_fd
     if _seen_fd is not None:
         return
     r, w = os.pipe()
@@ -94,15 +95,24 @@ def note_signals() -> None:
         os.close(r)
         os.close(w)
         return
-    _seen_fd = r
+    _seen_fd, _write_fd = r, w
 
 
 def forget_signals() -> None:
-    """In a forked child: write no more to the parent's pipe."""
-    global _seen_fd
-    if _seen_fd is not None:
-        signal.set_wakeup_fd(-1)
-        _seen_fd = None
+    """Note no more signals (a sandbox worker, forked with the rank's pipe; the end of a
+    single-process run). A wakeup fd someone else set since is left as it is."""
+    global _seen_fd, _write_fd
+    if _seen_fd is None:
+        return
+    current = signal.set_wakeup_fd(-1)
+    if current not in (-1, _write_fd):
+        signal.set_wakeup_fd(current)
+    for fd in (_seen_fd, _write_fd):
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    _seen_fd = _write_fd = None
 
 
 def stop_signal_seen() -> int | None:
@@ -112,10 +122,9 @@ def stop_signal_seen() -> int | None:
     while _seen_fd is not None:
         try:
             chunk = os.read(_seen_fd, 4096)
-        except (BlockingIOError, OSError):
+        except OSError:                    # (BlockingIOError: nothing more)
             break
         if not chunk:
             break
         seen.update(chunk)
     return next((sig for sig in STOP_SIGNALS if sig in seen), None)
-

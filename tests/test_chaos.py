@@ -485,16 +485,18 @@ def test_signals_end_cleanly_with_130_and_one_line(tmp_path, url, np, sig):
     assert study.status is StudyStatus.INTERRUPTED
 
 
-def test_ctrl_c_through_a_trials_own_handler_interrupts_the_trial_not_fails_it(tmp_path):
+@pytest.mark.parametrize("np", [None, 3])
+def test_ctrl_c_through_a_trials_own_handler_interrupts_the_trial_not_fails_it(tmp_path, np):
     """A trial in the rank's process that puts Python's SIGINT handler back gets the Ctrl-C
     as a KeyboardInterrupt: recorded as the trial's failure, it would never run again. The
     rank notes which signals it handled (signal.set_wakeup_fd), whoever's handler ran, and
-    such a trial is INTERRUPTED like the others, to run again on resume."""
+    such a trial is INTERRUPTED like the others, to run again on resume. Alone (no mpiexec)
+    the Ctrl-C failed that trial and the study went on."""
     url = f"sqlite:///{tmp_path / 'h.db'}"
     spec = spec_file(tmp_path, "handles_sigint_itself", trials=6, objective={"isolate": False})
-    job = _start(tmp_path, url, spec, 3)
+    job = _start(tmp_path, url, spec, np)
     _wait_running(url)
-    time.sleep(1.0)                               # (both groups inside their trials)
+    time.sleep(1.0)                               # (every group inside its trial)
     os.killpg(job.pid, signal.SIGINT)
     out, err = job.communicate(timeout=60)
     assert job.returncode == 130, out + err

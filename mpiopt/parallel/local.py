@@ -11,6 +11,7 @@ from collections import deque
 
 from mpiopt.errors import StopRequested, TrialCancelled
 from mpiopt.parallel.protocol import Report
+from mpiopt.processes import forget_signals, note_signals
 from mpiopt.parallel.scheduler import Dispatch, StopGroup
 
 
@@ -42,6 +43,7 @@ def run_local(scheduler, objective, comm) -> bool:
     stop = _Stop()
     signal.pthread_sigmask(signal.SIG_UNBLOCK, stops)
     previous = {sig: signal.signal(sig, stop) for sig in stops}
+    note_signals()       # (a trial that puts its own SIGINT handler back: objective.py)
     try:
         queue = deque(scheduler.start())
         while queue and not stop.set:
@@ -62,6 +64,7 @@ def run_local(scheduler, objective, comm) -> bool:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        forget_signals()
         objective.close()
 
 
