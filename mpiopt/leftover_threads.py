@@ -16,9 +16,11 @@ their own process, which must not end.
 from __future__ import annotations
 
 import os
+import socket
 import sys
 import threading
 import time
+from collections import Counter
 
 GRACE_S = 10.0   # as long as the coordinator waits for the ranks' goodbyes
 
@@ -63,11 +65,7 @@ def _foreign_threads() -> list[threading.Thread]:
 
 
 def _say(left: list[threading.Thread]) -> None:
-    import socket
-
     from mpiopt.cli.main import _world_rank
-
-    from collections import Counter
 
     counts = Counter(t.name for t in left)
     names = ", ".join(name + (f" x{n}" if n > 1 else "") for name, n in counts.most_common(3))

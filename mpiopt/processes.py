@@ -9,7 +9,8 @@ appeared after the rank took its snapshot are ended, so whatever the MPI library
 at initialisation (a singleton's process manager) is left alone. Linux (/proc) only.
 
 Also here: signals a rank or a trial's worker ignores are not ignored by the programs it
-starts (see `ignore`).
+starts (see `ignore`), and a record of the signals a process handled, whoever's handler
+ran (see `note_signals`).
 """
 from __future__ import annotations
 

@@ -11,8 +11,8 @@ from collections import deque
 
 from mpiopt.errors import StopRequested, TrialCancelled
 from mpiopt.parallel.protocol import Report
-from mpiopt.processes import forget_signals, note_signals
 from mpiopt.parallel.scheduler import Dispatch, StopGroup
+from mpiopt.processes import forget_signals, note_signals
 
 
 class _Stop:
