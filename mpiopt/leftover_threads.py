@@ -20,6 +20,7 @@ import socket
 import sys
 import threading
 import time
+import traceback
 from collections import Counter
 
 GRACE_S = 10.0   # as long as the coordinator waits for the ranks' goodbyes
@@ -33,6 +34,9 @@ def run() -> None:
         code = main()
     except SystemExit as exc:          # (argparse's usage errors, --help, --version)
         code = exc.code
+    except BaseException:              # (a bug of mpiopt's: its traceback, then the same
+        traceback.print_exc()          # bounded exit, not Python's unbounded join)
+        code = 1
     left = wait_for_threads(GRACE_S)
     if left:
         _say(left)
