@@ -76,6 +76,7 @@ def _do_nothing(signum, frame) -> None:
 # ---- which signals reached this process, whoever handled them --------------------------------
 _seen_fd: int | None = None            # the pipe's read end
 _write_fd: int | None = None
+# The signals that stop a study (Ctrl-C, scancel, Slurm's --signal): declared here once
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)
 
 

@@ -37,7 +37,7 @@ from mpiopt.errors import TrialStopped
 from mpiopt.objective import failed_result, format_duration
 from mpiopt.parallel.protocol import Result, Trial
 from mpiopt.parallel.world_guard import guard_worker
-from mpiopt.processes import forget_signals, ignore
+from mpiopt.processes import STOP_SIGNALS, forget_signals, ignore
 from mpiopt.trial import TrialStatus
 
 POLL_S = 0.05        # how often a waiting rank looks at the coordinator's cancel
@@ -168,7 +168,7 @@ def _serve(objective, conn) -> None:
     """The worker's loop: run trials until told to exit or the parent is gone."""
     _die_with_parent()
     # the rank decides; it kills us when it must (the trial's programs keep the defaults)
-    ignore((signal.SIGINT, signal.SIGTERM, signal.SIGUSR1))
+    ignore(STOP_SIGNALS)
     forget_signals()                       # (the rank's record of signals is the rank's)
     _lead_a_group_with_a_keeper()
     guard_worker(objective.namespace)      # MPI here would run on the rank's copied state

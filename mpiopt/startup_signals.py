@@ -31,7 +31,7 @@ import signal
 import threading
 from contextlib import contextmanager
 
-HELD = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)
+from mpiopt.processes import STOP_SIGNALS as HELD
 
 
 class _Hold:

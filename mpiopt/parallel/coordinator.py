@@ -27,6 +27,7 @@ from mpiopt.parallel.protocol import Decision, Tag, Verdict
 from mpiopt.parallel.scheduler import Answer, Dispatch, StopGroup, Withdraw
 from mpiopt.backoff import Backoff
 from mpiopt.errors import StorageUnavailable
+from mpiopt.processes import STOP_SIGNALS
 from mpiopt.parallel.waiting import probe
 
 WIND_DOWN_S = 10.0
@@ -47,7 +48,7 @@ class StopFlag:
         self.signum: int | None = None
 
     def install(self) -> None:
-        stops = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)
+        stops = STOP_SIGNALS
         signal.pthread_sigmask(signal.SIG_UNBLOCK, stops)   # a blocked mask is inherited
         for sig in stops:
             signal.signal(sig, self._handler)

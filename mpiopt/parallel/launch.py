@@ -364,12 +364,10 @@ def signal_ignore() -> None:
     """Group ranks leave SIGINT/SIGTERM/SIGUSR1 to the coordinator, which cancels their
     trials and ends the job in order; a rank killed first could take the coordinator down
     with it (Slurm's --signal reaches every task of the step, not only rank 0)."""
-    import signal
-
     from mpiopt import startup_signals
-    from mpiopt.processes import ignore, note_signals
+    from mpiopt.processes import STOP_SIGNALS, ignore, note_signals
 
-    ignore((signal.SIGINT, signal.SIGTERM, signal.SIGUSR1))   # (not in trials' programs)
+    ignore(STOP_SIGNALS)                # (not in trials' programs)
     note_signals()                      # (a trial's own handler may act on them: objective)
     startup_signals.forget()            # (one held since main: rank 0 heard it too)
 

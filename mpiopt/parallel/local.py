@@ -12,7 +12,7 @@ from collections import deque
 from mpiopt.errors import StopRequested, TrialCancelled
 from mpiopt.parallel.protocol import Report
 from mpiopt.parallel.scheduler import Dispatch, StopGroup
-from mpiopt.processes import forget_signals, note_signals
+from mpiopt.processes import STOP_SIGNALS, forget_signals, note_signals
 
 
 class _Stop:
@@ -39,7 +39,7 @@ def run_local(scheduler, objective, comm) -> bool:
     # ignores it) gets no KeyboardInterrupt from Python, and Ctrl-C or killpg would not stop
     # it; unblocked too: a blocked mask is inherited across fork and exec, and a pending
     # signal that is never delivered would leave the study running
-    stops = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)
+    stops = STOP_SIGNALS
     stop = _Stop()
     signal.pthread_sigmask(signal.SIG_UNBLOCK, stops)
     previous = {sig: signal.signal(sig, stop) for sig in stops}
