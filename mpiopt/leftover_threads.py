@@ -8,13 +8,24 @@ a COMPLETE study whose job never ended (a thread sleeping an hour: the job was s
 there 100 s after the study's last line). Here the process waits for such threads at most
 GRACE_S (a logger's last flush), then says so in one line and ends the way Python would
 have, minus that join: atexit functions, MPI_Finalize (mpi4py's exit hook comes after
-the join, so it would be skipped), flushed output, os._exit with the same status.
+the join, so it would be skipped), flushed output, and the C library's exit with the same
+status (see _c_exit).
+
+The rest of the exit is bounded too: an objective's atexit function that blocks (an
+experiment tracker's final upload to a server it cannot reach) held the rank, and the
+job, the same way after a COMPLETE study (`atexit.register(time.sleep, 3600)` in an
+`isolate: false` objective: still running at 40 s). So every exit runs the atexit
+functions and MPI_Finalize itself, under a watchdog: if they have not returned within
+EXIT_GRACE_S, one line says so and the process ends with the study's status all the same.
+A second watchdog in C (faulthandler's) ends it a little later where the first cannot
+run (a call that never releases the interpreter's lock), with a traceback of where.
 
 Only the `mpiopt` program does this (`run`, its console entry): tests call `main()` in
 their own process, which must not end.
 """
 from __future__ import annotations
 
+import faulthandler
 import os
 import socket
 import sys
@@ -24,10 +35,16 @@ import traceback
 from collections import Counter
 
 GRACE_S = 10.0   # as long as the coordinator waits for the ranks' goodbyes
+# The rest of the exit (atexit functions, MPI_Finalize): longer than GRACE_S, because
+# MPICH's MPI_Finalize waits for the other ranks' and one may be waiting GRACE_S for its
+# threads (the coordinator's watchdog fired in 1 of 2 such jobs at 10 s)
+EXIT_GRACE_S = 30.0
+BACKSTOP_S = 5.0  # after EXIT_GRACE_S more: faulthandler's watchdog, where ours cannot run
 
 
 def run() -> None:
-    """The `mpiopt` program: main(), then an exit that no thread can hold up."""
+    """The `mpiopt` program: main(), then an exit that no thread or exit function can
+    hold up."""
     from mpiopt.cli.main import main
 
     try:
@@ -40,8 +57,18 @@ def run() -> None:
     left = wait_for_threads(GRACE_S)
     if left:
         _say(left)
-        _exit_without_joining(code if isinstance(code, int) else 1)
-    raise SystemExit(code)
+    _exit_without_joining(_status(code))
+
+
+def _status(code) -> int:
+    """The exit status Python gives SystemExit(code): None 0, an int itself, anything
+    else printed and 1."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr, flush=True)
+    return 1
 
 
 def wait_for_threads(grace_s: float) -> list[threading.Thread]:
@@ -81,8 +108,11 @@ def _say(left: list[threading.Thread]) -> None:
 
 
 def _exit_without_joining(code: int) -> None:
+    """atexit functions, MPI_Finalize, flushed output, exit(code): within EXIT_GRACE_S, or
+    one line and os._exit(code) all the same (see the module docstring)."""
     import atexit
 
+    _watch(code)
     try:
         atexit._run_exitfuncs()
     finally:
@@ -96,4 +126,40 @@ def _exit_without_joining(code: int) -> None:
                     stream.flush()
                 except Exception:
                     pass
+            _c_exit(code)
+
+
+def _c_exit(code: int) -> None:
+    """The C library's exit(code), without Python's finalization (the part that joins
+    threads). Not os._exit: that skips the C libraries' exit handlers, MPICH's among them,
+    and mpiexec's proxy then took a rank that had called MPI_Finalize for a crash and
+    killed the others (BAD TERMINATION, exit status 9, in 4 of 20 jobs of 3 ranks; with
+    exit(), 0 of 30)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).exit(code)
+    finally:
+        os._exit(code)
+
+
+def _watch(code: int) -> None:
+    """End the process with `code` if the exit has not, EXIT_GRACE_S from now."""
+    from mpiopt.cli.main import _world_rank
+
+    where = f"rank {_world_rank()} on {socket.gethostname()}"
+
+    def expire():
+        time.sleep(EXIT_GRACE_S)
+        try:
+            print(f"mpiopt: {where}: the exit (atexit functions the objective registered, "
+                  f"MPI_Finalize) still running after {EXIT_GRACE_S:g}s; leaving without "
+                  "it", file=sys.stderr, flush=True)
+        finally:
             os._exit(code)
+
+    threading.Thread(target=expire, name="mpiopt-exit-watchdog", daemon=True).start()
+    try:
+        faulthandler.dump_traceback_later(EXIT_GRACE_S + BACKSTOP_S, exit=True)
+    except (RuntimeError, ValueError, OSError):   # (no usable stderr: the first one only)
+        pass

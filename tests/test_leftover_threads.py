@@ -25,3 +25,40 @@ def test_only_threads_still_running_after_the_grace_are_left():
                           timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "long"
+
+
+EXIT = """
+import atexit, re, sys, time
+import mpiopt.leftover_threads as lt
+lt.EXIT_GRACE_S, lt.BACKSTOP_S = 1.0, 1.0
+if sys.argv[1] == "sleeps":
+    atexit.register(time.sleep, 600)                     # waits, the interpreter free
+elif sys.argv[1] == "holds":
+    atexit.register(re.match, r"(a+)+$", "a" * 60 + "b")  # never lets the interpreter go
+atexit.register(print, "ran the exit functions before it", flush=True)   # (last in, first out)
+lt._exit_without_joining(3)
+"""
+
+
+def _exit_of(kind):
+    return subprocess.run([sys.executable, "-c", EXIT, kind], capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_the_exit_keeps_the_status_and_runs_the_exit_functions():
+    proc = _exit_of("nothing")
+    assert proc.returncode == 3, proc.stderr
+    assert proc.stdout.strip() == "ran the exit functions before it" and proc.stderr == ""
+
+
+def test_an_exit_function_that_blocks_is_left_after_the_grace_with_the_status():
+    proc = _exit_of("sleeps")
+    assert proc.returncode == 3, proc.stderr
+    assert proc.stdout.strip() == "ran the exit functions before it"
+    assert proc.stderr.startswith("mpiopt: rank 0 on ") and "leaving without it" in proc.stderr
+
+
+def test_an_exit_function_that_holds_the_interpreter_is_ended_by_the_backstop():
+    proc = _exit_of("holds")
+    assert proc.returncode == 1, proc.stderr               # (faulthandler's exit status)
+    assert "Timeout (0:00:02)!" in proc.stderr and "in match" in proc.stderr   # (where)

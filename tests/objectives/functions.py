@@ -146,6 +146,20 @@ def leaves_a_thread(params):
     return branin(params)
 
 
+_EXIT_HOOK = []
+
+
+def blocks_the_exit(params):
+    """Registers (once per process) an atexit function that blocks for minutes, as an
+    experiment tracker's final upload to a server it cannot reach would."""
+    if not _EXIT_HOOK:
+        import atexit
+
+        atexit.register(time.sleep, 300)
+        _EXIT_HOOK.append(True)
+    return branin(params)
+
+
 def deaf(params):
     """Never returns and ignores the signal a timeout would use (as a library that installs
     its own handler, or a long C call, would)."""
