@@ -247,41 +247,30 @@ def test_programs_a_trial_started_end_with_it_and_do_not_keep_the_job(tmp_path, 
             assert t.status is TrialStatus.FAILED and t.error.startswith("timed out after 2s")
 
 
-def test_a_thread_a_trial_left_running_does_not_keep_the_job(tmp_path):
-    """Python's exit waits for every non-daemon thread without a limit: a trial in the
-    rank's process that left one running kept its rank, and the job, alive after the study
-    had ended (the job hung for the thread's 300 s). Now the rank waits GRACE_S, says so
-    in one line and ends as Python would have, MPI_Finalize included."""
-    from mpiopt.leftover_threads import GRACE_S
+@pytest.mark.parametrize("function, grace, line", [
+    ("leaves_a_thread", "GRACE_S",
+     r"mpiopt: rank 1 on .*: \d+ thread\(s\) the objective started \(left-running"),
+    ("blocks_the_exit", "EXIT_GRACE_S",
+     r"mpiopt: rank 1 on .*: the exit \(atexit functions .*\) still running after \d+s; "
+     r"leaving without it$"),
+])
+def test_what_a_trial_left_behind_does_not_keep_the_job(tmp_path, function, grace, line):
+    """Python's exit waits without a limit for every non-daemon thread, then for the atexit
+    functions and MPI_Finalize: a trial in the rank's process that left a thread running,
+    or registered an exit function that blocks (a tracker's last upload), kept its rank,
+    and the job, alive after the study had ended COMPLETE (for the thread's 300 s; still
+    running at 40 s). Now the rank waits GRACE_S for threads and EXIT_GRACE_S for the
+    rest, says so in one line and ends with the study's status."""
+    import mpiopt.leftover_threads as ending
 
     url = f"sqlite:///{tmp_path / 't.db'}"
-    spec = spec_file(tmp_path, "leaves_a_thread", trials=4, objective={"isolate": False})
+    spec = spec_file(tmp_path, function, trials=4, objective={"isolate": False})
     proc, wall = run(tmp_path, url, spec, 2)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert wall < START_S + GRACE_S, wall
+    assert wall < START_S + getattr(ending, grace), wall
     assert_settled(url, 4)
-    line = closing_line(proc)
-    assert re.match(r"mpiopt: rank 1 on .*: \d+ thread\(s\) the objective started "
-                    r"\(left-running", line), line
-    assert "BAD TERMINATION" not in proc.stdout + proc.stderr
-
-
-def test_an_exit_function_the_objective_registered_does_not_keep_the_job(tmp_path):
-    """Python runs atexit functions, then MPI_Finalize, without a limit: an objective in the
-    rank's process that registered one that blocks (a tracker's last upload) kept the
-    rank, and the job, alive after the study had ended COMPLETE (still running at 40 s).
-    Now the exit runs under a watchdog: EXIT_GRACE_S, one line, the study's status."""
-    from mpiopt.leftover_threads import EXIT_GRACE_S
-
-    url = f"sqlite:///{tmp_path / 't.db'}"
-    spec = spec_file(tmp_path, "blocks_the_exit", trials=4, objective={"isolate": False})
-    proc, wall = run(tmp_path, url, spec, 2)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert wall < START_S + EXIT_GRACE_S, wall
-    assert_settled(url, 4)
-    line = closing_line(proc)
-    assert re.match(r"mpiopt: rank 1 on .*: the exit \(atexit functions .*\) still running "
-                    rf"after {EXIT_GRACE_S:g}s; leaving without it$", line), line
+    said = closing_line(proc)
+    assert re.match(line, said), said
     assert "BAD TERMINATION" not in proc.stdout + proc.stderr
 
 
