@@ -275,7 +275,7 @@ def test_what_a_trial_left_behind_does_not_keep_the_job(tmp_path, function, grac
 
 
 def test_a_finished_job_ends_cleanly_every_time(tmp_path):
-    """Every rank ends through the same bounded exit (mpiopt.leftover_threads). Ending it
+    """Every rank ends through a bounded exit (mpiopt.leftover_threads). One that ended
     with os._exit after MPI_Finalize skipped MPICH's own exit handlers, and mpiexec took
     such a rank for a crash and killed the others: BAD TERMINATION, exit status 9, in 4 of
     20 jobs. Ten jobs in a row must end with status 0 and nothing else said."""
