@@ -96,9 +96,13 @@ class BayesianSearcher(Searcher):
         self._rows.append(self.encoder.encode([params])[0])
 
     # ---- suggestion -------------------------------------------------------------------
-    def _suggest(self) -> dict:
+    def designing(self) -> bool:
+        """Whether the next suggestion is a point of the initial design."""
         known = len(self.told) + len(self.pending)
-        if known < self.options["initial_points"] or len(self.told) < 2:
+        return known < self.options["initial_points"] or len(self.told) < 2
+
+    def _suggest(self) -> dict:
+        if self.designing():
             return self._initial_point()  # see _INITIAL note
         with _single_thread():
             X, y = self._training_set()

@@ -39,6 +39,9 @@ from mpiopt.search._base import Searcher
 # model can look good on a few points, and a member starved of turns cannot show that it
 # helps (the floor of probability matching in adaptive operator selection; Thierens 2005).
 MIN_SHARE = 0.25
+# Every suggestion from the GP's space-filling design until it is used up (no member
+# knows anything yet), instead of in turn from the first one: see benchmarks/RESULTS.md
+DESIGN_FIRST = False
 
 
 class PortfolioSearcher(Searcher):
@@ -62,6 +65,8 @@ class PortfolioSearcher(Searcher):
         """The member that suggests this trial: in turn until the GP has a fitted kernel,
         then the GP with probability equal to its leave-one-out agreement (kept within
         [MIN_SHARE, 1 - MIN_SHARE]), CMA-ES otherwise."""
+        if DESIGN_FIRST and self._model is not None and self._model.designing():
+            return self._model
         rho = self._model.loo_agreement() if self._model is not None else None
         if rho is None:
             return self.members[self.number % len(self.members)]
