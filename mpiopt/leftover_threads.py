@@ -18,7 +18,9 @@ job, the same way after a COMPLETE study (`atexit.register(time.sleep, 3600)` in
 if the atexit functions have not returned within EXIT_GRACE_S, one line says so and the
 process ends with the study's status all the same. A second watchdog in C
 (faulthandler's) ends it a little later where the first cannot run (a call that never
-releases the interpreter's lock), with a traceback of where. Where no thread is left,
+releases the interpreter's lock), with a traceback of where, and an alarm (SIGALRM's
+default action) later still, in Python's finalization, where neither runs and mpi4py
+calls MPI_Finalize (a peer that never finalizes). Where no thread is left,
 the exit is otherwise Python's own (measured: a Ctrl-C in the ranks' start-up, 0.2-1.2 s
 in, ended 30 of 30 jobs of 3 ranks with status 130 that way, but 27 of 30 through the
 atexit-MPI_Finalize-exit() sequence below, the other 3 killed by mpiexec's proxy).
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 import faulthandler
 import os
+import signal
 import socket
 import sys
 import threading
@@ -168,4 +171,12 @@ def _watch(code: int) -> None:
     try:
         faulthandler.dump_traceback_later(EXIT_GRACE_S + BACKSTOP_S, exit=True)
     except (RuntimeError, ValueError, OSError):   # (no usable stderr: the first one only)
+        pass
+    # The last resort, for the part of Python's exit where neither of those runs (its
+    # finalization, where mpi4py calls MPI_Finalize): the alarm's default action ends the
+    # process (killed by SIGALRM), whatever it is doing.
+    try:
+        signal.signal(signal.SIGALRM, signal.SIG_DFL)
+        signal.alarm(int(EXIT_GRACE_S + 2 * BACKSTOP_S))
+    except (ValueError, OSError):                 # (not the main thread: the others only)
         pass

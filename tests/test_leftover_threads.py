@@ -62,3 +62,27 @@ def test_an_exit_function_that_holds_the_interpreter_is_ended_by_the_backstop():
     proc = _exit_of("holds")
     assert proc.returncode == 1, proc.stderr               # (faulthandler's exit status)
     assert "Timeout (0:00:02)!" in proc.stderr and "in match" in proc.stderr   # (where)
+
+
+FINAL = """
+import sys, time
+import mpiopt.leftover_threads as lt
+lt.EXIT_GRACE_S, lt.BACKSTOP_S = 1.0, 1.0
+
+
+class Stuck:
+    def __del__(self):       # runs in the interpreter's finalization, after the watchdogs
+        time.sleep(600)
+
+
+holder = Stuck()
+lt._watch(0)
+sys.exit(0)
+"""
+
+
+def test_python_s_own_exit_is_ended_by_the_alarm_where_its_finalization_blocks():
+    # (where mpi4py's MPI_Finalize runs; a peer that never finalizes blocks it)
+    proc = subprocess.run([sys.executable, "-c", FINAL], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode in (-14, 1), (proc.returncode, proc.stderr)   # SIGALRM, or faulthandler
