@@ -71,7 +71,7 @@ lt.EXIT_GRACE_S, lt.BACKSTOP_S = 1.0, 1.0
 
 
 class Stuck:
-    def __del__(self):       # runs in the interpreter's finalization, after the watchdogs
+    def __del__(self):       # runs in the interpreter's finalization, where our thread cannot
         time.sleep(600)
 
 
@@ -81,8 +81,9 @@ sys.exit(0)
 """
 
 
-def test_python_s_own_exit_is_ended_by_the_alarm_where_its_finalization_blocks():
-    # (where mpi4py's MPI_Finalize runs; a peer that never finalizes blocks it)
+def test_python_s_own_exit_is_ended_where_its_finalization_blocks():
+    # (where mpi4py's MPI_Finalize runs; a peer that never finalizes would block it):
+    # faulthandler's timer ends it here; the alarm is there for a later phase
     proc = subprocess.run([sys.executable, "-c", FINAL], capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode in (-14, 1), (proc.returncode, proc.stderr)   # SIGALRM, or faulthandler

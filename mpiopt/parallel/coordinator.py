@@ -48,9 +48,8 @@ class StopFlag:
         self.signum: int | None = None
 
     def install(self) -> None:
-        stops = STOP_SIGNALS
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, stops)   # a blocked mask is inherited
-        for sig in stops:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)   # (a blocked mask is inherited)
+        for sig in STOP_SIGNALS:
             signal.signal(sig, self._handler)
 
     def _handler(self, signum, frame) -> None:

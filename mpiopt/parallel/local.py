@@ -39,10 +39,9 @@ def run_local(scheduler, objective, comm) -> bool:
     # ignores it) gets no KeyboardInterrupt from Python, and Ctrl-C or killpg would not stop
     # it; unblocked too: a blocked mask is inherited across fork and exec, and a pending
     # signal that is never delivered would leave the study running
-    stops = STOP_SIGNALS
     stop = _Stop()
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, stops)
-    previous = {sig: signal.signal(sig, stop) for sig in stops}
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+    previous = {sig: signal.signal(sig, stop) for sig in STOP_SIGNALS}
     note_signals()       # (a trial that puts its own SIGINT handler back: objective.py)
     try:
         queue = deque(scheduler.start())

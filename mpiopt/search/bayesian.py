@@ -364,8 +364,7 @@ def _boxcox(x: np.ndarray) -> np.ndarray | None:
     where it fails (HEBO applies it to y / std(y) when every value is positive)."""
     from scipy import optimize, special
 
-    logs = np.log(x)
-    total = float(np.sum(logs))
+    total = float(np.sum(np.log(x)))
 
     def negative_llf(lmb):
         var = np.var(special.boxcox(x, lmb))
