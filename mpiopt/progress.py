@@ -75,6 +75,10 @@ class Progress:
                  f"in {format_duration(wall)}")
         if sched.message:
             self.say(sched.message)
+        finite = getattr(sched, "untried", None)
+        if finite is not None and finite.replaced:
+            self.say(f"{finite.replaced} suggestion(s) repeated a parameter set the study had "
+                     "tried and were replaced by untried ones (a finite space: each set once)")
         fillers = getattr(sched.searcher, "fillers", 0)
         if fillers:
             self.say(f"{fillers} trial(s) got a random point because the model was still busy "

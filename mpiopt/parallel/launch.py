@@ -541,6 +541,10 @@ def _announce(progress, spec, url, topo, opened, sched) -> None:
     choice = getattr(sched.searcher, "choice", None)
     if choice:
         progress.say(choice)
+    finite = sched.untried
+    if finite is not None and finite.size < spec.search.trials:
+        progress.say(f"the search space has {finite.size} parameter sets, fewer than "
+                     f"search.trials ({spec.search.trials}): each runs once, then the study ends")
     if opened.resumed:
         progress.say(f"resuming: {sched.finished} finished trials kept, {len(sched.reruns)} to run again")
     for line in getattr(opened, "notes", ()):

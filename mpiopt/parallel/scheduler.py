@@ -60,6 +60,7 @@ import numpy as np
 from mpiopt.objectives import FrontTracker
 from mpiopt.parallel.forecast import Forecast
 from mpiopt.parallel.protocol import Decision, Report, Result, Trial, Verdict
+from mpiopt.search.untried import Untried
 from mpiopt.trial import FrozenTrial, StudyStatus, TrialStatus
 
 QUEUE_POLL_S = 0.2      # how often an empty queue is read again (see the module docstring)
@@ -162,6 +163,9 @@ class Scheduler:
         self.background = hasattr(searcher, "take")
         # told by trial number, with a lineage per trial (search.pbt: members share params)
         self.numbered = bool(getattr(searcher, "numbered", False))
+        # a finite space: each parameter set once, then the end (mpiopt.search.untried)
+        self.untried = None if self.numbered else Untried.of(
+            getattr(getattr(searcher, "inner", searcher), "space", None), seed)
         self.queued_taken = 0          # queued parameter sets started by this run
         self._queue_read_at: float | None = None   # None: read it at the next dispatch
         self._restore(existing, warm)
@@ -179,6 +183,8 @@ class Scheduler:
         finished = [(params, self.sign * value) for params, value in warm]
         for t in sorted(existing, key=lambda t: t.number):
             self.next_number = max(self.next_number, t.number + 1)
+            if self.untried is not None and t.status is not TrialStatus.RETRIED:
+                self.untried.note(t.params)
             if t.status in (TrialStatus.RETRIED, TrialStatus.PENDING):
                 continue
             if t.status.is_finished():
@@ -265,6 +271,8 @@ class Scheduler:
             self._warn_unread(result.unread)
             run = self.running.pop(group)
             status = TrialStatus(result.status)
+            if self.untried is not None and not run.refit:
+                self.untried.settle(run.params)
             freed[group] = self._promote(group, begun if status is not TrialStatus.INTERRUPTED
                                          else None)
             if run.refit:
@@ -512,7 +520,7 @@ class Scheduler:
             return False
         if not self.running or self._started() >= self.budget:
             return False
-        if self.stop_reason is not None:
+        if self.stop_reason is not None or not self._space_left():
             return False
         self.prefetched = self._timed_ask(self.next_number)
         return True
@@ -540,8 +548,9 @@ class Scheduler:
         return [StopGroup(g) for g in fresh]
 
     def withdraw_ahead(self) -> list:
-        """Once the study takes no new trials: call back the trials sent ahead (once each)."""
-        if self.stop_reason is None or not self.ahead:
+        """Once the study takes no new trials: call back the trials sent ahead (once each);
+        not where the space is used up (those are the last untried sets: they run)."""
+        if self.stop_reason in (None, "exhausted") or not self.ahead:
             return []
         fresh = [Withdraw(g, run.trial_id) for g, run in self.ahead.items()
                  if run.trial_id not in self.withdrawn]
@@ -558,7 +567,8 @@ class Scheduler:
         if self.idle and self._can_dispatch():
             actions += self._take_queued(tick)
         fresh: list[tuple[dict, float | None]] = []
-        while len(fresh) < len(self.idle) and self._can_dispatch(extra=len(fresh)):
+        while (len(fresh) < len(self.idle) and self._can_dispatch(extra=len(fresh))
+               and self._space_left()):
             suggestion = self._suggestion(self.next_number + len(fresh))
             if suggestion[0] is None:
                 break                   # the background searcher is still making one
@@ -591,7 +601,7 @@ class Scheduler:
         actions = self._take_queued(tick, ahead_of=groups)
         groups = [g for g in groups if g not in self.ahead]
         fresh: list[tuple[dict, float | None]] = []
-        while len(fresh) < len(groups) and self._ahead_room(extra=len(fresh)):
+        while len(fresh) < len(groups) and self._ahead_room(extra=len(fresh)) and self._space_left():
             suggestion = self._suggestion(self.next_number + len(fresh))
             if suggestion[0] is None:
                 break
@@ -601,7 +611,7 @@ class Scheduler:
     # ---- training.refit: the best parameters once more, on all the data ----------------
     def _refit_due(self) -> bool:
         """After a search that ended well (budget or target), with nothing left running."""
-        return (self.refit_state is None and self.stop_reason in (None, "target")
+        return (self.refit_state is None and self.stop_reason in (None, "target", "exhausted")
                 and self.best is not None and bool(self.idle) and not self.running
                 and not self.finishing and not self._can_dispatch())
 
@@ -664,11 +674,40 @@ class Scheduler:
         """The suggestion for trial `number` (keyed searchers draw by it), or None, with
         the seconds the searcher took to make it (recorded with the trial)."""
         if self.prefetched is not None:
-            suggestion, self.prefetched = self.prefetched, None
-            return suggestion
-        if self.background:
-            return self.searcher.take(), self.searcher.last_ask_s
-        return self._timed_ask(number)
+            (params, took), self.prefetched = self.prefetched, None
+        elif self.background:
+            params, took = self.searcher.take(), self.searcher.last_ask_s
+        else:
+            params, took = self._timed_ask(number)
+        return (params if params is None else self._distinct(params, number)), took
+
+    def _space_left(self) -> bool:
+        """Whether a finite space has an untried parameter set left; once it has none,
+        no new trial starts (the running ones finish) and the study ends COMPLETE."""
+        u = self.untried
+        if u is None or u.left() > 0:
+            return True
+        self._stop("exhausted", f"all {u.size} parameter sets of the search space have "
+                                f"been tried: no new trials (search.trials is {self.budget})")
+        return False
+
+    def _distinct(self, params: dict, number: int) -> dict:
+        """The suggestion, or an untried set in its place where it repeats one the study
+        tried, runs or queued (mpiopt.search.untried). The searcher forgets the repeat
+        (unless it is a running trial's, pending there already) and holds the set."""
+        u = self.untried
+        if u is None:
+            return params
+        if u.repeats(params):
+            other = u.instead(number)
+            if other is not None:
+                if not u.is_live(params):
+                    self.searcher.forget(params)
+                self.searcher.hold(other)
+                u.replaced += 1
+                params = other
+        u.claim(params)
+        return params
 
     def _timed_ask(self, number: int) -> tuple[dict, float]:
         start = time.perf_counter()
@@ -714,6 +753,8 @@ class Scheduler:
 
     def _running(self, group: int, rec: FrozenTrial, params: dict, ahead: bool = False) -> Dispatch:
         self.next_number = max(self.next_number, rec.number + 1)
+        if self.untried is not None:
+            self.untried.claim(params)       # (a re-run or a queued set: not suggested here)
         run = _Running(rec.id, rec.number, params, group, self.clock())
         (self.ahead if ahead else self.running)[group] = run
         if not ahead:

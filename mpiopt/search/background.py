@@ -121,6 +121,10 @@ class BackgroundSearcher:
     def forget(self, params: dict) -> None:
         self._post(("forget", params, None))
 
+    def hold(self, params: dict) -> None:
+        """A set chosen elsewhere (mpiopt.search.untried), pending in the searcher."""
+        self._post(("hold", params, None))
+
     def close(self) -> None:
         """Stop the thread (it ends after the ask it is in, if any)."""
         with self._wake:
@@ -163,6 +167,8 @@ class BackgroundSearcher:
                         self.inner.tell(params, value)
                     elif kind == "pending":
                         self.inner.pending[self.inner.key(params)] = params
+                    elif kind == "hold":
+                        self.inner.hold(params)
                     else:
                         self.inner.forget(params)
                 if len(self._ready) < self.stock_target:

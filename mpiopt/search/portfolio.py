@@ -89,6 +89,10 @@ class PortfolioSearcher(Searcher):
                 member.tell(params, value)
         self.owner.pop(self.key(params), None)
 
+    def _on_hold(self, params) -> None:
+        for member in self.members:
+            member.hold(params)
+
     def _on_forget(self, params) -> None:
         for member in self.members:
             member.forget(params)

@@ -15,7 +15,9 @@ SEARCH = Fields(
           "(Optuna's samplers), `evolutionary` (DEAP), `random`, or `pbt` (population-based "
           "training of Keras models, see \"Population-based training\").", choices=ALGORITHMS),
     Field("trials", REQUIRED, "integer", "Number of finished trials to run. A resumed study "
-          "counts the trials already done. With `pbt` a trial is one round of one member, so "
+          "counts the trials already done. A space of integer and categorical parameters only "
+          "runs each parameter set once and ends when all were tried, if that comes first "
+          "(see \"Finite spaces\"). With `pbt` a trial is one round of one member, so "
           "the compute is `trials` x `pbt.interval` group-epochs.", low=1),
     Field("seed", 0, "integer", "The same spec and seed give the same suggestions.", low=0),
     Field("target", None, "number", "Stop once a trial's value reaches this (or better, per "

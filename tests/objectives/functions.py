@@ -287,3 +287,9 @@ def returns_extras(params):
     return {"value": branin(params), "n_params": 1234, "model_path": "/tmp/model.keras",
             "history": [1.0, 0.5], "converged": True,
             "n_leaves": "many" if params["x"] > 5 else 3}
+
+
+def grid(params):
+    """A deterministic objective of a small discrete space (opt x layers: 6 sets)."""
+    time.sleep(float(os.environ.get("MPIOPT_TEST_SLEEP", "0.05")))
+    return {"adam": 0.1, "sgd": 0.3}[params["opt"]] + 0.01 * params["layers"]

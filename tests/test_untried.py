@@ -1,0 +1,165 @@
+"""Finite spaces: each parameter set once, then the end (mpiopt.search.untried), in the
+bookkeeping, in the scheduler with real searchers, and in a real study under mpiexec."""
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from conftest import ROOT, mpiopt
+from mpiopt.conditions import Condition
+from mpiopt.parallel.scheduler import Dispatch, Scheduler
+from mpiopt.search import make_searcher
+from mpiopt.search.background import BackgroundSearcher
+from mpiopt.search.untried import LIST_MAX, Untried, space_size
+from mpiopt.space import Categorical, Integer, Real, Space
+from mpiopt.trial import FrozenTrial, StudyStatus, TrialStatus
+from test_scheduler import FakeStorage, done
+
+GRID = Space([Categorical("opt", ["adam", "sgd"]), Integer("layers", 1, 3)])
+
+
+def value(params):
+    return {"adam": 0.1, "sgd": 0.3}[params["opt"]] + 0.01 * params["layers"]
+
+
+def test_the_size_of_a_space():
+    assert space_size(GRID) == 6
+    assert space_size(Space([Integer("a", 1, 100), Integer("b", 0, 10, )])) == 1100
+    assert space_size(Space([Integer("a", 1, 3), Real("x", 0.0, 1.0)])) is None
+    # a conditional space counts its distinct sets: momentum only with sgd
+    cond = Space([Categorical("opt", ["adam", "sgd"]), Integer("momentum", 1, 3)],
+                 {"momentum": (Condition("opt", values=("sgd",)),)})
+    assert space_size(cond) == 1 + 3
+    big = Space([Integer("a", 0, LIST_MAX), Integer("b", 0, 1)],
+                {"b": (Condition("a", op=">", number=5.0),)})
+    assert space_size(big) is None          # too many combinations to count: left alone
+
+
+def test_an_untried_set_is_new_and_the_same_for_the_same_trial_number():
+    u = Untried.of(GRID, seed=1)
+    for params in ({"opt": "adam", "layers": 1}, {"opt": "sgd", "layers": 2}):
+        u.claim(params)
+    picks = [u.instead(7) for _ in range(3)]
+    assert picks[0] == picks[1] == picks[2] and not u.repeats(picks[0])
+    while u.left():
+        u.claim(u.instead(u.left()))
+    assert u.instead(99) is None and len(u.seen) == 6
+
+
+def drive(sched, evaluate=value, max_steps=200):
+    """Run the scheduler to its end: every dispatch evaluated at once, in order."""
+    queue = list(sched.start())
+    for _ in range(max_steps):
+        dispatches = [a for a in queue if isinstance(a, Dispatch)]
+        if not dispatches:
+            break
+        a = dispatches[0]
+        queue.remove(a)
+        res = done(a.trial.trial_id, evaluate(a.trial.params))
+        queue += sched.on_result(a.group, res)
+        sched.prefetch()
+    assert sched.done
+    return sched.finish()
+
+
+@pytest.mark.parametrize("algorithm", ["random", "tpe", "evolutionary", "auto", "bayesian"])
+@pytest.mark.parametrize("ahead", [False, True])
+def test_each_set_runs_once_and_the_study_ends_complete(algorithm, ahead):
+    storage = FakeStorage()
+    searcher = make_searcher(algorithm, GRID, {}, 0, budget=20, parallel=2)
+    sched = Scheduler(storage=storage, study_id=1, searcher=searcher, direction="minimize",
+                      budget=20, n_groups=2)
+    sched.ask_ahead = ahead
+    assert drive(sched) is StudyStatus.COMPLETE
+    keys = [(t["params"]["opt"], t["params"]["layers"]) for t in storage.trials.values()]
+    assert sorted(keys) == sorted({(o, n) for o in ("adam", "sgd") for n in (1, 2, 3)})
+    assert sched.stop_reason == "exhausted" and "all 6 parameter sets" in sched.message
+
+
+def test_a_background_searcher_gets_the_replacement_too():
+    """The GP asked beside the loop (its stock may repeat a told set): still each set once."""
+    storage = FakeStorage()
+    searcher = BackgroundSearcher(make_searcher("bayesian", GRID, {}, 0), max_stock=2)
+    sched = Scheduler(storage=storage, study_id=1, searcher=searcher, direction="minimize",
+                      budget=20, n_groups=2)
+    try:
+        queue = list(sched.start())
+        for _ in range(400):
+            if sched.done:
+                break
+            dispatches = [a for a in queue if isinstance(a, Dispatch)]
+            if dispatches:
+                a = dispatches[0]
+                queue.remove(a)
+                queue += sched.on_result(a.group, done(a.trial.trial_id, value(a.trial.params)))
+            else:
+                import time
+                time.sleep(0.01)
+                queue += sched.tick()
+        assert sched.finish() is StudyStatus.COMPLETE
+    finally:
+        sched.close_searcher()
+    keys = [(t["params"]["opt"], t["params"]["layers"]) for t in storage.trials.values()]
+    assert len(keys) == len(set(keys)) == 6
+
+
+def test_a_resumed_study_runs_only_the_sets_it_has_not_tried():
+    """Finished (a failed one too) and queued sets count as tried; a trial that was running
+    runs again under its own number, not as a new one."""
+    sets = [{"opt": "adam", "layers": 1}, {"opt": "sgd", "layers": 3},
+            {"opt": "adam", "layers": 2}, {"opt": "sgd", "layers": 1}]
+    statuses = [TrialStatus.COMPLETE, TrialStatus.FAILED, TrialStatus.RUNNING, TrialStatus.PENDING]
+    existing = [FrozenTrial(id=i + 1, study_id=1, number=i, status=s, params=p,
+                            value=value(p) if s is TrialStatus.COMPLETE else None)
+                for i, (p, s) in enumerate(zip(sets, statuses))]
+    storage = FakeStorage()
+    for t in existing:
+        storage.trials[t.id] = dict(number=t.number, params=t.params, seed=0,
+                                    status=t.status.value, attempt=0)
+    searcher = make_searcher("random", GRID, {}, 0)
+    sched = Scheduler(storage=storage, study_id=1, searcher=searcher, direction="minimize",
+                      budget=20, n_groups=1, existing=existing)
+    assert sched.untried.left() == 2
+    assert drive(sched) is StudyStatus.COMPLETE
+    new = [t["params"] for t in storage.trials.values() if t["number"] >= 4]
+    assert sorted((p["opt"], p["layers"]) for p in new) == [("adam", 3), ("sgd", 2)]
+
+
+def test_an_infinite_space_is_left_alone():
+    space = Space([Categorical("opt", ["adam", "sgd"]), Real("x", 0.0, 1.0)])
+    sched = Scheduler(storage=FakeStorage(), study_id=1, direction="minimize", budget=5,
+                      searcher=make_searcher("random", space, {}, 0), n_groups=1)
+    assert sched.untried is None
+
+
+def test_a_finite_study_under_mpiexec_runs_each_set_once_and_says_so(tmp_path):
+    spec = {
+        "study": {"name": "grid"},
+        "objective": {"function": f"{ROOT / 'tests' / 'objectives' / 'functions.py'}:grid"},
+        "search_space": {"opt": {"type": "categorical", "choices": ["adam", "sgd"]},
+                         "layers": {"type": "integer", "low": 1, "high": 3}},
+        "search": {"algorithm": "random", "trials": 20},
+    }
+    path = tmp_path / "grid.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    url = f"sqlite:///{tmp_path / 'grid.db'}"
+    proc = mpiopt("search", path, "--storage", url, np=3, cwd=tmp_path, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "the search space has 6 parameter sets, fewer than search.trials (20)" in proc.stdout
+    assert "all 6 parameter sets of the search space have been tried" in proc.stdout
+    assert "study complete: 6 trials" in proc.stdout
+    # resumed with more trials: nothing is left to try, nothing runs again
+    again = mpiopt("search", path, "--storage", url, "--resume", "--trials", "30", np=3,
+                   cwd=tmp_path, timeout=120)
+    assert again.returncode == 0, again.stderr
+    from mpiopt.storage import open_storage
+
+    storage = open_storage(url)
+    try:
+        study = storage.get_study("grid")
+        trials = storage.get_trials(study.id)
+    finally:
+        storage.close()
+    assert study.status is StudyStatus.COMPLETE
+    assert sorted((t.params["opt"], t.params["layers"]) for t in trials) == \
+        sorted({(o, n) for o in ("adam", "sgd") for n in (1, 2, 3)})
