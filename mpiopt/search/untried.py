@@ -11,9 +11,10 @@ number, so a resumed study draws the same); once none is left the study ends COM
 and says so, as Optuna's BruteForceSampler stops its study once the grid is covered.
 
 A failed set counts as tried: an error that depends on the parameters (an out-of-memory
-batch size) fails again. To see how much a set's value varies, mpiopt measures it by
-K-fold cross-validation (training.folds; the spread is recorded with the value), not by
-running it twice. Spaces with a real parameter are infinite and left alone.
+batch size) fails again. Where a set's value varies from run to run, a Keras study
+measures it by K-fold cross-validation (training.kfold, the spread recorded with the
+value), and a function can average repeats itself. Spaces with a real parameter are
+infinite and left alone.
 
 Pure bookkeeping: the scheduler (mpiopt.parallel.scheduler) calls it; no MPI, no I/O.
 """
