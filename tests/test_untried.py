@@ -2,10 +2,12 @@
 bookkeeping, in the scheduler with real searchers, and in a real study under mpiexec."""
 from __future__ import annotations
 
+import time
+
 import pytest
 import yaml
 
-from conftest import ROOT, mpiopt
+from conftest import ROOT
 from mpiopt.conditions import Condition
 from mpiopt.parallel.scheduler import Dispatch, Scheduler
 from mpiopt.search import make_searcher
@@ -14,6 +16,7 @@ from mpiopt.search.untried import LIST_MAX, Untried, space_size
 from mpiopt.space import Categorical, Integer, Real, Space
 from mpiopt.trial import FrozenTrial, StudyStatus, TrialStatus
 from test_scheduler import FakeStorage, done
+from test_search_mpi import search, trials_of
 
 GRID = Space([Categorical("opt", ["adam", "sgd"]), Integer("layers", 1, 3)])
 
@@ -93,7 +96,6 @@ def test_a_background_searcher_gets_the_replacement_too():
                 queue.remove(a)
                 queue += sched.on_result(a.group, done(a.trial.trial_id, value(a.trial.params)))
             else:
-                import time
                 time.sleep(0.01)
                 queue += sched.tick()
         assert sched.finish() is StudyStatus.COMPLETE
@@ -142,24 +144,15 @@ def test_a_finite_study_under_mpiexec_runs_each_set_once_and_says_so(tmp_path):
     }
     path = tmp_path / "grid.yaml"
     path.write_text(yaml.safe_dump(spec))
-    url = f"sqlite:///{tmp_path / 'grid.db'}"
-    proc = mpiopt("search", path, "--storage", url, np=3, cwd=tmp_path, timeout=120)
+    proc = search(tmp_path, path, 3)
     assert proc.returncode == 0, proc.stderr
     assert "the search space has 6 parameter sets, fewer than search.trials (20)" in proc.stdout
     assert "all 6 parameter sets of the search space have been tried" in proc.stdout
     assert "study complete: 6 trials" in proc.stdout
     # resumed with more trials: nothing is left to try, nothing runs again
-    again = mpiopt("search", path, "--storage", url, "--resume", "--trials", "30", np=3,
-                   cwd=tmp_path, timeout=120)
+    again = search(tmp_path, path, 3, "--resume", "--trials", "30")
     assert again.returncode == 0, again.stderr
-    from mpiopt.storage import open_storage
-
-    storage = open_storage(url)
-    try:
-        study = storage.get_study("grid")
-        trials = storage.get_trials(study.id)
-    finally:
-        storage.close()
+    study, trials = trials_of(tmp_path, "grid")
     assert study.status is StudyStatus.COMPLETE
     assert sorted((t.params["opt"], t.params["layers"]) for t in trials) == \
         sorted({(o, n) for o in ("adam", "sgd") for n in (1, 2, 3)})
