@@ -65,7 +65,8 @@ def drive(sched, evaluate=value, max_steps=200):
     return sched.finish()
 
 
-@pytest.mark.parametrize("algorithm", ["random", "tpe", "evolutionary", "auto", "bayesian"])
+@pytest.mark.parametrize("algorithm", ["random", "tpe", "evolutionary", "auto", "bayesian",
+                                       "cmaes"])
 @pytest.mark.parametrize("ahead", [False, True])
 def test_each_set_runs_once_and_the_study_ends_complete(algorithm, ahead):
     storage = FakeStorage()
@@ -77,6 +78,25 @@ def test_each_set_runs_once_and_the_study_ends_complete(algorithm, ahead):
     keys = [(t["params"]["opt"], t["params"]["layers"]) for t in storage.trials.values()]
     assert sorted(keys) == sorted({(o, n) for o in ("adam", "sgd") for n in (1, 2, 3)})
     assert sched.stop_reason == "exhausted" and "all 6 parameter sets" in sched.message
+
+
+@pytest.mark.parametrize("categorical", [False, True])
+def test_auto_s_pair_holds_the_replacements_in_both_members(categorical):
+    """Three numeric parameters: `auto` runs the GP with CMA-ES (with TPE beside a
+    categorical one); a replacement is pending in both, and each set still runs once."""
+    dims = [Integer(n, 0, 2) for n in "abc"] + ([Categorical("k", ["p", "q"])] if categorical else [])
+    space = Space(dims)
+    storage = FakeStorage()
+    searcher = make_searcher("auto", space, {}, 0, budget=80, parallel=3)
+    assert searcher.algorithm == "portfolio"
+    sched = Scheduler(storage=storage, study_id=1, searcher=searcher, direction="minimize",
+                      budget=80, n_groups=3)
+    assert drive(sched, evaluate=lambda p: (p["a"] - 1) ** 2 + p["b"] + (p.get("k") == "q")) \
+        is StudyStatus.COMPLETE
+    keys = [tuple(sorted(t["params"].items())) for t in storage.trials.values()]
+    assert len(keys) == len(set(keys)) == space_size(space)
+    for member in searcher.members:          # nothing left pending in either member
+        assert not member.pending
 
 
 def test_a_background_searcher_gets_the_replacement_too():
@@ -156,3 +176,14 @@ def test_a_finite_study_under_mpiexec_runs_each_set_once_and_says_so(tmp_path):
     assert study.status is StudyStatus.COMPLETE
     assert sorted((t.params["opt"], t.params["layers"]) for t in trials) == \
         sorted({(o, n) for o in ("adam", "sgd") for n in (1, 2, 3)})
+
+
+def test_a_set_held_by_the_pair_is_pending_in_both_members_until_told():
+    space = Space([Integer(n, 0, 2) for n in "abc"])
+    pair = make_searcher("auto", space, {}, 0, budget=30, parallel=2)
+    params = {"a": 1, "b": 0, "c": 2}
+    pair.hold(params)
+    assert all(m.key(params) in m.pending for m in pair.members)
+    pair.tell(params, 1.0)
+    assert not any(m.pending for m in pair.members)
+    assert all(m.told[-1] == (params, 1.0) for m in pair.members)
