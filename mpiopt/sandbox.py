@@ -167,10 +167,19 @@ def _elapsed(result: Result, start: float) -> Result:
 def _serve(objective, conn) -> None:
     """The worker's loop: run trials until told to exit or the parent is gone."""
     _die_with_parent()
+    # Daemonic to the rank (multiprocessing ends it if the rank exits without close()),
+    # but not to itself: multiprocessing refuses a daemonic process children, and an
+    # objective's multiprocessing.Pool or ProcessPoolExecutor failed every trial with
+    # "daemonic processes are not allowed to have children"
+    multiprocessing.current_process().daemon = False
     # the rank decides; it kills us when it must (the trial's programs keep the defaults)
     ignore(STOP_SIGNALS)
     forget_signals()                       # (the rank's record of signals is the rank's)
     _lead_a_group_with_a_keeper()
+    # what the objective forks (a Pool's workers) gets Python's usual handlers back: with
+    # the do-nothing ones inherited, Pool.terminate()'s SIGTERM left its workers running
+    # and the trial waiting on them (exec'd programs get the defaults anyway: see ignore)
+    os.register_at_fork(after_in_child=_usual_stop_signals)
     guard_worker(objective.namespace)      # MPI here would run on the rank's copied state
     try:
         while True:
@@ -263,6 +272,16 @@ _LIBC_PRCTL = _libc_prctl()
 # which the worker ignores, must not make the keeper kill a trial the rank will cancel).
 _KEEPER_SIGNAL = signal.SIGRTMIN + 7
 _KEEPER_CHECK_S = 1.0     # the keeper looks at its parent at least this often
+
+
+def _usual_stop_signals() -> None:
+    """A process forked from the worker: SIGINT raises KeyboardInterrupt and SIGTERM and
+    SIGUSR1 end it, as in any Python program (they stay the rank's to decide in the worker)."""
+    for sig in STOP_SIGNALS:
+        try:
+            signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL)
+        except (ValueError, OSError):
+            pass
 
 
 def _die_with_parent() -> None:

@@ -247,6 +247,34 @@ def test_programs_a_trial_started_end_with_it_and_do_not_keep_the_job(tmp_path, 
             assert t.status is TrialStatus.FAILED and t.error.startswith("timed out after 2s")
 
 
+def test_a_trial_may_use_process_pools_and_their_workers_end_with_it(tmp_path, monkeypatch):
+    """A sandboxed trial's multiprocessing.Pool or ProcessPoolExecutor failed every trial
+    ("daemonic processes are not allowed to have children"), and once allowed, a Pool's
+    terminate() (its context manager's exit) waited for ever on workers that inherited
+    the SIGTERM the sandbox ignores. Now both work, and a Pool still working at the
+    trial's timeout goes with the trial."""
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    monkeypatch.setenv("MPIOPT_TEST_PIDS", str(pids))
+    url = f"sqlite:///{tmp_path / 'p.db'}"
+    spec = spec_file(tmp_path, "uses_processes", trials=8, trial_timeout="3s")
+    proc, wall = run(tmp_path, url, spec)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert wall < START_S, wall
+    _, trials = assert_settled(url, 8)
+    kinds = {"late" if t.params["x"] > 7 else "pool" if t.params["x"] > 0 else "executor"
+             for t in trials}
+    assert kinds == {"late", "pool", "executor"}, kinds
+    for t in trials:
+        if t.params["x"] > 7:
+            assert t.status is TrialStatus.FAILED and t.error.startswith("timed out after 3s")
+        else:
+            assert t.status is TrialStatus.COMPLETE, t.error
+    alive = [p.name for p in pids.iterdir() if Path(f"/proc/{p.name}").exists()
+             and "Z" not in Path(f"/proc/{p.name}/stat").read_text().split()[2]]
+    assert len(list(pids.iterdir())) >= 4 and not alive, alive
+
+
 @pytest.mark.parametrize("function, grace, line", [
     ("leaves_a_thread", "GRACE_S",
      r"mpiopt: rank 1 on .*: \d+ thread\(s\) the objective started \(left-running"),

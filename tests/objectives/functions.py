@@ -293,3 +293,28 @@ def grid(params):
     """A deterministic objective of a small discrete space (opt x layers: 6 sets)."""
     time.sleep(float(os.environ.get("MPIOPT_TEST_SLEEP", "0.05")))
     return {"adam": 0.1, "sgd": 0.3}[params["opt"]] + 0.01 * params["layers"]
+
+
+def _note_pid(directory):
+    """A Pool worker's initializer: its pid, for the test to find it after the job."""
+    open(os.path.join(directory, str(os.getpid())), "w").close()
+
+
+def uses_processes(params):
+    """multiprocessing in a trial: for x > 0 a Pool (its context manager terminates it),
+    else a ProcessPoolExecutor; for x > 7 first a Pool whose tasks outlast the trial's
+    timeout. Pool workers note their pids in MPIOPT_TEST_PIDS."""
+    import concurrent.futures
+    import multiprocessing
+
+    pids, x = os.environ["MPIOPT_TEST_PIDS"], params["x"]
+    if x > 7:
+        with multiprocessing.Pool(2, initializer=_note_pid, initargs=(pids,)) as pool:
+            pool.map(time.sleep, [300, 300])
+    if x > 0:
+        with multiprocessing.Pool(2, initializer=_note_pid, initargs=(pids,)) as pool:
+            total = sum(pool.map(abs, range(-4, 4)))
+    else:
+        with concurrent.futures.ProcessPoolExecutor(2) as pool:
+            total = sum(pool.map(abs, range(-4, 4)))
+    return branin(params) + 0 * total
