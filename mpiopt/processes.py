@@ -9,11 +9,12 @@ appeared after the rank took its snapshot are ended, so whatever the MPI library
 at initialisation (a singleton's process manager) is left alone. Linux (/proc) only.
 
 Also here: signals a rank or a trial's worker ignores are not ignored by the programs it
-starts (see `ignore`), and a record of the signals a process handled, whoever's handler
-ran (see `note_signals`).
+starts nor the processes it forks (see `ignore`), and a record of the signals a process
+handled, whoever's handler ran (see `note_signals`).
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 
@@ -58,19 +59,64 @@ def end_started_since(before: set[int]) -> int:
 
 
 def ignore(signals) -> None:
-    """Ignore `signals` in this process, but not in the programs it starts.
+    """Ignore `signals` in this process, but not in the programs it starts nor in the
+    processes it forks.
 
     SIG_IGN passes through exec: a trial's own program then ignored SIGTERM, so the
     trial's `proc.terminate(); proc.wait()` waited until the trial's deadline (20 s of a
     20-s timeout, measured). A handler that does nothing is reset by exec instead; system
-    calls it interrupts are restarted (siginterrupt False), as under SIG_IGN."""
+    calls it interrupts are restarted (siginterrupt False), as under SIG_IGN. A fork keeps
+    it, so processes forked here get Python's usual handlers back (`usual_signals_in_forks`)."""
     for sig in signals:
         signal.signal(sig, _do_nothing)
         signal.siginterrupt(sig, False)
+    usual_signals_in_forks()
 
 
 def _do_nothing(signum, frame) -> None:
     """(see ignore)"""
+
+
+# ---- what a trial forks: Python's usual handlers -------------------------------------------
+_registered = False
+_own_fork = False            # true around the forks of mpiopt's own processes (own_fork)
+
+
+def usual_signals_in_forks() -> None:
+    """From now on a process forked here by Python code (a trial's multiprocessing.Pool,
+    ProcessPoolExecutor, os.fork) starts with the stop signals' usual handlers: SIGINT
+    raises KeyboardInterrupt, SIGTERM and SIGUSR1 end it. Inheriting the rank's or the
+    worker's handlers (do nothing, or set a flag), a Pool's workers outlived its
+    terminate() (a context manager's exit), which then waited for them for ever. Once per
+    process; mpiopt's own forks keep the handlers (own_fork)."""
+    global _registered
+    if not _registered:
+        os.register_at_fork(after_in_child=_after_fork_in_child)
+        _registered = True
+
+
+@contextlib.contextmanager
+def own_fork():
+    """Around a fork of mpiopt's own (a trial's worker, its keeper): the child keeps this
+    process's handlers and sets its own up."""
+    global _own_fork
+    before, _own_fork = _own_fork, True
+    try:
+        yield
+    finally:
+        _own_fork = before
+
+
+def _after_fork_in_child() -> None:
+    global _own_fork
+    if _own_fork:
+        _own_fork = False              # (the child's own forks are the objective's)
+        return
+    for sig in STOP_SIGNALS:
+        try:
+            signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL)
+        except (ValueError, OSError):  # (not the main thread: a fork in a thread of a
+            pass                       # process started without signals; nothing to undo)
 
 
 # ---- which signals reached this process, whoever handled them --------------------------------

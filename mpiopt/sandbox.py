@@ -37,7 +37,7 @@ from mpiopt.errors import TrialStopped
 from mpiopt.objective import failed_result, format_duration
 from mpiopt.parallel.protocol import Result, Trial
 from mpiopt.parallel.world_guard import guard_worker
-from mpiopt.processes import STOP_SIGNALS, forget_signals, ignore
+from mpiopt.processes import STOP_SIGNALS, forget_signals, ignore, own_fork
 from mpiopt.trial import TrialStatus
 
 POLL_S = 0.05        # how often a waiting rank looks at the coordinator's cancel
@@ -99,7 +99,8 @@ class Sandbox:
         parent, child = self._ctx.Pipe(duplex=True)
         self._proc = self._ctx.Process(target=_serve, args=(self.objective, child), daemon=True,
                                        name="mpiopt-trial")
-        self._proc.start()
+        with own_fork():                 # (it ignores the stop signals from its first line)
+            self._proc.start()
         child.close()
         self._conn = parent
         try:
@@ -176,10 +177,6 @@ def _serve(objective, conn) -> None:
     ignore(STOP_SIGNALS)
     forget_signals()                       # (the rank's record of signals is the rank's)
     _lead_a_group_with_a_keeper()
-    # what the objective forks (a Pool's workers) gets Python's usual handlers back: with
-    # the do-nothing ones inherited, Pool.terminate()'s SIGTERM left its workers running
-    # and the trial waiting on them (exec'd programs get the defaults anyway: see ignore)
-    os.register_at_fork(after_in_child=_usual_stop_signals)
     guard_worker(objective.namespace)      # MPI here would run on the rank's copied state
     try:
         while True:
@@ -230,7 +227,8 @@ def _lead_a_group_with_a_keeper() -> None:
         return                                   # never kill a group we do not lead
     worker = os.getpid()
     try:
-        pid = os.fork()
+        with own_fork():
+            pid = os.fork()
     except OSError:
         return
     if pid:
@@ -272,16 +270,6 @@ _LIBC_PRCTL = _libc_prctl()
 # which the worker ignores, must not make the keeper kill a trial the rank will cancel).
 _KEEPER_SIGNAL = signal.SIGRTMIN + 7
 _KEEPER_CHECK_S = 1.0     # the keeper looks at its parent at least this often
-
-
-def _usual_stop_signals() -> None:
-    """A process forked from the worker: SIGINT raises KeyboardInterrupt and SIGTERM and
-    SIGUSR1 end it, as in any Python program (they stay the rank's to decide in the worker)."""
-    for sig in STOP_SIGNALS:
-        try:
-            signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL)
-        except (ValueError, OSError):
-            pass
 
 
 def _die_with_parent() -> None:

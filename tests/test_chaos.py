@@ -247,17 +247,21 @@ def test_programs_a_trial_started_end_with_it_and_do_not_keep_the_job(tmp_path, 
             assert t.status is TrialStatus.FAILED and t.error.startswith("timed out after 2s")
 
 
-def test_a_trial_may_use_process_pools_and_their_workers_end_with_it(tmp_path, monkeypatch):
+@pytest.mark.parametrize("isolate", [True, False])
+def test_a_trial_may_use_process_pools_and_their_workers_end_with_it(tmp_path, monkeypatch,
+                                                                     isolate):
     """A sandboxed trial's multiprocessing.Pool or ProcessPoolExecutor failed every trial
-    ("daemonic processes are not allowed to have children"), and once allowed, a Pool's
-    terminate() (its context manager's exit) waited for ever on workers that inherited
-    the SIGTERM the sandbox ignores. Now both work, and a Pool still working at the
-    trial's timeout goes with the trial."""
+    ("daemonic processes are not allowed to have children"); and a Pool's terminate() (its
+    context manager's exit) waited for ever on workers that inherited the handlers of the
+    process that forked them (the worker's or the rank's: do nothing on SIGTERM), so a
+    trial in the rank's process held its group until the job was killed. Now both work,
+    and a Pool still working at the trial's timeout goes with the trial."""
     pids = tmp_path / "pids"
     pids.mkdir()
     monkeypatch.setenv("MPIOPT_TEST_PIDS", str(pids))
     url = f"sqlite:///{tmp_path / 'p.db'}"
-    spec = spec_file(tmp_path, "uses_processes", trials=8, trial_timeout="3s")
+    spec = spec_file(tmp_path, "uses_processes", trials=8, trial_timeout="3s",
+                     objective={"isolate": isolate})
     proc, wall = run(tmp_path, url, spec)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert wall < START_S, wall

@@ -12,7 +12,7 @@ from collections import deque
 from mpiopt.errors import StopRequested, TrialCancelled
 from mpiopt.parallel.protocol import Report
 from mpiopt.parallel.scheduler import Dispatch, StopGroup
-from mpiopt.processes import STOP_SIGNALS, forget_signals, note_signals
+from mpiopt.processes import STOP_SIGNALS, forget_signals, note_signals, usual_signals_in_forks
 
 
 class _Stop:
@@ -43,6 +43,7 @@ def run_local(scheduler, objective, comm) -> bool:
     signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
     previous = {sig: signal.signal(sig, stop) for sig in STOP_SIGNALS}
     note_signals()       # (a trial that puts its own SIGINT handler back: objective.py)
+    usual_signals_in_forks()     # (not the flag in a trial's Pool workers)
     try:
         queue = deque(scheduler.start())
         while queue and not stop.set:
