@@ -17,6 +17,7 @@ from __future__ import annotations
 import inspect
 import math
 import operator
+import os
 import random
 import re
 import signal
@@ -113,7 +114,7 @@ class Objective:
 
     def run_here(self, trial: Trial, comm, report: Callable | None = None) -> Result:
         """Run the trial in this process; a plain function's deadline is a SIGALRM."""
-        start = time.perf_counter()
+        start, pid = time.perf_counter(), os.getpid()
         stop_signal_seen()        # (what came before this trial is not its concern)
         try:
             with _alarm(trial.timeout if self._function is not None else None), \
@@ -125,15 +126,19 @@ class Objective:
             result = Result(trial.trial_id, TrialStatus.INTERRUPTED,   # and the study stops
                             error=f"{exc} ({self.where})", halt=True)
         except SystemExit as exc:
+            _end_a_forked_copy(pid, exc.code)
             result = _failed_or_stopped(
                 trial, f"objective called sys.exit({exc.code!r}) ({self.where})")
         except StopRequested:     # a signal in single-process mode: the study stops
+            _end_a_forked_copy(pid, 1)
             raise
         except BaseException as exc:  # the study goes on; the error is recorded
             # (KeyboardInterrupt, GeneratorExit, asyncio's CancelledError too: let through,
             # one ended a group rank, the job ending 60 s later on missed heartbeats, or a
             # sandbox worker, "killed its process: exit status 0")
+            _end_a_forked_copy(pid, 1)
             result = _failed_or_stopped(trial, describe_error(exc, self.where))
+        _end_a_forked_copy(pid, 0)
         return _with_duration(result, time.perf_counter() - start)
 
     def _run(self, trial: Trial, comm, report) -> Result:
@@ -206,6 +211,23 @@ def _plain_report(report: Callable | None) -> Callable | None:
         return bool(answer)
 
     return plain
+
+
+def _end_a_forked_copy(pid: int, code) -> None:
+    """A process the objective forked (os.fork) whose code returned or raised instead of
+    ending with os._exit came back here, a copy of the trial's worker or rank: it ends
+    now, with the status its code gave (sys.exit's, 0 for a return, 1 for an error).
+    Going on, it sent the trial's result in its parent's place (every trial of a study
+    FAILED with the child's `sys.exit(0)`), or, in the rank's process, sent it over MPI
+    and the job ended on a silent coordinator after 60 s."""
+    if os.getpid() == pid:
+        return
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+    os._exit(code if isinstance(code, int) else 0 if code is None else 1)
 
 
 def report_args(epoch, value) -> tuple[int, float]:

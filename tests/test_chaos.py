@@ -254,8 +254,11 @@ def test_a_trial_may_use_process_pools_and_their_workers_end_with_it(tmp_path, m
     ("daemonic processes are not allowed to have children"); and a Pool's terminate() (its
     context manager's exit) waited for ever on workers that inherited the handlers of the
     process that forked them (the worker's or the rank's: do nothing on SIGTERM), so a
-    trial in the rank's process held its group until the job was killed. Now both work,
-    and a Pool still working at the trial's timeout goes with the trial."""
+    trial in the rank's process held its group until the job was killed. A child forked
+    by hand that ends with sys.exit came back into mpiopt's code as a copy of the worker
+    or rank: its "sys.exit" was read as the trial's result (every trial FAILED), or sent
+    over MPI (the job ended on a silent coordinator). Now all of these work, and a Pool
+    still working at the trial's timeout goes with the trial."""
     pids = tmp_path / "pids"
     pids.mkdir()
     monkeypatch.setenv("MPIOPT_TEST_PIDS", str(pids))

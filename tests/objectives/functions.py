@@ -301,13 +301,20 @@ def _note_pid(directory):
 
 
 def uses_processes(params):
-    """multiprocessing in a trial: for x > 0 a Pool (its context manager terminates it),
-    else a ProcessPoolExecutor; for x > 7 first a Pool whose tasks outlast the trial's
-    timeout. Pool workers note their pids in MPIOPT_TEST_PIDS."""
+    """Processes in a trial: a child forked by hand that ends with sys.exit (not os._exit);
+    for x > 0 a Pool (its context manager terminates it), else a ProcessPoolExecutor; for
+    x > 7 first a Pool whose tasks outlast the trial's timeout. Pool workers note their
+    pids in MPIOPT_TEST_PIDS."""
     import concurrent.futures
     import multiprocessing
+    import sys
 
     pids, x = os.environ["MPIOPT_TEST_PIDS"], params["x"]
+    child = os.fork()
+    if child == 0:
+        sys.exit(3)
+    if os.waitpid(child, 0)[1] != 3 << 8:
+        raise AssertionError("the forked child did not end with its sys.exit status")
     if x > 7:
         with multiprocessing.Pool(2, initializer=_note_pid, initargs=(pids,)) as pool:
             pool.map(time.sleep, [300, 300])
