@@ -117,6 +117,26 @@ def test_uneven_rank_count_is_refused_with_counts_that_work(tmp_path):
     assert not (tmp_path / "study.db").exists()
 
 
+@pytest.mark.parametrize("launcher", [{"OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_RANK": "{r}"},
+                                      {"PMI_SIZE": "4", "PMI_RANK": "{r}"}])
+def test_a_launcher_of_another_mpi_is_one_line_not_four_studies(tmp_path, launcher):
+    """The system's mpirun with mpi4py built for another MPI (the PyPI wheel's MPICH)
+    starts processes that each see a world of one: each would run a study of its own.
+    Here four such processes as the launcher would start them (its variables set, MPI
+    initialised alone): one line from its rank 0, exit status 2 from all, nothing written."""
+    spec = write_spec(tmp_path)
+    procs = []
+    for rank in range(4):
+        env = {**subprocess_env(), **{k: v.format(r=rank) for k, v in launcher.items()}}
+        procs.append(mpiopt("search", spec, "--storage", db_url(tmp_path), cwd=tmp_path,
+                            env=env, timeout=120))
+    assert [p.returncode for p in procs] == [2] * 4
+    said = [l for p in procs for l in p.stderr.splitlines() if l.startswith("mpiopt:")]
+    assert len(said) == 1 and "started as one of 4 processes" in said[0], said
+    assert "built for another MPI than the launcher's" in said[0]
+    assert not (tmp_path / "study.db").exists()
+
+
 def test_existing_study_without_resume_is_refused(tmp_path):
     spec = write_spec(tmp_path, trials=3)
     assert search(tmp_path, spec).returncode == 0

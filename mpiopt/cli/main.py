@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv: list[str] | None) -> int:
     from mpiopt import startup_signals
-    from mpiopt.errors import MpioptError, SpecError
+    from mpiopt.errors import MpioptError, SpecError, TopologyError
 
     try:
         parser = build_parser()
@@ -72,9 +72,9 @@ def _main(argv: list[str] | None) -> int:
     try:
         return int(args.func(args) or 0)
     except MpioptError as exc:
-        if not (isinstance(exc, SpecError) and _world_rank() != 0):
-            print(f"mpiopt: error: {exc}", file=sys.stderr)   # (a spec's error is the same
-        return exc.exit_code                                   # on every rank: said once)
+        if not (isinstance(exc, (SpecError, TopologyError)) and _world_rank() != 0):
+            print(f"mpiopt: error: {exc}", file=sys.stderr)   # (a spec's or a layout's error
+        return exc.exit_code                                   # is the same on every rank: said once)
     except BrokenPipeError:  # `mpiopt trials X | head`
         return 0
     except KeyboardInterrupt:  # Ctrl-C before a study started (or in a query)

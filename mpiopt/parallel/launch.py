@@ -21,7 +21,7 @@ import socket
 import sys
 import time
 
-from mpiopt.errors import MpioptError
+from mpiopt.errors import MpioptError, TopologyError
 from mpiopt.study import NATIVE_LOG_ENV, native_log_path, resume_command, shown_url
 from mpiopt.parallel.protocol import Tag
 from mpiopt.trial import StudyStatus
@@ -38,6 +38,7 @@ def run_study_command(prepare, quiet: bool = False) -> int:
     from mpiopt.processes import descendants, end_started_since
 
     world = MPI.COMM_WORLD
+    _check_launcher(world.Get_size())
     before = descendants()           # (after MPI's start: its own helpers stay)
     try:
         if world.Get_rank() == 0:
@@ -45,6 +46,31 @@ def run_study_command(prepare, quiet: bool = False) -> int:
         return _other_rank(world)
     finally:
         end_started_since(before)    # programs trials left running: see mpiopt.processes
+
+
+# The launchers' own count of the processes they started (Open MPI's mpirun; MPICH's,
+# Intel MPI's and other PMI launchers)
+LAUNCHER_SIZE_VARS = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
+
+
+def _check_launcher(size: int) -> None:
+    """A world of one under a launcher that started several processes: mpi4py is built
+    for another MPI than the launcher's (the system's `mpirun` with the PyPI wheel's
+    MPICH), and each process would run a study of its own, all but one refused by the
+    study's lease with lines that do not say why. One line instead (from the launcher's
+    rank 0), exit status 2, nothing written."""
+    for name in LAUNCHER_SIZE_VARS:
+        value = os.environ.get(name, "")
+        if size == 1 and value.isdigit() and int(value) > 1:
+            from mpi4py import MPI
+
+            library = " ".join(MPI.Get_library_version().strip().splitlines()[0].split())
+            raise TopologyError(
+                f"started as one of {value} processes ({name}={value}), but MPI sees only "
+                f"this one: mpi4py is built for another MPI than the launcher's (mpi4py's: "
+                f"{library}); start the job with the mpiexec of the MPI mpi4py was built "
+                f"with (the PyPI wheel's: .venv/bin/mpiexec), or build mpi4py against the "
+                f"system's MPI (README, \"On a cluster: use the system's MPI\")")
 
 
 # ---- rank 0 -------------------------------------------------------------------------------
