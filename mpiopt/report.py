@@ -219,6 +219,18 @@ def budget_of(spec_text: str) -> int | None:
     return trials if isinstance(trials, int) else None
 
 
+def space_sets_of(spec_text: str) -> int | None:
+    """How many parameter sets the stored study's space has (mpiopt.search.untried); None
+    for an infinite space or a spec that cannot be read."""
+    from mpiopt.search.untried import space_size
+    from mpiopt.spec import Spec
+
+    try:
+        return space_size(Spec.from_text(spec_text, check_files=False).space)
+    except Exception:        # (a stored spec of another version: the count is only a note)
+        return None
+
+
 def liveness(record, resume_hint: str, now: datetime | None = None) -> tuple[str, str]:
     """(short, long) state of a study: its status, except that a RUNNING study is either
     held by a live job (fresh lease) or "stopped without a word" (its job died)."""
@@ -251,6 +263,7 @@ def status_summary(record, counts: dict, best: FrozenTrial | None, groups=(),
         "study": record.name, "status": record.status.value,
         "state": liveness(record, resume_hint, now)[1], "direction": record.direction,
         "metric": record.metric, "budget": budget_of(record.spec_text), "done": done,
+        "space_sets": space_sets_of(record.spec_text),
         "complete": counts[TrialStatus.COMPLETE],
         "running": counts[TrialStatus.RUNNING] - ahead, "sent_ahead": ahead,
         "failed": counts[TrialStatus.FAILED], "pruned": counts[TrialStatus.PRUNED],
@@ -277,7 +290,7 @@ def status_lines(summary: dict[str, Any]) -> list[str]:
             + (f" (+{summary['sent_ahead']} sent ahead)" if summary.get("sent_ahead") else "")
             + ", "
             f"{summary['failed']} failed, {summary['pruned']} pruned, "
-            f"{summary['interrupted']} interrupted",
+            f"{summary['interrupted']} interrupted" + _sets_note(summary),
             f"best     {best_text}",
             f"started  {summary['created_at']} ({_seconds(summary['elapsed'])} ago), "
             f"last update {_seconds(summary['since_update'])} ago",
@@ -286,6 +299,14 @@ def status_lines(summary: dict[str, Any]) -> list[str]:
             + (f", running trial {g['running']}" if g["running"] is not None else "")
             + (f", {g['ahead']} sent ahead" if g.get("ahead") else "")
             for g in summary["groups"]]
+
+
+def _sets_note(summary: dict[str, Any]) -> str:
+    """A finite space smaller than the budget ends the study first (README "Finite spaces")."""
+    sets, budget = summary.get("space_sets"), summary["budget"]
+    if sets is None or budget is None or sets >= budget:
+        return ""
+    return f"; the space has {sets} parameter sets, each run once"
 
 
 def _section(title: str, items: dict) -> list[str]:

@@ -7,7 +7,7 @@ import time
 import pytest
 import yaml
 
-from conftest import ROOT
+from conftest import ROOT, mpiopt
 from mpiopt.conditions import Condition
 from mpiopt.parallel.scheduler import Dispatch, Scheduler
 from mpiopt.search import make_searcher
@@ -16,7 +16,7 @@ from mpiopt.search.untried import LIST_MAX, Untried, space_size
 from mpiopt.space import Categorical, Integer, Real, Space
 from mpiopt.trial import FrozenTrial, StudyStatus, TrialStatus
 from test_scheduler import FakeStorage, done
-from test_search_mpi import search, trials_of
+from test_search_mpi import db_url, search, trials_of
 
 GRID = Space([Categorical("opt", ["adam", "sgd"]), Integer("layers", 1, 3)])
 
@@ -174,6 +174,8 @@ def test_a_finite_study_under_mpiexec_runs_each_set_once_and_says_so(tmp_path):
     assert again.returncode == 0, again.stderr
     study, trials = trials_of(tmp_path, "grid")
     assert study.status is StudyStatus.COMPLETE
+    status = mpiopt("status", "grid", "--storage", db_url(tmp_path), cwd=tmp_path).stdout
+    assert "6/30 done" in status and "the space has 6 parameter sets, each run once" in status
     assert sorted((t.params["opt"], t.params["layers"]) for t in trials) == \
         sorted({(o, n) for o in ("adam", "sgd") for n in (1, 2, 3)})
 
