@@ -91,7 +91,8 @@ def usual_signals_in_forks() -> None:
     process; mpiopt's own forks keep the handlers (own_fork)."""
     global _registered
     if not _registered:
-        os.register_at_fork(after_in_child=_after_fork_in_child)
+        os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent,
+                            after_in_child=_after_fork_in_child)
         _registered = True
 
 
@@ -107,16 +108,41 @@ def own_fork():
         _own_fork = before
 
 
+# The stop signals are blocked in the forking thread from just before the fork until the
+# child has its handlers: one that came in between (a Pool terminated as soon as it was
+# made) would otherwise trip the inherited handler and then be dropped by the new one, and
+# terminate() waited for ever on that worker. Blocked, it waits and meets the new handler.
+_mask_before_fork: set | None = None
+
+
+def _before_fork() -> None:
+    global _mask_before_fork
+    _mask_before_fork = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+
+
+def _after_fork_in_parent() -> None:
+    _unblock()
+
+
 def _after_fork_in_child() -> None:
     global _own_fork
     if _own_fork:
         _own_fork = False              # (the child's own forks are the objective's)
-        return
-    for sig in STOP_SIGNALS:
-        try:
-            signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL)
-        except (ValueError, OSError):  # (not the main thread: a fork in a thread of a
-            pass                       # process started without signals; nothing to undo)
+    else:
+        for sig in STOP_SIGNALS:
+            try:
+                signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT
+                              else signal.SIG_DFL)
+            except (ValueError, OSError):   # (not the main thread: a fork in a thread of
+                pass                        # a process started without signals)
+    _unblock()
+
+
+def _unblock() -> None:
+    global _mask_before_fork
+    if _mask_before_fork is not None:
+        signal.pthread_sigmask(signal.SIG_SETMASK, _mask_before_fork)
+        _mask_before_fork = None
 
 
 # ---- which signals reached this process, whoever handled them --------------------------------

@@ -1,8 +1,12 @@
 """mpiopt.processes: what a rank ends at its exit (programs its trials left running)."""
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
+
+import pytest
 
 from mpiopt.processes import descendants, end_started_since
 
@@ -36,3 +40,36 @@ def _alive(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+RACE = """
+import multiprocessing, os, signal, sys, time
+from mpiopt.processes import ignore, usual_signals_in_forks
+if sys.argv[1] == "ignored":
+    ignore([signal.SIGTERM])                      # a group rank's stop signals
+else:
+    def interrupt(signum, frame):                 # rank 0's during its start-up
+        raise KeyboardInterrupt
+    signal.signal(signal.SIGTERM, interrupt)
+os.register_at_fork(after_in_child=lambda: time.sleep(0.3))   # a slow child's first moments
+usual_signals_in_forks()
+with multiprocessing.get_context("fork").Pool(2):
+    pass                                          # its exit terminates the workers at once
+print("ended")
+"""
+
+
+@pytest.mark.parametrize("handler", ["ignored", "interrupt"])
+def test_a_pool_terminated_at_once_ends_whatever_handlers_it_forked_from(handler):
+    """A trial's Pool made and terminated at once: the SIGTERM reached its workers before
+    they had their own handlers, tripped the inherited one and was dropped, and
+    terminate() waited for ever (a CI run hung on it). The stop signals stay blocked
+    across the fork until the child has Python's usual handlers."""
+    proc = subprocess.Popen([sys.executable, "-c", RACE, handler], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)       # (the pool's workers too)
+        out, err = proc.communicate()
+    assert proc.returncode == 0 and out.strip() == "ended", err
