@@ -148,7 +148,9 @@ def open_run(spec, url: str, resume, isolated: bool, retry_failed: bool = False)
         raise SpecError("--retry-failed: a pbt round runs within its population (a failed "
                         "round's member exploits another member instead); leave it off")
     warm, warm_note = _warm(spec, url)          # refused before anything is written
-    storage = open_storage(url, create=True)
+    # `--resume` never creates the database: a mistyped path made an empty one, then said
+    # there was no study to resume
+    storage = open_storage(url, create=resume is not True)
     period = lease_period_s()
     try:
         opened = open_study(storage, spec, resume, url,

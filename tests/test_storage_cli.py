@@ -132,6 +132,17 @@ def test_resume_of_a_study_that_does_not_exist_names_those_that_do(tmp_path, db_
         assert [s.name for s in st.list_studies()] == ["s"]
 
 
+def test_resume_of_a_database_that_does_not_exist_is_one_line_and_creates_nothing(tmp_path):
+    spec = spec_file(tmp_path, "branin", trials=2)
+    typo = tmp_path / "typo.db"
+    proc = mpiopt("search", spec, "--storage", f"sqlite:///{typo}", "--resume", cwd=tmp_path)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip() == (f"mpiopt: error: no results database at {typo} (sqlite:///"
+                                   f"{typo}): check --storage, or start a study with `mpiopt "
+                                   "search`")
+    assert not typo.exists()
+
+
 def test_a_missing_storage_directory_is_an_error_not_a_new_tree(tmp_path):
     spec = spec_file(tmp_path, "branin", trials=2)
     proc = mpiopt("search", spec, "--storage", f"sqlite:///{tmp_path / 'no' / 'such' / 'r.db'}",
