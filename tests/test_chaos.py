@@ -25,6 +25,8 @@ from mpiopt.trial import StudyStatus, TrialStatus
 
 FUNCTIONS = ROOT / "tests" / "objectives" / "functions.py"
 START_S = 60          # a job's start-up on a loaded CI machine, at most
+STARTUP_LINE = ("mpiopt: interrupted during the start-up, before the study was opened: nothing "
+                "was written; to run it, give the same command again")
 
 
 def spec_file(tmp_path: Path, function: str, trials=8, algorithm="random", objective=None,
@@ -578,7 +580,7 @@ def test_ctrl_c_during_the_start_up_ends_the_job_in_order(tmp_path, wait_s, sig)
     os.killpg(job.pid, sig)                      # as a terminal's Ctrl-C does
     out, err = _ended(job, START_S, "the job went on after a Ctrl-C during its start-up")
     assert job.returncode == 130, out + err
-    assert [ln for ln in err.splitlines() if ln.startswith("mpiopt:")] == ["mpiopt: interrupted"]
+    assert [ln for ln in err.splitlines() if ln.startswith("mpiopt:")] == [STARTUP_LINE]
 
 
 def test_ctrl_c_in_the_first_half_second_never_hangs_the_job(tmp_path):
@@ -594,9 +596,61 @@ def test_ctrl_c_in_the_first_half_second_never_hangs_the_job(tmp_path):
         out, err = _ended(job, 30, f"the job hung after a Ctrl-C {wait_s} s into its start")
         lines = [ln for ln in err.splitlines() if ln.startswith("mpiopt:")]
         if lines:                                   # (mpiopt's main ran on rank 0)
-            assert (job.returncode, lines) == (130, ["mpiopt: interrupted"]), out + err
+            assert (job.returncode, lines) == (130, [STARTUP_LINE]), out + err
         else:
             assert job.returncode != 0, out + err
+
+
+@pytest.mark.parametrize("np", [None, 3])
+def test_a_signal_while_the_study_is_opened_ends_in_order_with_the_resume_line(tmp_path, np):
+    """SIGTERM while rank 0 opens the study (here: waiting for a lock another process holds
+    on the database): the job said `mpiopt: interrupted` alone, whether or not the study had
+    been written. Now the signal waits for the study to be open, and the run ends in order:
+    the resume line, the study INTERRUPTED, and no trial started only to be stopped."""
+    import sqlite3
+
+    db = tmp_path / "s.db"
+    url = f"sqlite:///{db}"
+    spec = spec_file(tmp_path, "branin", trials=2)
+    assert run(tmp_path, url, spec, None)[0].returncode == 0
+    lock = sqlite3.connect(db, isolation_level=None)
+    lock.execute("BEGIN EXCLUSIVE")
+    try:
+        job = subprocess.Popen(
+            ([str(BIN / "mpiexec"), "-n", str(np)] if np else []) +
+            [str(BIN / "mpiopt"), "search", str(spec), "--storage", url, "--resume",
+             "--trials", "6"], cwd=tmp_path, env=subprocess_env(), stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True, start_new_session=True)
+        _wait_for_a_process_to_open(job, db)
+        time.sleep(0.5)                          # (in SQLite's wait for the lock by now)
+        os.killpg(job.pid, signal.SIGTERM)
+        time.sleep(0.5)
+    finally:
+        lock.execute("COMMIT")
+        lock.close()
+    out, err = _ended(job, START_S, "the job went on after a SIGTERM while opening the study")
+    lines = [ln for ln in err.splitlines() if ln.startswith("mpiopt:")]
+    assert job.returncode == 130 and len(lines) == 1, out + err
+    assert lines[0].startswith("mpiopt: interrupted") and f"resume with: mpiopt resume c " \
+        f"--storage sqlite:///{db}" in lines[0], lines
+    study, trials = assert_settled(url)
+    assert study.status is StudyStatus.INTERRUPTED and len(trials) == 2
+
+
+def _wait_for_a_process_to_open(job, path: Path) -> None:
+    """Until one of the job's processes has the file open (its start-up is done)."""
+    end = time.monotonic() + START_S
+    while time.monotonic() < end:
+        for pid in descendants(job.pid) | {job.pid}:
+            try:
+                if any(os.readlink(f"/proc/{pid}/fd/{fd}") == str(path)
+                       for fd in os.listdir(f"/proc/{pid}/fd")):
+                    return
+            except OSError:
+                continue
+        assert job.poll() is None, job.communicate()
+        time.sleep(0.05)
+    raise AssertionError("no process of the job opened the database")
 
 
 def _signal_state(pgid: int) -> str:

@@ -78,12 +78,20 @@ def _main(argv: list[str] | None) -> int:
     except BrokenPipeError:  # `mpiopt trials X | head`
         return 0
     except KeyboardInterrupt:  # Ctrl-C before a study started (or in a query)
-        return _interrupted()
+        return _interrupted(getattr(args, "starts_a_run", False))
 
 
-def _interrupted() -> int:
+# A run's start-up opens the study with signals held and installs its stop flag in the same
+# breath (mpiopt.parallel.launch), so an interruption that reaches here came before the
+# study was opened: a line that said "interrupted" alone left the user to guess whether to
+# resume (a --resume of a study never created is refused)
+_BEFORE_THE_STUDY = ("interrupted during the start-up, before the study was opened: nothing "
+                     "was written; to run it, give the same command again")
+
+
+def _interrupted(a_run: bool = False) -> int:
     if _world_rank() == 0:
-        print("mpiopt: interrupted", file=sys.stderr)
+        print(f"mpiopt: {_BEFORE_THE_STUDY if a_run else 'interrupted'}", file=sys.stderr)
     return 130
 
 

@@ -95,7 +95,8 @@ class Coordinator:
     def run(self) -> Ending:
         """Run until the study is done or must end; always returns after wind_down."""
         try:
-            self.execute(self.sched.start())
+            if not self.stop_flag.is_set():   # (a signal while the study was being opened:
+                self.execute(self.sched.start())   # no trial is started only to be stopped)
             cause = self._loop()
         except StorageUnavailable as exc:   # an outage past storage.retry_timeout
             cause = str(exc)

@@ -138,6 +138,7 @@ def _start_up(world, spec, url, resume, multi: bool, options: dict):
     """Rank 0's part of the start-up after the spec went out: (rank 0's own set-up, the
     opened study, the installed stop flag). A failure sends the other ranks its verdict
     and raises."""
+    from mpiopt import startup_signals
     from mpiopt.parallel.waiting import gather_ready
 
     own = _set_up(world, spec) if not multi else (None, None)
@@ -160,26 +161,31 @@ def _start_up(world, spec, url, resume, multi: bool, options: dict):
         raise MpioptError(f"start-up failed on {errors[0]}{more}")
     isolated = all(p.get("isolated") for p in payloads) if multi else own[0].isolated
     try:
-        opened = _open(spec, url, resume, isolated, options.get("retry_failed", False))
+        # the study opened and the stop flag in place as one step: a signal in between
+        # ended the job with "interrupted" alone and the study created (or resumed) and
+        # RUNNING; now it waits for the flag, and the run ends in order, with its resume line
+        with startup_signals.deferred():
+            opened = _open(spec, url, resume, isolated, options.get("retry_failed", False))
+            flag = _stop_flag()
     except MpioptError as exc:
         _send_verdict(world, multi, error=str(exc))
         raise
-    return own, opened, _stop_flag(multi)
+    return own, opened, flag
 
 
 class _VerdictSent(KeyboardInterrupt):
     """A Ctrl-C that came while the verdict went out: the other ranks have theirs."""
 
 
-def _stop_flag(multi: bool):
+def _stop_flag():
     """The coordinator's stop flag, installed as soon as the study is open: a signal from
     here on ends the run in order, with the resume line (a Ctrl-C between the opening and
-    the coordinator's start said `mpiopt: interrupted` alone and left the study RUNNING)."""
+    the coordinator's start said `mpiopt: interrupted` alone and left the study RUNNING).
+    In single-process mode run_local takes over from it, starting from what it noted."""
     from mpiopt.parallel.coordinator import StopFlag
 
     flag = StopFlag()
-    if multi:
-        flag.install()
+    flag.install()
     return flag
 
 
@@ -441,7 +447,7 @@ def _coordinate_with(world, spec, url, opened, quiet, objective, topo, comm, hos
     _announce(progress, spec, url, topo, opened, sched)
     progress.start()
     if topo.single_process:
-        return _run_single(spec, url, opened, sched, progress, comm, objective)
+        return _run_single(spec, url, opened, sched, progress, comm, objective, flag)
     ending = Coordinator(world, topo, sched, flag, on_tick=opened.on_tick, watch=watch).run()
     stuck = "" if ending.orderly else (f" (rank(s) {', '.join(map(str, ending.stuck))} did not "
                                        "stop: ending the job with MPI_Abort)")
@@ -462,11 +468,11 @@ def _abort(world, code: int) -> None:
     raise SystemExit(code)
 
 
-def _run_single(spec, url, opened, sched, progress, comm, objective) -> int:
+def _run_single(spec, url, opened, sched, progress, comm, objective, flag) -> int:
     from mpiopt.parallel.local import run_local
 
     _pin_threads(spec, comm)
-    clean = run_local(sched, objective, comm)
+    clean = run_local(sched, objective, comm, stopped=flag.is_set)
     return _close(spec, url, opened, sched, progress, None if clean else sched.message, not clean)
 
 

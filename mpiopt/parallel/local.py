@@ -33,8 +33,9 @@ class _Stop:
             raise StopRequested
 
 
-def run_local(scheduler, objective, comm) -> bool:
-    """Run the study to its end. Returns False when interrupted (signal, hard time limit)."""
+def run_local(scheduler, objective, comm, stopped=lambda: False) -> bool:
+    """Run the study to its end. Returns False when interrupted (signal, hard time limit;
+    `stopped()`: whether a signal came since the study was opened, before this took over)."""
     # SIGINT too: a process started with SIGINT ignored (a background job, a parent that
     # ignores it) gets no KeyboardInterrupt from Python, and Ctrl-C or killpg would not stop
     # it; unblocked too: a blocked mask is inherited across fork and exec, and a pending
@@ -42,10 +43,11 @@ def run_local(scheduler, objective, comm) -> bool:
     stop = _Stop()
     signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
     previous = {sig: signal.signal(sig, stop) for sig in STOP_SIGNALS}
+    stop.set = stop.set or stopped()   # (asked once this handler is in place: none is lost)
     note_signals()       # (a trial that puts its own SIGINT handler back: objective.py)
     usual_signals_in_forks()     # (not the flag in a trial's Pool workers)
     try:
-        queue = deque(scheduler.start())
+        queue = deque() if stop.set else deque(scheduler.start())
         while queue and not stop.set:
             action = queue.popleft()
             if isinstance(action, StopGroup):
