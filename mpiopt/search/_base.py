@@ -75,6 +75,12 @@ class Searcher(abc.ABC):
         self._rng: np.random.Generator | None = None
         self.pending: dict[tuple, dict] = {}
         self.told: list[tuple[dict, float]] = []
+        # keys of suggestions given out that came back with no value (failed, interrupted,
+        # withdrawn): a searcher whose suggestions do not depend on results (the GP's
+        # space-filling design) must not make them again. It handed a failing design point
+        # out again at every ask: 19 of a study's 30 trials were 5 failing sets run 3-5
+        # times each, and a first point that failed would have used up max_initial_failures.
+        self.spent: set[tuple] = set()
         self.next_number = 0  # the trial number the next ask() is for, unless it says
         self.number = 0       # the trial number being suggested (ask) right now
 
@@ -110,7 +116,9 @@ class Searcher(abc.ABC):
 
     def forget(self, params: dict) -> None:
         """A pending trial failed or was interrupted: drop it and learn nothing."""
-        if self.pending.pop(self.key(params), None) is not None:
+        key = self.key(params)
+        if self.pending.pop(key, None) is not None:
+            self.spent.add(key)
             self._on_forget(params)
 
     def replay(self, trials: Iterable[tuple[dict, float | None]], pending: Iterable[dict] = (),
@@ -125,6 +133,8 @@ class Searcher(abc.ABC):
                 self.tell(params, value)
             elif value is not None and math.isfinite(float(value)):
                 self.tell(params, float(value))
+            else:
+                self.spent.add(self.key(params))
         reruns = [dict(p) for p in pending]
         for params in reruns:
             self.pending[self.key(params)] = params

@@ -112,8 +112,9 @@ class BayesianSearcher(Searcher):
             return self.encoder.decode(self._maximise(model.predict, X, y))
 
     def _initial_point(self) -> dict:
-        """The first design point that is not yet told or pending: deterministic from the
-        seed and what is known, so a resumed study continues the same design."""
+        """The first design point that is not yet told, pending or spent (a failed one is
+        not given again): deterministic from the seed and what is known, so a resumed study
+        continues the same design."""
         if self.options["initial_design"] == "random":
             return self.space.sample(self.rng)
         if self._design is None:
@@ -121,7 +122,7 @@ class BayesianSearcher(Searcher):
 
             self._design = qmc.Sobol(len(self.space.dimensions), scramble=True,
                                      seed=self.seed).random(_DESIGN_SIZE)
-        known = set(self.pending) | {self.key(p) for p, _ in self.told}
+        known = set(self.pending) | self.spent | {self.key(p) for p, _ in self.told}
         for genes in self._design:
             params = self.space.from_genome(genes.tolist())
             if self.key(params) not in known:
