@@ -22,7 +22,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 SCRIPTS = ["scheduling.py", "coordinator_cost.py", "searcher_cost.py", "training_throughput.py",
            "quality_suite.py", "pruning.py", "trial_overhead.py", "startup.py", "multiobjective.py",
-           "storage.py", "simulate.py", "checkpoint_overhead.py", "conditional.py", "pbt.py"]
+           "storage.py", "simulate.py", "checkpoint_overhead.py", "conditional.py", "pbt.py",
+           "failures.py"]
 
 
 def final_report(stdout: str) -> str:
