@@ -637,6 +637,24 @@ def test_a_signal_while_the_study_is_opened_ends_in_order_with_the_resume_line(t
     assert study.status is StudyStatus.INTERRUPTED and len(trials) == 2
 
 
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_as_a_completed_study_exits_leaves_its_status_zero(tmp_path, sig):
+    """Ctrl-C at the summary, or the batch system's SIGTERM as the job ends: the study is
+    COMPLETE, and the job exited 2 or 15 with no line (every time, the signal sent as the
+    summary's last line came): the group ranks died in MPI_Finalize, where the interpreter's
+    exit had put the default handlers back."""
+    spec = spec_file(tmp_path, "branin", trials=4)
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    job = _start(tmp_path, url, spec, 3)
+    for line in job.stdout:
+        if line.startswith("best value"):
+            os.killpg(job.pid, sig)
+            break
+    out, err = _ended(job, START_S, "the job went on after its study completed")
+    assert job.returncode == 0, err
+    assert_settled(url, 4)
+
+
 def _wait_for_a_process_to_open(job, path: Path) -> None:
     """Until one of the job's processes has the file open (its start-up is done)."""
     end = time.monotonic() + START_S

@@ -70,7 +70,10 @@ def _main(argv: list[str] | None) -> int:
         parser.print_help()
         return 2
     try:
-        return int(args.func(args) or 0)
+        code = int(args.func(args) or 0)
+        if getattr(args, "starts_a_run", False):
+            _exit_undisturbed()
+        return code
     except MpioptError as exc:
         if not (isinstance(exc, (SpecError, TopologyError)) and _world_rank() != 0):
             print(f"mpiopt: error: {exc}", file=sys.stderr)   # (a spec's or a layout's error
@@ -93,6 +96,24 @@ def _interrupted(a_run: bool = False) -> int:
     if _world_rank() == 0:
         print(f"mpiopt: {_BEFORE_THE_STUDY if a_run else 'interrupted'}", file=sys.stderr)
     return 130
+
+
+def _exit_undisturbed() -> None:
+    """A run's study is closed, its closing lines are out: a stop signal from here on (a
+    Ctrl-C at the summary, the batch system's SIGTERM as the job ends) has nothing left to
+    stop, and it used to kill rank 0 in its last 0.3 s (MPI_Finalize, the interpreter's
+    exit), so that a COMPLETE study's job ended with status 15 or 2 and no line (10 jobs in
+    10 with the signal sent as the summary's last line came). SIG_IGN, not a handler that
+    does nothing: the interpreter's exit puts Python handlers back to SIG_DFL before
+    mpi4py's MPI_Finalize runs, and there the signal killed the group ranks. An exit that
+    hangs is still ended by leftover_threads' alarm (SIGALRM), and a second Ctrl-C makes
+    mpiexec kill the job."""
+    import signal
+
+    from mpiopt.processes import STOP_SIGNALS
+
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
 
 
 def _world_rank() -> int:
