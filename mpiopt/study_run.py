@@ -115,21 +115,23 @@ def _alive(pid: int) -> bool:
         return True
 
 
-def recovery_path(spec) -> Path:
-    """The recovery file of a run: beside the spec file, or in the current directory when
-    the spec came from the database (`mpiopt resume`)."""
+def recovery_places(spec) -> list[Path]:
+    """Where a run's recovery file may be, in the order it is tried: beside the spec file
+    (not when the spec came from the database, `mpiopt resume`), then in the current
+    directory (a spec in a folder that cannot be written); a resume imports from both."""
     from mpiopt.storage.resilient import recovery_file
 
     source = Path(spec.source)
-    folder = source.parent if source.suffix in (".yaml", ".yml") and source.is_file() else Path.cwd()
-    return recovery_file(folder.resolve(), spec.study.name)
+    folders = [source.parent] if source.suffix in (".yaml", ".yml") and source.is_file() else []
+    folders.append(Path.cwd())
+    return list(dict.fromkeys(recovery_file(f.resolve(), spec.study.name) for f in folders))
 
 
 def _import_recoveries(storage, spec) -> list[str]:
-    from mpiopt.storage.resilient import import_recovery, recovery_file
+    from mpiopt.storage.resilient import import_recovery
 
     notes = []
-    for path in dict.fromkeys([recovery_path(spec), recovery_file(Path.cwd(), spec.study.name)]):
+    for path in recovery_places(spec):
         n = import_recovery(storage, path)
         if n:
             notes.append(f"imported {n} result write(s) kept in {path} during a database outage")
@@ -170,7 +172,7 @@ def open_run(spec, url: str, resume, isolated: bool, retry_failed: bool = False)
             opened.resumed else len(getattr(spec.search, "initial_trials", ()))
         if queued:
             notes.append(f"{queued} queued parameter set(s) run before the searcher's own")
-        run = StudyRun(storage, opened, notes, token, period, recovery_path(spec))
+        run = StudyRun(storage, opened, notes, token, period, recovery_places(spec))
         run.warm = warm
         return run
     except BaseException:

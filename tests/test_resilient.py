@@ -58,6 +58,23 @@ def test_past_the_limit_results_go_to_the_recovery_file(tmp_path):
     assert [k["args"][0] for k in kept] == [7, 8] and kept[1]["kwargs"]["error"] == "boom"
 
 
+def test_a_recovery_folder_that_cannot_be_written_gives_way_to_the_next(tmp_path):
+    """The spec's folder read-only (an Apptainer image's): the job ended on "Read-only file
+    system" and the outage's finished results were lost. Here the first place's folder is
+    a file (no folder can be made there, whoever runs the test)."""
+    (tmp_path / "spec-folder").write_text("")
+    first = tmp_path / "spec-folder" / "s.mpiopt-recovery.jsonl"
+    second = tmp_path / "cwd" / "s.mpiopt-recovery.jsonl"
+    r = Resilient(Flaky(outage=10**6), 0.0, [first, second], say=lambda line: None)
+    with pytest.raises(StorageUnavailable, match=f"kept in {second}$"):
+        r.finish_trial(7, TrialStatus.COMPLETE, value=1.0)
+    r.finish_trial(8, TrialStatus.COMPLETE, value=2.0)
+    assert [json.loads(x)["args"][0] for x in second.read_text().splitlines()] == [7, 8]
+    nowhere = Resilient(Flaky(outage=10**6), 0.0, [first], say=lambda line: None)
+    with pytest.raises(StorageUnavailable, match="could not be kept: no folder of .*spec-folder"):
+        nowhere.finish_trial(7, TrialStatus.COMPLETE, value=1.0)
+
+
 def test_an_ending_job_does_not_wait_out_an_outage(tmp_path):
     r, lines, clock = wrapped(Flaky(outage=10**6), tmp_path, stop=lambda: True)
     with pytest.raises(StorageUnavailable):
