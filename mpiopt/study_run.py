@@ -46,7 +46,7 @@ class StudyRun:
     def __init__(self, storage, opened, notes, lease_token=None, period_s: float = 30.0,
                  recovery=None):
         self.storage, self.study_id = storage, opened.study_id
-        self.recovery = recovery      # where results go when the database stays away
+        self.recovery = recovery      # where results go if the database stays away (in order)
         self.existing, self.resumed = opened.existing, opened.resumed
         self.notes = notes
         self.warm: list[tuple[dict, float]] = []     # search.warm_start: told first

@@ -499,8 +499,8 @@ def test_time_limit_has_a_hard_edge(tmp_path, url):
 
 
 # ---- signals ------------------------------------------------------------------------------
-def _start(tmp_path, url, spec, np):
-    cmd = [str(BIN / "mpiopt"), "search", str(spec), "--storage", url]
+def _start(tmp_path, url, spec, np, *extra):
+    cmd = [str(BIN / "mpiopt"), "search", str(spec), "--storage", url, *extra]
     if np:
         cmd = [str(BIN / "mpiexec"), "-n", str(np), *cmd]
     return subprocess.Popen(cmd, cwd=tmp_path, env=subprocess_env(), stdout=subprocess.PIPE,
@@ -616,11 +616,7 @@ def test_a_signal_while_the_study_is_opened_ends_in_order_with_the_resume_line(t
     lock = sqlite3.connect(db, isolation_level=None)
     lock.execute("BEGIN EXCLUSIVE")
     try:
-        job = subprocess.Popen(
-            ([str(BIN / "mpiexec"), "-n", str(np)] if np else []) +
-            [str(BIN / "mpiopt"), "search", str(spec), "--storage", url, "--resume",
-             "--trials", "6"], cwd=tmp_path, env=subprocess_env(), stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, text=True, start_new_session=True)
+        job = _start(tmp_path, url, spec, np, "--resume", "--trials", "6")
         _wait_for_a_process_to_open(job, db)
         time.sleep(0.5)                          # (in SQLite's wait for the lock by now)
         os.killpg(job.pid, signal.SIGTERM)
@@ -836,10 +832,7 @@ def _wait_progress(url, before: int, job) -> bool:
 
 
 def _resume(tmp_path, url, spec):
-    cmd = [str(BIN / "mpiexec"), "-n", "3", str(BIN / "mpiopt"), "search", str(spec), "--storage",
-           url, "--resume"]
-    return subprocess.Popen(cmd, cwd=tmp_path, env=subprocess_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    return _start(tmp_path, url, spec, 3, "--resume")
 
 
 def test_a_rank_stuck_in_its_import_ends_the_job_at_the_start_up_limit(tmp_path):

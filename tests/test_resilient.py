@@ -32,7 +32,7 @@ def wrapped(storage, tmp_path, limit=60.0, stop=lambda: False):
     def sleep(s):
         clock["t"] += s
 
-    r = Resilient(storage, limit, tmp_path / "s.mpiopt-recovery.jsonl", say=lines.append,
+    r = Resilient(storage, limit, [tmp_path / "s.mpiopt-recovery.jsonl"], say=lines.append,
                   should_stop=stop, clock=lambda: clock["t"], sleep=sleep)
     return r, lines, clock
 
@@ -89,7 +89,7 @@ def test_the_recovery_file_imports_once_and_skips_what_is_there(tmp_path, db_url
         b = st.create_trial(sid, {"x": 2.0}, seed=0, group=1)
         st.finish_trial(b.id, TrialStatus.COMPLETE, value=5.0)       # already written
         path = tmp_path / "s.mpiopt-recovery.jsonl"
-        r = Resilient(st, 1, path)
+        r = Resilient(st, 1, [path])
         r.given_up = "down"
         r.finish_trial(a.id, TrialStatus.COMPLETE, value=3.0, fold_values=[2.0, 4.0])
         r.finish_trial(b.id, TrialStatus.COMPLETE, value=9.0)
@@ -112,7 +112,7 @@ def test_a_batch_that_cannot_be_written_is_kept_one_line_per_result(tmp_path, db
                                          for i in range(3)])
         st.finish_trial(b.id, TrialStatus.COMPLETE, value=5.0)       # already written
         path = tmp_path / "s.mpiopt-recovery.jsonl"
-        r = Resilient(st, 1, path)
+        r = Resilient(st, 1, [path])
         r.given_up = "down"
         r.finish_trials([dict(trial_id=t.id, status=TrialStatus.COMPLETE, value=10.0 + i)
                          for i, t in enumerate((a, b, c))])

@@ -35,13 +35,12 @@ class Resilient:
     the waiting early. Attributes that are not methods pass straight through.
     """
 
-    def __init__(self, storage, limit_s: float, recovery: Path | list[Path], say=print,
+    def __init__(self, storage, limit_s: float, places: list[Path], say=print,
                  should_stop=lambda: False, clock=time.monotonic, sleep=time.sleep):
         # the recovery file's places, in order: the first one that can be written is used
         # (a spec in a read-only folder, an Apptainer image's, lost the results of an
         # outage: the job ended on "Read-only file system" with its finished trials RUNNING)
-        self.places = [Path(p) for p in (recovery if isinstance(recovery, (list, tuple))
-                                         else [recovery])]
+        self.places = [Path(p) for p in places]
         self.storage, self.limit_s, self.recovery = storage, float(limit_s), self.places[0]
         self.say, self.should_stop, self.clock, self._sleep = say, should_stop, clock, sleep
         self.given_up: str | None = None     # why, once an outage outlasted the limit
@@ -90,7 +89,7 @@ class Resilient:
             return result
 
     def _give_up(self, name, args, kwargs, exc, waited):
-        kept = (f"finished results are kept in {self.recovery}" if self._writable_place() else
+        kept = (f"finished results are kept in {self.recovery}" if self._append("") else
                 "finished results could not be kept: no folder of "
                 f"{', '.join(str(p.parent) for p in self.places)} can be written")
         self.given_up = (f"the database was unavailable for {waited:.0f}s ({_first_line(exc)})"
@@ -113,15 +112,10 @@ class Resilient:
         self.journaled += len(entries)
         return None
 
-    def _writable_place(self) -> bool:
-        """Whether the recovery file can be written where it is, else at the next place
-        that can (self.recovery moves there)."""
-        return self._append("")
-
     def _append(self, text: str) -> bool:
         """`text` appended to the recovery file, flushed and fsynced: where it is, else at
         the next place that takes it (a folder that cannot be written, a full disk), which
-        it then stays at. False where no place does."""
+        it then stays at. False where no place does ("" only finds the place)."""
         for place in dict.fromkeys([self.recovery, *self.places]):
             try:
                 place.parent.mkdir(parents=True, exist_ok=True)
