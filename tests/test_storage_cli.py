@@ -119,6 +119,21 @@ def test_a_relative_sqlite_path_in_a_spec_counts_from_the_spec_file(tmp_path):
         assert f"{tmp_path / 'project' / 'results.db'}" in st.get_study("s").spec_text
 
 
+def test_a_sqlite_path_that_starts_with_a_tilde_is_in_the_home_folder(tmp_path):
+    home, work = tmp_path / "home", tmp_path / "work"
+    (home / "runs").mkdir(parents=True)
+    work.mkdir()
+    env = {**subprocess_env(), "HOME": str(home)}
+    spec = spec_file(work, "branin", trials=2, storage="sqlite:///~/runs/spec.db")
+    assert mpiopt("search", spec, cwd=work, env=env).returncode == 0
+    listed = mpiopt("studies", "--storage", "sqlite:///~/runs/spec.db", cwd=work, env=env)
+    assert listed.returncode == 0 and "s" in listed.stdout.split()
+    proc = mpiopt("search", spec, "--storage", "sqlite:///~/runs/cli.db", cwd=work, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in (home / "runs").glob("*.db")) == ["cli.db", "spec.db"]
+    assert [p.name for p in work.iterdir()] == ["s.yaml"]       # no folder named "~"
+
+
 def test_resume_of_a_study_that_does_not_exist_names_those_that_do(tmp_path, db_url):
     spec = spec_file(tmp_path, "branin", trials=2)
     assert mpiopt("search", spec, "--storage", db_url, cwd=tmp_path).returncode == 0

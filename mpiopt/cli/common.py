@@ -22,8 +22,10 @@ def storage_url(args, from_spec: str | None = None) -> str:
     a shell history), else the spec's storage, else the default."""
     import os
 
-    return (getattr(args, "storage", None) or os.environ.get("MPIOPT_STORAGE") or from_spec
-            or DEFAULT_STORAGE)
+    from mpiopt.spec._storage import expand_home
+
+    return expand_home(getattr(args, "storage", None) or os.environ.get("MPIOPT_STORAGE")
+                       or from_spec or DEFAULT_STORAGE)
 
 
 def add_format_option(parser) -> None:
