@@ -75,6 +75,18 @@ class StudyRun:
         if self.lost:
             raise StorageError(self.lost)
 
+    def taken_away(self, name: str) -> tuple[str, str | None] | None:
+        """("deleted", None) or ("renamed", new name) if `mpiopt study delete|rename --force`
+        took the study from this job while it ran; None if not, or if the database cannot
+        say (an outage: the resume line stays as it is)."""
+        try:
+            now = self.storage.study_name(self.study_id)
+        except Exception:
+            return None
+        if now is None:
+            return "deleted", None
+        return ("renamed", now) if now != name else None
+
     def close(self) -> None:
         self._stop.set()
         if self._beat is not None:

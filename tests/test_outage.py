@@ -12,6 +12,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
 import yaml
 
 from conftest import BIN, ROOT, mpiopt, subprocess_env
@@ -44,8 +45,10 @@ def state(url):
 
 
 def start(tmp_path, spec, url, np=3, env=None):
-    cmd = [str(BIN / "mpiexec"), "-n", str(np), str(BIN / "mpiopt"), "search", str(spec),
-           "--storage", url]
+    """The job under mpiexec -n NP, or in a single process where np is None."""
+    cmd = [str(BIN / "mpiopt"), "search", str(spec), "--storage", url]
+    if np:
+        cmd = [str(BIN / "mpiexec"), "-n", str(np), *cmd]
     return subprocess.Popen(cmd, cwd=tmp_path, env={**subprocess_env(), **(env or {})},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
@@ -111,10 +114,11 @@ def test_an_sqlite_file_locked_by_another_process_is_waited_for(tmp_path):
     assert_complete(url, 12)
 
 
-def test_an_outage_past_the_retry_limit_keeps_every_result_for_the_resume(tmp_path, pg_server):
+@pytest.mark.parametrize("np", [3, None], ids=["3-ranks", "single-process"])
+def test_an_outage_past_the_retry_limit_keeps_every_result_for_the_resume(tmp_path, pg_server, np):
     url = pg_server.new_database()
     spec = spec_file(tmp_path, 14, storage={"url": "sqlite:///unused.db", "retry_timeout": "3s"})
-    job = start(tmp_path, spec, url, env={"MPIOPT_TEST_SLEEP": "0.4"})
+    job = start(tmp_path, spec, url, np=np, env={"MPIOPT_TEST_SLEEP": "0.4"})
     try:
         wait_finished(url, 3, job)
         before = {t.number: t.value for t in state(url)[1] if t.status.is_finished()}
@@ -135,7 +139,7 @@ def test_an_outage_past_the_retry_limit_keeps_every_result_for_the_resume(tmp_pa
     assert kept                                     # results finished during the outage
     assert ended_in < 3 + 15 + 10 + 20              # retry limit + last pause + wind-down + slack
 
-    proc = mpiopt("search", spec, "--storage", url, "--resume", np=3, cwd=tmp_path, timeout=180,
+    proc = mpiopt("search", spec, "--storage", url, "--resume", np=np, cwd=tmp_path, timeout=180,
                   env={**subprocess_env(), "MPIOPT_TEST_SLEEP": "0.05"})
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "imported" in proc.stdout and not recovery.exists()

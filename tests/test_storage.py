@@ -572,8 +572,10 @@ def test_delete_takes_every_row_of_the_study_and_nothing_else(db_url):
         fill_study(st, keep)
         before = row_counts(db_url)
         fill_study(st, gone)
+        assert st.study_name(gone) == "gone"
         assert st.delete_study(gone) == 4
         assert [s.name for s in st.list_studies()] == ["keep"]
+        assert st.study_name(gone) is None and st.study_name(keep) == "keep"
     assert row_counts(db_url) == before
 
 
@@ -587,6 +589,7 @@ def test_rename_rewrites_the_stored_spec_and_refuses_a_taken_name(db_url):
             manage.rename_study(st, "a", "b")
         manage.rename_study(st, "a", "c")
         record = st.get_study("c")
+        assert st.study_name(record.id) == "c"
         assert yaml.safe_load(record.spec_text)["study"]["name"] == "c"
         assert len(st.get_trials(record.id)) == 4
 

@@ -11,6 +11,7 @@ import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+import pytest
 import yaml
 
 from conftest import BIN, ROOT, mpiopt, subprocess_env
@@ -101,6 +102,42 @@ def test_mpiopt_storage_gives_the_url_to_every_command(tmp_path, db_url):
     best = mpiopt("best", "s", "--format", "json", cwd=tmp_path, env=env)
     assert best.returncode == 0 and len(json.loads(best.stdout)) == 1
     assert not (tmp_path / "mpiopt.db").exists()      # the default was not used
+
+
+@pytest.mark.parametrize("np,action", [(None, "delete"), (3, "delete"), (3, "rename")])
+def test_a_study_deleted_or_renamed_under_its_job_ends_it_with_a_true_closing_line(
+        tmp_path, np, action):
+    """`mpiopt study delete|rename --force` while a job runs the study: the job ends on its
+    next write (delete) or its stop signal (rename), and its closing line must not offer to
+    resume a study that is gone, nor under its old name."""
+    url = f"sqlite:///{tmp_path / 'r.db'}"
+    spec = spec_file(tmp_path, trials=200)
+    cmd = [str(BIN / "mpiopt"), "search", str(spec), "--storage", url]
+    if np:
+        cmd = [str(BIN / "mpiexec"), "-n", str(np), *cmd]
+    job = subprocess.Popen(cmd, cwd=tmp_path, env={**subprocess_env(), "MPIOPT_TEST_SLEEP": "0.2"},
+                           text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           start_new_session=True)
+    try:
+        wait_running(url, job)
+        change = ("delete", "s", "--yes") if action == "delete" else ("rename", "s", "t")
+        assert mpiopt("study", *change, "--force", "--storage", url).returncode == 0
+        if action == "rename":
+            time.sleep(1)
+            os.killpg(job.pid, signal.SIGINT)
+        out, err = job.communicate(timeout=120)
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+    closing = [ln for ln in err.splitlines() if ln.startswith("mpiopt:")]
+    assert len(closing) == 1, out + err
+    if action == "delete":
+        assert job.returncode == 1, out + err
+        assert "study 's' was deleted from" in closing[0] and "nothing is left to resume" in closing[0]
+        assert "resume with" not in err
+    else:
+        assert job.returncode == 130, out + err
+        assert closing[0].endswith(f"resume with: mpiopt resume t --storage {url}")
 
 
 def test_a_relative_sqlite_path_in_a_spec_counts_from_the_spec_file(tmp_path):

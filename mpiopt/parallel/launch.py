@@ -21,7 +21,7 @@ import socket
 import sys
 import time
 
-from mpiopt.errors import MpioptError, TopologyError
+from mpiopt.errors import MpioptError, StorageUnavailable, TopologyError
 from mpiopt.study import NATIVE_LOG_ENV, native_log_path, resume_command, shown_url
 from mpiopt.parallel.protocol import Tag
 from mpiopt.trial import StudyStatus
@@ -472,7 +472,20 @@ def _run_single(spec, url, opened, sched, progress, comm, objective, flag) -> in
     from mpiopt.parallel.local import run_local
 
     _pin_threads(spec, comm)
-    clean = run_local(sched, objective, comm, stopped=flag.is_set)
+    try:
+        clean = run_local(sched, objective, comm, stopped=flag.is_set)
+    except Exception as exc:     # as the coordinator's (an outage past retry_timeout, a
+        # study deleted under the job): a closing line with the resume, not "error:", exit 2
+        cause = str(exc) if isinstance(exc, StorageUnavailable) else (
+            f"the study's loop failed ({socket.gethostname()}): {type(exc).__name__}: "
+            f"{str(exc).strip().splitlines()[0] if str(exc).strip() else ''}")
+        sched.stop("error", cause)
+        if sched.running:
+            try:
+                sched.interrupt()
+            except Exception:
+                pass          # the database is the cause; resume finds the trial RUNNING
+        return _close(spec, url, opened, sched, progress, cause, True)
     return _close(spec, url, opened, sched, progress, None if clean else sched.message, not clean)
 
 
@@ -484,10 +497,16 @@ def _close(spec, url, opened, sched, progress, cause, interrupted, stuck: str = 
         status, cause = StudyStatus.INTERRUPTED, cause or f"could not record the study's end: {exc}"
     sched.close_searcher()
     progress.summary(sched, status)
+    taken = opened.taken_away(spec.study.name) if status is not StudyStatus.COMPLETE else None
     opened.close()
     if status is StudyStatus.COMPLETE or (status is StudyStatus.FAILED and not cause):
         return 0 if status is StudyStatus.COMPLETE else EXIT_FAILED
-    resume = resume_command(spec.study.name, url)
+    if taken and taken[0] == "deleted":
+        print(f"mpiopt: study '{spec.study.name}' was deleted from {shown_url(url)} while this "
+              "job ran it (mpiopt study delete --force): nothing is left to resume",
+              file=sys.stderr, flush=True)
+        return EXIT_FAILED
+    resume = resume_command(taken[1] if taken else spec.study.name, url)
     print(f"mpiopt: {cause or sched.message or 'stopped'}; resume with: {resume}{stuck}",
           file=sys.stderr, flush=True)
     return EXIT_INTERRUPTED if sched.stop_reason == "interrupted" else EXIT_FAILED

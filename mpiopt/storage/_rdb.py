@@ -116,6 +116,12 @@ class Storage:
         best = {sid: (lo, hi) for sid, lo, hi in extremes}
         return [to_record(r, per_study[r.id], _pick(best.get(r.id), r.direction)) for r in rows]
 
+    def study_name(self, study_id: int) -> str | None:
+        """The study's name now, or None if it was deleted (`mpiopt study delete --force`
+        while a job ran it: the job's closing line must not offer a resume)."""
+        with self._reading() as s:
+            return s.scalar(select(StudyModel.name).where(StudyModel.id == study_id))
+
     def set_study_status(self, study_id: int, status: StudyStatus) -> None:
         self._update_study(study_id, status=StudyStatus(status))
 
