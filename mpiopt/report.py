@@ -268,6 +268,7 @@ def status_summary(record, counts: dict, best: FrozenTrial | None, groups=(),
         "running": counts[TrialStatus.RUNNING] - ahead, "sent_ahead": ahead,
         "failed": counts[TrialStatus.FAILED], "pruned": counts[TrialStatus.PRUNED],
         "interrupted": counts[TrialStatus.INTERRUPTED],
+        "queued": counts[TrialStatus.PENDING],    # mpiopt enqueue, --retry-failed
         "best": None if best is None else {"number": best.number, "value": best.value,
                                            "params": dict(best.params)},
         "created_at": _iso(record.created_at), "updated_at": _iso(last_event),
@@ -290,7 +291,9 @@ def status_lines(summary: dict[str, Any]) -> list[str]:
             + (f" (+{summary['sent_ahead']} sent ahead)" if summary.get("sent_ahead") else "")
             + ", "
             f"{summary['failed']} failed, {summary['pruned']} pruned, "
-            f"{summary['interrupted']} interrupted" + _sets_note(summary),
+            f"{summary['interrupted']} interrupted"
+            + (f", {summary['queued']} queued" if summary.get("queued") else "")
+            + _sets_note(summary),
             f"best     {best_text}",
             f"started  {summary['created_at']} ({_seconds(summary['elapsed'])} ago), "
             f"last update {_seconds(summary['since_update'])} ago",

@@ -41,6 +41,19 @@ def test_last_update_is_the_last_recorded_event_not_the_study_row():
     assert "last update 1m3" in text and "(2h ago)" in text
 
 
+def test_status_counts_the_queued_parameter_sets():
+    now = datetime.now(timezone.utc)
+    record = SimpleNamespace(
+        name="s", status=StudyStatus.COMPLETE, direction="minimize", metric="loss",
+        spec_text="search: {trials: 5}", created_at=now, updated_at=now, lease=None)
+    counts = {s: 0 for s in TrialStatus} | {TrialStatus.COMPLETE: 5, TrialStatus.PENDING: 2}
+    summary = status_summary(record, counts, None)
+    assert summary["queued"] == 2
+    assert "5/5 done, 0 running, 0 failed, 0 pruned, 0 interrupted, 2 queued" in status_lines(summary)[1]
+    counts[TrialStatus.PENDING] = 0
+    assert "queued" not in status_lines(status_summary(record, counts, None))[1]
+
+
 def test_the_error_line_is_the_real_error_not_kerass_wrapper():
     from mpiopt.objective import describe_error
 
