@@ -56,9 +56,6 @@ _DESIGN_SIZE = 64          # points of the initial Sobol design (a power of two)
 # value (the "plug-in" incumbent for noisy observations; Picheny et al. 2013): off, see
 # benchmarks/RESULTS.md
 PLUGIN_INCUMBENT = False
-# The acquisition's candidates only inside a trust region round the best told point,
-# TuRBO-1's box (Eriksson et al. 2019): off, see benchmarks/RESULTS.md
-TRUST_REGION = False
 # The output transform when output_warping is on: "yeo-johnson" (HEBO's power transform)
 # or "copula" (each value replaced by the normal quantile of its rank, ties averaged;
 # Salinas et al. 2020), or "box-cox" (HEBO's rule: Box-Cox when every told value is
@@ -93,16 +90,10 @@ class BayesianSearcher(Searcher):
         self.thompson_every = _EXPLORE_EVERY   # (0 in auto's portfolio: see there)
         self._agreement: tuple | None = None   # loo_agreement's (told count, kernel, value)
         self._warp_cache: tuple | None = None  # _warped: (the values' bytes, _warp of them)
-        self._region = _TrustRegion(len(self.encoder.blocks)) if TRUST_REGION else None
-        self._concurrency = 1                  # most suggestions out at once (the region's batch)
-        self._box = None                       # (low, high) for this suggestion's candidates
 
     # ---- bookkeeping ----------------------------------------------------------------
     def _on_tell(self, params, value, was_pending) -> None:
         self._rows.append(self.encoder.encode([params])[0])
-        if self._region is not None and not isinstance(value, tuple):
-            self._region.observe(float(value), self._concurrency,
-                                 counting=len(self.told) > self.options["initial_points"])
 
     # ---- suggestion -------------------------------------------------------------------
     def designing(self) -> bool:
@@ -113,11 +104,9 @@ class BayesianSearcher(Searcher):
     def _suggest(self) -> dict:
         if self.designing():
             return self._initial_point()  # see _INITIAL note
-        self._concurrency = max(self._concurrency, len(self.pending) + 1)
         with _single_thread():
             X, y = self._training_set()
             model = self._surrogate(X, y)
-            self._box = self._region_box(X, y)
             if self._explore_now(model):
                 return self.encoder.decode(self._thompson(model, X, y))
             return self.encoder.decode(self._maximise(model.predict, X, y))
@@ -165,7 +154,7 @@ class BayesianSearcher(Searcher):
         other basins while the rest refine the incumbent (EI alone settles in the first
         good basin it finds, e.g. Hartmann-6's -3.20 local minimum)."""
         best_rows = X[np.argsort(y, kind="stable")[:4]]
-        cand = np.vstack([self._sample(_THOMPSON_CANDIDATES),
+        cand = np.vstack([self.encoder.sample(_THOMPSON_CANDIDATES, self.rng),
                           self._around(best_rows, 16)])
         draw = model.post.sample(cand, self.rng)
         return self._first_allowed(cand, -draw, self._known_rows())
@@ -299,7 +288,7 @@ class BayesianSearcher(Searcher):
         if self._hedge_last is not None and len(names) > 1:
             self._gains -= predict(self._hedge_last)[0]
         best_rows = X[np.argsort(y, kind="stable")[:3]]
-        cand = np.vstack([self._sample(self.options["candidates"]),
+        cand = np.vstack([self.encoder.sample(self.options["candidates"], self.rng),
                           self._around(best_rows, 32)])
         mu, std = predict(cand)
         scores = {n: self._acq(n, mu, std, y_opt) for n in names}
@@ -320,48 +309,7 @@ class BayesianSearcher(Searcher):
 
     def _around(self, rows: np.ndarray, per_scale: int) -> np.ndarray:
         reps = np.repeat(rows, per_scale, axis=0)
-        return self._inside(np.vstack([self.encoder.perturb(reps, s, self.rng)
-                                       for s in _LOCAL_SCALES]))
-
-    def _sample(self, n: int) -> np.ndarray:
-        """n random candidates: uniform in the space, or in the trust region's box."""
-        rows = self.encoder.sample(n, self.rng)
-        box = self._box
-        if box is None:
-            return rows
-        lo, hi = box
-        return self._inside(lo + (hi - lo) * self.rng.random(rows.shape), rows)
-
-    def _inside(self, rows: np.ndarray, categorical: np.ndarray | None = None) -> np.ndarray:
-        """rows clipped to the trust region's box on the numeric columns (categorical
-        columns stay free, or are taken from `categorical`)."""
-        box = self._box
-        if box is None:
-            return rows
-        out = np.clip(rows, *box)
-        for b in self.encoder.blocks:
-            if b["kind"] == "cat":
-                out[:, b["cols"]] = (rows if categorical is None else categorical)[:, b["cols"]]
-        return self.encoder.snap(out)
-
-    def _region_box(self, X: np.ndarray, y: np.ndarray):
-        """(low, high) of the trust region, or None: a box round the best told row whose
-        sides follow the kernel's length scales, of volume length**d (TuRBO-1)."""
-        if self._region is None or self._kernel is None:
-            return None
-        scales = np.ones(self.encoder.n_cols)
-        for name, value in self._kernel.get_params().items():
-            if name.endswith("length_scale") and np.size(value) == self.encoder.n_cols:
-                scales = np.asarray(value, dtype=float)
-        numeric = np.array([b["kind"] != "cat" for b in self.encoder.blocks
-                            for _ in b["cols"]])
-        if not numeric.any():
-            return None
-        w = scales / scales[numeric].mean()
-        w = w / np.prod(w[numeric]) ** (1.0 / numeric.sum())
-        centre = X[int(np.argmin(y))]
-        half = np.where(numeric, w * self._region.length / 2, 1.0)
-        return np.clip(centre - half, 0.0, 1.0), np.clip(centre + half, 0.0, 1.0)
+        return np.vstack([self.encoder.perturb(reps, s, self.rng) for s in _LOCAL_SCALES])
 
     def _hedge_choice(self, k: int) -> int:
         if k == 1:
@@ -380,36 +328,6 @@ class BayesianSearcher(Searcher):
             if len(avoid) == 0 or np.all(np.abs(avoid - cand[i]).max(axis=1) >= limits):
                 return cand[i]
         return self.encoder.sample(1, self.rng)[0]
-
-
-class _TrustRegion:
-    """TuRBO-1's side length (Eriksson et al. 2019): doubled after 3 batches in a row that
-    improved the best value, halved after ceil(max(4, d) / q) that did not (q: suggestions
-    out at once, so a batch is q results told), back to its start when it falls under
-    2**-7 (TuRBO restarts there; here the model keeps its data)."""
-
-    START, SMALLEST, LARGEST, SUCCESSES = 0.8, 0.5 ** 7, 1.6, 3
-
-    def __init__(self, dims: int):
-        self.dims, self.length = dims, self.START
-        self.best, self.batch, self.won, self.lost = np.inf, [], 0, 0
-
-    def observe(self, value: float, q: int, counting: bool) -> None:
-        improved = value < self.best - 1e-3 * abs(self.best)
-        self.best = min(self.best, value)
-        if not counting:
-            return
-        self.batch.append(improved)
-        if len(self.batch) < q:
-            return
-        won, self.batch = any(self.batch), []
-        self.won, self.lost = (self.won + 1, 0) if won else (0, self.lost + 1)
-        if self.won >= self.SUCCESSES:
-            self.length, self.won = min(2 * self.length, self.LARGEST), 0
-        elif self.lost >= -(-max(4, self.dims) // q):
-            self.length, self.lost = self.length / 2, 0
-        if self.length < self.SMALLEST:
-            self.length = self.START
 
 
 def _warp(y: np.ndarray) -> np.ndarray:
