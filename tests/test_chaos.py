@@ -325,9 +325,12 @@ def test_a_finished_job_ends_cleanly_every_time(tmp_path):
         assert not [ln for ln in proc.stderr.splitlines() if ln.startswith("mpiopt:")]
 
 
-def test_a_trial_deaf_to_its_timeout_ends_the_job_and_is_not_run_again(tmp_path, url):
+@pytest.mark.parametrize("np", [2, None], ids=["2-ranks", "single-process"])
+def test_a_trial_deaf_to_its_timeout_ends_the_job_and_is_not_run_again(tmp_path, url, np):
+    """In a single process too: there the loop itself is in the trial's code, and the trial
+    ran on past its timeout for ever (or, had it returned, was recorded COMPLETE)."""
     spec = spec_file(tmp_path, "deaf", trials=6, objective={"isolate": False}, trial_timeout="1s")
-    proc, wall = run(tmp_path, url, spec, 2)
+    proc, wall = run(tmp_path, url, spec, np)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     line = closing_line(proc)
     assert "did not stop" in line and "resume with: mpiopt resume c --storage" in line
@@ -341,6 +344,49 @@ def test_a_trial_deaf_to_its_timeout_ends_the_job_and_is_not_run_again(tmp_path,
 
     took = re.search(r"^study interrupted: .* in ([0-9.]+)s$", proc.stdout, re.M)
     assert took and float(took.group(1)) < 1 + 5 + WIND_DOWN_S, proc.stdout
+
+
+def test_a_trial_in_a_single_process_past_the_hard_edge_ends_the_job(tmp_path):
+    """time_limit + grace with a trial in the one process that never returns: INTERRUPTED
+    (it runs again on resume) and the closing line, where the job ran on for ever."""
+    url = f"sqlite:///{tmp_path / 'h.db'}"
+    spec = spec_file(tmp_path, "deaf", trials=6, objective={"isolate": False},
+                     time_limit="1s", grace="2s")
+    proc, wall = run(tmp_path, url, spec, None)
+    assert proc.returncode == 130, proc.stdout + proc.stderr
+    assert "time limit + grace reached" in closing_line(proc)
+    assert wall < START_S + 1 + 2 + 10
+    study, trials = assert_settled(url)
+    assert study.status is StudyStatus.INTERRUPTED
+    assert [t.status for t in trials if t.params["x"] > 0] == [TrialStatus.INTERRUPTED]
+
+
+def test_a_trial_in_a_single_process_deaf_to_a_stop_signal_ends_the_job(tmp_path):
+    """SIGTERM to a single-process study whose trial swallows the exception it raises: the
+    job ran until the trial returned (never) or a SIGKILL; under mpiexec the coordinator's
+    wind-down bounds it, and here the watch does (local.STOP_WAIT_S)."""
+    from mpiopt.parallel.local import STOP_WAIT_S
+
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    spec = spec_file(tmp_path, "stubborn", trials=4, objective={"isolate": False})
+    job = _start(tmp_path, url, spec, None)
+    try:
+        _wait_running(url)
+        os.killpg(job.pid, signal.SIGTERM)
+        started = time.monotonic()
+        out, err = job.communicate(timeout=STOP_WAIT_S + 30)
+        took = time.monotonic() - started
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+    assert job.returncode == 130, out + err
+    line = [ln for ln in err.splitlines() if ln.startswith("mpiopt:")]
+    assert len(line) == 1 and "interrupted by SIGTERM: the running trial did not stop" in line[0]
+    assert "resume with: mpiopt resume c" in line[0]
+    assert took < STOP_WAIT_S + 10
+    study, trials = assert_settled(url)
+    assert study.status is StudyStatus.INTERRUPTED
+    assert [t.status for t in trials] == [TrialStatus.INTERRUPTED]
 
 
 @pytest.mark.parametrize("failing_rank", [1, 0])

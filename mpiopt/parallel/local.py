@@ -2,12 +2,19 @@
 
 The first thing a newcomer runs, and the baseline of every scaling figure: no MPI job,
 same searchers, same storage, same records. Ctrl-C, SIGTERM and SIGUSR1 end the running trial (a
-sandboxed one at once; a Keras one at its next epoch) and the study is INTERRUPTED.
+sandboxed one at once; a Keras one at its next epoch) and the study is INTERRUPTED. A
+trial in this process that does not stop (at its timeout, the hard time limit, or a signal)
+is given up by a watch thread, as the coordinator gives up a stuck group (see _Watch).
 """
 from __future__ import annotations
 
+import os
 import signal
+import sys
+import threading
+import time
 from collections import deque
+from contextlib import nullcontext
 
 from mpiopt.errors import StopRequested, TrialCancelled
 from mpiopt.parallel.protocol import Report
@@ -26,16 +33,87 @@ class _Stop:
     def __init__(self):
         self.set = False
         self.user_code = False
+        self.first: tuple[int, float] | None = None   # (signal, when) of the first signal
 
     def __call__(self, signum, frame):
         self.set = True
+        self.first = self.first or (signum, time.monotonic())
         if self.user_code:
             raise StopRequested
 
 
-def run_local(scheduler, objective, comm, stopped=lambda: False) -> bool:
+# How often the watch looks for a trial stuck past its timeout's grace or the hard edge
+WATCH_S = 0.5
+# How long a trial in this process may go on after a stop signal (one that catches every
+# exception, or sits in a long C call), as the coordinator's WIND_DOWN_S for its groups
+STOP_WAIT_S = 10.0
+
+
+class _Watch:
+    """The coordinator's watch over a stuck trial, for one process (mpiopt.parallel.
+    coordinator ends such a job with MPI_Abort). A trial in this process that ignores its
+    timeout's SIGALRM, or sits in a long C call, keeps the loop in user code: without this
+    it ran on past `trial_timeout` and its grace (and past `time_limit` + grace) and was
+    recorded COMPLETE; one that swallows a stop signal's exception ran until it returned.
+    Past them (or STOP_WAIT_S after the signal), this thread records the trial (FAILED, or
+    INTERRUPTED at the hard edge and after a signal), calls `give_up(cause, interrupted)` (the closing lines; the exit status)
+    and ends the process: the main thread cannot be taken back from user code.
+
+    The scheduler is not thread-safe: the main thread holds `lock` except while user code
+    runs, and takes it for each report the trial makes."""
+
+    def __init__(self, scheduler, give_up, stop: _Stop):
+        self.scheduler, self.give_up, self.signals = scheduler, give_up, stop
+        self.lock = threading.Lock()
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="mpiopt-watch", daemon=True)
+
+    def _deaf_to_the_stop(self) -> str | None:
+        """Why the job ends, where the trial went on STOP_WAIT_S after a stop signal."""
+        first = self.signals.first
+        if first is None or time.monotonic() - first[1] < STOP_WAIT_S:
+            return None
+        return (f"interrupted by {signal.Signals(first[0]).name}: the running trial did not "
+                f"stop within {STOP_WAIT_S:.0f}s, so the job ended; it is recorded "
+                "INTERRUPTED and runs again on resume")
+
+    def start(self) -> None:
+        self.lock.acquire()
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._done.set()
+        if self.lock.locked():        # (not where a signal came between the trial's end and
+            self.lock.release()       # the main thread's taking the lock back)
+
+    def _loop(self) -> None:
+        while not self._done.wait(WATCH_S):
+            with self.lock:
+                if self._done.is_set():
+                    return
+                late = self.scheduler.overdue()      # (it records a trial past its timeout)
+                interrupted = self.scheduler.stop_reason == "interrupted"
+                if late is None:
+                    late, interrupted = self._deaf_to_the_stop(), True
+                if late is None:
+                    continue
+                try:
+                    if interrupted:
+                        self.scheduler.interrupt()
+                    code = self.give_up(late, interrupted)
+                except BaseException as exc:    # the database: the resume settles the rest
+                    print(f"mpiopt: {late}; (recording the end failed: {exc})", file=sys.stderr)
+                    code = 1
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code)
+
+
+def run_local(scheduler, objective, comm, stopped=lambda: False, give_up=None) -> bool:
     """Run the study to its end. Returns False when interrupted (signal, hard time limit;
-    `stopped()`: whether a signal came since the study was opened, before this took over)."""
+    `stopped()`: whether a signal came since the study was opened, before this took over).
+    `give_up(cause, interrupted) -> exit status`: the closing of a job whose trial is stuck
+    in this process past its limits (see _Watch); without it, no watch."""
     # SIGINT too: a process started with SIGINT ignored (a background job, a parent that
     # ignores it) gets no KeyboardInterrupt from Python, and Ctrl-C or killpg would not stop
     # it; unblocked too: a blocked mask is inherited across fork and exec, and a pending
@@ -46,14 +124,18 @@ def run_local(scheduler, objective, comm, stopped=lambda: False) -> bool:
     stop.set = stop.set or stopped()   # (asked once this handler is in place: none is lost)
     note_signals()       # (a trial that puts its own SIGINT handler back: objective.py)
     usual_signals_in_forks()     # (not the flag in a trial's Pool workers)
+    watch = _Watch(scheduler, give_up, stop) if give_up is not None and not objective.isolated \
+        else None
     try:
+        if watch is not None:
+            watch.start()
         queue = deque() if stop.set else deque(scheduler.start())
         while queue and not stop.set:
             action = queue.popleft()
             if isinstance(action, StopGroup):
                 continue
             assert isinstance(action, Dispatch)
-            result = _evaluate(scheduler, objective, comm, action, stop)
+            result = _evaluate(scheduler, objective, comm, action, stop, watch)
             queue.extend(scheduler.on_result(action.group, result))
             if result.status.value == "INTERRUPTED" or scheduler.overdue() is not None:
                 raise KeyboardInterrupt
@@ -64,13 +146,15 @@ def run_local(scheduler, objective, comm, stopped=lambda: False) -> bool:
         scheduler.interrupt()
         return False
     finally:
+        if watch is not None:
+            watch.stop()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         forget_signals()
         objective.close()
 
 
-def _evaluate(scheduler, objective, comm, action: Dispatch, stop: _Stop):
+def _evaluate(scheduler, objective, comm, action: Dispatch, stop: _Stop, watch=None):
     trial = action.trial
 
     def past_hard_edge() -> bool:
@@ -80,16 +164,22 @@ def _evaluate(scheduler, objective, comm, action: Dispatch, stop: _Stop):
     def report(epoch, value):
         if past_hard_edge():
             return TrialCancelled("cancelled: the study is stopping")
-        answer = scheduler.on_report(action.group, Report(trial.trial_id, int(epoch), float(value)))
+        with watch.lock if watch is not None else nullcontext():
+            answer = scheduler.on_report(action.group,
+                                         Report(trial.trial_id, int(epoch), float(value)))
         return not (answer and answer[0].decision.prune)
 
-    stop.user_code = objective.function_here
-    try:
+    if watch is not None:
+        watch.lock.release()          # (the watch may look at the scheduler meanwhile)
+    try:                              # (a signal's StopRequested comes inside the try only)
+        stop.user_code = objective.function_here
         if stop.set and stop.user_code:
             raise StopRequested
         result = objective.evaluate(trial, comm, report, should_cancel=past_hard_edge)
     finally:
         stop.user_code = False
+        if watch is not None:
+            watch.lock.acquire()      # (blocks for ever where the watch is ending the job)
     if result.status.value == "PRUNED" and result.value is None:
         from dataclasses import replace
 

@@ -172,6 +172,16 @@ def deaf(params):
     return branin(params)
 
 
+def stubborn(params):
+    """Never returns, and swallows every exception a stop signal raises in it (a retry loop
+    with a bare `except:`)."""
+    while True:
+        try:
+            time.sleep(0.2)
+        except BaseException:
+            pass
+
+
 def one_rank_fails(params, comm):
     """A group objective whose part fails on one rank only, between two collectives (a GPU
     out of memory on one rank): for x > 0 on group rank MPIOPT_TEST_FAILING_RANK; the
