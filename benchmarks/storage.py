@@ -3,7 +3,8 @@ SQLite and PostgreSQL side by side in one run.
 
 - write path: what the coordinator does per trial (create_trial as RUNNING, then
   finish_trial with 3 fold values, 10 per-epoch values and metrics: two transactions),
-  ms per trial, median of blocks of 50;
+  ms per trial, median of blocks of 50; then the same with the lease checked in each
+  transaction, as a job's writes are (Storage.fence);
 - queries on a study of N trials (default 10,000, filled with a bulk loader that uses the
   same write path): `studies` (list_studies), `status` (count + best), `trials --limit
   50 --sort value`, `best --top 10`, `show` of one trial, and the full `get_trials` read
@@ -72,8 +73,16 @@ def run_engine(name: str, url: str, trials: int, writes: int) -> tuple[dict, dic
         sid = st.create_study("bench", "minimize", "value", "s", "0" * 64, "{}")
         per = write_path(st, sid, writes)
         blocks = [statistics.median(per[i:i + 50]) for i in range(0, len(per), 50)]
+        # as a job writes: each transaction first checks its lease (Storage.fence)
+        held = st.create_study("held", "minimize", "value", "s", "2" * 64, "{}")
+        st.fence = (held, st.acquire_lease(held, "n1", 1, period_s=30))
+        fenced = write_path(st, held, writes)
+        st.fence = None
+        fenced = [statistics.median(fenced[i:i + 50]) for i in range(0, len(fenced), 50)]
         write = {"engine": name, "ms per finished trial": round(1e3 * statistics.median(blocks), 2),
-                 "trials/s": round(1 / statistics.median(blocks))}
+                 "trials/s": round(1 / statistics.median(blocks)),
+                 "ms, lease checked": round(1e3 * statistics.median(fenced), 2),
+                 "checked / not": round(statistics.median(fenced) / statistics.median(blocks), 2)}
         big = st.create_study("big", "minimize", "value", "s", "1" * 64, "{}")
         start = time.perf_counter()
         write_path(st, big, trials)

@@ -20,6 +20,12 @@ class StorageUnavailable(StorageError):
     retrying, unlike a StorageError about the data itself."""
 
 
+class LeaseLost(StorageError):
+    """This job's lease on its study was taken over by another job (this one was silent
+    past the lease's period: stopped with Ctrl-Z, suspended, a frozen node): it must not
+    write anything more, or the two jobs' records of the same trials would mix."""
+
+
 class UnknownStudyError(StorageError):
     """A study name that the storage does not hold; the message lists the known ones."""
 

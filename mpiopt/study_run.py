@@ -21,7 +21,7 @@ import socket
 import threading
 from pathlib import Path
 
-from mpiopt.errors import StorageError, StudyBusyError
+from mpiopt.errors import LeaseLost, StorageError, StudyBusyError
 from mpiopt.trial import TrialStatus
 
 
@@ -51,7 +51,8 @@ class StudyRun:
         self.notes = notes
         self.warm: list[tuple[dict, float]] = []     # search.warm_start: told first
         self.lease_token = lease_token
-        self.lost: str | None = None
+        if lease_token is not None:       # every write checks the lease (Storage.fence)
+            storage.fence = (self.study_id, lease_token)
         self._stop = threading.Event()
         self._beat = None
         if lease_token is not None:
@@ -63,17 +64,21 @@ class StudyRun:
         while not self._stop.wait(period_s):
             try:
                 self.storage.heartbeat(self.study_id, self.lease_token)
-            except StorageError as exc:
-                if "lost its lease" in str(exc):
-                    self.lost = str(exc)
-                    return
-                # a database outage: the next beat tries again (the lease is stale only
-                # after three periods without one)
+            except LeaseLost:
+                return
+            except StorageError:
+                pass      # a database outage: the next beat tries again (the lease is
+                # stale only after three periods without one)
+
+    @property
+    def lost(self) -> str | None:
+        """Why this job may write nothing more (its lease was taken over), or None."""
+        return self.storage.lost
 
     def on_tick(self) -> None:
         """Called by the coordinator while it waits: ends the job if the lease was lost."""
         if self.lost:
-            raise StorageError(self.lost)
+            raise LeaseLost(self.lost)
 
     def taken_away(self, name: str) -> tuple[str, str | None] | None:
         """("deleted", None) or ("renamed", new name) if `mpiopt study delete|rename --force`

@@ -518,6 +518,42 @@ def test_a_fresh_lease_refuses_a_second_job_and_a_stale_one_is_taken_over(storag
     storage.release_lease(sid, storage.acquire_lease(sid, "n14", 1, period_s=30))
 
 
+def test_a_job_whose_lease_was_taken_over_writes_nothing_more(storage):
+    """The fence (Storage.fence): a job stopped past its lease (Ctrl-Z, a suspended node)
+    while another took the study over must not finish, interrupt or create trials: its
+    writes mixed with the other job's (a result over a trial the other ran again, the
+    other's running trial marked INTERRUPTED, the study's status)."""
+    from datetime import timedelta
+
+    from mpiopt.errors import LeaseLost
+    from mpiopt.storage.models import StudyModel
+
+    sid = new_study(storage)
+    token = storage.acquire_lease(sid, "n12", 4242, period_s=30)
+    storage.fence = (sid, token)
+    mine = storage.create_trial(sid, {"x": 1.0}, seed=1, group=0)     # while it holds it
+    with storage.engine.begin() as conn:        # silent for 2 minutes: taken over
+        conn.execute(StudyModel.__table__.update().values(
+            lease_beat_at=storage.get_study("s").lease.beat_at.replace(tzinfo=None)
+            - timedelta(minutes=2)))
+    storage.fence = None                        # (this storage acts as the other job)
+    other = storage.acquire_lease(sid, "n13", 77, period_s=30)
+    theirs = storage.create_trial(sid, {"x": 2.0}, seed=2, group=0)
+    storage.fence = (sid, token)
+    for write in (lambda: storage.finish_trial(mine.id, TrialStatus.COMPLETE, value=1.0),
+                  lambda: storage.interrupt_running(sid),
+                  lambda: storage.create_trial(sid, {"x": 3.0}, seed=3, group=0),
+                  lambda: storage.set_study_status(sid, StudyStatus.INTERRUPTED),
+                  lambda: storage.heartbeat(sid, token)):
+        with pytest.raises(LeaseLost, match="lost its lease"):
+            write()
+    assert storage.lost and "another job took it over" in storage.lost
+    assert [t.status for t in storage.get_trials(sid)] == [TrialStatus.RUNNING] * 2
+    assert storage.get_study("s").status is StudyStatus.RUNNING     # reads go on
+    storage.fence = (sid, other)                # the job that holds it writes as before
+    assert storage.finish_trial(theirs.id, TrialStatus.COMPLETE, value=2.0).value == 2.0
+
+
 def test_eight_jobs_starting_at_once_on_an_empty_database_all_open_it(db_url, tmp_path):
     """The first migration under concurrency: one job migrates, the others wait and find
     the schema current (SQLite: BEGIN IMMEDIATE; PostgreSQL: an advisory lock)."""

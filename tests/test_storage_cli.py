@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from conftest import BIN, ROOT, mpiopt, subprocess_env
+from mpiopt.processes import descendants
 from mpiopt.storage import open_storage
 from mpiopt.trial import TrialStatus
 
@@ -138,6 +139,74 @@ def test_a_study_deleted_or_renamed_under_its_job_ends_it_with_a_true_closing_li
     else:
         assert job.returncode == 130, out + err
         assert closing[0].endswith(f"resume with: mpiopt resume t --storage {url}")
+
+
+def _finished(url) -> int:
+    try:
+        with open_storage(url) as st:
+            return sum(t.status.is_finished() for t in st.get_trials(st.get_study("s").id))
+    except Exception:
+        return 0
+
+
+def _wait_finished(url, n, job, limit_s=90):
+    end = time.monotonic() + limit_s
+    while _finished(url) < n:
+        assert time.monotonic() < end and job.poll() is None, "the study did not get going"
+        time.sleep(0.2)
+
+
+@pytest.mark.parametrize("np", [None, 3])
+def test_a_job_stopped_past_its_lease_and_taken_over_writes_nothing_when_it_wakes(tmp_path, np):
+    """Ctrl-Z (or a suspended node) past the lease, a resume takes the study over, then the
+    first job goes on: it wrote a result over a trial the other had run again, marked the
+    other's running trial INTERRUPTED (run twice) and offered a resume. Now its first write
+    finds the lease gone (Storage.fence), it ends with one line and no resume, and the
+    study is what the second job alone would have made."""
+    url = f"sqlite:///{tmp_path / 'r.db'}"
+    spec = spec_file(tmp_path, trials=60)
+    env = {**subprocess_env(), "MPIOPT_TEST_SLEEP": "0.3", "MPIOPT_LEASE_PERIOD": "1"}
+
+    def start(*extra):
+        cmd = [str(BIN / "mpiopt"), "search", str(spec), "--storage", url, *extra]
+        if np:
+            cmd = [str(BIN / "mpiexec"), "-n", str(np), *cmd]
+        return subprocess.Popen(cmd, cwd=tmp_path, env=env, text=True, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, start_new_session=True)
+
+    first = start()
+    second = None
+    try:
+        _wait_finished(url, 3, first)
+        frozen = [first.pid, *descendants(first.pid)]     # (mpiexec's ranks: not its group)
+        for pid in frozen:
+            os.kill(pid, signal.SIGSTOP)
+        time.sleep(4.5)                         # three periods without a beat: stale
+        second = start("--resume")
+        _wait_finished(url, _finished(url) + 4, second)
+        for pid in frozen:
+            os.kill(pid, signal.SIGCONT)
+        out1, err1 = first.communicate(timeout=120)
+        out2, err2 = second.communicate(timeout=120)
+    finally:
+        for job in (first, second):
+            if job is not None and job.poll() is None:
+                for pid in [job.pid, *descendants(job.pid)]:
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+    assert second.returncode == 0, out2 + err2
+    assert first.returncode == 1, out1 + err1
+    closing = [ln for ln in err1.splitlines() if ln.startswith("mpiopt:")]
+    assert len(closing) == 1 and "lost its lease" in closing[0], err1
+    assert "resume with" not in err1
+    with open_storage(url) as st:
+        trials = st.get_trials(st.get_study("s").id)
+        assert st.get_study("s").status.value == "COMPLETE"
+    assert sorted(t.number for t in trials) == list(range(60))
+    assert all(t.status is TrialStatus.COMPLETE for t in trials)
+    assert len({(t.params["x"], t.params["y"]) for t in trials}) == 60
 
 
 def test_a_relative_sqlite_path_in_a_spec_counts_from_the_spec_file(tmp_path):

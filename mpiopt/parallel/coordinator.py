@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from mpiopt.parallel.protocol import Decision, Tag, Verdict
 from mpiopt.parallel.scheduler import Answer, Dispatch, StopGroup, Withdraw
 from mpiopt.backoff import Backoff
-from mpiopt.errors import StorageUnavailable
+from mpiopt.errors import LeaseLost, StorageUnavailable
 from mpiopt.processes import STOP_SIGNALS
 from mpiopt.parallel.waiting import probe
 
@@ -98,8 +98,8 @@ class Coordinator:
             if not self.stop_flag.is_set():   # (a signal while the study was being opened:
                 self.execute(self.sched.start())   # no trial is started only to be stopped)
             cause = self._loop()
-        except StorageUnavailable as exc:   # an outage past storage.retry_timeout
-            cause = str(exc)
+        except (StorageUnavailable, LeaseLost) as exc:   # an outage past retry_timeout,
+            cause = str(exc)                               # another job took the study over
             self.sched.stop("error", cause)
         except Exception as exc:  # the coordinator's own failure still ends every rank
             cause = (f"coordinator failed on rank 0 ({socket.gethostname()}): "

@@ -21,7 +21,7 @@ import socket
 import sys
 import time
 
-from mpiopt.errors import MpioptError, StorageUnavailable, TopologyError
+from mpiopt.errors import LeaseLost, MpioptError, StorageUnavailable, TopologyError
 from mpiopt.study import NATIVE_LOG_ENV, native_log_path, resume_command, shown_url
 from mpiopt.parallel.protocol import Tag
 from mpiopt.trial import StudyStatus
@@ -477,7 +477,7 @@ def _run_single(spec, url, opened, sched, progress, comm, objective, flag) -> in
                           interrupted: _close(spec, url, opened, sched, progress, cause, interrupted))
     except Exception as exc:     # as the coordinator's (an outage past retry_timeout, a
         # study deleted under the job): a closing line with the resume, not "error:", exit 2
-        cause = str(exc) if isinstance(exc, StorageUnavailable) else (
+        cause = str(exc) if isinstance(exc, (StorageUnavailable, LeaseLost)) else (
             f"the study's loop failed ({socket.gethostname()}): {type(exc).__name__}: "
             f"{str(exc).strip().splitlines()[0] if str(exc).strip() else ''}")
         sched.stop("error", cause)
@@ -499,6 +499,7 @@ def _close(spec, url, opened, sched, progress, cause, interrupted, stuck: str = 
     sched.close_searcher()
     progress.summary(sched, status)
     taken = opened.taken_away(spec.study.name) if status is not StudyStatus.COMPLETE else None
+    lost = opened.lost          # (another job runs the study now: no resume line)
     opened.close()
     if status is StudyStatus.COMPLETE or (status is StudyStatus.FAILED and not cause):
         return 0 if status is StudyStatus.COMPLETE else EXIT_FAILED
@@ -506,6 +507,9 @@ def _close(spec, url, opened, sched, progress, cause, interrupted, stuck: str = 
         print(f"mpiopt: study '{spec.study.name}' was deleted from {shown_url(url)} while this "
               "job ran it (mpiopt study delete --force): nothing is left to resume",
               file=sys.stderr, flush=True)
+        return EXIT_FAILED
+    if lost:
+        print(f"mpiopt: {lost}", file=sys.stderr, flush=True)
         return EXIT_FAILED
     resume = resume_command(taken[1] if taken else spec.study.name, url)
     print(f"mpiopt: {cause or sched.message or 'stopped'}; resume with: {resume}{stuck}",

@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import uuid
 from collections import Counter
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from typing import Iterable, Sequence
 
-from sqlalchemy import func, select, update
+from sqlalchemy import bindparam, func, select, update
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, selectinload, sessionmaker
 
-from mpiopt.errors import DuplicateStudyError, StorageError, StudyBusyError, UnknownStudyError
+from mpiopt.errors import (DuplicateStudyError, LeaseLost, StorageError, StudyBusyError,
+                           UnknownStudyError)
 from mpiopt.storage import _studies, _writes
 from mpiopt.storage._convert import (StudyRecord, dump_json, dump_spans, finite_or_none,
                                      to_frozen, to_record)
@@ -28,6 +30,11 @@ from mpiopt.trial import FrozenTrial, StudyStatus, TrialStatus
 
 DIRECTIONS = ("minimize", "maximize")
 NUMBER_RETRIES = 5
+
+
+# The lease a write checks (Storage._check_fence), built once: a share lock on PostgreSQL
+_LEASE_OF = (select(StudyModel.lease_token).where(StudyModel.id == bindparam("sid"))
+             .with_for_update(read=True))
 
 
 def _now() -> datetime:
@@ -50,6 +57,10 @@ class Storage:
         self._read = sessionmaker(engine, expire_on_commit=False)
         self._writer = writer(engine)
         self._write = sessionmaker(self._writer, expire_on_commit=False)
+        # (study id, lease token) once a job holds a study's lease (mpiopt.study_run): from
+        # then on every write transaction first checks that the lease is still this job's
+        self.fence: tuple[int, str] | None = None
+        self.lost: str | None = None      # why, once a write or a heartbeat found it taken
 
     def __enter__(self) -> "Storage":
         return self
@@ -63,12 +74,37 @@ class Storage:
     def _reading(self):
         return session_scope(self._read, self.shown_url)
 
+    @contextmanager
     def _writing(self):
-        return session_scope(self._write, self.shown_url)
+        with session_scope(self._write, self.shown_url) as session:
+            self._check_fence(session.connection())
+            yield session
 
+    @contextmanager
     def _writing_core(self):
         """A write transaction for Core statements (the per-trial hot path, see _writes)."""
-        return connection_scope(self._writer, self.shown_url)
+        with connection_scope(self._writer, self.shown_url) as conn:
+            self._check_fence(conn)
+            yield conn
+
+    def _lose_lease(self):
+        self.lost = (f"this job lost its lease on the study in {self.shown_url}: another job "
+                     "took it over while this one was silent (stopped or suspended) past the "
+                     "lease's period; this job writes nothing more, the other goes on")
+        raise LeaseLost(self.lost)
+
+    def _check_fence(self, conn) -> None:
+        """A fencing token (as for any lease: Kleppmann 2016): a job that was silent past
+        its lease (Ctrl-Z, a suspended or frozen node) while another job took the study
+        over writes nothing more, not a result of a trial the other job runs again, not
+        INTERRUPTED over the other job's running trials. The check is in the same
+        transaction as the write: SQLite's write lock, PostgreSQL's share lock on the
+        study's row, keep a takeover from coming between the two."""
+        if self.fence is None:
+            return
+        study_id, token = self.fence
+        if conn.execute(_LEASE_OF, {"sid": study_id}).scalar() != token:
+            self._lose_lease()
 
     # ---- studies -----------------------------------------------------------------------
     def create_study(self, name: str, direction: str, metric: str, spec_text: str,
@@ -235,8 +271,7 @@ class Storage:
                                                          StudyModel.lease_token == token)
                                 .values(lease_beat_at=_now()))
             if done.rowcount != 1:
-                raise StorageError(f"this job lost its lease on study {study_id}: another job "
-                                   "took the study over (this one was silent too long)")
+                self._lose_lease()
 
     def release_lease(self, study_id: int, token: str) -> None:
         with self._writing_core() as conn:
