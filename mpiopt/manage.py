@@ -91,6 +91,8 @@ def renamed_spec(spec_text: str, new: str) -> str:
 
 
 def check_name(name: str) -> None:
-    if not name or not name.strip() or name != name.strip():
-        raise MpioptError(f"invalid study name {name!r}: it must be non-empty, without "
-                          "leading or trailing spaces")
+    from mpiopt.study_names import name_problem
+
+    problem = name_problem(name)
+    if problem:
+        raise MpioptError(f"invalid study name {name!r}: it {problem}")

@@ -87,6 +87,20 @@ def test_delete_and_rename_refuse_a_running_study_unless_forced(tmp_path):
     assert row_counts(url)["trials"] == 0
 
 
+def test_a_study_named_before_names_were_checked_is_renamed_then_resumed(tmp_path):
+    url = sqlite_url(tmp_path)
+    with open_storage(url, create=True) as st:
+        new_study(st, "my study")             # as an older mpiopt let it be created
+    refused = mpiopt("resume", "my study", "--storage", url, cwd=tmp_path)
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1
+    assert f"rename this one first: mpiopt study rename 'my study' NEW --storage {url}" in refused.stderr
+    bad = mpiopt("study", "rename", "my study", "a/b", "--storage", url)
+    assert bad.returncode == 2 and "letters, digits" in bad.stderr
+    mpiopt("study", "rename", "my study", "my_study", "--storage", url, check=True)
+    with open_storage(url) as st:
+        assert [s.name for s in st.list_studies()] == ["my_study"]
+
+
 def test_enqueue_checks_the_space_and_writes_nothing_when_wrong(tmp_path):
     url = sqlite_url(tmp_path)
     with open_storage(url, create=True) as st:

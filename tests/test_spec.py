@@ -76,6 +76,22 @@ def test_defaults_are_filled_in(folder):
     assert spec.base_dir == folder.resolve()
 
 
+@pytest.mark.parametrize("name", ["my study", "x;rm -rf ~", "-x", "a/b", "../up", ".hidden",
+                                  "a" * 256, ""])
+def test_a_study_name_that_would_break_a_file_or_a_printed_command_is_refused(folder, name):
+    """Names go into file names (artifacts, the recovery file) and into the resume command
+    printed for copying: 'my study' printed `mpiopt resume my study`, '../up' made an
+    artifact store outside its folder."""
+    message = error_of(write(folder, changed(lambda d: d["study"].update(name=name))))
+    assert message.startswith("study.name: ")
+    assert any(why in message for why in ("letters, digits", "must not be empty", "at most 255"))
+
+
+@pytest.mark.parametrize("name", ["étude_2", "run-1.5", "_tmp", "CMS2026"])
+def test_a_study_name_of_letters_digits_and_punctuation_that_files_take_is_kept(folder, name):
+    assert load_spec(write(folder, changed(lambda d: d["study"].update(name=name)))).study.name == name
+
+
 def test_algorithm_options_get_defaults(folder):
     spec = load_spec(write(folder, changed(lambda d: d["search"].update(algorithm="bayesian"))))
     assert spec.search.options["estimator"] == "GP" and spec.search.options["initial_points"] == 10

@@ -62,6 +62,20 @@ def cmd_search(args) -> int:
     return run_study_command(prepare, quiet=args.quiet)
 
 
+def _named_as_allowed(name: str, url: str) -> None:
+    """A study named before names were checked (mpiopt.study_names) is renamed first."""
+    import shlex
+
+    from mpiopt.errors import MpioptError
+    from mpiopt.study import shown_url
+    from mpiopt.study_names import name_problem
+
+    problem = name_problem(name)
+    if problem:
+        raise MpioptError(f"study {name!r}: a study's name {problem}; rename this one first: "
+                          f"mpiopt study rename {shlex.quote(name)} NEW --storage {shown_url(url)}")
+
+
 def cmd_resume(args) -> int:
     def prepare():
         from mpiopt.spec import Spec
@@ -69,6 +83,7 @@ def cmd_resume(args) -> int:
         from mpiopt.study import stored_spec_dict
 
         url = storage_url(args)
+        _named_as_allowed(args.study, url)
         storage = open_storage(url)
         try:
             data = stored_spec_dict(storage, args.study)

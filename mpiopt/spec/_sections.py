@@ -14,8 +14,10 @@ from mpiopt.spec._reader import _Section, _show
 from mpiopt.spec._types import DataSpec, ObjectiveSpec, ResourcesSpec, SearchSpec, StudySpec
 
 STUDY = Fields(
-    Field("name", REQUIRED, "text", "The study's name, unique per storage. Starting a study whose "
-          "name exists is refused unless it is resumed."),
+    Field("name", REQUIRED, "text", "The study's name, unique per storage: letters, digits, `_`, "
+          "`-` and `.`, starting with a letter, a digit or `_` (it names files and appears in the "
+          "commands mpiopt prints). Starting a study whose name exists is refused unless it is "
+          "resumed."),
     Field("description", "", "text", "Free text, stored with the study."),
 )
 RESOURCES = Fields(
@@ -51,7 +53,14 @@ OBJECTIVE = Fields(
 
 
 def _study(top: _Section) -> StudySpec:
-    return StudySpec(**STUDY.read(top.section("study", STUDY.names)))
+    from mpiopt.study_names import name_problem
+
+    section = top.section("study", STUDY.names)
+    given = STUDY.read(section)
+    problem = name_problem(given["name"])
+    if problem:
+        section.fail("name", f"{given['name']!r} {problem}")
+    return StudySpec(**given)
 
 
 def _resources(top: _Section) -> ResourcesSpec:
