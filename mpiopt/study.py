@@ -50,11 +50,16 @@ def spec_text(spec) -> str:
     return yaml.safe_dump(data, sort_keys=False)
 
 
-def resume_command(name: str, url: str) -> str:
-    """The exact command that continues a study, as every closing line prints it."""
+def resume_command(name: str, url: str, recovery=None) -> str:
+    """The exact command that continues a study, as every closing line prints it; with the
+    recovery file an outage left (`recovery`), named so that a resume from any folder
+    imports it (a resume finds it by itself only beside the spec or in its own folder)."""
+    import shlex
+
     shown = shown_url(url)
     hint = "" if shown == url else " (with the password: set MPIOPT_STORAGE to the full URL)"
-    return f"mpiopt resume {name} --storage {shown}{hint}"
+    kept = f" --recovery {shlex.quote(str(recovery))}" if recovery else ""
+    return f"mpiopt resume {name} --storage {shown}{kept}{hint}"
 
 
 NATIVE_LOG_ENV = "MPIOPT_NATIVE_LOG"

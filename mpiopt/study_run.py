@@ -144,20 +144,25 @@ def recovery_places(spec) -> list[Path]:
     return list(dict.fromkeys(recovery_file(f.resolve(), spec.study.name) for f in folders))
 
 
-def _import_recoveries(storage, spec) -> list[str]:
+def _import_recoveries(storage, spec, given=()) -> list[str]:
+    """The recovery files a resume finds (recovery_places) and those named (`mpiopt resume
+    --recovery FILE`, as a closing line prints it), imported first."""
     from mpiopt.storage.resilient import import_recovery
 
     notes = []
-    for path in recovery_places(spec):
+    places = [Path(p).resolve() for p in given] + recovery_places(spec)
+    for path in dict.fromkeys(places):
         n = import_recovery(storage, path)
         if n:
             notes.append(f"imported {n} result write(s) kept in {path} during a database outage")
     return notes
 
 
-def open_run(spec, url: str, resume, isolated: bool, retry_failed: bool = False) -> StudyRun:
+def open_run(spec, url: str, resume, isolated: bool, retry_failed: bool = False,
+             recovery=()) -> StudyRun:
     """`resume`: see mpiopt.study.open_study; `retry_failed` (`--retry-failed`): the
-    resumed study's FAILED trials become RETRIED and their parameter sets run again."""
+    resumed study's FAILED trials become RETRIED and their parameter sets run again;
+    `recovery`: recovery files to import besides those the resume finds itself."""
     from mpiopt.storage import open_storage
     from mpiopt.study import open_study
 
@@ -179,7 +184,7 @@ def open_run(spec, url: str, resume, isolated: bool, retry_failed: bool = False)
             storage.set_study_artifacts(opened.study_id, spec.artifacts)
         notes = [warm_note] if warm_note else []
         if opened.resumed:
-            notes += _import_recoveries(storage, spec)
+            notes += _import_recoveries(storage, spec, recovery)
             notes += settle_unfinished(storage, opened.study_id, isolated,
                                        getattr(spec.search, "max_attempts", 2))
             if retry_failed:

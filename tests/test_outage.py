@@ -7,6 +7,7 @@ result is lost, and nothing is evaluated twice.
 """
 from __future__ import annotations
 
+import shlex
 import sqlite3
 import subprocess
 import time
@@ -139,8 +140,15 @@ def test_an_outage_past_the_retry_limit_keeps_every_result_for_the_resume(tmp_pa
     assert kept                                     # results finished during the outage
     assert ended_in < 3 + 15 + 10 + 20              # retry limit + last pause + wind-down + slack
 
-    proc = mpiopt("search", spec, "--storage", url, "--resume", np=np, cwd=tmp_path, timeout=180,
-                  env={**subprocess_env(), "MPIOPT_TEST_SLEEP": "0.05"})
+    env = {**subprocess_env(), "MPIOPT_TEST_SLEEP": "0.05"}
+    if np:
+        proc = mpiopt("search", spec, "--storage", url, "--resume", np=np, cwd=tmp_path,
+                      timeout=180, env=env)
+    else:   # the closing line's own command, from another folder (it names the file)
+        printed = shlex.split(closing[0].split("resume with: ", 1)[1])
+        assert printed[0] == "mpiopt" and printed[-2:] == ["--recovery", str(recovery)]
+        (tmp_path / "elsewhere").mkdir()
+        proc = mpiopt(*printed[1:], cwd=tmp_path / "elsewhere", timeout=180, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "imported" in proc.stdout and not recovery.exists()
     trials = assert_complete(url, 14)

@@ -209,6 +209,19 @@ def test_a_job_stopped_past_its_lease_and_taken_over_writes_nothing_when_it_wake
     assert len({(t.params["x"], t.params["y"]) for t in trials}) == 60
 
 
+def test_resume_refuses_a_recovery_file_that_is_missing_or_another_studys(tmp_path):
+    url = f"sqlite:///{tmp_path / 'r.db'}"
+    assert mpiopt("search", spec_file(tmp_path, trials=2), "--storage", url).returncode == 0
+    other = tmp_path / "t.mpiopt-recovery.jsonl"
+    other.write_text("")
+    for given, why in ((other, "is not study 's''s recovery file"),
+                       (tmp_path / "s.mpiopt-recovery.jsonl", "no file")):
+        proc = mpiopt("resume", "s", "--storage", url, "--recovery", given, "--trials", "3")
+        assert proc.returncode == 2 and why in proc.stderr and proc.stderr.count("\n") == 1
+    with open_storage(url) as st:
+        assert len(st.get_trials(st.get_study("s").id)) == 2       # nothing ran
+
+
 def test_a_relative_sqlite_path_in_a_spec_counts_from_the_spec_file(tmp_path):
     spec = spec_file(tmp_path / "project", "branin", trials=3, storage="sqlite:///results.db")
     elsewhere = tmp_path / "elsewhere"

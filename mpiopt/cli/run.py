@@ -23,6 +23,9 @@ def register(sub) -> None:
     p.add_argument("study", help="study name")
     p.add_argument("--retry-failed", action="store_true",
                    help="FAILED trials become RETRIED and their parameter sets run again first")
+    p.add_argument("--recovery", action="append", default=[], metavar="FILE",
+                   help="a recovery file a database outage left (the job's closing line names "
+                        "it): its results are written first")
     _common(p)
     p.set_defaults(func=cmd_resume, starts_a_run=True)
 
@@ -62,6 +65,24 @@ def cmd_search(args) -> int:
     return run_study_command(prepare, quiet=args.quiet)
 
 
+def _recovery_files(given: list[str], study: str) -> list[str]:
+    """--recovery files, each one that exists and is this study's (its entries name trials
+    by their ids alone): refused before anything is written."""
+    from pathlib import Path
+
+    from mpiopt.storage.resilient import recovery_file
+
+    for name in given:
+        if Path(name).name != recovery_file(Path("."), study).name:
+            raise MpioptError(f"--recovery: {name} is not study '{study}''s recovery file (that "
+                              f"is {recovery_file(Path('.'), study).name} in the folder the "
+                              "closing line named)")
+        if not Path(name).is_file():
+            raise MpioptError(f"--recovery: no file {name} (a resume that imported it removed "
+                              "it; without it, leave --recovery out)")
+    return given
+
+
 def _named_as_allowed(name: str, url: str) -> None:
     """A study named before names were checked (mpiopt.study_names) is renamed first."""
     import shlex
@@ -93,7 +114,7 @@ def cmd_resume(args) -> int:
             section, key = path.split(".")
             data.setdefault(section, {})[key] = value
         return (Spec.from_dict(data, source=f"{url}#{args.study}"), url, True,
-                {"retry_failed": args.retry_failed})
+                {"retry_failed": args.retry_failed, "recovery": _recovery_files(args.recovery, args.study)})
 
     from mpiopt.parallel.launch import run_study_command
 

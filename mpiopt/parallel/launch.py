@@ -32,7 +32,7 @@ EXIT_FAILED = 1
 
 def run_study_command(prepare, quiet: bool = False) -> int:
     """prepare() -> (spec, storage_url, resume[, options]), called on rank 0 only;
-    options: {"retry_failed": bool}."""
+    options: {"retry_failed": bool, "recovery": [recovery files to import first]}."""
     from mpi4py import MPI
 
     from mpiopt.processes import descendants, end_started_since
@@ -165,7 +165,8 @@ def _start_up(world, spec, url, resume, multi: bool, options: dict):
         # ended the job with "interrupted" alone and the study created (or resumed) and
         # RUNNING; now it waits for the flag, and the run ends in order, with its resume line
         with startup_signals.deferred():
-            opened = _open(spec, url, resume, isolated, options.get("retry_failed", False))
+            opened = _open(spec, url, resume, isolated, options.get("retry_failed", False),
+                           options.get("recovery", ()))
             flag = _stop_flag()
     except MpioptError as exc:
         _send_verdict(world, multi, error=str(exc))
@@ -296,10 +297,10 @@ def _send_verdict(world, multi: bool, error: str | None = None) -> None:
             raise _VerdictSent from None
 
 
-def _open(spec, url, resume, isolated: bool, retry_failed: bool = False):
+def _open(spec, url, resume, isolated: bool, retry_failed: bool = False, recovery=()):
     from mpiopt.study_run import open_run
 
-    return open_run(spec, url, resume, isolated, retry_failed)
+    return open_run(spec, url, resume, isolated, retry_failed, recovery)
 
 
 # ---- every other rank ---------------------------------------------------------------------
@@ -511,7 +512,8 @@ def _close(spec, url, opened, sched, progress, cause, interrupted, stuck: str = 
     if lost:
         print(f"mpiopt: {lost}", file=sys.stderr, flush=True)
         return EXIT_FAILED
-    resume = resume_command(taken[1] if taken else spec.study.name, url)
+    kept = getattr(sched.storage, "kept_in", lambda: None)()
+    resume = resume_command(taken[1] if taken else spec.study.name, url, kept)
     print(f"mpiopt: {cause or sched.message or 'stopped'}; resume with: {resume}{stuck}",
           file=sys.stderr, flush=True)
     return EXIT_INTERRUPTED if sched.stop_reason == "interrupted" else EXIT_FAILED

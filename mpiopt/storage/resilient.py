@@ -88,6 +88,10 @@ class Resilient:
                          f"({tries} failed tr{'y' if tries == 1 else 'ies'})")
             return result
 
+    def kept_in(self):
+        """The recovery file, where this run wrote results to one; else None."""
+        return self.recovery if self.given_up is not None and self.recovery.is_file() else None
+
     def _give_up(self, name, args, kwargs, exc, waited):
         kept = (f"finished results are kept in {self.recovery}" if self._append("") else
                 "finished results could not be kept: no folder of "
