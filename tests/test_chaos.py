@@ -346,6 +346,23 @@ def test_a_trial_deaf_to_its_timeout_ends_the_job_and_is_not_run_again(tmp_path,
     assert took and float(took.group(1)) < 1 + 5 + WIND_DOWN_S, proc.stdout
 
 
+def test_a_trial_holding_the_interpreter_lock_in_a_single_process_still_ends_the_job(tmp_path):
+    """Where the watch thread cannot run (the trial holds Python's lock in a C call),
+    faulthandler's thread ends the process BACKSTOP_S after the trial's limit, with every
+    thread's stack; the trial stays RUNNING for the resume to settle."""
+    from mpiopt.parallel.local import BACKSTOP_S
+
+    url = f"sqlite:///{tmp_path / 'g.db'}"
+    spec = spec_file(tmp_path, "holds_the_lock", trials=4, objective={"isolate": False},
+                     trial_timeout="1s")
+    proc, wall = run(tmp_path, url, spec, None)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "Timeout (" in proc.stderr and "most recent call first" in proc.stderr
+    assert wall < START_S + 1 + 5 + BACKSTOP_S + 10
+    _, trials = study_state(url)
+    assert [t.status for t in trials if t.params["x"] > 0] == [TrialStatus.RUNNING]
+
+
 def test_a_trial_in_a_single_process_past_the_hard_edge_ends_the_job(tmp_path):
     """time_limit + grace with a trial in the one process that never returns: INTERRUPTED
     (it runs again on resume) and the closing line, where the job ran on for ever."""

@@ -8,6 +8,7 @@ is given up by a watch thread, as the coordinator gives up a stuck group (see _W
 """
 from __future__ import annotations
 
+import faulthandler
 import os
 import signal
 import sys
@@ -47,6 +48,9 @@ WATCH_S = 0.5
 # How long a trial in this process may go on after a stop signal (one that catches every
 # exception, or sits in a long C call), as the coordinator's WIND_DOWN_S for its groups
 STOP_WAIT_S = 10.0
+# After a trial's limit, how long the watch has to give the trial up before faulthandler
+# ends the process instead (_Watch.backstop_s)
+BACKSTOP_S = 10.0
 
 
 class _Watch:
@@ -77,6 +81,17 @@ class _Watch:
                 f"stop within {STOP_WAIT_S:.0f}s, so the job ended; it is recorded "
                 "INTERRUPTED and runs again on resume")
 
+    def backstop_s(self) -> float | None:
+        """Seconds from now after which faulthandler's own thread, which needs no
+        interpreter lock, ends the process (printing every thread's stack) where this
+        watch could not run: user code holding Python's lock in a C call never lets it.
+        None where the trial has no limit."""
+        now, s = self.scheduler.clock(), self.scheduler
+        limits = [s.hard_deadline - now] if s.hard_deadline is not None else []
+        if s.trial_timeout is not None:
+            limits.append(s.trial_timeout + s.stuck_grace)
+        return max(0.0, min(limits)) + BACKSTOP_S if limits else None
+
     def start(self) -> None:
         self.lock.acquire()
         self._thread.start()
@@ -97,6 +112,7 @@ class _Watch:
                     late, interrupted = self._deaf_to_the_stop(), True
                 if late is None:
                     continue
+                faulthandler.cancel_dump_traceback_later()   # (this thread runs: no backstop)
                 try:
                     if interrupted:
                         self.scheduler.interrupt()
@@ -169,6 +185,9 @@ def _evaluate(scheduler, objective, comm, action: Dispatch, stop: _Stop, watch=N
                                          Report(trial.trial_id, int(epoch), float(value)))
         return not (answer and answer[0].decision.prune)
 
+    backstop = watch.backstop_s() if watch is not None else None
+    if backstop is not None:
+        faulthandler.dump_traceback_later(backstop, exit=True)
     if watch is not None:
         watch.lock.release()          # (the watch may look at the scheduler meanwhile)
     try:                              # (a signal's StopRequested comes inside the try only)
@@ -180,6 +199,8 @@ def _evaluate(scheduler, objective, comm, action: Dispatch, stop: _Stop, watch=N
         stop.user_code = False
         if watch is not None:
             watch.lock.acquire()      # (blocks for ever where the watch is ending the job)
+        if backstop is not None:
+            faulthandler.cancel_dump_traceback_later()
     if result.status.value == "PRUNED" and result.value is None:
         from dataclasses import replace
 

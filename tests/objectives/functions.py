@@ -172,6 +172,18 @@ def deaf(params):
     return branin(params)
 
 
+def holds_the_lock(params):
+    """A C call that holds Python's interpreter lock for an hour and ignores the timeout's
+    SIGALRM (a library that never releases the lock): no Python thread can run meanwhile."""
+    import ctypes
+    import signal
+
+    if params["x"] > 0:
+        signal.signal(signal.SIGALRM, signal.SIG_IGN)
+        ctypes.PyDLL(None).sleep(3600)
+    return branin(params)
+
+
 def stubborn(params):
     """Never returns, and swallows every exception a stop signal raises in it (a retry loop
     with a bare `except:`)."""
