@@ -114,7 +114,8 @@ def cmd_resume(args) -> int:
             section, key = path.split(".")
             data.setdefault(section, {})[key] = value
         return (Spec.from_dict(data, source=f"{url}#{args.study}"), url, True,
-                {"retry_failed": args.retry_failed, "recovery": _recovery_files(args.recovery, args.study)})
+                {"retry_failed": args.retry_failed,
+                 "recovery": _recovery_files(args.recovery, args.study)})
 
     from mpiopt.parallel.launch import run_study_command
 

@@ -60,8 +60,9 @@ class _Watch:
     it ran on past `trial_timeout` and its grace (and past `time_limit` + grace) and was
     recorded COMPLETE; one that swallows a stop signal's exception ran until it returned.
     Past them (or STOP_WAIT_S after the signal), this thread records the trial (FAILED, or
-    INTERRUPTED at the hard edge and after a signal), calls `give_up(cause, interrupted)` (the closing lines; the exit status)
-    and ends the process: the main thread cannot be taken back from user code.
+    INTERRUPTED at the hard edge and after a signal), calls `give_up(cause, interrupted)`
+    (the closing lines; the exit status) and ends the process: the main thread cannot be
+    taken back from user code.
 
     The scheduler is not thread-safe: the main thread holds `lock` except while user code
     runs, and takes it for each report the trial makes."""
