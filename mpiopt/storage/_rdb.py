@@ -32,9 +32,14 @@ DIRECTIONS = ("minimize", "maximize")
 NUMBER_RETRIES = 5
 
 
-# The lease a write checks (Storage._check_fence), built once: a share lock on PostgreSQL
+# The lease a write checks (Storage._check_fence), built once. On PostgreSQL the study's
+# row is locked FOR NO KEY UPDATE, first thing in the transaction: with a share lock two
+# of the job's own transactions (the heartbeat and a status write) could both hold it and
+# then both wait to update the row (a deadlock, by reasoning: not seen); this lock still
+# lets other jobs insert trials that refer to the study (mpiopt enqueue: their foreign key
+# takes a key-share lock)
 _LEASE_OF = (select(StudyModel.lease_token).where(StudyModel.id == bindparam("sid"))
-             .with_for_update(read=True))
+             .with_for_update(key_share=True))
 
 
 def _now() -> datetime:
@@ -98,8 +103,8 @@ class Storage:
         its lease (Ctrl-Z, a suspended or frozen node) while another job took the study
         over writes nothing more, not a result of a trial the other job runs again, not
         INTERRUPTED over the other job's running trials. The check is in the same
-        transaction as the write: SQLite's write lock, PostgreSQL's share lock on the
-        study's row, keep a takeover from coming between the two."""
+        transaction as the write: SQLite's write lock, PostgreSQL's lock on the study's
+        row (_LEASE_OF), keep a takeover from coming between the two."""
         if self.fence is None:
             return
         study_id, token = self.fence
