@@ -72,11 +72,11 @@ def _recovery_files(given: list[str], study: str) -> list[str]:
 
     from mpiopt.storage.resilient import recovery_file
 
+    expected = recovery_file(Path("."), study).name
     for name in given:
-        if Path(name).name != recovery_file(Path("."), study).name:
+        if Path(name).name != expected:
             raise MpioptError(f"--recovery: {name} is not study '{study}''s recovery file (that "
-                              f"is {recovery_file(Path('.'), study).name} in the folder the "
-                              "closing line named)")
+                              f"is {expected} in the folder the closing line named)")
         if not Path(name).is_file():
             raise MpioptError(f"--recovery: no file {name} (a resume that imported it removed "
                               "it; without it, leave --recovery out)")
@@ -87,7 +87,6 @@ def _named_as_allowed(name: str, url: str) -> None:
     """A study named before names were checked (mpiopt.study_names) is renamed first."""
     import shlex
 
-    from mpiopt.errors import MpioptError
     from mpiopt.study import shown_url
     from mpiopt.study_names import name_problem
 
