@@ -291,7 +291,8 @@ def test_a_trial_may_use_process_pools_and_their_workers_end_with_it(tmp_path, m
      r"mpiopt: rank 1 on .*: the exit \(atexit functions .*\) still running after \d+s; "
      r"leaving without it$"),
 ])
-def test_what_a_trial_left_behind_does_not_keep_the_job(tmp_path, function, grace, line):
+def test_what_a_trial_left_behind_does_not_keep_the_job(tmp_path, function, grace, line,
+                                                        monkeypatch):
     """Python's exit waits without a limit for every non-daemon thread, then for the atexit
     functions and MPI_Finalize: a trial in the rank's process that left a thread running,
     or registered an exit function that blocks (a tracker's last upload), kept its rank,
@@ -300,11 +301,13 @@ def test_what_a_trial_left_behind_does_not_keep_the_job(tmp_path, function, grac
     rest, says so in one line and ends with the study's status."""
     import mpiopt.leftover_threads as ending
 
+    monkeypatch.setenv("MPIOPT_EXIT_GRACE", "11")   # (the shortest it takes; default 30)
     url = f"sqlite:///{tmp_path / 't.db'}"
     spec = spec_file(tmp_path, function, trials=4, objective={"isolate": False})
     proc, wall = run(tmp_path, url, spec, 2)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert wall < START_S + getattr(ending, grace), wall
+    assert wall < START_S + (ending.exit_grace_s() if grace == "EXIT_GRACE_S"
+                             else getattr(ending, grace)), wall
     assert_settled(url, 4)
     said = closing_line(proc)
     assert re.match(line, said), said
