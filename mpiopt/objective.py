@@ -36,7 +36,7 @@ from mpiopt.durations import format_duration
 from mpiopt.errors import ArtifactStoreError, Pruned, StopRequested, TrialStopped, TrialTimeout
 from mpiopt.parallel.world_guard import world_guarded
 from mpiopt.parallel.protocol import Result, Trial
-from mpiopt.processes import stop_signal_seen
+from mpiopt.processes import own_stop_handlers, stop_signal_seen
 from mpiopt.trial import TrialStatus
 
 OPTIONAL_ARGS = ("comm", "seed", "report")
@@ -117,7 +117,8 @@ class Objective:
         start, pid = time.perf_counter(), os.getpid()
         stop_signal_seen()        # (what came before this trial is not its concern)
         try:
-            with _alarm(trial.timeout if self._function is not None else None), \
+            with own_stop_handlers(), \
+                    _alarm(trial.timeout if self._function is not None else None), \
                     world_guarded(self.namespace):
                 result = self._run(trial, comm, report)
         except TrialStopped as exc:

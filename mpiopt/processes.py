@@ -77,6 +77,33 @@ def _do_nothing(signum, frame) -> None:
     """(see ignore)"""
 
 
+@contextlib.contextmanager
+def own_stop_handlers():
+    """The rank's stop-signal handlers put back after user code in this process replaced
+    them. A library that installs its own (a training framework's SIGTERM handler for
+    Slurm's requeue, `signal.signal(SIGINT, SIG_DFL)`, SIG_IGN) kept them after its trial:
+    in single-process mode a Slurm SIGTERM then never stopped the study (a 30-trial study
+    whose objective set a SIGTERM handler ran to its end under SIGTERM, and a real job
+    would have been killed at KillWait with its trial lost). A signal that came during
+    the trial went to the objective's handler (`stop_signal_seen` still tells of it)."""
+    try:
+        saved = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
+    except ValueError:
+        saved = {}
+    try:
+        yield
+    finally:
+        for sig, handler in saved.items():
+            if handler is None or signal.getsignal(sig) is handler:
+                continue                            # (None: not set from Python)
+            try:
+                signal.signal(sig, handler)
+                if handler is _do_nothing:
+                    signal.siginterrupt(sig, False)  # (as `ignore` left it)
+            except (ValueError, OSError):            # (not the main thread)
+                pass
+
+
 # ---- what a trial forks: Python's usual handlers -------------------------------------------
 _registered = False
 _own_fork = False            # true around the forks of mpiopt's own processes (own_fork)

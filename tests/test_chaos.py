@@ -409,6 +409,32 @@ def test_a_trial_in_a_single_process_deaf_to_a_stop_signal_ends_the_job(tmp_path
     assert [t.status for t in trials] == [TrialStatus.INTERRUPTED]
 
 
+def test_a_single_process_study_whose_objective_replaced_the_stop_handlers_still_stops(
+        tmp_path):
+    """An objective in the process that installs its own SIGTERM handler (a training
+    framework's, for Slurm's requeue) and ignores SIGINT: the study ran all its trials
+    under SIGTERM and Ctrl-C (and a real job would be killed at Slurm's KillWait, its
+    trial lost). mpiopt's handlers are put back after each trial, and a signal the
+    objective's handler took ends the study after that trial, whose result is kept."""
+    url = f"sqlite:///{tmp_path / 'h.db'}"
+    spec = spec_file(tmp_path, "own_handlers", trials=200, objective={"isolate": False})
+    job = _start(tmp_path, url, spec, None)
+    try:
+        _wait_progress(url, 2, job)
+        os.kill(job.pid, signal.SIGTERM)
+        out, err = job.communicate(timeout=30)
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+    assert job.returncode == 130, out + err
+    assert "interrupted by SIGTERM" in closing_line(subprocess.CompletedProcess([], 0, out, err))
+    study, trials = study_state(url)
+    assert study.status is StudyStatus.INTERRUPTED
+    done = [t for t in trials if t.status is TrialStatus.COMPLETE]
+    assert 3 <= len(done) < 20, len(done)
+    assert all(t.status in (TrialStatus.COMPLETE, TrialStatus.INTERRUPTED) for t in trials)
+
+
 @pytest.mark.parametrize("failing_rank", [1, 0])
 def test_a_rank_whose_part_fails_ends_a_group_left_in_a_collective(tmp_path, monkeypatch,
                                                                    failing_rank):

@@ -20,7 +20,8 @@ from contextlib import nullcontext
 from mpiopt.errors import StopRequested, TrialCancelled
 from mpiopt.parallel.protocol import Report
 from mpiopt.parallel.scheduler import Dispatch, StopGroup
-from mpiopt.processes import STOP_SIGNALS, forget_signals, note_signals, usual_signals_in_forks
+from mpiopt.processes import (STOP_SIGNALS, forget_signals, note_signals, stop_signal_seen,
+                              usual_signals_in_forks)
 
 
 class _Stop:
@@ -160,6 +161,9 @@ def run_local(scheduler, objective, comm, stopped=lambda: False, give_up=None) -
             raise KeyboardInterrupt
         return True
     except KeyboardInterrupt:
+        if stop.first is not None:    # (the same closing line as under mpiexec)
+            scheduler.stop("interrupted", f"interrupted by {signal.Signals(stop.first[0]).name}"
+                           ": running trials are recorded INTERRUPTED and run again on resume")
         scheduler.interrupt()
         return False
     finally:
@@ -202,6 +206,9 @@ def _evaluate(scheduler, objective, comm, action: Dispatch, stop: _Stop, watch=N
             watch.lock.acquire()      # (blocks for ever where the watch is ending the job)
         if backstop is not None:
             faulthandler.cancel_dump_traceback_later()
+    heard = None if stop.set else stop_signal_seen()
+    if heard is not None:             # the objective's own handler took a stop signal and
+        stop(heard, None)             # the trial ended all the same: the study stops now
     if result.status.value == "PRUNED" and result.value is None:
         from dataclasses import replace
 

@@ -194,6 +194,15 @@ def stubborn(params):
             pass
 
 
+def own_handlers(params):
+    """Installs handlers of its own for the stop signals, as training frameworks do (one
+    that only notes SIGTERM, for Slurm's requeue; SIGINT ignored), and leaves them."""
+    signal.signal(signal.SIGTERM, lambda signum, frame: None)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    time.sleep(0.3)
+    return branin(params)
+
+
 def one_rank_fails(params, comm):
     """A group objective whose part fails on one rank only, between two collectives (a GPU
     out of memory on one rank): for x > 0 on group rank MPIOPT_TEST_FAILING_RANK; the
