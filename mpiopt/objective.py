@@ -14,8 +14,10 @@ touches the database or the coordinator.
 """
 from __future__ import annotations
 
+import decimal
 import inspect
 import math
+import numbers
 import operator
 import os
 import random
@@ -325,7 +327,8 @@ def _is_number(value: Any) -> bool:
 
 
 def _number(value: Any, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+    if isinstance(value, bool) or not isinstance(value, (numbers.Real, decimal.Decimal,
+                                                          np.integer, np.floating)):
         if getattr(value, "shape", None) == ():  # 0-d arrays and tensors
             return float(value)
         raise TypeError(f"objective returned {type(value).__name__} for '{name}'; expected a "
