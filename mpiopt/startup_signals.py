@@ -96,12 +96,24 @@ def forget() -> None:
     _main.noted.clear()
 
 
+_deferring: list[_Hold] = []
+
+
+def noted() -> bool:
+    """Whether a stop signal is being held (by `hold` or a `deferred` block): a wait
+    inside one ends early with KeyboardInterrupt, which the block's end turns into the
+    signal's own handling (mpiopt.study_run.take_lease's wait for a silent job)."""
+    return bool(_main.noted) or any(h.noted for h in _deferring)
+
+
 @contextmanager
 def deferred():
     """Signals in this block reach the handlers in place at its end, not in the middle."""
     hold = _Hold()
     hold.start()
+    _deferring.append(hold)
     try:
         yield
     finally:
+        _deferring.remove(hold)
         hold.release()

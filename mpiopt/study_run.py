@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import socket
 import threading
+import time
 from pathlib import Path
 
 from mpiopt.errors import LeaseLost, StorageError, StudyBusyError
@@ -105,17 +106,54 @@ class StudyRun:
             self.storage.close()
 
 
-def take_lease(storage, study_id: int, period: float) -> str:
+def take_lease(storage, study_id: int, period: float, wait_s: float = 0.0,
+               say=print) -> str:
     """The study's lease for this job. A holder on this very host whose process is gone
     (a job that ended while the database was away could not give its lease back) is
-    taken over at once; elsewhere a silent holder goes stale after three periods."""
+    taken over at once; elsewhere a silent holder goes stale after three periods.
+
+    A holder on another host cannot be asked whether it lives, and a job killed without a
+    word (kill -9, the OOM killer, a node lost) leaves a fresh lease: a requeued or chained
+    job that started within three periods was refused, and the chain ended there. With
+    `wait_s`, the holder is watched for at most that long (and three of its periods): a
+    new heartbeat means it lives (refused, as before); none for three periods, counted
+    on this host's clock, means it is gone and its study is taken over. A stop signal
+    ends the wait (KeyboardInterrupt; the start-up's signals are held meanwhile)."""
     host = socket.gethostname()
     try:
         return storage.acquire_lease(study_id, host, os.getpid(), period_s=period)
     except StudyBusyError as exc:
-        if exc.lease is None or exc.lease.host != host[:255] or _alive(exc.lease.pid):
+        held = exc.lease
+        if held is None or (held.host == host[:255] and _alive(held.pid)) or wait_s <= 0:
             raise
-        return storage.acquire_lease(study_id, host, os.getpid(), period_s=period, takeover=True)
+        if held.host == host[:255]:
+            return storage.acquire_lease(study_id, host, os.getpid(), period_s=period,
+                                         takeover=True)
+        busy = exc
+    limit = min(wait_s, 3 * held.period_s + 1.0)
+    name = storage.study_name(study_id)
+    say(f"study {name!r}: the job that ran it last (host {held.host}, pid {held.pid}) "
+        f"has not given it up; waiting up to {limit:.0f}s for its next heartbeat (a job "
+        f"killed without a word leaves its lease for {3 * held.period_s:.0f}s)", flush=True)
+    from mpiopt import startup_signals
+
+    start = time.monotonic()
+    while time.monotonic() - start < limit:
+        if startup_signals.noted():
+            raise KeyboardInterrupt
+        time.sleep(min(1.0, held.period_s / 10))
+        try:
+            return storage.acquire_lease(study_id, host, os.getpid(), period_s=period)
+        except StudyBusyError as again:
+            now = again.lease
+            if now is None or (now.beat_at, now.host, now.pid) != (held.beat_at, held.host,
+                                                                   held.pid):
+                raise again from None     # it beat again (alive), or another job took it
+    if time.monotonic() - start < 3 * held.period_s:
+        raise busy                        # (wait_s ran out first)
+    say(f"study {name!r}: no heartbeat for {time.monotonic() - start:.0f}s: taking it "
+        "over", flush=True)
+    return storage.acquire_lease(study_id, host, os.getpid(), period_s=period, takeover=True)
 
 
 def _alive(pid: int) -> bool:
@@ -159,10 +197,11 @@ def _import_recoveries(storage, spec, given=()) -> list[str]:
 
 
 def open_run(spec, url: str, resume, isolated: bool, retry_failed: bool = False,
-             recovery=()) -> StudyRun:
+             recovery=(), lease_wait: float = 0.0) -> StudyRun:
     """`resume`: see mpiopt.study.open_study; `retry_failed` (`--retry-failed`): the
     resumed study's FAILED trials become RETRIED and their parameter sets run again;
-    `recovery`: recovery files to import besides those the resume finds itself."""
+    `recovery`: recovery files to import besides those the resume finds itself;
+    `lease_wait`: how long to watch a holder on another host (see take_lease)."""
     from mpiopt.storage import open_storage
     from mpiopt.study import open_study
 
@@ -178,7 +217,7 @@ def open_run(spec, url: str, resume, isolated: bool, retry_failed: bool = False,
     period = lease_period_s()
     try:
         opened = open_study(storage, spec, resume, url,
-                            lambda study_id: take_lease(storage, study_id, period))
+                            lambda study_id: take_lease(storage, study_id, period, lease_wait))
         token = opened.lease_token
         if getattr(spec, "artifacts", None):
             storage.set_study_artifacts(opened.study_id, spec.artifacts)

@@ -5,9 +5,12 @@ Engine-specific cases (SQLite's settings and files) say so in their names."""
 from __future__ import annotations
 
 import math
+import os
+import re
 import subprocess
 import sqlite3
 import threading
+import time
 from datetime import datetime
 from pathlib import Path
 
@@ -516,6 +519,55 @@ def test_a_fresh_lease_refuses_a_second_job_and_a_stale_one_is_taken_over(storag
     storage.release_lease(sid, second)
     assert storage.get_study("s").lease is None
     storage.release_lease(sid, storage.acquire_lease(sid, "n14", 1, period_s=30))
+
+
+@pytest.mark.parametrize("holder", ["killed", "alive", "signal"])
+def test_a_holder_on_another_host_is_watched_before_the_study_is_refused(sqlite_storage, holder):
+    """A job killed without a word (kill -9, the OOM killer) on another host leaves a fresh
+    lease: a requeued or chained job that started at once was refused. Now it watches the
+    holder (take_lease's wait): no heartbeat for three of its periods means it is gone and
+    the study is taken over; a heartbeat means it lives (refused at once); a stop signal
+    ends the wait (held meanwhile, as in the start-up)."""
+    import signal
+    import threading
+
+    from mpiopt import startup_signals
+    from mpiopt.errors import StudyBusyError
+    from mpiopt.study_run import take_lease
+
+    storage, said = sqlite_storage, []
+    sid = new_study(storage)
+    token = storage.acquire_lease(sid, "n12", 4242, period_s=0.5)
+    with pytest.raises(StudyBusyError):                 # no wait: refused as before
+        take_lease(storage, sid, 30.0)
+    done = threading.Event()
+    if holder == "alive":
+        def beat():
+            while not done.wait(0.1):
+                storage.heartbeat(sid, token)
+        threading.Thread(target=beat, daemon=True).start()
+    if holder == "signal":
+        threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()
+    start = time.monotonic()
+    try:
+        if holder == "killed":
+            mine = take_lease(storage, sid, 30.0, wait_s=60, say=lambda *a, **k: said.append(a[0]))
+            assert storage.get_study("s").lease.host != "n12"
+            storage.release_lease(sid, mine)
+        elif holder == "alive":
+            with pytest.raises(StudyBusyError, match="host n12, pid 4242"):
+                take_lease(storage, sid, 30.0, wait_s=60, say=lambda *a, **k: said.append(a[0]))
+        else:
+            with pytest.raises(KeyboardInterrupt):
+                with startup_signals.deferred():
+                    take_lease(storage, sid, 30.0, wait_s=60,
+                               say=lambda *a, **k: said.append(a[0]))
+    finally:
+        done.set()
+    took = time.monotonic() - start
+    assert said and re.search(r"\(host n12, pid 4242\) has not given it up; waiting up to \d+s", said[0])
+    assert took < (3.0 if holder == "killed" else 1.0), took
+    assert took > (1.4 if holder == "killed" else 0.0), took
 
 
 def test_a_job_whose_lease_was_taken_over_writes_nothing_more(storage):

@@ -298,9 +298,12 @@ def _send_verdict(world, multi: bool, error: str | None = None) -> None:
 
 
 def _open(spec, url, resume, isolated: bool, retry_failed: bool = False, recovery=()):
+    """The study opened; a holder of its lease on another host is watched for as long as
+    the other ranks wait for the start-up's verdict allows (see study_run.take_lease)."""
     from mpiopt.study_run import open_run
 
-    return open_run(spec, url, resume, isolated, retry_failed, recovery)
+    return open_run(spec, url, resume, isolated, retry_failed, recovery,
+                    lease_wait=startup_limit() / 2)
 
 
 # ---- every other rank ---------------------------------------------------------------------
