@@ -156,3 +156,54 @@ def test_an_outage_past_the_retry_limit_keeps_every_result_for_the_resume(tmp_pa
         if t.number in before:
             assert t.value == before[t.number] and t.attempt == 0
     assert sum(t.attempt == 0 for t in trials) >= len(before) + len(kept)  # kept: not re-run
+
+
+def test_a_job_killed_while_it_rides_out_an_outage_keeps_the_result_it_held(tmp_path):
+    """A result the coordinator retries during an outage waited in its memory: a job
+    killed meanwhile (kill -9, a lost node, the walltime's SIGKILL) lost it and the resume
+    ran the trial again. It is written ahead to the recovery file at the first failed
+    try, so the resume imports it; a run that ends normally leaves no file behind."""
+    import json
+    import os
+    import signal
+
+    db = tmp_path / "o.db"
+    url = f"sqlite:///{db}"
+    spec = spec_file(tmp_path, 12)
+    job = subprocess.Popen([str(BIN / "mpiexec"), "-n", "3", str(BIN / "mpiopt"), "search",
+                            str(spec), "--storage", url], cwd=tmp_path,
+                           env={**subprocess_env(), "MPIOPT_TEST_SLEEP": "0.3",
+                                "MPIOPT_SQLITE_BUSY_MS": "300"},
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           start_new_session=True)
+    recovery = tmp_path / "o.mpiopt-recovery.jsonl"
+    lock = None
+    try:
+        wait_finished(url, 2, job)
+        lock = sqlite3.connect(db, isolation_level=None, timeout=30)
+        lock.execute("BEGIN EXCLUSIVE")       # the database away (a script holding it)
+        end = time.monotonic() + 20
+        while not recovery.exists() and time.monotonic() < end and job.poll() is None:
+            time.sleep(0.1)
+        time.sleep(0.5)
+        os.killpg(job.pid, signal.SIGKILL)          # the whole job, without a word
+        out, err = job.communicate(timeout=30)
+    finally:
+        if lock is not None:
+            lock.close()                        # (the lock goes with the connection)
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+    assert recovery.exists(), out + err
+    kept = []
+    for line in recovery.read_text().splitlines():
+        entry = json.loads(line)
+        kept.append(dict(zip(("trial_id", "status", "value"), entry["args"]), **entry["kwargs"]))
+    assert kept and all(k["status"] == "COMPLETE" for k in kept), kept
+    proc = mpiopt("search", spec, "--storage", url, "--resume", np=3, cwd=tmp_path,
+                  timeout=180, env={**subprocess_env(), "MPIOPT_TEST_SLEEP": "0.05"})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "imported" in proc.stdout and not recovery.exists()
+    trials = {t.id: t for t in assert_complete(url, 12)}
+    for k in kept:                                  # the held results, not run again
+        assert trials[k["trial_id"]].value == k["value"]
+        assert trials[k["trial_id"]].attempt == 0

@@ -546,7 +546,8 @@ def test_a_holder_on_another_host_is_watched_before_the_study_is_refused(sqlite_
             while not done.wait(0.1):
                 storage.heartbeat(sid, token)
         threading.Thread(target=beat, daemon=True).start()
-    if holder == "signal":
+    if holder == "signal":      # (Python's own handler: another test may have left one)
+        before = signal.signal(signal.SIGINT, signal.default_int_handler)
         threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()
     start = time.monotonic()
     try:
@@ -564,6 +565,8 @@ def test_a_holder_on_another_host_is_watched_before_the_study_is_refused(sqlite_
                                say=lambda *a, **k: said.append(a[0]))
     finally:
         done.set()
+        if holder == "signal":
+            signal.signal(signal.SIGINT, before)
     took = time.monotonic() - start
     assert said and re.search(r"\(host n12, pid 4242\) has not given it up; waiting up to \d+s", said[0])
     assert took < (3.0 if holder == "killed" else 1.0), took

@@ -506,6 +506,7 @@ def _close(spec, url, opened, sched, progress, cause, interrupted, stuck: str = 
     progress.summary(sched, status)
     taken = opened.taken_away(spec.study.name) if status is not StudyStatus.COMPLETE else None
     lost = opened.lost          # (another job runs the study now: no resume line)
+    getattr(sched.storage, "discard_written_ahead", lambda: None)()
     opened.close()
     if status is StudyStatus.COMPLETE or (status is StudyStatus.FAILED and not cause):
         return 0 if status is StudyStatus.COMPLETE else EXIT_FAILED

@@ -9,6 +9,13 @@ write (finish_trial, add_intermediate) goes to the recovery file instead of the 
 A write that fails for good is in the recovery file too, so a finished result is never
 lost, however long the outage. The next resume imports the file first (`import_recovery`).
 
+A result being retried waits in rank 0's memory, so a job killed during the outage (kill
+-9, a node lost, the walltime's SIGKILL) lost it, and the trial ran again on resume. So a
+finishing write is also written ahead to the file at its first failed try: a kill at any
+moment leaves it there for the resume, which skips what the database already holds.
+A run that ends without giving up removes the file (`discard_written_ahead`): everything
+in it reached the database.
+
 The recovery file is JSON lines, one write per line, flushed and fsynced as it is written.
 """
 from __future__ import annotations
@@ -21,6 +28,7 @@ from pathlib import Path
 from mpiopt.errors import StorageError, StorageUnavailable
 
 JOURNALED = ("finish_trial", "finish_trials", "finish_and_create", "add_intermediate")
+FINISHING = JOURNALED[:3]    # written ahead at their first failed try
 RECOVERY_SUFFIX = ".mpiopt-recovery.jsonl"
 
 
@@ -45,6 +53,7 @@ class Resilient:
         self.say, self.should_stop, self.clock, self._sleep = say, should_stop, clock, sleep
         self.given_up: str | None = None     # why, once an outage outlasted the limit
         self.journaled = 0
+        self.written_ahead = 0
 
     def __getattr__(self, name):
         attr = getattr(self.storage, name)
@@ -62,15 +71,17 @@ class Resilient:
             if name in JOURNALED:
                 return self._journal(name, args, kwargs)
             raise StorageUnavailable(self.given_up)
-        start, pause, tries = self.clock(), 0.5, 0
+        start, pause, tries, ahead = self.clock(), 0.5, 0, False
         while True:
             try:
                 result = method(*args, **kwargs)
             except StorageUnavailable as exc:
                 tries += 1
+                if tries == 1 and name in FINISHING:
+                    ahead = self._write_ahead(name, args, kwargs)
                 waited = self.clock() - start
                 if waited >= self.limit_s or self.should_stop():
-                    return self._give_up(name, args, kwargs, exc, waited)
+                    return self._give_up(name, args, kwargs, exc, waited, ahead)
                 if tries == 1:
                     self.say(f"database unavailable ({_first_line(exc)}); retrying for up "
                              f"to {_minutes(self.limit_s)} (storage.retry_timeout), results "
@@ -92,26 +103,37 @@ class Resilient:
         """The recovery file, where this run wrote results to one; else None."""
         return self.recovery if self.given_up is not None and self.recovery.is_file() else None
 
-    def _give_up(self, name, args, kwargs, exc, waited):
+    def discard_written_ahead(self) -> None:
+        """The end of a run that never gave up: what was written ahead reached the
+        database (each such call was retried until it did), so the file goes."""
+        if self.given_up is None and self.written_ahead:
+            try:
+                self.recovery.unlink()
+            except OSError:
+                pass              # (a resume would import it and skip what is there)
+            self.written_ahead = 0
+
+    def _give_up(self, name, args, kwargs, exc, waited, ahead=False):
         kept = (f"finished results are kept in {self.recovery}" if self._append("") else
                 "finished results could not be kept: no folder of "
                 f"{', '.join(str(p.parent) for p in self.places)} can be written")
         self.given_up = (f"the database was unavailable for {waited:.0f}s ({_first_line(exc)})"
                          f"; {kept}")
-        if name in JOURNALED:
+        if name in JOURNALED and not ahead:
             self._journal(name, args, kwargs)
         raise StorageUnavailable(self.given_up) from exc
 
+    def _write_ahead(self, name, args, kwargs) -> bool:
+        """The call's results in the file before its retries (see the module docstring)."""
+        entries = _entries(name, args, kwargs)
+        if not self._append(_lines(entries)):
+            return False          # (no place can be written: retried as before)
+        self.written_ahead += len(entries)
+        return True
+
     def _journal(self, name, args, kwargs) -> None:
-        if name in ("finish_trials", "finish_and_create"):   # one line per result: on
-            # import, one already written must not hide the rest; trials not yet created
-            # are not kept (they never left rank 0)
-            outcomes = args[0] if args else kwargs["outcomes"]    # must not hide the rest
-            entries = [{"op": "finish_trial", "args": [], "kwargs": dict(o)} for o in outcomes]
-        else:
-            entries = [{"op": name, "args": list(args), "kwargs": kwargs}]
-        text = "".join(json.dumps(e, default=_json_default) + "\n" for e in entries)
-        if not self._append(text):
+        entries = _entries(name, args, kwargs)
+        if not self._append(_lines(entries)):
             raise StorageUnavailable(self.given_up or f"cannot write {self.recovery}")
         self.journaled += len(entries)
         return None
@@ -158,6 +180,19 @@ def import_recovery(storage, path: Path) -> int:
             pass              # already there (or the trial is gone): nothing to redo
     path.unlink()
     return written
+
+
+def _entries(name, args, kwargs) -> list[dict]:
+    if name in ("finish_trials", "finish_and_create"):   # one line per result: on import,
+        # one already written must not hide the rest; trials not yet created are not
+        # kept (they never left rank 0)
+        outcomes = args[0] if args else kwargs["outcomes"]
+        return [{"op": "finish_trial", "args": [], "kwargs": dict(o)} for o in outcomes]
+    return [{"op": name, "args": list(args), "kwargs": kwargs}]
+
+
+def _lines(entries: list[dict]) -> str:
+    return "".join(json.dumps(e, default=_json_default) + "\n" for e in entries)
 
 
 def _json_default(value):
