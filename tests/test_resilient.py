@@ -88,6 +88,19 @@ def test_an_ending_job_does_not_wait_out_an_outage(tmp_path):
     assert clock["t"] == 0 and (tmp_path / "s.mpiopt-recovery.jsonl").is_file()
 
 
+def test_a_signal_during_a_pause_ends_the_wait_within_a_fraction_of_a_second(tmp_path):
+    """Pauses grow to 15 s: a stop signal that came in one was acted on only at its end,
+    and Slurm's SIGKILL follows its SIGTERM after 30 s."""
+    signalled = {"at": None}
+    r, lines, clock = wrapped(Flaky(outage=10**6), tmp_path, limit=600.0,
+                              stop=lambda: signalled["at"] is not None
+                              and clock["t"] >= signalled["at"])
+    signalled["at"] = 20.3                 # in the middle of a long pause
+    with pytest.raises(StorageUnavailable, match="kept in"):
+        r.finish_trial(1, TrialStatus.COMPLETE, value=2.0)
+    assert 20.3 <= clock["t"] < 20.6, clock["t"]
+
+
 def test_the_recovery_file_imports_once_and_skips_what_is_there(tmp_path, db_url):
     with open_storage(db_url, create=True) as st:
         sid = st.create_study("s", "minimize", "value", "s", "0" * 64, "{}")

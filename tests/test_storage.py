@@ -794,3 +794,24 @@ def test_group_activity_tells_the_running_trial_from_the_ones_sent_ahead(storage
     assert "2 running (+2 sent ahead), 0 failed" in lines[1], lines[1]
     assert lines[-2].endswith(f"running trial {runs[0].number}, 1 sent ahead")
     assert ahead[0].status is TrialStatus.RUNNING
+
+
+@pytest.mark.parametrize("message, transient", [
+    ("database is locked", True),
+    ("database or disk is full", True),          # a full disk or quota: freed, it goes on
+    ("disk I/O error", True),                    # a network file system's hiccup
+    ("attempt to write a readonly database", True),   # remounted read-only
+    ("unable to open database file", True),
+    ("no such table: trials", False),            # the statement's own fault
+    ("UNIQUE constraint failed: trials.number", False),
+])
+def test_what_sqlite_says_decides_whether_a_write_is_retried(message, transient):
+    """A failure of the file (not the statement) is ridden out like an outage, so the
+    result waits and then goes to the recovery file; a full disk ended the job with "the
+    study's loop failed" and the finished trial ran again on resume."""
+    from sqlalchemy import exc as sa_exc
+
+    from mpiopt.storage._session import is_transient
+
+    error = sa_exc.OperationalError("INSERT ...", {}, sqlite3.OperationalError(message))
+    assert is_transient(error) is transient

@@ -53,7 +53,11 @@ class StopFlag:
             signal.signal(sig, self._handler)
 
     def _handler(self, signum, frame) -> None:
-        self.signum = signum
+        self.set(signum)
+
+    def set(self, signum: int) -> None:
+        """As if `signum` had come (single-process mode's own handler passes it on)."""
+        self.signum = self.signum or signum
         self.event.set()
 
     def is_set(self) -> bool:

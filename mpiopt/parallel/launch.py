@@ -480,7 +480,8 @@ def _run_single(spec, url, opened, sched, progress, comm, objective, flag) -> in
         def give_up(cause, interrupted):     # (a trial stuck in this process: local._Watch)
             return _close(spec, url, opened, sched, progress, cause, interrupted)
 
-        clean = run_local(sched, objective, comm, stopped=flag.is_set, give_up=give_up)
+        clean = run_local(sched, objective, comm, stopped=flag.is_set, give_up=give_up,
+                          told=flag.set)
     except Exception as exc:     # as the coordinator's (an outage past retry_timeout, a
         # study deleted under the job): a closing line with the resume, not "error:", exit 2
         cause = str(exc) if isinstance(exc, (StorageUnavailable, LeaseLost)) else (

@@ -32,14 +32,16 @@ class _Stop:
     process (objective.isolate: false) is KeyboardInterrupt raised, since nothing else
     could stop a trial that never returns."""
 
-    def __init__(self):
+    def __init__(self, told=lambda signum: None):
         self.set = False
         self.user_code = False
         self.first: tuple[int, float] | None = None   # (signal, when) of the first signal
+        self.told = told
 
     def __call__(self, signum, frame):
         self.set = True
         self.first = self.first or (signum, time.monotonic())
+        self.told(signum)       # (the launcher's flag: a database wait looks at it)
         if self.user_code:
             raise StopRequested
 
@@ -127,16 +129,19 @@ class _Watch:
                 os._exit(code)
 
 
-def run_local(scheduler, objective, comm, stopped=lambda: False, give_up=None) -> bool:
+def run_local(scheduler, objective, comm, stopped=lambda: False, give_up=None,
+              told=lambda signum: None) -> bool:
     """Run the study to its end. Returns False when interrupted (signal, hard time limit;
-    `stopped()`: whether a signal came since the study was opened, before this took over).
+    `stopped()`: whether a signal came since the study was opened, before this took over;
+    `told(signum)`: called for each stop signal, as the launcher's flag would have been:
+    a retried database write ends its wait on it).
     `give_up(cause, interrupted) -> exit status`: the closing of a job whose trial is stuck
     in this process past its limits (see _Watch); without it, no watch."""
     # SIGINT too: a process started with SIGINT ignored (a background job, a parent that
     # ignores it) gets no KeyboardInterrupt from Python, and Ctrl-C or killpg would not stop
     # it; unblocked too: a blocked mask is inherited across fork and exec, and a pending
     # signal that is never delivered would leave the study running
-    stop = _Stop()
+    stop = _Stop(told)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
     previous = {sig: signal.signal(sig, stop) for sig in STOP_SIGNALS}
     stop.set = stop.set or stopped()   # (asked once this handler is in place: none is lost)

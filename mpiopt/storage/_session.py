@@ -73,7 +73,14 @@ def _quietly(action) -> None:
 # (server shutting down or starting up).
 _TRANSIENT_SQLSTATE = ("08", "40", "53", "57")
 _TRANSIENT_WORDS = ("locked", "busy", "connection", "connect", "server closed", "timeout",
-                    "timed out", "terminating", "shutting down", "starting up", "recovery mode")
+                    "timed out", "terminating", "shutting down", "starting up", "recovery mode",
+                    # SQLite's file, not the statement: a full disk or quota (PostgreSQL's
+                    # 53100 is in class 53), an I/O error of a network file system, a file
+                    # system remounted read-only; ridden out like an outage, so a result
+                    # that cannot be written waits, then goes to the recovery file (it was
+                    # lost: "the study's loop failed", and the trial ran again on resume)
+                    "disk is full", "disk i/o error", "readonly database",
+                    "unable to open database file")
 
 
 def is_transient(exc: sa_exc.DBAPIError) -> bool:

@@ -86,7 +86,7 @@ class Resilient:
                     self.say(f"database unavailable ({_first_line(exc)}); retrying for up "
                              f"to {_minutes(self.limit_s)} (storage.retry_timeout), results "
                              "wait here meanwhile")
-                self._sleep(min(pause, max(0.0, self.limit_s - waited)))
+                self._pause(min(pause, max(0.0, self.limit_s - waited)))
                 pause = min(pause * 2, 15.0)
                 continue
             except StorageError as exc:
@@ -98,6 +98,16 @@ class Resilient:
                 self.say(f"database back after {self.clock() - start:.0f}s "
                          f"({tries} failed tr{'y' if tries == 1 else 'ies'})")
             return result
+
+    def _pause(self, seconds: float) -> None:
+        """A pause between tries that a stop signal cuts short (up to 15 s: Slurm's
+        KillWait is 30 s, and the job must end in order before it)."""
+        end = self.clock() + seconds
+        while not self.should_stop():
+            left = end - self.clock()
+            if left <= 0:
+                return
+            self._sleep(min(left, 0.2))
 
     def kept_in(self):
         """The recovery file, where this run wrote results to one; else None."""
