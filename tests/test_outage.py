@@ -158,7 +158,8 @@ def test_an_outage_past_the_retry_limit_keeps_every_result_for_the_resume(tmp_pa
     assert sum(t.attempt == 0 for t in trials) >= len(before) + len(kept)  # kept: not re-run
 
 
-def test_a_job_killed_while_it_rides_out_an_outage_keeps_the_result_it_held(tmp_path):
+@pytest.mark.parametrize("np", [3, None], ids=["3-ranks", "single-process"])
+def test_a_job_killed_while_it_rides_out_an_outage_keeps_the_result_it_held(tmp_path, np):
     """A result the coordinator retries during an outage waited in its memory: a job
     killed meanwhile (kill -9, a lost node, the walltime's SIGKILL) lost it and the resume
     ran the trial again. It is written ahead to the recovery file at the first failed
@@ -170,8 +171,10 @@ def test_a_job_killed_while_it_rides_out_an_outage_keeps_the_result_it_held(tmp_
     db = tmp_path / "o.db"
     url = f"sqlite:///{db}"
     spec = spec_file(tmp_path, 12)
-    job = subprocess.Popen([str(BIN / "mpiexec"), "-n", "3", str(BIN / "mpiopt"), "search",
-                            str(spec), "--storage", url], cwd=tmp_path,
+    cmd = [str(BIN / "mpiopt"), "search", str(spec), "--storage", url]
+    if np:
+        cmd = [str(BIN / "mpiexec"), "-n", str(np), *cmd]
+    job = subprocess.Popen(cmd, cwd=tmp_path,
                            env={**subprocess_env(), "MPIOPT_TEST_SLEEP": "0.3",
                                 "MPIOPT_SQLITE_BUSY_MS": "300"},
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -207,3 +210,47 @@ def test_a_job_killed_while_it_rides_out_an_outage_keeps_the_result_it_held(tmp_
     for k in kept:                                  # the held results, not run again
         assert trials[k["trial_id"]].value == k["value"]
         assert trials[k["trial_id"]].attempt == 0
+
+
+@pytest.mark.parametrize("np", [None, 3], ids=["single-process", "3-ranks"])
+def test_a_stop_signal_during_an_outage_ends_the_job_at_once_with_the_results_kept(tmp_path, np):
+    """SIGTERM while the coordinator rides out an outage: in a single process the signal
+    never reached the retry loop, which waited out the whole retry_timeout (10 minutes:
+    Slurm's SIGKILL comes 30 s after its SIGTERM); under mpiexec it waited for the end of
+    a pause of up to 15 s. Now the job ends within a second or two, the result it held in
+    the recovery file."""
+    import os
+    import signal
+
+    db = tmp_path / "o.db"
+    url = f"sqlite:///{db}"
+    spec = spec_file(tmp_path, 40)
+    cmd = [str(BIN / "mpiopt"), "search", str(spec), "--storage", url]
+    if np:
+        cmd = [str(BIN / "mpiexec"), "-n", str(np), *cmd]
+    job = subprocess.Popen(cmd, cwd=tmp_path, env={**subprocess_env(), "MPIOPT_TEST_SLEEP": "0.2",
+                                                   "MPIOPT_SQLITE_BUSY_MS": "300"},
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           start_new_session=True)
+    recovery = tmp_path / "o.mpiopt-recovery.jsonl"
+    lock = None
+    try:
+        wait_finished(url, 2, job)
+        lock = sqlite3.connect(db, isolation_level=None, timeout=30)
+        lock.execute("BEGIN EXCLUSIVE")
+        end = time.monotonic() + 20
+        while not recovery.exists() and time.monotonic() < end:   # (written ahead)
+            time.sleep(0.1)
+        time.sleep(2.0)                                # well into the pauses
+        os.killpg(job.pid, signal.SIGTERM)
+        started = time.monotonic()
+        out, err = job.communicate(timeout=60)
+        took = time.monotonic() - started
+    finally:
+        if lock is not None:
+            lock.close()
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+    closing = [ln for ln in err.splitlines() if ln.startswith("mpiopt:")]
+    assert len(closing) == 1 and "kept in" in closing[0] and "--recovery" in closing[0], err
+    assert took < 12, took              # (the wind-down's own bound is 10 s under mpiexec)

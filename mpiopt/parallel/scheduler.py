@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import math
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -309,8 +310,10 @@ class Scheduler:
             for t in done:
                 self._free(t.group, freed)
             self.finishing += len(done)
-            try:
-                actions = self._teach_and_fill(done)
+            holding = getattr(self.storage, "holding", None)   # (a kill meanwhile must not
+            try:                                                # lose them: resilient.py)
+                with holding(outcomes) if holding else nullcontext():
+                    actions = self._teach_and_fill(done)
             except BaseException:        # the next trials could not start (an outage past
                 self._keep(outcomes)     # its limit): the results are still kept
                 raise

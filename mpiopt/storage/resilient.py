@@ -20,6 +20,7 @@ The recovery file is JSON lines, one write per line, flushed and fsynced as it i
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -54,6 +55,7 @@ class Resilient:
         self.given_up: str | None = None     # why, once an outage outlasted the limit
         self.journaled = 0
         self.written_ahead = 0
+        self._held: dict[int, list[dict]] = {}   # results not yet written (see `holding`)
 
     def __getattr__(self, name):
         attr = getattr(self.storage, name)
@@ -77,7 +79,7 @@ class Resilient:
                 result = method(*args, **kwargs)
             except StorageUnavailable as exc:
                 tries += 1
-                if tries == 1 and name in FINISHING:
+                if tries == 1:
                     ahead = self._write_ahead(name, args, kwargs)
                 waited = self.clock() - start
                 if waited >= self.limit_s or self.should_stop():
@@ -133,13 +135,28 @@ class Resilient:
             self._journal(name, args, kwargs)
         raise StorageUnavailable(self.given_up) from exc
 
+    @contextlib.contextmanager
+    def holding(self, outcomes: list[dict]):
+        """Results the caller holds unwritten while it makes other calls (the scheduler
+        sends groups their next trials before it writes the results that freed them):
+        written ahead too if one of those calls fails."""
+        self._held[id(outcomes)] = outcomes
+        try:
+            yield
+        finally:
+            self._held.pop(id(outcomes), None)
+
     def _write_ahead(self, name, args, kwargs) -> bool:
-        """The call's results in the file before its retries (see the module docstring)."""
-        entries = _entries(name, args, kwargs)
-        if not self._append(_lines(entries)):
+        """The call's results, and those held (`holding`), in the file before the call's
+        retries (see the module docstring). Whether the call's own are there."""
+        own = _entries(name, args, kwargs) if name in FINISHING else []
+        held = [e for outcomes in self._held.values()
+                for e in _entries("finish_trials", (outcomes,), {})]
+        self._held.clear()                              # (each written ahead once)
+        if not (own or held) or not self._append(_lines(held + own)):
             return False          # (no place can be written: retried as before)
-        self.written_ahead += len(entries)
-        return True
+        self.written_ahead += len(held) + len(own)
+        return bool(own)
 
     def _journal(self, name, args, kwargs) -> None:
         entries = _entries(name, args, kwargs)
