@@ -138,3 +138,23 @@ def test_a_batch_that_cannot_be_written_is_kept_one_line_per_result(tmp_path, db
         assert len(path.read_text().splitlines()) == 3
         assert import_recovery(st, path) == 2
         assert [t.value for t in st.get_trials(sid)] == [10.0, 5.0, 12.0]
+
+
+def test_running_trials_a_job_could_not_interrupt_are_interrupted_on_import(tmp_path):
+    """A job ending in order during an outage (a signal, the retry limit) could not mark
+    its running trials INTERRUPTED: the resume took them for trials of a killed job and
+    counted each a lost attempt (after max_attempts, FAILED). The interrupt is journaled
+    with the results; a trial whose rank died (`keep`) stays RUNNING, as the job meant."""
+    with open_storage(f"sqlite:///{tmp_path / 'r.db'}", create=True) as st:
+        sid = st.create_study("s", "minimize", "value", "s", "0" * 64, "{}")
+        a, b, c = st.create_trials(sid, [dict(params={"x": float(i)}, seed=i, group=i)
+                                         for i in range(3)])
+        path = tmp_path / "s.mpiopt-recovery.jsonl"
+        r = Resilient(st, 1, [path])
+        r.given_up = "down"
+        r.finish_trial(a.id, TrialStatus.COMPLETE, value=1.0)
+        r.interrupt_running(sid, keep={c.id})
+        assert import_recovery(st, path) == 2
+        assert [t.status for t in st.get_trials(sid)] == [
+            TrialStatus.COMPLETE, TrialStatus.INTERRUPTED, TrialStatus.RUNNING]
+        assert [t.number for t in st.note_lost_attempts(sid)] == [2]

@@ -28,7 +28,11 @@ from pathlib import Path
 
 from mpiopt.errors import StorageError, StorageUnavailable
 
-JOURNALED = ("finish_trial", "finish_trials", "finish_and_create", "add_intermediate")
+# (interrupt_running too: a job that ends in order during an outage could not mark its
+# running trials INTERRUPTED, and the resume counted each a lost attempt, which after
+# `max_attempts` such endings FAILED a good parameter set)
+JOURNALED = ("finish_trial", "finish_trials", "finish_and_create", "add_intermediate",
+             "interrupt_running")
 FINISHING = JOURNALED[:3]    # written ahead at their first failed try
 RECOVERY_SUFFIX = ".mpiopt-recovery.jsonl"
 
@@ -215,7 +219,8 @@ def _entries(name, args, kwargs) -> list[dict]:
         # kept (they never left rank 0)
         outcomes = args[0] if args else kwargs["outcomes"]
         return [{"op": "finish_trial", "args": [], "kwargs": dict(o)} for o in outcomes]
-    return [{"op": name, "args": list(args), "kwargs": kwargs}]
+    listed = {k: sorted(v) if isinstance(v, (set, frozenset)) else v for k, v in kwargs.items()}
+    return [{"op": name, "args": list(args), "kwargs": listed}]
 
 
 def _lines(entries: list[dict]) -> str:
