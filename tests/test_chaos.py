@@ -46,8 +46,16 @@ def spec_file(tmp_path: Path, function: str, trials=8, algorithm="random", objec
 
 @pytest.fixture
 def url(db_url):
-    """Every case on SQLite and on a real PostgreSQL server (conftest.db_url)."""
+    """Every case on SQLite and on a real PostgreSQL server (conftest.db_url), but those
+    marked `sqlite_only`."""
     return db_url
+
+
+# For cases whose subject is the ranks, not the database: the engines share the storage
+# calls they make, which tests/test_storage.py runs on both, and the kill campaigns and
+# tests/test_outage.py run whole jobs on PostgreSQL (the suite must stay within CI's 20
+# minutes; these took 70 s on PostgreSQL)
+sqlite_only = pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 
 
 def study_state(url: str):
@@ -139,6 +147,7 @@ def resume_until_done(tmp_path, url, spec, np, budget):
     return poison
 
 
+@sqlite_only
 def test_a_rank_that_stops_answering_ends_the_job_and_counts_a_lost_attempt(tmp_path, url,
                                                                             monkeypatch):
     """SIGSTOP in a trial: the rank neither dies nor answers, and no launcher notices (nor
@@ -161,6 +170,7 @@ def test_a_rank_that_stops_answering_ends_the_job_and_counts_a_lost_attempt(tmp_
     assert all(t.error.startswith("killed its process 2 times") for t in stopped)
 
 
+@sqlite_only
 def test_a_silent_coordinator_ends_the_job_from_the_groups(tmp_path, url, monkeypatch):
     """Rank 0 stopped (SIGSTOP): the leaders stop hearing its heartbeats and end the job
     with MPI_Abort and one line; a resume finishes the budget with nothing lost."""
@@ -205,6 +215,7 @@ def test_a_coordinator_stopped_during_start_up_ends_the_job_from_the_groups(tmp_
 
 
 @pytest.mark.parametrize("isolate", [True, False])
+@sqlite_only
 def test_trial_timeout_fails_the_trial_and_the_study_goes_on(tmp_path, url, isolate):
     spec = spec_file(tmp_path, "never_returns", trials=8, objective={"isolate": isolate},
                      trial_timeout="2s")
@@ -329,6 +340,7 @@ def test_a_finished_job_ends_cleanly_every_time(tmp_path):
 
 
 @pytest.mark.parametrize("np", [2, None], ids=["2-ranks", "single-process"])
+@sqlite_only
 def test_a_trial_deaf_to_its_timeout_ends_the_job_and_is_not_run_again(tmp_path, url, np):
     """In a single process too: there the loop itself is in the trial's code, and the trial
     ran on past its timeout for ever (or, had it returned, was recorded COMPLETE)."""
@@ -578,6 +590,7 @@ def test_a_sandboxed_trial_using_mpi_fails_at_once_and_the_job_goes_on(tmp_path,
                                "a `comm` argument")
 
 
+@sqlite_only
 def test_time_limit_has_a_hard_edge(tmp_path, url):
     spec = spec_file(tmp_path, "never_returns", trials=50, time_limit="3s", grace="2s")
     proc, wall = run(tmp_path, url, spec)
@@ -870,7 +883,8 @@ def _ended(job, timeout_s: float, hang: str) -> tuple[str, str]:
         raise AssertionError(hang) from None
 
 
-@pytest.mark.parametrize("algorithm", ["bayesian", "evolutionary"])
+@pytest.mark.parametrize("db_url, algorithm", [("sqlite", "bayesian"), ("postgresql", "bayesian"),
+                                               ("sqlite", "evolutionary")], indirect=["db_url"])
 def test_ten_kill_campaigns_lose_nothing_and_repeat_nothing(tmp_path, url, algorithm, monkeypatch):
     monkeypatch.setenv("MPIOPT_TEST_SLEEP", "0.15")
     budget = 60
