@@ -33,6 +33,10 @@ second GP turn the pair's mean rank was 2.06 / 1.56 / 1.89 at 1 / 4 / 16 pending
 """
 from __future__ import annotations
 
+from collections import deque
+
+import numpy as np
+
 from mpiopt.search._base import Searcher
 
 # Each member keeps at least this share of the turns, whatever the model's agreement: a
@@ -42,6 +46,14 @@ MIN_SHARE = 0.25
 # Every suggestion from the GP's space-filling design until it is used up (no member
 # knows anything yet), instead of in turn from the first one: see benchmarks/RESULTS.md
 DESIGN_FIRST = False
+# Shares by each member's own results instead of the GP's predictions: the GP's share is
+# the probability that a result of its suggestions beats one of the partner's (the
+# Mann-Whitney statistic over each member's last CREDIT_WINDOW results; rank-based credit
+# in adaptive operator selection, Fialho et al. 2010), once each has CREDIT_MIN results.
+# Measured and dropped: see benchmarks/RESULTS.md
+CREDIT = False
+CREDIT_WINDOW = 30
+CREDIT_MIN = 5
 
 
 class PortfolioSearcher(Searcher):
@@ -60,6 +72,7 @@ class PortfolioSearcher(Searcher):
         self._other = next((m for m in members if m is not self._model), None)
         self.owner: dict[tuple, Searcher] = {}
         self._replaying = False
+        self._results = {id(m): deque(maxlen=CREDIT_WINDOW) for m in members}   # (CREDIT)
 
     def _pick(self) -> Searcher:
         """The member that suggests this trial: in turn until the GP has a fitted kernel,
@@ -68,10 +81,21 @@ class PortfolioSearcher(Searcher):
         if DESIGN_FIRST and self._model is not None and self._model.designing():
             return self._model
         rho = self._model.loo_agreement() if self._model is not None else None
+        if CREDIT and self._model is not None and rho is not None:
+            rho = self._credit() if self._credit() is not None else rho
         if rho is None:
             return self.members[self.number % len(self.members)]
         share = min(max(rho, MIN_SHARE), 1 - MIN_SHARE)
         return self._model if self.rng.random() < share else self._other
+
+    def _credit(self) -> float | None:
+        """P(a result of the GP's suggestions < one of the partner's), ties half."""
+        mine, theirs = self._results[id(self._model)], self._results[id(self._other)]
+        if len(mine) < CREDIT_MIN or len(theirs) < CREDIT_MIN:
+            return None
+        a, b = np.array(mine), np.array(theirs)
+        wins = (a[:, None] < b[None, :]).sum() + 0.5 * (a[:, None] == b[None, :]).sum()
+        return float(wins / (len(a) * len(b)))
 
     def _suggest(self) -> dict:
         member = self._pick()
@@ -87,7 +111,9 @@ class PortfolioSearcher(Searcher):
         if not self._replaying:                 # (a replay went to the members already)
             for member in self.members:
                 member.tell(params, value)
-        self.owner.pop(self.key(params), None)
+        member = self.owner.pop(self.key(params), None)
+        if member is not None and not isinstance(value, tuple):
+            self._results[id(member)].append(float(value))
 
     def _on_hold(self, params) -> None:
         for member in self.members:

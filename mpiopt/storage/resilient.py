@@ -13,8 +13,8 @@ A result being retried waits in rank 0's memory, so a job killed during the outa
 -9, a node lost, the walltime's SIGKILL) lost it, and the trial ran again on resume. So a
 finishing write is also written ahead to the file at its first failed try: a kill at any
 moment leaves it there for the resume, which skips what the database already holds.
-A run that ends without giving up removes the file (`discard_written_ahead`): everything
-in it reached the database.
+A run that ends without giving up imports the file itself and removes it
+(`discard_written_ahead`).
 
 The recovery file is JSON lines, one write per line, flushed and fsynced as it is written.
 """
@@ -120,13 +120,15 @@ class Resilient:
         return self.recovery if self.given_up is not None and self.recovery.is_file() else None
 
     def discard_written_ahead(self) -> None:
-        """The end of a run that never gave up: what was written ahead reached the
-        database (each such call was retried until it did), so the file goes."""
+        """The end of a run that never gave up: the file written ahead is imported (what
+        reached the database is skipped; a held result the run could not write after all,
+        ending on an error, is written now) and goes. Left for the resume where that
+        fails."""
         if self.given_up is None and self.written_ahead:
             try:
-                self.recovery.unlink()
-            except OSError:
-                pass              # (a resume would import it and skip what is there)
+                import_recovery(self.storage, self.recovery)
+            except Exception:
+                pass
             self.written_ahead = 0
 
     def _give_up(self, name, args, kwargs, exc, waited, ahead=False):
