@@ -182,7 +182,7 @@ def recovery_places(spec) -> list[Path]:
     return list(dict.fromkeys(recovery_file(f.resolve(), spec.study.name) for f in folders))
 
 
-def _import_recoveries(storage, spec, given=()) -> list[str]:
+def _import_recoveries(storage, spec, study_id: int, given=()) -> list[str]:
     """The recovery files a resume finds (recovery_places) and those named (`mpiopt resume
     --recovery FILE`, as a closing line prints it), imported first."""
     from mpiopt.storage.resilient import import_recovery
@@ -190,9 +190,15 @@ def _import_recoveries(storage, spec, given=()) -> list[str]:
     notes = []
     places = [Path(p).resolve() for p in given] + recovery_places(spec)
     for path in dict.fromkeys(places):
-        n = import_recovery(storage, path)
+        foreign: list[int] = []
+        n = import_recovery(storage, path, study_id, foreign)
         if n:
             notes.append(f"imported {n} result write(s) kept in {path} during a database outage")
+        if foreign:
+            notes.append(f"{path}: {foreign[0]} write(s) for trials that are not this study's "
+                         f"in {storage.shown_url} (the file was written for another database"
+                         "?) were left in it, not imported; resume with the --storage its "
+                         "job's closing line named")
     return notes
 
 
@@ -223,7 +229,7 @@ def open_run(spec, url: str, resume, isolated: bool, retry_failed: bool = False,
             storage.set_study_artifacts(opened.study_id, spec.artifacts)
         notes = [warm_note] if warm_note else []
         if opened.resumed:
-            notes += _import_recoveries(storage, spec, recovery)
+            notes += _import_recoveries(storage, spec, opened.study_id, recovery)
             notes += settle_unfinished(storage, opened.study_id, isolated,
                                        getattr(spec.search, "max_attempts", 2))
             if retry_failed:

@@ -158,3 +158,25 @@ def test_running_trials_a_job_could_not_interrupt_are_interrupted_on_import(tmp_
         assert [t.status for t in st.get_trials(sid)] == [
             TrialStatus.COMPLETE, TrialStatus.INTERRUPTED, TrialStatus.RUNNING]
         assert [t.number for t in st.note_lost_attempts(sid)] == [2]
+
+
+def test_a_recovery_file_writes_only_to_the_study_it_is_imported_for(tmp_path):
+    """Trial ids are a database's own: a file imported into another database (the wrong
+    --storage, a copied study) gave a result to whatever trial had that id there, and
+    the file was removed. Lines that are not this study's now stay in the file."""
+    with open_storage(f"sqlite:///{tmp_path / 'r.db'}", create=True) as st:
+        mine = st.create_study("s", "minimize", "value", "s", "0" * 64, "{}")
+        other = st.create_study("t", "minimize", "value", "t", "1" * 64, "{}")
+        theirs = st.create_trial(other, {"x": 1.0}, seed=0, group=0)
+        ours = st.create_trial(mine, {"x": 2.0}, seed=0, group=0)
+        path = tmp_path / "t.mpiopt-recovery.jsonl"
+        r = Resilient(st, 1, [path])
+        r.given_up = "down"
+        r.finish_trial(theirs.id, TrialStatus.COMPLETE, value=1.0)
+        r.interrupt_running(other)
+        foreign = []
+        assert import_recovery(st, path, mine, foreign) == 0 and foreign == [2]
+        assert st.get_trial_by_id(ours.id).status is TrialStatus.RUNNING     # untouched
+        assert len(path.read_text().splitlines()) == 2                         # kept
+        assert import_recovery(st, path, other) == 2 and not path.exists()
+        assert st.get_trial_by_id(theirs.id).value == 1.0

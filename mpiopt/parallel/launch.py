@@ -442,7 +442,8 @@ def _coordinate_with(world, spec, url, opened, quiet, objective, topo, comm, hos
 
     progress = Progress(spec.search.trials, quiet=quiet)
     ranks = [0] if topo.single_process else [topo.leader(g) for g in range(topo.n_groups)]
-    storage = Resilient(opened.storage, spec.storage_retry, opened.recovery, say=_progress)
+    storage = Resilient(opened.storage, spec.storage_retry, opened.recovery, say=_progress,
+                        study_id=opened.study_id)
     sched = _scheduler(spec, opened, storage, topo.n_groups, progress, hosts, ranks,
                        background=not topo.single_process)
     # A job that is ending (a signal, a failed rank) does not wait out an outage: what

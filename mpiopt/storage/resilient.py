@@ -49,13 +49,15 @@ class Resilient:
     """
 
     def __init__(self, storage, limit_s: float, places: list[Path], say=print,
-                 should_stop=lambda: False, clock=time.monotonic, sleep=time.sleep):
+                 should_stop=lambda: False, clock=time.monotonic, sleep=time.sleep,
+                 study_id: int | None = None):
         # the recovery file's places, in order: the first one that can be written is used
         # (a spec in a read-only folder, an Apptainer image's, lost the results of an
         # outage: the job ended on "Read-only file system" with its finished trials RUNNING)
         self.places = [Path(p) for p in places]
         self.storage, self.limit_s, self.recovery = storage, float(limit_s), self.places[0]
         self.say, self.should_stop, self.clock, self._sleep = say, should_stop, clock, sleep
+        self.study_id = study_id             # (whose trials a file written ahead holds)
         self.given_up: str | None = None     # why, once an outage outlasted the limit
         self.journaled = 0
         self.written_ahead = 0
@@ -126,7 +128,7 @@ class Resilient:
         fails."""
         if self.given_up is None and self.written_ahead:
             try:
-                import_recovery(self.storage, self.recovery)
+                import_recovery(self.storage, self.recovery, self.study_id)
             except Exception:
                 pass
             self.written_ahead = 0
@@ -189,14 +191,21 @@ class Resilient:
         return False
 
 
-def import_recovery(storage, path: Path) -> int:
+def import_recovery(storage, path: Path, study_id: int | None = None,
+                    foreign: list | None = None) -> int:
     """Write what a recovery file kept into the database (first thing on resume), then
     remove the file. Writes that the database already holds are skipped. Returns how
-    many were written."""
+    many were written.
+
+    With `study_id`, a write for a trial that is not that study's (the file was written
+    for another database, or another study's file was named) is not made: the trial ids
+    of one database mean other trials in another, and one could have been given another
+    study's result. Such lines stay in the file (counted in `foreign`) for the resume
+    they belong to."""
     path = Path(path)
     if not path.is_file():
         return 0
-    written = 0
+    written, left = 0, []
     for line in path.read_text(encoding="utf-8").splitlines():
         if not line.strip():
             continue
@@ -204,6 +213,9 @@ def import_recovery(storage, path: Path) -> int:
             entry = json.loads(line)
         except json.JSONDecodeError:
             continue          # a line cut short by the crash that ended the job
+        if study_id is not None and not _belongs(storage, entry, study_id):
+            left.append(line)
+            continue
         try:      # (a status comes back as its text, which finish_trial takes as well)
             getattr(storage, entry["op"])(*entry.get("args", []), **entry.get("kwargs", {}))
             written += 1
@@ -211,8 +223,27 @@ def import_recovery(storage, path: Path) -> int:
             raise
         except StorageError:
             pass              # already there (or the trial is gone): nothing to redo
-    path.unlink()
+    if left:
+        path.write_text("".join(line + "\n" for line in left), encoding="utf-8")
+        if foreign is not None:
+            foreign.append(len(left))
+    else:
+        path.unlink()
     return written
+
+
+def _belongs(storage, entry: dict, study_id: int) -> bool:
+    """Whether a recovery line writes to this study (its trial, or the study itself)."""
+    args, kwargs = entry.get("args", []), entry.get("kwargs", {})
+    if entry.get("op") == "interrupt_running":
+        return (args[0] if args else kwargs.get("study_id")) == study_id
+    trial_id = args[0] if args else kwargs.get("trial_id")
+    try:
+        return storage.get_trial_by_id(int(trial_id)).study_id == study_id
+    except StorageUnavailable:
+        raise
+    except (StorageError, TypeError, ValueError):
+        return False
 
 
 def _entries(name, args, kwargs) -> list[dict]:
