@@ -7,10 +7,14 @@ result is lost, and nothing is evaluated twice.
 """
 from __future__ import annotations
 
+import json
+import os
 import shlex
+import signal
 import sqlite3
 import subprocess
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -46,12 +50,40 @@ def state(url):
 
 
 def start(tmp_path, spec, url, np=3, env=None):
-    """The job under mpiexec -n NP, or in a single process where np is None."""
+    """The job under mpiexec -n NP, or in a single process where np is None (a process
+    group of its own, for os.killpg)."""
     cmd = [str(BIN / "mpiopt"), "search", str(spec), "--storage", url]
     if np:
         cmd = [str(BIN / "mpiexec"), "-n", str(np), *cmd]
     return subprocess.Popen(cmd, cwd=tmp_path, env={**subprocess_env(), **(env or {})},
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+
+
+@contextmanager
+def outage_under_way(tmp_path, np, trials, sleep):
+    """A job on SQLite whose file another process then locks until the block ends; the
+    block starts once the job has written a held result ahead to its recovery file."""
+    db = tmp_path / "o.db"
+    url = f"sqlite:///{db}"
+    spec = spec_file(tmp_path, trials)
+    job = start(tmp_path, spec, url, np=np,
+                env={"MPIOPT_TEST_SLEEP": str(sleep), "MPIOPT_SQLITE_BUSY_MS": "300"})
+    recovery = tmp_path / "o.mpiopt-recovery.jsonl"
+    lock = None
+    try:
+        wait_finished(url, 2, job)
+        lock = sqlite3.connect(db, isolation_level=None, timeout=30)
+        lock.execute("BEGIN EXCLUSIVE")       # the database away (a script holding it)
+        end = time.monotonic() + 20
+        while not recovery.exists() and time.monotonic() < end and job.poll() is None:
+            time.sleep(0.1)
+        yield job, url, spec, recovery
+    finally:
+        if lock is not None:
+            lock.close()                        # (the lock goes with the connection)
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
 
 
 def wait_finished(url, n, job, limit_s=90):
@@ -164,38 +196,10 @@ def test_a_job_killed_while_it_rides_out_an_outage_keeps_the_result_it_held(tmp_
     killed meanwhile (kill -9, a lost node, the walltime's SIGKILL) lost it and the resume
     ran the trial again. It is written ahead to the recovery file at the first failed
     try, so the resume imports it; a run that ends normally leaves no file behind."""
-    import json
-    import os
-    import signal
-
-    db = tmp_path / "o.db"
-    url = f"sqlite:///{db}"
-    spec = spec_file(tmp_path, 12)
-    cmd = [str(BIN / "mpiopt"), "search", str(spec), "--storage", url]
-    if np:
-        cmd = [str(BIN / "mpiexec"), "-n", str(np), *cmd]
-    job = subprocess.Popen(cmd, cwd=tmp_path,
-                           env={**subprocess_env(), "MPIOPT_TEST_SLEEP": "0.3",
-                                "MPIOPT_SQLITE_BUSY_MS": "300"},
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                           start_new_session=True)
-    recovery = tmp_path / "o.mpiopt-recovery.jsonl"
-    lock = None
-    try:
-        wait_finished(url, 2, job)
-        lock = sqlite3.connect(db, isolation_level=None, timeout=30)
-        lock.execute("BEGIN EXCLUSIVE")       # the database away (a script holding it)
-        end = time.monotonic() + 20
-        while not recovery.exists() and time.monotonic() < end and job.poll() is None:
-            time.sleep(0.1)
+    with outage_under_way(tmp_path, np, 12, 0.3) as (job, url, spec, recovery):
         time.sleep(0.5)
         os.killpg(job.pid, signal.SIGKILL)          # the whole job, without a word
         out, err = job.communicate(timeout=30)
-    finally:
-        if lock is not None:
-            lock.close()                        # (the lock goes with the connection)
-        if job.poll() is None:
-            os.killpg(job.pid, signal.SIGKILL)
     assert recovery.exists(), out + err
     kept = []
     for line in recovery.read_text().splitlines():
@@ -219,38 +223,12 @@ def test_a_stop_signal_during_an_outage_ends_the_job_at_once_with_the_results_ke
     Slurm's SIGKILL comes 30 s after its SIGTERM); under mpiexec it waited for the end of
     a pause of up to 15 s. Now the job ends within a second or two, the result it held in
     the recovery file."""
-    import os
-    import signal
-
-    db = tmp_path / "o.db"
-    url = f"sqlite:///{db}"
-    spec = spec_file(tmp_path, 40)
-    cmd = [str(BIN / "mpiopt"), "search", str(spec), "--storage", url]
-    if np:
-        cmd = [str(BIN / "mpiexec"), "-n", str(np), *cmd]
-    job = subprocess.Popen(cmd, cwd=tmp_path, env={**subprocess_env(), "MPIOPT_TEST_SLEEP": "0.2",
-                                                   "MPIOPT_SQLITE_BUSY_MS": "300"},
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                           start_new_session=True)
-    recovery = tmp_path / "o.mpiopt-recovery.jsonl"
-    lock = None
-    try:
-        wait_finished(url, 2, job)
-        lock = sqlite3.connect(db, isolation_level=None, timeout=30)
-        lock.execute("BEGIN EXCLUSIVE")
-        end = time.monotonic() + 20
-        while not recovery.exists() and time.monotonic() < end:   # (written ahead)
-            time.sleep(0.1)
+    with outage_under_way(tmp_path, np, 40, 0.2) as (job, url, spec, recovery):
         time.sleep(2.0)                                # well into the pauses
         os.killpg(job.pid, signal.SIGTERM)
         started = time.monotonic()
         out, err = job.communicate(timeout=60)
         took = time.monotonic() - started
-    finally:
-        if lock is not None:
-            lock.close()
-        if job.poll() is None:
-            os.killpg(job.pid, signal.SIGKILL)
     closing = [ln for ln in err.splitlines() if ln.startswith("mpiopt:")]
     assert len(closing) == 1 and "kept in" in closing[0] and "--recovery" in closing[0], err
     assert took < 12, took              # (the wind-down's own bound is 10 s under mpiexec)
