@@ -331,6 +331,34 @@ def zakharov(n):
     return f
 
 
+def schwefel(n):
+    """Schwefel 2.26: a rugged surface whose best basin lies near a corner (420.97 each)."""
+    def f(p):
+        x = _vec(p, n)
+        return float(418.9829 * n - np.sum(x * np.sin(np.sqrt(np.abs(x)))))
+    return f
+
+
+def dixon_price(n):
+    """A curved valley; its optimum (0) at x_i = 2^-(2^i - 2)/2^i, off the centre."""
+    i = np.arange(2, n + 1)
+
+    def f(p):
+        x = _vec(p, n)
+        return float((x[0] - 1) ** 2 + np.sum(i * (2 * x[1:] ** 2 - x[:-1]) ** 2))
+    return f
+
+
+def powell(n):
+    """Powell's singular function (n a multiple of 4): a quartic valley, singular Hessian
+    at its optimum (0 at the origin, off the centre of [-4, 5])."""
+    def f(p):
+        x = _vec(p, n).reshape(-1, 4)
+        return float(np.sum((x[:, 0] + 10 * x[:, 1]) ** 2 + 5 * (x[:, 2] - x[:, 3]) ** 2
+                            + (x[:, 1] - 2 * x[:, 2]) ** 4 + 10 * (x[:, 0] - x[:, 3]) ** 4))
+    return f
+
+
 def mixed_hartmann(p):
     """Hartmann-6 whose last two coordinates are chosen from five levels each (a model's
     layer count, a batch size): a mixed space."""
@@ -431,6 +459,12 @@ def catalogue() -> dict[str, Problem]:
         _moved("levy6-shifted", "rugged", levy, 6, -10.0, 10.0),
         _moved("griewank8-shifted", "rugged", griewank, 8, -50.0, 50.0),
         _moved("levy20-shifted", "high-dim", levy, 20, -10.0, 10.0),
+        # (added 2026-11-27, fifth stop, only to check once a rule for many groups that the
+        # problems above had suggested: none of these was looked at before)
+        Problem("schwefel5", "rugged", _reals(5, -500.0, 500.0), schwefel(5), 0.0),
+        Problem("dixon-price6", "valley", _reals(6, -10.0, 10.0), dixon_price(6), 0.0),
+        Problem("powell8", "valley", _reals(8, -4.0, 5.0), powell(8), 0.0),
+        _moved("rosenbrock6-shifted", "valley", rosenbrock, 6, -5.0, 10.0),
     ]
     HELD_OUT.update(p.name for p in held_out)
     return {p.name: p for p in items + held_out}
