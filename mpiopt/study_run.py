@@ -124,11 +124,13 @@ def take_lease(storage, study_id: int, period: float, wait_s: float = 0.0,
         return storage.acquire_lease(study_id, host, os.getpid(), period_s=period)
     except StudyBusyError as exc:
         held = exc.lease
-        if held is None or (held.host == host[:255] and _alive(held.pid)) or wait_s <= 0:
+        if held is None or (held.host == host[:255] and _alive(held.pid)):
             raise
         if held.host == host[:255]:
             return storage.acquire_lease(study_id, host, os.getpid(), period_s=period,
                                          takeover=True)
+        if wait_s <= 0:
+            raise
         busy = exc
     limit = min(wait_s, 3 * held.period_s + 1.0)
     name = storage.study_name(study_id)

@@ -573,6 +573,22 @@ def test_a_holder_on_another_host_is_watched_before_the_study_is_refused(sqlite_
     assert took > (1.4 if holder == "killed" else 0.0), took
 
 
+def test_a_dead_holder_on_this_host_is_taken_over_at_once(sqlite_storage):
+    """Its process is gone (asked, not waited for), with or without a wait for others."""
+    import socket
+
+    from mpiopt.study_run import take_lease
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    sid = new_study(sqlite_storage)
+    sqlite_storage.acquire_lease(sid, socket.gethostname(), gone.pid, period_s=30)
+    start = time.monotonic()
+    take_lease(sqlite_storage, sid, 30.0)
+    assert sqlite_storage.get_study("s").lease.pid == os.getpid()
+    assert time.monotonic() - start < 1.0
+
+
 def test_a_job_whose_lease_was_taken_over_writes_nothing_more(storage):
     """The fence (Storage.fence): a job stopped past its lease (Ctrl-Z, a suspended node)
     while another took the study over must not finish, interrupt or create trials: its
