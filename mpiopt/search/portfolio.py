@@ -81,8 +81,8 @@ class PortfolioSearcher(Searcher):
         if DESIGN_FIRST and self._model is not None and self._model.designing():
             return self._model
         rho = self._model.loo_agreement() if self._model is not None else None
-        if CREDIT and self._model is not None and rho is not None:
-            rho = self._credit() if self._credit() is not None else rho
+        credit = self._credit() if CREDIT and rho is not None else None
+        rho = credit if credit is not None else rho
         if rho is None:
             return self.members[self.number % len(self.members)]
         share = min(max(rho, MIN_SHARE), 1 - MIN_SHARE)
@@ -112,7 +112,7 @@ class PortfolioSearcher(Searcher):
             for member in self.members:
                 member.tell(params, value)
         member = self.owner.pop(self.key(params), None)
-        if member is not None and not isinstance(value, tuple):
+        if CREDIT and member is not None and not isinstance(value, tuple):
             self._results[id(member)].append(float(value))
 
     def _on_hold(self, params) -> None:
