@@ -52,8 +52,8 @@ def spec_text(spec) -> str:
 
 def resume_command(name: str, url: str, recovery=None) -> str:
     """The exact command that continues a study, as every closing line prints it; with the
-    recovery file an outage left (`recovery`), named so that a resume from any folder
-    imports it (a resume finds it by itself only beside the spec or in its own folder)."""
+    recovery file an outage left (`recovery`), named so that it is imported even where the
+    database's record of it is lost with the job's last writes (study_run.open_run)."""
     import shlex
 
     shown = shown_url(url)

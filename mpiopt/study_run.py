@@ -184,13 +184,16 @@ def recovery_places(spec) -> list[Path]:
     return list(dict.fromkeys(recovery_file(f.resolve(), spec.study.name) for f in folders))
 
 
-def _import_recoveries(storage, spec, study_id: int, given=()) -> list[str]:
-    """The recovery files a resume finds (recovery_places) and those named (`mpiopt resume
-    --recovery FILE`, as a closing line prints it), imported first."""
+def _import_recoveries(storage, spec, study_id: int, given=(), stored=()) -> list[str]:
+    """The recovery files a resume finds (recovery_places), those the last job recorded
+    (`stored`: a killed job's file beside its spec, for `mpiopt resume NAME` run from
+    another folder) and those named (`mpiopt resume --recovery FILE`, as a closing line
+    prints it), imported first."""
     from mpiopt.storage.resilient import import_recovery
 
     notes = []
-    places = [Path(p).resolve() for p in given] + recovery_places(spec)
+    places = ([Path(p).resolve() for p in given] + [p for p in map(Path, stored) if _readable(p)]
+              + recovery_places(spec))
     for path in dict.fromkeys(places):
         foreign: list[int] = []
         n = import_recovery(storage, path, study_id, foreign)
@@ -202,6 +205,15 @@ def _import_recoveries(storage, spec, study_id: int, given=()) -> list[str]:
                          "?) were left in it, not imported; resume with the --storage its "
                          "job's closing line named")
     return notes
+
+
+def _readable(path: Path) -> bool:
+    """A recorded place this host can read (another node's folder may not be mounted)."""
+    try:
+        return (path.is_file() and os.access(path, os.R_OK)
+                and os.access(path.parent, os.W_OK))       # (the import removes it)
+    except OSError:
+        return False
 
 
 def open_run(spec, url: str, resume, isolated: bool, retry_failed: bool = False,
@@ -230,18 +242,21 @@ def open_run(spec, url: str, resume, isolated: bool, retry_failed: bool = False,
         if getattr(spec, "artifacts", None):
             storage.set_study_artifacts(opened.study_id, spec.artifacts)
         notes = [warm_note] if warm_note else []
+        places = recovery_places(spec)
         if opened.resumed:
-            notes += _import_recoveries(storage, spec, opened.study_id, recovery)
+            stored = storage.get_study(spec.study.name).recovery
+            notes += _import_recoveries(storage, spec, opened.study_id, recovery, stored)
             notes += settle_unfinished(storage, opened.study_id, isolated,
                                        getattr(spec.search, "max_attempts", 2))
             if retry_failed:
                 notes.append(_retry(storage, opened.study_id))
             opened.existing = storage.get_trials(opened.study_id)
+        storage.set_study_recovery(opened.study_id, [str(p) for p in places])
         queued = sum(t.status is TrialStatus.PENDING for t in opened.existing) if \
             opened.resumed else len(getattr(spec.search, "initial_trials", ()))
         if queued:
             notes.append(f"{queued} queued parameter set(s) run before the searcher's own")
-        run = StudyRun(storage, opened, notes, token, period, recovery_places(spec))
+        run = StudyRun(storage, opened, notes, token, period, places)
         run.warm = warm
         return run
     except BaseException:

@@ -36,8 +36,10 @@ def sqlite_url(tmp_path, name="r.db"):
 
 def test_copy_from_sqlite_to_postgresql_keeps_every_field(tmp_path, pg_server):
     src, dst = sqlite_url(tmp_path), pg_server.new_database()
+    kept = str(tmp_path / "lab.mpiopt-recovery.jsonl")
     with open_storage(src, create=True) as st:
         fill(st, new_study(st, "lab"))
+        st.set_study_recovery(st.get_study("lab").id, [kept])
     copied = mpiopt("study", "copy", "lab", "--storage", src, "--to", dst, "--as", "lab2",
                     cwd=tmp_path, check=True)
     assert "copied study 'lab' (4 trials)" in copied.stdout
@@ -51,6 +53,8 @@ def test_copy_from_sqlite_to_postgresql_keeps_every_field(tmp_path, pg_server):
                           for r in rows]
     assert strip(da["children"]["trial_folds"]) == strip(db["children"]["trial_folds"])
     assert yaml.safe_load(db["study"]["spec_text"])["study"]["name"] == "lab2"
+    # the original's recovery file names its trial ids: never the copy's to import
+    assert da["study"]["recovery"] == json.dumps([kept]) and db["study"]["recovery"] is None
     again = mpiopt("study", "copy", "lab", "--storage", src, "--to", dst, "--as", "lab2")
     assert again.returncode == 2 and again.stderr.count("\n") == 1 and "already exists" in again.stderr
 

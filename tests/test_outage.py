@@ -206,8 +206,14 @@ def test_a_job_killed_while_it_rides_out_an_outage_keeps_the_result_it_held(tmp_
         entry = json.loads(line)
         kept.append(dict(zip(("trial_id", "status", "value"), entry["args"]), **entry["kwargs"]))
     assert kept and all(k["status"] == "COMPLETE" for k in kept), kept
-    proc = mpiopt("search", spec, "--storage", url, "--resume", np=3, cwd=tmp_path,
-                  timeout=180, env={**subprocess_env(), "MPIOPT_TEST_SLEEP": "0.05"})
+    if np is None:     # `mpiopt resume NAME` from another folder: found where the job wrote
+        elsewhere = tmp_path / "elsewhere"
+        elsewhere.mkdir()
+        proc = mpiopt("resume", "o", "--storage", url, cwd=elsewhere, timeout=180,
+                      env={**subprocess_env(), "MPIOPT_TEST_SLEEP": "0.05"})
+    else:
+        proc = mpiopt("search", spec, "--storage", url, "--resume", np=3, cwd=tmp_path,
+                      timeout=180, env={**subprocess_env(), "MPIOPT_TEST_SLEEP": "0.05"})
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "imported" in proc.stdout and not recovery.exists()
     trials = {t.id: t for t in assert_complete(url, 12)}

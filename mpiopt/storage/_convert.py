@@ -29,6 +29,7 @@ class StudyRecord:
     best_value: float | None = None
     lease: "Lease | None" = None
     artifacts: str | None = None      # the artifact store's folder (mpiopt.artifacts)
+    recovery: tuple[str, ...] = ()    # the last job's recovery files (mpiopt.study_run)
 
 
 @dataclass(frozen=True)
@@ -128,7 +129,7 @@ def to_record(row: StudyModel, counts=None, best_value=None) -> StudyRecord:
         spec_text=row.spec_text, fingerprint=row.fingerprint, space_json=row.space_json,
         status=StudyStatus(row.status), created_at=row.created_at, updated_at=row.updated_at,
         counts=dict(counts or {}), best_value=best_value, lease=_lease(row),
-        artifacts=row.artifacts,
+        artifacts=row.artifacts, recovery=tuple(json.loads(row.recovery or "[]")),
     )
 
 

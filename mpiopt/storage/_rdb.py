@@ -7,6 +7,7 @@ Only the coordinator writes; any number of processes may read while it does.
 """
 from __future__ import annotations
 
+import json
 import uuid
 from collections import Counter
 from contextlib import contextmanager
@@ -172,6 +173,11 @@ class Storage:
     def set_study_artifacts(self, study_id: int, folder: str) -> None:
         """Where the study's checkpoints and kept models are (mpiopt.artifacts)."""
         self._update_study(study_id, artifacts=folder)
+
+    def set_study_recovery(self, study_id: int, places: Sequence[str]) -> None:
+        """The recovery files this job would write to, so that a resume from any folder
+        finds the one a killed job left (mpiopt.study_run)."""
+        self._update_study(study_id, recovery=json.dumps([str(p) for p in places]))
 
     def _update_study(self, study_id: int, **values) -> None:
         with self._writing() as s:

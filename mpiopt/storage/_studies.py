@@ -53,9 +53,11 @@ def dump_study(conn: Connection, study_id: int) -> dict:
 
 
 def load_study(conn: Connection, dump: dict, name: str, spec_text: str) -> int:
-    """Insert a dump_study() as study `name` (no lease: no job runs the copy); its new id."""
+    """Insert a dump_study() as study `name` (no lease: no job runs the copy); its new id.
+    The original's recovery files stay the original's: their lines name its trial ids,
+    which are other trials here."""
     study = {k: v for k, v in dump["study"].items() if k in STUDIES.c and k != "id"}
-    study.update({k: None for k in LEASE_COLUMNS if k in STUDIES.c}, name=name,
+    study.update({k: None for k in (*LEASE_COLUMNS, "recovery") if k in STUDIES.c}, name=name,
                  spec_text=spec_text)
     study_id = conn.execute(insert(STUDIES).values(**study)).inserted_primary_key[0]
     new_ids = {}

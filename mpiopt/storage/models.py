@@ -78,6 +78,8 @@ class StudyModel(Base):
     lease_period: Mapped[float | None] = mapped_column(Float)
     # migration 0005: the folder of its checkpoints and kept models (mpiopt.artifacts)
     artifacts: Mapped[str | None] = mapped_column(Text)
+    # migration 0008: the recovery files its last job would write to (JSON list; study_run)
+    recovery: Mapped[str | None] = mapped_column(Text)
 
     trials: Mapped[list["TrialModel"]] = relationship(
         back_populates="study", cascade="all, delete-orphan", passive_deletes=True)
