@@ -447,6 +447,34 @@ def test_a_single_process_study_whose_objective_replaced_the_stop_handlers_still
     assert all(t.status in (TrialStatus.COMPLETE, TrialStatus.INTERRUPTED) for t in trials)
 
 
+def test_a_single_process_study_whose_output_is_closed_stops_in_order(tmp_path):
+    """`mpiopt search spec.yaml | head`: the progress line that met the closed pipe ended
+    the study as a loop failure, its summary then raised again, and the job exited 0 with
+    no line, its lease held. Now it stops as for a signal: exit 130, the closing line on
+    stderr, the study INTERRUPTED with no trial left RUNNING, and the resume finishes it."""
+    url = f"sqlite:///{tmp_path / 'p.db'}"
+    spec = spec_file(tmp_path, "sleepy", trials=12)
+    job = _start(tmp_path, url, spec, None)
+    try:
+        for _ in range(3):
+            job.stdout.readline()
+        job.stdout.close()                               # the reader goes away (`| head -3`)
+        err = job.stderr.read()
+        job.wait(timeout=60)
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+    assert job.returncode == 130, err
+    line = closing_line(subprocess.CompletedProcess([], 0, "", err))
+    assert "the output was closed" in line and "resume with: mpiopt resume" in line, err
+    study, trials = study_state(url)
+    assert study.status is StudyStatus.INTERRUPTED and study.lease is None
+    assert not any(t.status is TrialStatus.RUNNING for t in trials)
+    proc = mpiopt("resume", "c", "--storage", url, cwd=tmp_path, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert_settled(url, 12)
+
+
 @pytest.mark.parametrize("failing_rank", [1, 0])
 def test_a_rank_whose_part_fails_ends_a_group_left_in_a_collective(tmp_path, monkeypatch,
                                                                    failing_rank):

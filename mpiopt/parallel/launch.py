@@ -256,8 +256,11 @@ def startup_limit() -> float:
 
 
 def _say(line: str) -> None:
-    """The one closing line (stderr)."""
-    print(f"mpiopt: {line}", file=sys.stderr, flush=True)
+    """The one closing line (stderr; where that is closed too, the exit status says it)."""
+    try:
+        print(f"mpiopt: {line}", file=sys.stderr, flush=True)
+    except OSError:
+        pass
 
 
 def _progress(line: str) -> None:
@@ -485,10 +488,11 @@ def _run_single(spec, url, opened, sched, progress, comm, objective, flag) -> in
                           told=flag.set)
     except Exception as exc:     # as the coordinator's (an outage past retry_timeout, a
         # study deleted under the job): a closing line with the resume, not "error:", exit 2
+        closed = _output_closed(exc)
         cause = str(exc) if isinstance(exc, (StorageUnavailable, LeaseLost)) else (
-            f"the study's loop failed ({socket.gethostname()}): {type(exc).__name__}: "
+            closed or f"the study's loop failed ({socket.gethostname()}): {type(exc).__name__}: "
             f"{str(exc).strip().splitlines()[0] if str(exc).strip() else ''}")
-        sched.stop("error", cause)
+        sched.stop("interrupted" if closed else "error", cause)
         if sched.running:
             try:
                 sched.interrupt()
@@ -498,6 +502,24 @@ def _run_single(spec, url, opened, sched, progress, comm, objective, flag) -> in
     return _close(spec, url, opened, sched, progress, None if clean else sched.message, not clean)
 
 
+def _output_closed(exc: BaseException) -> str | None:
+    """The cause to print when the progress could not be written: the reader of a pipe
+    went away (`mpiopt search spec.yaml | head`: a broken pipe) or the terminal hung up (an
+    I/O error). The output goes to /dev/null from here on, so that the closing (the study's
+    end recorded, its lease given back) is not cut short by the next line it writes; the
+    closing line still goes to stderr where that works. As a stop signal: the consumer is
+    gone, so the study stops (`mpiexec` itself dies of the broken pipe, see README)."""
+    import errno
+
+    if not (isinstance(exc, OSError) and exc.errno in (errno.EPIPE, errno.EIO)):
+        return None                  # (the objective's and the database's are caught before)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return (f"the output was closed ({type(exc).__name__}: {exc.strerror}): the study stopped "
+            "as for a stop signal, running trials recorded INTERRUPTED")
+
+
 def _close(spec, url, opened, sched, progress, cause, interrupted, stuck: str = "") -> int:
     """Record the study's end, print the summary and the one closing line; the exit code."""
     try:
@@ -505,7 +527,10 @@ def _close(spec, url, opened, sched, progress, cause, interrupted, stuck: str = 
     except Exception as exc:
         status, cause = StudyStatus.INTERRUPTED, cause or f"could not record the study's end: {exc}"
     sched.close_searcher()
-    progress.summary(sched, status)
+    try:
+        progress.summary(sched, status)
+    except OSError as exc:      # (the output closed during the summary: as in _run_single)
+        _output_closed(exc)
     taken = opened.taken_away(spec.study.name) if status is not StudyStatus.COMPLETE else None
     lost = opened.lost          # (another job runs the study now: no resume line)
     getattr(sched.storage, "discard_written_ahead", lambda: None)()
@@ -513,17 +538,15 @@ def _close(spec, url, opened, sched, progress, cause, interrupted, stuck: str = 
     if status is StudyStatus.COMPLETE or (status is StudyStatus.FAILED and not cause):
         return 0 if status is StudyStatus.COMPLETE else EXIT_FAILED
     if taken and taken[0] == "deleted":
-        print(f"mpiopt: study '{spec.study.name}' was deleted from {shown_url(url)} while this "
-              "job ran it (mpiopt study delete --force): nothing is left to resume",
-              file=sys.stderr, flush=True)
+        _say(f"study '{spec.study.name}' was deleted from {shown_url(url)} while this "
+             "job ran it (mpiopt study delete --force): nothing is left to resume")
         return EXIT_FAILED
     if lost:
-        print(f"mpiopt: {lost}", file=sys.stderr, flush=True)
+        _say(lost)
         return EXIT_FAILED
     kept = getattr(sched.storage, "kept_in", lambda: None)()
     resume = resume_command(taken[1] if taken else spec.study.name, url, kept)
-    print(f"mpiopt: {cause or sched.message or 'stopped'}; resume with: {resume}{stuck}",
-          file=sys.stderr, flush=True)
+    _say(f"{cause or sched.message or 'stopped'}; resume with: {resume}{stuck}")
     return EXIT_INTERRUPTED if sched.stop_reason == "interrupted" else EXIT_FAILED
 
 
