@@ -13,10 +13,12 @@ import glob
 import os
 import pwd
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
 import uuid
+from contextlib import contextmanager
 from pathlib import Path
 
 
@@ -71,6 +73,26 @@ class PostgresServer:
 
     def stop(self, mode: str = "fast") -> None:
         self._run("pg_ctl", "-D", str(self.data), "-m", mode, "-w", "stop", check=False)
+
+    @contextmanager
+    def frozen(self):
+        """The server stopped in its tracks (SIGSTOP to the postmaster and every backend):
+        its connections stay open and the kernel still acknowledges their packets, as for
+        a paused virtual machine or a hung disk under the server; SIGCONT at the end."""
+        from mpiopt.processes import descendants
+
+        postmaster = int((self.data / "postmaster.pid").read_text().split()[0])
+        pids = [postmaster, *descendants(postmaster)]
+        try:
+            for pid in pids:
+                os.kill(pid, signal.SIGSTOP)
+            yield
+        finally:
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGCONT)
+                except ProcessLookupError:
+                    pass
 
     @property
     def admin_url(self) -> str:

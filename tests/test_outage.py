@@ -126,6 +126,50 @@ def test_a_postgresql_server_restarted_mid_study_is_ridden_out(tmp_path, pg_serv
     assert_complete(url, 16)
 
 
+def test_a_postgresql_server_that_stops_answering_is_an_outage_a_stop_signal_ends(
+        tmp_path, pg_server):
+    """A server frozen in its tracks (a paused VM, a hung disk under it) keeps its
+    connections open and the kernel acknowledges their packets, so no libpq timeout ends a
+    statement waiting on it: the coordinator waited without a word, deaf to SIGTERM, for as
+    long as the freeze lasted (a 150 s freeze: 150 s of silence). Now a call that waits
+    makes mpiopt ask the server for a fresh connection; unanswered, the waiting connection
+    is shut down and the outage is ridden out as any other: the progress says so, and a
+    SIGTERM ends the job well within Slurm's 30 s, the results kept for the resume."""
+    url = pg_server.new_database()
+    spec = spec_file(tmp_path, 14)
+    job = start(tmp_path, spec, url, env={"MPIOPT_TEST_SLEEP": "0.3"})
+    recovery = tmp_path / "o.mpiopt-recovery.jsonl"
+    try:
+        wait_finished(url, 3, job)
+        with pg_server.frozen():
+            time.sleep(2.0)
+            os.killpg(job.pid, signal.SIGTERM)          # Slurm's, 30 s before its SIGKILL
+            started = time.monotonic()
+            try:
+                out, err = job.communicate(timeout=40)
+            except subprocess.TimeoutExpired:
+                out, err = "", "the job did not end within 40 s of SIGTERM"
+            took = time.monotonic() - started
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+    closing = [ln for ln in err.splitlines() if ln.startswith("mpiopt:")]
+    assert len(closing) == 1 and "database was unavailable" in closing[0], err
+    assert took < 25, took
+    kept = [json.loads(line)["kwargs"] for line in recovery.read_text().splitlines()
+            if json.loads(line)["op"] == "finish_trial"]
+    proc = mpiopt("search", spec, "--storage", url, "--resume", np=3, cwd=tmp_path,
+                  timeout=180, env={**subprocess_env(), "MPIOPT_TEST_SLEEP": "0.05"})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "was running when the last job ended" not in proc.stdout, proc.stdout
+    assert not recovery.exists()
+    trials = assert_complete(url, 14)
+    assert not [t.number for t in trials if t.lost_attempts], proc.stdout   # all in order
+    by_id = {t.id: t for t in trials}
+    for k in kept:                                     # the held results, not run again
+        assert by_id[k["trial_id"]].value == k["value"] and by_id[k["trial_id"]].attempt == 0
+
+
 def test_an_sqlite_file_locked_by_another_process_is_waited_for(tmp_path):
     db = tmp_path / "o.db"
     url = f"sqlite:///{db}"

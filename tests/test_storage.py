@@ -18,7 +18,7 @@ import pytest
 import yaml
 from sqlalchemy import event, text
 
-from mpiopt.errors import ResumeError, StorageError, UnknownStudyError
+from mpiopt.errors import ResumeError, StorageError, StorageUnavailable, UnknownStudyError
 from mpiopt.storage import DuplicateStudyError, open_storage
 from mpiopt.trial import FrozenTrial, StudyStatus, TrialStatus
 
@@ -831,3 +831,56 @@ def test_what_sqlite_says_decides_whether_a_write_is_retried(message, transient)
 
     error = sa_exc.OperationalError("INSERT ...", {}, sqlite3.OperationalError(message))
     assert is_transient(error) is transient
+
+
+def test_a_postgresql_server_that_stops_answering_fails_the_call_and_a_slow_one_does_not(
+        pg_server):
+    """A statement waiting on a server frozen in its tracks (mpiopt.storage._stall) fails
+    as an outage within seconds, and the next call after the thaw works; a statement that
+    waits on a live server (a lock another session holds) is left to finish."""
+    import threading
+
+    import psycopg
+
+    from mpiopt.storage._stall import _WATCHES
+
+    url = pg_server.new_database()
+    with open_storage(url, create=True) as st:
+        sid = st.create_study("s", "minimize", "value", "{}", "ab" * 32, "{}")
+        watch = _WATCHES[st.engine.pool]
+        # a lock held for 7 s, past STALL_S: the server answers the watch's probe
+        held = threading.Event()
+
+        def hold():
+            dsn = url.replace("postgresql+psycopg", "postgresql")
+            with psycopg.connect(dsn) as other:
+                other.execute("SELECT 1 FROM studies WHERE id = %s FOR UPDATE", (sid,))
+                held.set()
+                time.sleep(7)
+
+        holder = threading.Thread(target=hold)
+        holder.start()
+        held.wait(10)
+        started = time.monotonic()
+        st.set_study_status(sid, StudyStatus.RUNNING)          # waits for the lock
+        holder.join()
+        assert time.monotonic() - started > 5 and watch.shut == 0
+        outcome = {}
+
+        def call():          # (in a thread: without the watch it would wait for the thaw)
+            started = time.monotonic()
+            try:
+                st.list_studies()
+                outcome["how"] = "answered"
+            except StorageUnavailable:
+                outcome["how"] = "unavailable"
+            outcome["took"] = time.monotonic() - started
+
+        with pg_server.frozen():
+            caller = threading.Thread(target=call, daemon=True)
+            caller.start()
+            caller.join(30)
+        caller.join(30)
+        assert outcome.get("how") == "unavailable" and outcome["took"] < 20, outcome
+        assert watch.shut >= 1
+        assert [s.name for s in st.list_studies()] == ["s"]    # (after the thaw)

@@ -213,7 +213,11 @@ class Coordinator:
         self.execute(self.sched.stop_all())
 
     def _interrupt_rest(self) -> bool:
-        if not self.sched.running and not self.sched.ahead and self.sched.stop_reason != "interrupted":
+        # (after an outage given up, always: the write that failed may have committed all
+        # the same, a trial created RUNNING that this job never heard of; journaled, the
+        # interrupt reaches it on resume instead of counting it a lost attempt)
+        if not self.sched.running and not self.sched.ahead and \
+                self.sched.stop_reason != "interrupted" and not _gave_up(self.sched.storage):
             return False
         try:
             self.sched.interrupt()
@@ -268,3 +272,8 @@ class Coordinator:
                 self._stop_rank(leader)
             elif isinstance(action, Withdraw):
                 self._send((action.trial_id,), leader, Tag.CANCEL)
+
+
+def _gave_up(storage) -> bool:
+    """Whether the storage gave up on the database (storage/resilient.py)."""
+    return getattr(storage, "given_up", None) is not None

@@ -493,7 +493,7 @@ def _run_single(spec, url, opened, sched, progress, comm, objective, flag) -> in
             closed or f"the study's loop failed ({socket.gethostname()}): {type(exc).__name__}: "
             f"{str(exc).strip().splitlines()[0] if str(exc).strip() else ''}")
         sched.stop("interrupted" if closed else "error", cause)
-        if sched.running:
+        if sched.running or getattr(sched.storage, "given_up", None):   # (coordinator.py)
             try:
                 sched.interrupt()
             except Exception:

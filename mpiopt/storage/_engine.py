@@ -17,6 +17,7 @@ from sqlalchemy.exc import ArgumentError
 from sqlalchemy.pool import StaticPool
 
 from mpiopt.errors import StorageError
+from mpiopt.storage._stall import watch_engine
 
 def _busy_timeout_ms() -> int:
     """How long one SQLite statement waits for a lock before it is a (transient) error that
@@ -84,7 +85,10 @@ def make_engine(url: str, read_only: bool = False) -> Engine:
                 "keepalives_count": 3}
             if read_only:
                 kwargs["execution_options"] = {"postgresql_readonly": True}
-        return create_engine(parsed, **kwargs)
+        engine = create_engine(parsed, **kwargs)
+        if parsed.get_backend_name() == "postgresql":
+            watch_engine(engine)      # a server that stops answering (mpiopt.storage._stall)
+        return engine
     kwargs = {"connect_args": {"timeout": BUSY_TIMEOUT_MS / 1000}}
     path = sqlite_path(url)
     if path is None and not parsed.query.get("uri"):

@@ -9,6 +9,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from mpiopt.errors import MpioptError, StorageError, StorageUnavailable
+from mpiopt.storage._stall import busy
 
 
 @contextmanager
@@ -20,7 +21,7 @@ def session_scope(factory: sessionmaker, where: str) -> Iterator[Session]:
     """
     session = factory()
     try:
-        with _translated(where, session.rollback):
+        with busy(factory.kw.get("bind")), _translated(where, session.rollback):
             yield session
             session.commit()
     finally:
@@ -34,14 +35,15 @@ def connection_scope(engine: Engine, where: str) -> Iterator[Connection]:
     The coordinator's per-trial writes use it: a Session's setup, identity map and
     commit bookkeeping cost more than the few statements it would run.
     """
-    with _translated(where, lambda: None):     # a refused connection is translated too
-        conn = engine.connect()
-    try:
-        with _translated(where, conn.rollback):
-            yield conn
-            conn.commit()
-    finally:
-        _quietly(conn.close)
+    with busy(engine):
+        with _translated(where, lambda: None):     # a refused connection is translated too
+            conn = engine.connect()
+        try:
+            with _translated(where, conn.rollback):
+                yield conn
+                conn.commit()
+        finally:
+            _quietly(conn.close)
 
 
 @contextmanager

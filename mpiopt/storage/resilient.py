@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 from mpiopt.errors import StorageError, StorageUnavailable
+from mpiopt.storage._stall import hurry_when
 
 # (interrupt_running too: a job that ends in order during an outage could not mark its
 # running trials INTERRUPTED, and the resume counted each a lost attempt, which after
@@ -58,6 +59,8 @@ class Resilient:
         self.storage, self.limit_s, self.recovery = storage, float(limit_s), self.places[0]
         self.say, self.should_stop, self.clock, self._sleep = say, should_stop, clock, sleep
         self.study_id = study_id             # (whose trials a file written ahead holds)
+        # a call that waits on a server that stopped answering ends sooner once stopping
+        hurry_when(getattr(storage, "engine", None), should_stop)
         self.given_up: str | None = None     # why, once an outage outlasted the limit
         self.journaled = 0
         self.written_ahead = 0
