@@ -11,7 +11,7 @@ from pathlib import Path
 
 import yaml
 
-from mpiopt.errors import ResumeError, UnknownStudyError
+from mpiopt.errors import DuplicateStudyError, ResumeError, UnknownStudyError
 from mpiopt.trial import FrozenTrial, StudyStatus
 
 # Keys that may change when a study is resumed: they decide how long it runs, not what
@@ -109,11 +109,18 @@ def open_study(storage, spec, resume, url: str, take_lease=None) -> OpenedStudy:
             + (f"it holds: {', '.join(known)}" if known else "it holds no studies")
             + "); start it with `mpiopt search` without --resume")
     if record is None:
-        study_id = storage.create_study(
-            name, spec.objective.direction, spec.objective.metric, spec_text(spec),
-            spec.fingerprint(), json.dumps(spec.space.to_dict()),
-            enqueued=list(getattr(spec.search, "initial_trials", ())))
-        return OpenedStudy(storage, study_id, [], False, take_lease(study_id))
+        try:
+            study_id = storage.create_study(
+                name, spec.objective.direction, spec.objective.metric, spec_text(spec),
+                spec.fingerprint(), json.dumps(spec.space.to_dict()),
+                enqueued=list(getattr(spec.search, "initial_trials", ())))
+            return OpenedStudy(storage, study_id, [], False, take_lease(study_id))
+        except DuplicateStudyError:
+            if resume != "auto":
+                raise
+            # another job started it since the look above (jobs of an array, all with
+            # --resume-or-start): resumed as it asked, so the lease decides who runs it
+            record = storage.get_study(name)
     if not resume:
         raise ResumeError(
             f"study '{name}' already exists in {url}: continue it with `mpiopt search SPEC "

@@ -283,3 +283,34 @@ def test_a_missing_storage_directory_is_an_error_not_a_new_tree(tmp_path):
                   cwd=tmp_path)
     assert proc.returncode == 2 and "does not exist" in proc.stderr
     assert not (tmp_path / "no").exists()
+
+
+def test_jobs_started_together_with_resume_or_start_resume_the_one_study(tmp_path):
+    """Jobs of an array, all `--resume-or-start`: the one that lost the race to create the
+    study was refused with "study 'r' already exists" (exit 2), as if it had not asked to
+    resume it. Now it resumes it, and the lease decides which job runs it."""
+    from mpiopt.errors import DuplicateStudyError, UnknownStudyError
+    from mpiopt.spec import load_spec
+    from mpiopt.study import open_study
+
+    path = tmp_path / "r.yaml"
+    path.write_text(yaml.safe_dump({
+        "study": {"name": "r"},
+        "objective": {"function": f"{ROOT / 'tests' / 'objectives' / 'functions.py'}:branin"},
+        "search_space": {"x": {"type": "real", "low": 0.0, "high": 1.0}},
+        "search": {"algorithm": "random", "trials": 3}}))
+    spec, url = load_spec(path), f"sqlite:///{tmp_path / 'r.db'}"
+    with open_storage(url, create=True) as st:
+        assert not open_study(st, spec, "auto", url).resumed      # the job that won
+        looked = st.get_study
+
+        def before_the_other_jobs_create(name, _calls=[]):
+            _calls.append(name)
+            if len(_calls) % 2:                 # each open's first look: not there yet
+                raise UnknownStudyError(name)
+            return looked(name)
+
+        st.get_study = before_the_other_jobs_create
+        assert open_study(st, spec, "auto", url).resumed
+        with pytest.raises(DuplicateStudyError):                  # (no resume asked)
+            open_study(st, spec, False, url)
