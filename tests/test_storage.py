@@ -834,15 +834,20 @@ def test_what_sqlite_says_decides_whether_a_write_is_retried(message, transient)
 
 
 def test_a_postgresql_server_that_stops_answering_fails_the_call_and_a_slow_one_does_not(
-        pg_server):
+        pg_server, monkeypatch):
     """A statement waiting on a server frozen in its tracks (mpiopt.storage._stall) fails
     as an outage within seconds, and the next call after the thaw works; a statement that
-    waits on a live server (a lock another session holds) is left to finish."""
-    import threading
+    waits on a live server (a lock another session holds) is left to finish. The watch
+    keeps no thread once idle, and no engine once its storage is closed."""
+    import gc
+    import weakref
 
     import psycopg
 
+    from mpiopt.storage import _stall
     from mpiopt.storage._stall import _WATCHES
+
+    monkeypatch.setattr(_stall, "IDLE_S", 1.0)
 
     url = pg_server.new_database()
     with open_storage(url, create=True) as st:
@@ -856,7 +861,7 @@ def test_a_postgresql_server_that_stops_answering_fails_the_call_and_a_slow_one_
             with psycopg.connect(dsn) as other:
                 other.execute("SELECT 1 FROM studies WHERE id = %s FOR UPDATE", (sid,))
                 held.set()
-                time.sleep(7)
+                time.sleep(6.5)
 
         holder = threading.Thread(target=hold)
         holder.start()
@@ -884,3 +889,11 @@ def test_a_postgresql_server_that_stops_answering_fails_the_call_and_a_slow_one_
         assert outcome.get("how") == "unavailable" and outcome["took"] < 20, outcome
         assert watch.shut >= 1
         assert [s.name for s in st.list_studies()] == ["s"]    # (after the thaw)
+        end = time.monotonic() + 10
+        while watch._thread is not None and time.monotonic() < end:
+            time.sleep(0.2)
+        assert watch._thread is None                           # idle: the thread ended
+        pool = weakref.ref(st.engine.pool)
+    del st, watch
+    gc.collect()
+    assert pool() is None                                      # closed: nothing kept

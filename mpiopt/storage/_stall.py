@@ -33,6 +33,7 @@ HURRIED_S = 1.0       # ... once a stop signal came (Slurm's SIGKILL follows in 
 PROBE_S = 4.0         # how long a fresh connection may take (libpq's minimum is 2 s)
 DOWN_CONNECT_S = 2    # connect_timeout while the server is known not to answer
 LOOK_S = 0.5
+IDLE_S = 60.0         # the watch thread ends after this long without a call
 
 _WATCHES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()   # pool -> StallWatch
 
@@ -63,7 +64,10 @@ def _watch(engine) -> "StallWatch | None":
 
 class StallWatch:
     def __init__(self, engine, stall_s: float, probe_s: float):
-        self.engine, self.stall_s, self.probe_s = engine, float(stall_s), float(probe_s)
+        # the dialect and URL, not the engine: the watch must not keep its pool alive (it
+        # is the value of a weak-keyed map, and its thread ends once idle: IDLE_S)
+        self.dialect, self.url = engine.dialect, engine.url
+        self.stall_s, self.probe_s = float(stall_s), float(probe_s)
         self._calls: dict[int, float] = {}        # call -> when it started (or was cleared)
         self._conns: "weakref.WeakSet" = weakref.WeakSet()    # the pool's DBAPI connections
         self._lock = threading.Condition()      # (the watch sleeps on it while no call runs)
@@ -105,11 +109,13 @@ class StallWatch:
 
     def _look(self) -> None:
         """The watch thread (a daemon: it never keeps a process alive). It looks every
-        LOOK_S while a call runs and sleeps on the condition while none does."""
+        LOOK_S while a call runs, sleeps on the condition while none does, and ends after
+        IDLE_S without one (a process that opens many storages keeps no thread for each)."""
         while True:
             with self._lock:
-                while not self._calls:
-                    self._lock.wait()
+                if not self._calls and not self._lock.wait_for(lambda: self._calls, IDLE_S):
+                    self._thread = None         # (the next call starts another)
+                    return
             time.sleep(LOOK_S)
             now = time.monotonic()
             limit = HURRIED_S if _quietly_true(self.stopping) else self.stall_s
@@ -130,8 +136,8 @@ class StallWatch:
     def _answers(self) -> bool:
         """Whether the server answers a fresh connection within PROBE_S; an error it sends
         back (too many clients, a password refused) is an answer."""
-        dialect = self.engine.dialect
-        cargs, cparams = dialect.create_connect_args(self.engine.url)
+        dialect = self.dialect
+        cargs, cparams = dialect.create_connect_args(self.url)
         cparams = {**cparams, "connect_timeout": max(2, int(self.probe_s))}
         started = time.monotonic()
         try:
