@@ -9,8 +9,9 @@ the freeze lasted: 150 s of silence for a 150 s freeze, for ever for a server th
 comes back, while Slurm's SIGKILL took the result it held.
 
 How: every database call of a Storage runs inside `busy(engine)`. A watch thread looks
-each second; a call older than STALL_S makes it open a fresh connection with a short
-timeout. A server that answers (even to refuse one: too many clients) is alive, and its
+twice a second while a call runs (it sleeps while none does, and ends after IDLE_S); a
+call older than STALL_S (HURRIED_S once the job is stopping) makes it open a fresh
+connection with a short timeout. A server that answers (even to refuse one: too many clients) is alive, and its
 own lock_timeout and statement_timeout bound the wait. One that does not answer within
 PROBE_S is not: the watch shuts down the sockets of every connection of the pool (the
 idle ones are as dead), the waiting call fails with "server closed the connection", and
