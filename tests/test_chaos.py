@@ -13,6 +13,7 @@ import random
 import re
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -455,13 +456,16 @@ def test_a_single_process_study_whose_output_is_closed_stops_in_order(tmp_path):
     url = f"sqlite:///{tmp_path / 'p.db'}"
     spec = spec_file(tmp_path, "sleepy", trials=12)
     job = _start(tmp_path, url, spec, None)
+    # (the reads below wait on the job: a job that never ends is killed after 60 s)
+    watchdog = threading.Timer(60, lambda: os.killpg(job.pid, signal.SIGKILL))
+    watchdog.start()
     try:
         for _ in range(3):
             job.stdout.readline()
         job.stdout.close()                               # the reader goes away (`| head -3`)
-        err = job.stderr.read()
-        job.wait(timeout=60)
+        _, err = job.communicate(timeout=60)
     finally:
+        watchdog.cancel()
         if job.poll() is None:
             os.killpg(job.pid, signal.SIGKILL)
     assert job.returncode == 130, err

@@ -868,7 +868,7 @@ def test_a_postgresql_server_that_stops_answering_fails_the_call_and_a_slow_one_
         held.wait(10)
         started = time.monotonic()
         st.set_study_status(sid, StudyStatus.RUNNING)          # waits for the lock
-        holder.join()
+        holder.join(30)
         assert time.monotonic() - started > 5 and watch.shut == 0
         outcome = {}
 

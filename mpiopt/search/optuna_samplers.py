@@ -88,9 +88,9 @@ class OptunaSearcher(Searcher):
         if number is not None:
             self.study.tell(number, value)
         else:                                   # replayed, or told without an ask
-            self._add(params, value, self._foreign_attrs(value))
+            self._add(params, value, self._foreign_attrs())
 
-    def _foreign_attrs(self, value) -> dict:
+    def _foreign_attrs(self) -> dict:
         """System attributes for a result this sampler did not ask for (none here)."""
         return {}
 
@@ -167,7 +167,7 @@ class CmaEsSearcher(OptunaSearcher):
                 seed=int(seed), popsize=pop, n_startup_trials=0, x0=self._x0,
                 independent_sampler=self._optuna.samplers.TPESampler(seed=int(seed)))
 
-    def _foreign_attrs(self, value) -> dict:
+    def _foreign_attrs(self) -> dict:
         """With INJECT, a result CMA-ES did not ask for (the GP's, in auto's pair) joins
         the generation now being sampled, so the distribution's update counts it
         (injected solutions, Hansen 2011); otherwise Optuna's CMA-ES ignores it."""
