@@ -82,10 +82,15 @@ class PostgresServer:
         from mpiopt.processes import descendants
 
         postmaster = int((self.data / "postmaster.pid").read_text().split()[0])
-        pids = [postmaster, *descendants(postmaster)]
+        os.kill(postmaster, signal.SIGSTOP)     # first: a stopped postmaster forks no more
+        pids = [postmaster]
         try:
-            for pid in pids:
-                os.kill(pid, signal.SIGSTOP)
+            for pid in descendants(postmaster):
+                try:                            # (a backend may exit between list and kill)
+                    os.kill(pid, signal.SIGSTOP)
+                    pids.append(pid)
+                except ProcessLookupError:
+                    pass
             yield
         finally:
             for pid in pids:
