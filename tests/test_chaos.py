@@ -219,13 +219,13 @@ def test_a_coordinator_stopped_during_start_up_ends_the_job_from_the_groups(tmp_
 @sqlite_only
 def test_trial_timeout_fails_the_trial_and_the_study_goes_on(tmp_path, url, isolate):
     spec = spec_file(tmp_path, "never_returns", trials=8, objective={"isolate": isolate},
-                     trial_timeout="2s")
+                     trial_timeout="1s")
     proc, wall = run(tmp_path, url, spec)
     assert proc.returncode == 0, proc.stderr
     _, trials = assert_settled(url, 8)
     late = [t for t in trials if t.params["x"] > 0]
     assert late and all(t.status is TrialStatus.FAILED for t in late)
-    assert all(t.error.startswith("timed out after 2s") for t in late), [t.error for t in late]
+    assert all(t.error.startswith("timed out after 1s") for t in late), [t.error for t in late]
 
 
 @pytest.mark.parametrize("isolate", [True, False])
@@ -330,9 +330,10 @@ def test_a_finished_job_ends_cleanly_every_time(tmp_path):
     """Every rank ends through a bounded exit (mpiopt.leftover_threads). One that ended
     with os._exit after MPI_Finalize skipped MPICH's own exit handlers, and mpiexec took
     such a rank for a crash and killed the others: BAD TERMINATION, exit status 9, in 4 of
-    20 jobs. Ten jobs in a row must end with status 0 and nothing else said."""
+    20 jobs. Six jobs in a row must end with status 0 and nothing else said (every other
+    job of the suite asserts its status too)."""
     spec = spec_file(tmp_path, "branin", trials=4)
-    for attempt in range(10):
+    for attempt in range(6):
         url = f"sqlite:///{tmp_path / f't{attempt}.db'}"
         proc, _ = run(tmp_path, url, spec, 3)
         assert proc.returncode == 0, (attempt, proc.stdout[-2000:] + proc.stderr)
@@ -917,13 +918,13 @@ def _ended(job, timeout_s: float, hang: str) -> tuple[str, str]:
 
 @pytest.mark.parametrize("db_url, algorithm", [("sqlite", "bayesian"), ("postgresql", "bayesian"),
                                                ("sqlite", "evolutionary")], indirect=["db_url"])
-def test_ten_kill_campaigns_lose_nothing_and_repeat_nothing(tmp_path, url, algorithm, monkeypatch):
+def test_kill_campaigns_lose_nothing_and_repeat_nothing(tmp_path, url, algorithm, monkeypatch):
     monkeypatch.setenv("MPIOPT_TEST_SLEEP", "0.15")
     budget = 60
     spec = spec_file(tmp_path, "steady", trials=budget, algorithm=algorithm)
     rng = random.Random(algorithm)
     finished: dict[int, tuple] = {}
-    for round_ in range(10):
+    for round_ in range(6):                        # each of the three kills twice
         job = _start(tmp_path, url, spec, 3) if round_ == 0 else _resume(tmp_path, url, spec)
         if not _wait_progress(url, len(finished), job):
             break                                  # the budget was done before the kill
@@ -940,7 +941,7 @@ def test_ten_kill_campaigns_lose_nothing_and_repeat_nothing(tmp_path, url, algor
             if t.status.is_finished():
                 assert finished.setdefault(t.number, (t.params, t.value, t.status)) == \
                     (t.params, t.value, t.status), f"finished trial {t.number} changed"
-    assert round_ >= 5, "too few kills landed"
+    assert round_ >= 4, "too few kills landed"
     proc, _ = run(tmp_path, url, spec, 3, "--resume")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     _, trials = assert_settled(url, budget)

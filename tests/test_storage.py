@@ -853,7 +853,8 @@ def test_a_postgresql_server_that_stops_answering_fails_the_call_and_a_slow_one_
     with open_storage(url, create=True) as st:
         sid = st.create_study("s", "minimize", "value", "{}", "ab" * 32, "{}")
         watch = _WATCHES[st.engine.pool]
-        # a lock held for 7 s, past STALL_S: the server answers the watch's probe
+        watch.stall_s = 2.0        # (STALL_S is 5 s; shorter here, the same path, 7 s less)
+        # a lock held for 3.5 s, past the stall limit: the server answers the watch's probe
         held = threading.Event()
 
         def hold():
@@ -861,7 +862,7 @@ def test_a_postgresql_server_that_stops_answering_fails_the_call_and_a_slow_one_
             with psycopg.connect(dsn) as other:
                 other.execute("SELECT 1 FROM studies WHERE id = %s FOR UPDATE", (sid,))
                 held.set()
-                time.sleep(6.5)
+                time.sleep(3.5)
 
         holder = threading.Thread(target=hold)
         holder.start()
@@ -869,7 +870,7 @@ def test_a_postgresql_server_that_stops_answering_fails_the_call_and_a_slow_one_
         started = time.monotonic()
         st.set_study_status(sid, StudyStatus.RUNNING)          # waits for the lock
         holder.join(30)
-        assert time.monotonic() - started > 5 and watch.shut == 0
+        assert time.monotonic() - started > 3 and watch.shut == 0
         outcome = {}
 
         def call():          # (in a thread: without the watch it would wait for the thaw)

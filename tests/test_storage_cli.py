@@ -164,7 +164,7 @@ def test_a_job_stopped_past_its_lease_and_taken_over_writes_nothing_when_it_wake
     finds the lease gone (Storage.fence), it ends with one line and no resume, and the
     study is what the second job alone would have made."""
     url = f"sqlite:///{tmp_path / 'r.db'}"
-    spec = spec_file(tmp_path, trials=30)
+    spec = spec_file(tmp_path, trials=20)
     env = {**subprocess_env(), "MPIOPT_TEST_SLEEP": "0.2", "MPIOPT_LEASE_PERIOD": "1"}
 
     def start(*extra):
@@ -204,9 +204,9 @@ def test_a_job_stopped_past_its_lease_and_taken_over_writes_nothing_when_it_wake
     with open_storage(url) as st:
         trials = st.get_trials(st.get_study("s").id)
         assert st.get_study("s").status.value == "COMPLETE"
-    assert sorted(t.number for t in trials) == list(range(30))
+    assert sorted(t.number for t in trials) == list(range(20))
     assert all(t.status is TrialStatus.COMPLETE for t in trials)
-    assert len({(t.params["x"], t.params["y"]) for t in trials}) == 30
+    assert len({(t.params["x"], t.params["y"]) for t in trials}) == 20
 
 
 def test_resume_refuses_a_recovery_file_that_is_missing_or_another_studys(tmp_path):
