@@ -172,19 +172,39 @@ def _alive(pid: int) -> bool:
         return True
 
 
-def recovery_places(spec) -> list[Path]:
+def recovery_places(spec, url: str) -> list[Path]:
     """Where a run's recovery file may be, in the order it is tried: beside the spec file
     (not when the spec came from the database, `mpiopt resume`), then in the current
-    directory (a spec in a folder that cannot be written); a resume imports from both."""
+    directory (a spec in a folder that cannot be written), then in the home folder, under
+    a name of the database's own (a full disk or an exceeded quota where the study runs,
+    often a scratch file system, leaves the home folder's); a resume imports from each."""
     from mpiopt.storage.resilient import recovery_file
 
     source = Path(spec.source)
     folders = [source.parent] if source.suffix in (".yaml", ".yml") and source.is_file() else []
     folders.append(Path.cwd())
-    return list(dict.fromkeys(recovery_file(f.resolve(), spec.study.name) for f in folders))
+    places = [recovery_file(f.resolve(), spec.study.name) for f in folders]
+    home = _home_recovery_folder(url)
+    return list(dict.fromkeys(places + ([recovery_file(home, spec.study.name)] if home else [])))
 
 
-def _import_recoveries(storage, spec, study_id: int, given=(), stored=()) -> list[str]:
+def _home_recovery_folder(url: str) -> Path | None:
+    """~/.mpiopt/recovery/<database key>/: the key tells databases apart (a file's lines
+    name trial ids, which mean other trials in another database); None without a home."""
+    import hashlib
+
+    from mpiopt.storage._urls import canonical_url
+
+    try:
+        home = Path.home()
+    except (RuntimeError, KeyError):
+        return None
+    key = hashlib.sha256(canonical_url(url).encode()).hexdigest()[:12]
+    return home / ".mpiopt" / "recovery" / key
+
+
+def _import_recoveries(storage, spec, url: str, study_id: int, given=(),
+                       stored=()) -> list[str]:
     """The recovery files a resume finds (recovery_places), those the last job recorded
     (`stored`: a killed job's file beside its spec, for `mpiopt resume NAME` run from
     another folder) and those named (`mpiopt resume --recovery FILE`, as a closing line
@@ -193,7 +213,7 @@ def _import_recoveries(storage, spec, study_id: int, given=(), stored=()) -> lis
 
     notes = []
     places = ([Path(p).resolve() for p in given] + [p for p in map(Path, stored) if _readable(p)]
-              + recovery_places(spec))
+              + recovery_places(spec, url))
     for path in dict.fromkeys(places):
         foreign: list[int] = []
         n = import_recovery(storage, path, study_id, foreign)
@@ -242,10 +262,10 @@ def open_run(spec, url: str, resume, isolated: bool, retry_failed: bool = False,
         if getattr(spec, "artifacts", None):
             storage.set_study_artifacts(opened.study_id, spec.artifacts)
         notes = [warm_note] if warm_note else []
-        places = recovery_places(spec)
+        places = recovery_places(spec, url)
         if opened.resumed:
             stored = storage.get_study(spec.study.name).recovery
-            notes += _import_recoveries(storage, spec, opened.study_id, recovery, stored)
+            notes += _import_recoveries(storage, spec, url, opened.study_id, recovery, stored)
             notes += settle_unfinished(storage, opened.study_id, isolated,
                                        getattr(spec.search, "max_attempts", 2))
             if retry_failed:

@@ -3,6 +3,9 @@ the recovery file, a signal ends the waiting at once, and the file imports on re
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -77,8 +80,75 @@ def test_a_recovery_folder_that_cannot_be_written_gives_way_to_the_next(tmp_path
     r.finish_trial(8, TrialStatus.COMPLETE, value=2.0)
     assert [json.loads(x)["args"][0] for x in second.read_text().splitlines()] == [7, 8]
     nowhere = Resilient(Flaky(outage=10**6), 0.0, [first], say=lambda line: None)
-    with pytest.raises(StorageUnavailable, match="could not be kept: no folder of .*spec-folder"):
+    with pytest.raises(StorageUnavailable, match="could not be kept: none of .*spec-folder"):
         nowhere.finish_trial(7, TrialStatus.COMPLETE, value=1.0)
+
+
+full_disk = pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full")
+
+
+@full_disk
+def test_a_full_disk_gives_way_to_the_next_place(tmp_path):
+    """A full disk (or an exceeded quota) under the spec's folder: its file could be
+    created but took no line, and the closing line said the results were kept there."""
+    second = tmp_path / "home" / "s.mpiopt-recovery.jsonl"
+    r = Resilient(Flaky(outage=10**6), 0.0, [Path("/dev/full"), second], say=lambda line: None)
+    with pytest.raises(StorageUnavailable, match=f"kept in {second}$"):
+        r.finish_trial(7, TrialStatus.COMPLETE, value=1.0)
+    assert [json.loads(x)["args"][0] for x in second.read_text().splitlines()] == [7]
+    assert r.kept_in() == second
+
+
+@full_disk
+def test_results_no_place_takes_are_counted_in_the_closing_line(tmp_path):
+    """Where no place takes them, the closing line said "finished results are kept in" a
+    file that held nothing; now it counts them (those trials run again on resume), once
+    each, and offers no file to resume from."""
+    r = Resilient(Flaky(outage=10**6), 0.0, [Path("/dev/full")], say=lambda line: None)
+    with pytest.raises(StorageUnavailable, match=r"1 finished result\(s\) could not be kept: "
+                       r"none of /dev could take them \(OSError: No space left on device\): "
+                       r"those trials run again on resume$"):
+        r.finish_trial(7, TrialStatus.COMPLETE, value=1.0)
+    assert r.kept_in() is None and r.unkept_note() == ""
+    for trial in (8, 7, 8):                  # (7 again, or 8 again: counted once each)
+        with pytest.raises(StorageUnavailable):
+            r.finish_trial(trial, TrialStatus.COMPLETE, value=2.0)
+    assert r.unkept_note() == ("; 1 more finished result(s) could not be kept (OSError: No "
+                               "space left on device): those trials run again on resume")
+
+
+def test_a_line_cut_by_a_full_disk_is_taken_back(tmp_path):
+    """A write that fills the disk halfway through a line left the half there, and the
+    next line written after it (space freed) was joined to it and lost on import. A file
+    size limit (RLIMIT_FSIZE) cuts the write as a full disk does."""
+    first, second = tmp_path / "a" / "s.jsonl", tmp_path / "b" / "s.jsonl"
+    first.parent.mkdir()
+    first.write_text(json.dumps({"op": "finish_trial", "args": [1, "COMPLETE"],
+                                 "kwargs": {"error": "y" * 1000}}) + "\n")   # (the limit is
+    # per file: this one long, the next place's short one fits under it)
+    script = f"""
+import resource
+from mpiopt.storage.resilient import Resilient
+from mpiopt.trial import TrialStatus
+from mpiopt.errors import StorageUnavailable
+from test_resilient import Flaky
+soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+resource.setrlimit(resource.RLIMIT_FSIZE, ({first.stat().st_size + 40}, hard))
+r = Resilient(Flaky(outage=10**6), 0.0, [__import__("pathlib").Path({str(first)!r}),
+              __import__("pathlib").Path({str(second)!r})], say=lambda line: None)
+try:
+    r.finish_trial(2, TrialStatus.COMPLETE, value=1.0, error="x" * 200)
+except StorageUnavailable as exc:
+    print(exc)
+resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+r.recovery = r.places[0]                     # (space freed: the first place again)
+r.finish_trial(3, TrialStatus.COMPLETE, value=3.0)
+"""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          cwd=Path(__file__).parent, timeout=60)
+    assert proc.returncode == 0 and f"kept in {second}" in proc.stdout, proc.stdout + proc.stderr
+    assert [json.loads(x)["args"][0] for x in first.read_text().splitlines()] == [1, 3]
+    assert [json.loads(x)["args"][0] for x in second.read_text().splitlines()] == [2]
 
 
 def test_an_ending_job_does_not_wait_out_an_outage(tmp_path):
@@ -180,3 +250,23 @@ def test_a_recovery_file_writes_only_to_the_study_it_is_imported_for(tmp_path):
         assert len(path.read_text().splitlines()) == 2                         # kept
         assert import_recovery(st, path, other) == 2 and not path.exists()
         assert st.get_trial_by_id(theirs.id).value == 1.0
+
+
+def test_the_home_folders_place_is_one_per_database(tmp_path, monkeypatch):
+    """The last place a recovery file may go (a full disk where the study runs leaves the
+    home folder's, a file system of its own on clusters) is named for the database: its
+    lines name trial ids, which mean other trials in another one. One database, however
+    its URL is spelled, has one place."""
+    from mpiopt.study_run import _home_recovery_folder
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    same = {_home_recovery_folder(u) for u in (
+        "sqlite:///r.db", f"sqlite:///{tmp_path}/r.db", f"sqlite:///{tmp_path}/x/../r.db")}
+    assert len(same) == 1 and next(iter(same)).parent == tmp_path / "home" / ".mpiopt" / "recovery"
+    pg = {_home_recovery_folder(u) for u in ("postgresql+psycopg://me:secret@db:5432/hpo",
+                                             "postgresql://me@db:5432/hpo")}
+    assert len(pg) == 1
+    others = {_home_recovery_folder(u) for u in ("sqlite:///other.db",
+                                                 "postgresql://me@db:5432/hpo2")}
+    assert len(same | pg | others) == 4

@@ -545,8 +545,9 @@ def _close(spec, url, opened, sched, progress, cause, interrupted, stuck: str = 
         _say(lost)
         return EXIT_FAILED
     kept = getattr(sched.storage, "kept_in", lambda: None)()
+    unkept = getattr(sched.storage, "unkept_note", lambda: "")()
     resume = resume_command(taken[1] if taken else spec.study.name, url, kept)
-    _say(f"{cause or sched.message or 'stopped'}; resume with: {resume}{stuck}")
+    _say(f"{cause or sched.message or 'stopped'}{unkept}; resume with: {resume}{stuck}")
     return EXIT_INTERRUPTED if sched.stop_reason == "interrupted" else EXIT_FAILED
 
 

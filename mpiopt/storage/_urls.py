@@ -35,6 +35,20 @@ def mask_url(url: str) -> str:
     return parsed.render_as_string(hide_password=True)
 
 
+def canonical_url(url: str) -> str:
+    """One spelling per database: an SQLite file's absolute path (a relative one counts
+    from the working directory, as everywhere), no password; for keys, never shown."""
+    from pathlib import Path
+
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        return url
+    if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
+        parsed = parsed.set(database=str(Path(parsed.database).expanduser().resolve()))
+    return parsed._replace(password=None, drivername=parsed.get_backend_name()).render_as_string()
+
+
 def check_url(url: str) -> None:
     """Refuse, without connecting, a URL that cannot work: one line, status 2."""
     try:

@@ -64,6 +64,12 @@ class Resilient:
         self.given_up: str | None = None     # why, once an outage outlasted the limit
         self.journaled = 0
         self.written_ahead = 0
+        # results no place took (a full disk or quota everywhere): kept in memory and tried
+        # again with the next write, and counted in the closing line if never written
+        self._unwritten: list[dict] = []
+        self._append_error = ""
+        self._unkept: set = set()            # trials whose results the closing line counts
+        self.unkept_after = 0                # of those, ones that came after the give-up
         self._held: dict[int, list[dict]] = {}   # results not yet written (see `holding`)
 
     def __getattr__(self, name):
@@ -106,6 +112,8 @@ class Resilient:
                     # finish_and_create the caller then has no trial ids: see the Scheduler)
                 raise
             if tries:
+                self._unwritten.clear()   # (its own results are written now, and those it
+                # held the caller writes next: the database has them, no file needs them)
                 self.say(f"database back after {self.clock() - start:.0f}s "
                          f"({tries} failed tr{'y' if tries == 1 else 'ies'})")
             return result
@@ -122,7 +130,8 @@ class Resilient:
 
     def kept_in(self):
         """The recovery file, where this run wrote results to one; else None."""
-        return self.recovery if self.given_up is not None and self.recovery.is_file() else None
+        kept = self.given_up is not None and self.written_ahead + self.journaled > 0
+        return self.recovery if kept and self.recovery.is_file() else None
 
     def discard_written_ahead(self) -> None:
         """The end of a run that never gave up: the file written ahead is imported (what
@@ -137,14 +146,57 @@ class Resilient:
             self.written_ahead = 0
 
     def _give_up(self, name, args, kwargs, exc, waited, ahead=False):
-        kept = (f"finished results are kept in {self.recovery}" if self._append("") else
-                "finished results could not be kept: no folder of "
-                f"{', '.join(str(p.parent) for p in self.places)} can be written")
-        self.given_up = (f"the database was unavailable for {waited:.0f}s ({_first_line(exc)})"
-                         f"; {kept}")
+        self._outage = f"the database was unavailable for {waited:.0f}s ({_first_line(exc)})"
         if name in JOURNALED and not ahead:
-            self._journal(name, args, kwargs)
+            self._append_entries(_entries(name, args, kwargs), count="journaled")
+        else:
+            self._append_entries([])          # (those held unwritten, and finds the place)
+        self.given_up = f"{self._outage}; {self._kept()}"
         raise StorageUnavailable(self.given_up) from exc
+
+    def _kept(self) -> str:
+        """What the closing line says of the finished results: where they are kept, and
+        how many could not be written anywhere (those trials run again on resume)."""
+        in_file = self.written_ahead + self.journaled
+        self._unkept = _trials(self._unwritten)
+        lost = len(self._unkept)
+        if not lost:
+            if in_file or self._append(""):
+                return f"finished results are kept in {self.recovery}"
+            return self._nowhere("finished results could not be kept")
+        said = self._nowhere(f"{lost} finished result(s) could not be kept") + \
+            ": those trials run again on resume"
+        return said + (f"; the others are kept in {self.recovery}" if in_file else "")
+
+    def _nowhere(self, what: str) -> str:
+        folders = ", ".join(dict.fromkeys(str(p.parent) for p in self.places))
+        return f"{what}: none of {folders} could take them" + \
+            (f" ({self._append_error})" if self._append_error else "")
+
+    def unkept_note(self) -> str:
+        """For the closing line: results that came after the give-up and could not be
+        written anywhere either ("" when none)."""
+        if not self.unkept_after:
+            return ""
+        return (f"; {self.unkept_after} more finished result(s) could not be kept "
+                f"({self._append_error}): those trials run again on resume")
+
+    def _append_entries(self, entries: list[dict], count: str = "") -> bool:
+        """Those left unwritten before, then `entries`, appended to the recovery file;
+        where no place takes them they stay in memory (see `_unwritten`)."""
+        lines = self._unwritten + entries
+        if lines and not self._append(_lines(lines)):
+            if self.given_up is not None:
+                new = _trials(entries) - self._unkept
+                self._unkept |= new
+                self.unkept_after += len(new)
+            self._unwritten = lines
+            return False
+        if count:
+            setattr(self, count, getattr(self, count) + len(entries))
+        self.written_ahead += len(lines) - len(entries)
+        self._unwritten = []
+        return True
 
     @contextlib.contextmanager
     def holding(self, outcomes: list[dict]):
@@ -159,21 +211,19 @@ class Resilient:
 
     def _write_ahead(self, name, args, kwargs) -> bool:
         """The call's results, and those held (`holding`), in the file before the call's
-        retries (see the module docstring). Whether the call's own are there."""
+        retries (see the module docstring). Whether the call had results of its own (in
+        the file now, or waiting for a place that takes them)."""
         own = _entries(name, args, kwargs) if name in FINISHING else []
         held = [e for outcomes in self._held.values()
                 for e in _entries("finish_trials", (outcomes,), {})]
         self._held.clear()                              # (each written ahead once)
-        if not (own or held) or not self._append(_lines(held + own)):
-            return False          # (no place can be written: retried as before)
-        self.written_ahead += len(held) + len(own)
+        if own or held:           # (where no place takes them they wait in _unwritten, and
+            self._append_entries(held + own, count="written_ahead")   # go with the next write)
         return bool(own)
 
     def _journal(self, name, args, kwargs) -> None:
-        entries = _entries(name, args, kwargs)
-        if not self._append(_lines(entries)):
+        if not self._append_entries(_entries(name, args, kwargs), count="journaled"):
             raise StorageUnavailable(self.given_up or f"cannot write {self.recovery}")
-        self.journaled += len(entries)
         return None
 
     def _append(self, text: str) -> bool:
@@ -181,13 +231,22 @@ class Resilient:
         the next place that takes it (a folder that cannot be written, a full disk), which
         it then stays at. False where no place does ("" only finds the place)."""
         for place in dict.fromkeys([self.recovery, *self.places]):
+            size = new = None
             try:
+                new = not place.exists()
                 place.parent.mkdir(parents=True, exist_ok=True)
                 with open(place, "a", encoding="utf-8") as fh:
+                    size = fh.tell()
                     fh.write(text)
                     fh.flush()
                     os.fsync(fh.fileno())
-            except OSError:
+            except OSError as exc:
+                self._append_error = f"{type(exc).__name__}: {exc.strerror or exc}"
+                with contextlib.suppress(OSError):   # (a line cut by a full disk would
+                    if size is not None and new:      # spoil the next one written after it)
+                        place.unlink()
+                    elif size is not None:
+                        os.truncate(place, size)
                 continue
             self.recovery = place
             return True
@@ -257,6 +316,16 @@ def _entries(name, args, kwargs) -> list[dict]:
         return [{"op": "finish_trial", "args": [], "kwargs": dict(o)} for o in outcomes]
     listed = {k: sorted(v) if isinstance(v, (set, frozenset)) else v for k, v in kwargs.items()}
     return [{"op": name, "args": list(args), "kwargs": listed}]
+
+
+def _trials(entries: list[dict]) -> set:
+    """The trials whose finished results the entries hold (not curves or status changes)."""
+    found = set()
+    for e in entries:
+        if e["op"] == "finish_trial":
+            args, kwargs = e.get("args", []), e.get("kwargs", {})
+            found.add(args[0] if args else kwargs.get("trial_id"))
+    return found
 
 
 def _lines(entries: list[dict]) -> str:
