@@ -191,16 +191,13 @@ def recovery_places(spec, url: str) -> list[Path]:
 def _home_recovery_folder(url: str) -> Path | None:
     """~/.mpiopt/recovery/<database key>/: the key tells databases apart (a file's lines
     name trial ids, which mean other trials in another database); None without a home."""
-    import hashlib
-
-    from mpiopt.storage._urls import canonical_url
+    from mpiopt.storage._urls import database_key
 
     try:
         home = Path.home()
     except (RuntimeError, KeyError):
         return None
-    key = hashlib.sha256(canonical_url(url).encode()).hexdigest()[:12]
-    return home / ".mpiopt" / "recovery" / key
+    return home / ".mpiopt" / "recovery" / database_key(url)
 
 
 def _import_recoveries(storage, spec, url: str, study_id: int, given=(),

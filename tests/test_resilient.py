@@ -270,3 +270,30 @@ def test_the_home_folders_place_is_one_per_database(tmp_path, monkeypatch):
     others = {_home_recovery_folder(u) for u in ("sqlite:///other.db",
                                                  "postgresql://me@db:5432/hpo2")}
     assert len(same | pg | others) == 4
+
+
+def test_a_recovery_file_shared_by_two_databases_imports_each_line_into_its_own(tmp_path):
+    """The same spec run on two databases from one folder: their studies have the same
+    name, so one recovery file, and the same study and trial ids. A resume of one
+    imported the other's results into its own trials."""
+    path = tmp_path / "s.mpiopt-recovery.jsonl"
+    stores, trials = [], []
+    for name in ("a.db", "b.db"):
+        st = open_storage(f"sqlite:///{tmp_path / name}", create=True)
+        sid = st.create_study("s", "minimize", "value", "s", "0" * 64, "{}")
+        trials.append(st.create_trial(sid, {"x": 1.0}, seed=0, group=0))
+        stores.append((st, sid))
+    for (st, sid), trial, value in zip(stores, trials, (1.0, 2.0)):
+        r = Resilient(st, 1, [path])
+        r.given_up = "down"
+        r.finish_trial(trial.id, TrialStatus.COMPLETE, value=value)
+    assert trials[0].id == trials[1].id and len(path.read_text().splitlines()) == 2
+    try:
+        for (st, sid), value in zip(stores, (1.0, 2.0)):
+            foreign: list[int] = []
+            assert import_recovery(st, path, sid, foreign) == 1
+            assert [t.value for t in st.get_trials(sid)] == [value]
+        assert foreign == [] and not path.exists()
+    finally:
+        for st, _ in stores:
+            st.close()

@@ -49,6 +49,14 @@ def canonical_url(url: str) -> str:
     return parsed._replace(password=None, drivername=parsed.get_backend_name()).render_as_string()
 
 
+def database_key(url: str) -> str:
+    """A short name of the database itself (canonical_url, hashed): recovery files carry
+    it, since the trial ids in their lines mean other trials in another database."""
+    import hashlib
+
+    return hashlib.sha256(canonical_url(url).encode()).hexdigest()[:12]
+
+
 def check_url(url: str) -> None:
     """Refuse, without connecting, a URL that cannot work: one line, status 2."""
     try:

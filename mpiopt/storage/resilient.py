@@ -59,6 +59,7 @@ class Resilient:
         self.storage, self.limit_s, self.recovery = storage, float(limit_s), self.places[0]
         self.say, self.should_stop, self.clock, self._sleep = say, should_stop, clock, sleep
         self.study_id = study_id             # (whose trials a file written ahead holds)
+        self.db_key = _key_of(storage)       # (and in which database: see import_recovery)
         # a call that waits on a server that stopped answering ends sooner once stopping
         hurry_when(getattr(storage, "engine", None), should_stop)
         self.given_up: str | None = None     # why, once an outage outlasted the limit
@@ -185,7 +186,7 @@ class Resilient:
         """Those left unwritten before, then `entries`, appended to the recovery file;
         where no place takes them they stay in memory (see `_unwritten`)."""
         lines = self._unwritten + entries
-        if lines and not self._append(_lines(lines)):
+        if lines and not self._append(_lines(lines, self.db_key)):
             if self.given_up is not None:
                 new = _trials(entries) - self._unkept
                 self._unkept |= new
@@ -262,12 +263,14 @@ def import_recovery(storage, path: Path, study_id: int | None = None,
     With `study_id`, a write for a trial that is not that study's (the file was written
     for another database, or another study's file was named) is not made: the trial ids
     of one database mean other trials in another, and one could have been given another
-    study's result. Such lines stay in the file (counted in `foreign`) for the resume
-    they belong to."""
+    study's result. Lines carry their database's key too (a study of the same name in
+    another database, run from the same folder, writes to the same file, and its trial
+    ids can be this study's as well). Such lines stay in the file (counted in `foreign`)
+    for the resume they belong to."""
     path = Path(path)
     if not path.is_file():
         return 0
-    written, left = 0, []
+    written, left, key = 0, [], _key_of(storage)
     for line in path.read_text(encoding="utf-8").splitlines():
         if not line.strip():
             continue
@@ -275,7 +278,8 @@ def import_recovery(storage, path: Path, study_id: int | None = None,
             entry = json.loads(line)
         except json.JSONDecodeError:
             continue          # a line cut short by the crash that ended the job
-        if study_id is not None and not _belongs(storage, entry, study_id):
+        if entry.get("db", key) != key or \
+                study_id is not None and not _belongs(storage, entry, study_id):
             left.append(line)
             continue
         try:      # (a status comes back as its text, which finish_trial takes as well)
@@ -328,8 +332,17 @@ def _trials(entries: list[dict]) -> set:
     return found
 
 
-def _lines(entries: list[dict]) -> str:
-    return "".join(json.dumps(e, default=_json_default) + "\n" for e in entries)
+def _lines(entries: list[dict], db_key: str | None = None) -> str:
+    tagged = ({**e, "db": db_key} if db_key else e for e in entries)
+    return "".join(json.dumps(e, default=_json_default) + "\n" for e in tagged)
+
+
+def _key_of(storage) -> str | None:
+    """The database key (storage/_urls.database_key) of a storage; None for a stand-in."""
+    from mpiopt.storage._urls import database_key
+
+    url = getattr(storage, "shown_url", None)
+    return database_key(url) if isinstance(url, str) else None
 
 
 def _json_default(value):
