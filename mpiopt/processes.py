@@ -172,6 +172,16 @@ def _unblock() -> None:
         _mask_before_fork = None
 
 
+def keep_nohup() -> None:
+    """SIGHUP ignored again where the process was started ignoring it (`nohup`), after MPI's
+    start: the PyPI MPICH's UCX installs a SIGHUP handler of its own (it switches UCX's log
+    to DEBUG), so a `nohup` study whose terminal closed went on printing UCX's debug lines
+    into its output (239 lines by the end of a 40-trial study). Python still reports the
+    disposition it started with, whatever a C library installed since."""
+    if signal.getsignal(signal.SIGHUP) == signal.SIG_IGN:
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+
+
 # ---- which signals reached this process, whoever handled them --------------------------------
 _seen_fd: int | None = None            # the pipe's read end
 _write_fd: int | None = None

@@ -480,6 +480,28 @@ def test_a_single_process_study_whose_output_is_closed_stops_in_order(tmp_path):
     assert_settled(url, 12)
 
 
+def test_a_nohup_study_stays_deaf_to_sighup(tmp_path):
+    """`nohup mpiopt search ...`, the README's advice for interactive studies: the PyPI
+    MPICH's UCX replaced nohup's SIG_IGN for SIGHUP with a handler of its own at MPI's
+    start, so when the terminal closed the study went on printing UCX's debug log into its
+    output. Now nohup's choice stands: the study finishes as if nothing had happened."""
+    url = f"sqlite:///{tmp_path / 'h.db'}"
+    spec = spec_file(tmp_path, "sleepy", trials=8)
+    job = subprocess.Popen(["nohup", str(BIN / "mpiopt"), "search", str(spec), "--storage", url],
+                           cwd=tmp_path, env=subprocess_env(), stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        _wait_running(url)
+        os.kill(job.pid, signal.SIGHUP)                  # (nohup exec'd mpiopt: same pid)
+        out, err = job.communicate(timeout=START_S + 60)
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+    assert job.returncode == 0, out + err
+    assert "UCX" not in out + err and "DEBUG" not in out + err, (out + err)[-2000:]
+    assert_settled(url, 8)
+
+
 @pytest.mark.parametrize("failing_rank", [1, 0])
 def test_a_rank_whose_part_fails_ends_a_group_left_in_a_collective(tmp_path, monkeypatch,
                                                                    failing_rank):

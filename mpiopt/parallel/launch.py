@@ -35,8 +35,9 @@ def run_study_command(prepare, quiet: bool = False) -> int:
     options: {"retry_failed": bool, "recovery": [recovery files to import first]}."""
     from mpi4py import MPI
 
-    from mpiopt.processes import descendants, end_started_since
+    from mpiopt.processes import descendants, end_started_since, keep_nohup
 
+    keep_nohup()
     world = MPI.COMM_WORLD
     _check_launcher(world.Get_size())
     before = descendants()           # (after MPI's start: its own helpers stay)
