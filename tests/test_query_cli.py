@@ -209,3 +209,33 @@ def test_read_while_trials_are_written_continuously(tmp_path):
     with open_storage(url) as st:
         numbers = [t.number for t in st.get_trials(st.get_study("alpha").id)]
     assert numbers == list(range(len(numbers)))
+
+
+def test_a_database_in_a_folder_that_cannot_be_written_is_read(db, tmp_path):
+    """Results on a read-only share or archive, or in a colleague's folder: SQLite's
+    reader of a WAL database must create the -shm file beside it, and every query said
+    `unable to open database file`. A read-only mount (in a mount namespace of its own,
+    so that whoever runs the test can make one) holds a copy; the queries read it."""
+    import shutil
+    import subprocess
+
+    from conftest import BIN, subprocess_env
+
+    if shutil.which("unshare") is None:
+        pytest.skip("no unshare")
+    shared = tmp_path / "share"
+    shared.mkdir()
+    source = db.removeprefix("sqlite:///")
+    script = (f'mount -t tmpfs -o size=8m tmpfs "{shared}" && cp "{source}" "{shared}/r.db" '
+              f'&& mount -o remount,ro "{shared}" && touch "{shared}/x" 2>/dev/null; '
+              f'test ! -e "{shared}/x" || exit 99; '
+              f'"{BIN / "mpiopt"}" best alpha --storage "sqlite:///{shared}/r.db" --format json')
+    for flags in ("-rm", "-m"):                # (as a user, or as root where user
+        proc = subprocess.run(["unshare", flags, "sh", "-c", script], capture_output=True,
+                              text=True, env=subprocess_env(), timeout=120)   # namespaces are off)
+        if "mount" not in proc.stderr and "unshare" not in proc.stderr:
+            break
+    else:
+        pytest.skip(f"no read-only mount can be made here: {proc.stderr.strip()[:200]}")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert [r["value"] for r in json.loads(proc.stdout)] == [0.2]

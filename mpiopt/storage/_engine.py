@@ -95,11 +95,27 @@ def make_engine(url: str, read_only: bool = False) -> Engine:
         kwargs["poolclass"] = StaticPool      # one in-memory database shared by all sessions
         kwargs["connect_args"]["check_same_thread"] = False
     elif path is not None and read_only:
-        parsed = parsed.set(database=f"file:{path.resolve()}?mode=ro",
+        mode = "ro&immutable=1" if _unchanging(path) else "ro"
+        parsed = parsed.set(database=f"file:{path.resolve()}?mode={mode}",
                             query={**parsed.query, "uri": "true"})
     engine = create_engine(parsed, **kwargs)
     _tune_sqlite(engine, read_only)
     return engine
+
+
+def _unchanging(path: Path) -> bool:
+    """A database in a folder this process cannot write (a read-only share or archive, a
+    colleague's folder) with no write-ahead log beside it: no job writes it now (a writer
+    keeps its -wal there while it runs), and SQLite could not open it at all, since a
+    reader of a WAL database must create its -shm file there. Read as immutable."""
+    folder = path.resolve().parent
+    wal = path.with_name(path.name + "-wal")
+    try:
+        return (not os.access(folder, os.W_OK) and path.is_file()
+                and (not wal.exists() or wal.stat().st_size == 0)
+                and not path.with_name(path.name + "-shm").exists())
+    except OSError:
+        return False
 
 
 def writer(engine: Engine) -> Engine:
