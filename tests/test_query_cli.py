@@ -239,3 +239,14 @@ def test_a_database_in_a_folder_that_cannot_be_written_is_read(db, tmp_path):
         pytest.skip(f"no read-only mount can be made here: {proc.stderr.strip()[:200]}")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert [r["value"] for r in json.loads(proc.stdout)] == [0.2]
+
+
+def test_output_in_an_ascii_encoding_shows_what_it_can(db):
+    """`mpiopt show` of a cross-validated trial printed `0.5 ± 0.1`: on an ASCII terminal
+    (PYTHONIOENCODING=ascii, a C locale without UTF-8) it ended in a traceback."""
+    from conftest import subprocess_env
+
+    proc = mpiopt("show", "alpha", "0", "--storage", db,
+                  env={**subprocess_env(), "PYTHONIOENCODING": "ascii"})
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert "0.5 ? 0.1" in proc.stdout, proc.stdout

@@ -55,10 +55,21 @@ def main(argv: list[str] | None = None) -> int:
         startup_signals.restore()
 
 
+def _tolerant_output() -> None:
+    """Output whose encoding lacks a character mpiopt prints (an ASCII locale, or
+    PYTHONIOENCODING=ascii: the ± of a cross-validated value, the × of a report line)
+    shows '?' there instead of ending the command with a traceback."""
+    try:
+        sys.stdout.reconfigure(errors="replace")
+    except (AttributeError, ValueError):
+        pass                        # (not a text stream of its own: a test's capture)
+
+
 def _main(argv: list[str] | None) -> int:
     from mpiopt import startup_signals
     from mpiopt.errors import MpioptError, SpecError, TopologyError
 
+    _tolerant_output()
     try:
         parser = build_parser()
         args = parser.parse_args(argv)
