@@ -78,7 +78,7 @@ def check_ref(ref: object, base_dir: Path | str | None, source: str = "<spec>",
     if not file.is_file():
         raise SpecError(f"{source}: {field}: file not found: {file}")
     try:
-        tree = ast.parse(file.read_text(), filename=str(file))
+        tree = ast.parse(file.read_bytes(), filename=str(file))
     except SyntaxError as exc:
         raise SpecError(f"{source}: {field}: {file.name} line {exc.lineno}: {exc.msg}") from None
     except (OSError, UnicodeDecodeError) as exc:

@@ -502,3 +502,24 @@ def test_cli_accepts_the_examples(path):
     proc = cli(ROOT / path)
     assert proc.returncode == 0, proc.stderr
     assert yaml.safe_load(proc.stdout)["study"]["name"]
+
+
+def test_a_spec_and_objective_with_non_ascii_text_load_in_any_locale(tmp_path):
+    """YAML and Python files are UTF-8 whatever the locale says: under a C locale without
+    Python's UTF-8 mode (LC_ALL=C PYTHONUTF8=0, an old cluster's shell) a spec whose
+    description named a µ was refused ("'ascii' codec can't decode"), and under a Latin-1
+    locale its text would have been stored garbled."""
+    from conftest import BIN, subprocess_env
+
+    (tmp_path / "f.py").write_text('# µ-jets\ndef f(p):\n    """Müon."""\n    return p["x"]\n',
+                                   encoding="utf-8")
+    (tmp_path / "s.yaml").write_text(
+        'study: {name: u, description: "Müon jets, µ = 1"}\n'
+        "objective: {function: f.py:f}\n"
+        "search_space: {x: {type: real, low: 0.0, high: 1.0}}\n"
+        "search: {algorithm: random, trials: 2}\n", encoding="utf-8")
+    proc = subprocess.run([str(BIN / "mpiopt"), "validate", "s.yaml"], cwd=tmp_path,
+                          capture_output=True, timeout=60,
+                          env={**subprocess_env(), "LC_ALL": "C", "PYTHONUTF8": "0"})
+    assert proc.returncode == 0, proc.stderr
+    assert b'"M\\xFCon jets, \\xB5 = 1"' in proc.stdout, proc.stdout   # (YAML's escapes)

@@ -29,7 +29,7 @@ def load_spec(path: str | Path, overrides: dict | None = None) -> Spec:
     source = str(path)
     file = Path(path)
     try:
-        text = file.read_text()
+        text = file.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise SpecError(f"{source}: cannot read the spec: {getattr(exc, 'strerror', None) or exc}") from None
     raw = _parse_yaml(text, source)

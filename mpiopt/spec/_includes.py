@@ -70,7 +70,7 @@ def _find_include(name: str, source: str, base_dir: Path) -> Path:
 
 
 def _read_include(file: Path) -> dict:
-    data = _parse_yaml(file.read_text(), str(file))
+    data = _parse_yaml(file.read_text(encoding="utf-8"), str(file))
     if not isinstance(data, dict) or not data:
         raise SpecError(f"{file}: (top level): expected a mapping of parameter name -> definition")
     if "include" in data:
