@@ -7,6 +7,7 @@ a driver that is not installed) is one line naming what to do, and nothing is wr
 from __future__ import annotations
 
 import importlib.util
+from pathlib import Path
 
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
@@ -38,8 +39,6 @@ def mask_url(url: str) -> str:
 def canonical_url(url: str) -> str:
     """One spelling per database: an SQLite file's absolute path (a relative one counts
     from the working directory, as everywhere), no password; for keys, never shown."""
-    from pathlib import Path
-
     try:
         parsed = make_url(url)
     except ArgumentError:

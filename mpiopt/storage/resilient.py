@@ -147,19 +147,19 @@ class Resilient:
             self.written_ahead = 0
 
     def _give_up(self, name, args, kwargs, exc, waited, ahead=False):
-        self._outage = f"the database was unavailable for {waited:.0f}s ({_first_line(exc)})"
+        outage = f"the database was unavailable for {waited:.0f}s ({_first_line(exc)})"
         if name in JOURNALED and not ahead:
-            self._append_entries(_entries(name, args, kwargs), count="journaled")
+            self._append_entries(_entries(name, args, kwargs), journaled=True)
         else:
             self._append_entries([])          # (those held unwritten, and finds the place)
-        self.given_up = f"{self._outage}; {self._kept()}"
+        self._unkept = _trials(self._unwritten)
+        self.given_up = f"{outage}; {self._kept()}"
         raise StorageUnavailable(self.given_up) from exc
 
     def _kept(self) -> str:
         """What the closing line says of the finished results: where they are kept, and
         how many could not be written anywhere (those trials run again on resume)."""
         in_file = self.written_ahead + self.journaled
-        self._unkept = _trials(self._unwritten)
         lost = len(self._unkept)
         if not lost:
             if in_file or self._append(""):
@@ -182,9 +182,10 @@ class Resilient:
         return (f"; {self.unkept_after} more finished result(s) could not be kept "
                 f"({self._append_error}): those trials run again on resume")
 
-    def _append_entries(self, entries: list[dict], count: str = "") -> bool:
-        """Those left unwritten before, then `entries`, appended to the recovery file;
-        where no place takes them they stay in memory (see `_unwritten`)."""
+    def _append_entries(self, entries: list[dict], journaled: bool = False) -> bool:
+        """Those left unwritten before, then `entries` (written ahead, or `journaled`
+        after the give-up), appended to the recovery file; where no place takes them they
+        stay in memory (see `_unwritten`)."""
         lines = self._unwritten + entries
         if lines and not self._append(_lines(lines, self.db_key)):
             if self.given_up is not None:
@@ -193,9 +194,9 @@ class Resilient:
                 self.unkept_after += len(new)
             self._unwritten = lines
             return False
-        if count:
-            setattr(self, count, getattr(self, count) + len(entries))
-        self.written_ahead += len(lines) - len(entries)
+        if journaled:
+            self.journaled += len(entries)
+        self.written_ahead += len(lines) - (len(entries) if journaled else 0)
         self._unwritten = []
         return True
 
@@ -219,11 +220,11 @@ class Resilient:
                 for e in _entries("finish_trials", (outcomes,), {})]
         self._held.clear()                              # (each written ahead once)
         if own or held:           # (where no place takes them they wait in _unwritten, and
-            self._append_entries(held + own, count="written_ahead")   # go with the next write)
+            self._append_entries(held + own)           # go with the next write)
         return bool(own)
 
     def _journal(self, name, args, kwargs) -> None:
-        if not self._append_entries(_entries(name, args, kwargs), count="journaled"):
+        if not self._append_entries(_entries(name, args, kwargs), journaled=True):
             raise StorageUnavailable(self.given_up or f"cannot write {self.recovery}")
         return None
 
