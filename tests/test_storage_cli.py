@@ -152,7 +152,11 @@ def _finished(url) -> int:
 def _wait_finished(url, n, job, limit_s=90):
     end = time.monotonic() + limit_s
     while _finished(url) < n:
-        assert time.monotonic() < end and job.poll() is None, "the study did not get going"
+        if job.poll() is not None:              # (what it said: why it ended is the finding)
+            out, err = job.communicate()
+            raise AssertionError(f"the job ended ({job.returncode}) before {n} trials were "
+                                 f"finished:\n{out[-1500:]}\n{err[-1500:]}")
+        assert time.monotonic() < end, "the study did not get going"
         time.sleep(0.2)
 
 
