@@ -160,6 +160,30 @@ def _wait_finished(url, n, job, limit_s=90):
         time.sleep(0.2)
 
 
+def _freeze_between_writes(job, db: Path, tries=50) -> list[int]:
+    """SIGSTOP the job's processes at a moment none holds SQLite's write lock. A job
+    stopped inside a write transaction keeps the lock, and every other writer gives up
+    on it after its busy timeout (exit 2, 'database is locked': a resume cannot take a
+    lock a stopped process holds); that is another case than the lease's."""
+    import sqlite3
+    for _ in range(tries):
+        frozen = [job.pid, *descendants(job.pid)]       # (mpiexec's ranks: not its group)
+        for pid in frozen:
+            os.kill(pid, signal.SIGSTOP)
+        probe = sqlite3.connect(db, timeout=0.3, isolation_level=None)
+        try:
+            probe.execute("BEGIN IMMEDIATE")
+            probe.execute("ROLLBACK")
+            return frozen
+        except sqlite3.OperationalError:            # stopped mid-write: let it finish
+            for pid in frozen:
+                os.kill(pid, signal.SIGCONT)
+            time.sleep(0.05)
+        finally:
+            probe.close()
+    raise AssertionError(f"the job held the write lock at each of {tries} tries")
+
+
 @pytest.mark.parametrize("np", [None, 3])
 def test_a_job_stopped_past_its_lease_and_taken_over_writes_nothing_when_it_wakes(tmp_path, np):
     """Ctrl-Z (or a suspended node) past the lease, a resume takes the study over, then the
@@ -182,9 +206,7 @@ def test_a_job_stopped_past_its_lease_and_taken_over_writes_nothing_when_it_wake
     second = None
     try:
         _wait_finished(url, 3, first)
-        frozen = [first.pid, *descendants(first.pid)]     # (mpiexec's ranks: not its group)
-        for pid in frozen:
-            os.kill(pid, signal.SIGSTOP)
+        frozen = _freeze_between_writes(first, tmp_path / "r.db")
         time.sleep(4.5)                         # three periods without a beat: stale
         second = start("--resume")
         _wait_finished(url, _finished(url) + 4, second)

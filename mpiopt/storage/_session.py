@@ -104,5 +104,6 @@ def describe(exc: sa_exc.DBAPIError) -> str:
     text = str(getattr(exc, "orig", None) or exc).strip().splitlines()
     message = text[0] if text else type(exc).__name__
     if "locked" in message:
-        message += " (another process held the write lock too long)"
+        message += (" (another process held the write lock too long: a job suspended with"
+                    " Ctrl-Z or stuck mid-write keeps it until it goes on or ends)")
     return message
