@@ -31,6 +31,22 @@ def find_bindir() -> Path | None:
 
 
 def _free_port() -> int:
+    """A free port below the kernel's ephemeral range: the outage tests stop and start the
+    server on its port, and a port the kernel hands out (bind to 0, a client connection's
+    own end) could be taken meanwhile by another test worker's connection."""
+    import random
+
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    for port in random.sample(range(max(1024, low - 12000), low), 200):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
