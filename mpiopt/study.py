@@ -59,7 +59,8 @@ def resume_command(name: str, url: str, recovery=None) -> str:
     shown = shown_url(url)
     hint = "" if shown == url else " (with the password: set MPIOPT_STORAGE to the full URL)"
     kept = f" --recovery {shlex.quote(str(recovery))}" if recovery else ""
-    return f"mpiopt resume {name} --storage {shown}{kept}{hint}"
+    # (quoted for the shell: a folder with a space in it made a command that fails pasted)
+    return f"mpiopt resume {name} --storage {shlex.quote(shown)}{kept}{hint}"
 
 
 NATIVE_LOG_ENV = "MPIOPT_NATIVE_LOG"

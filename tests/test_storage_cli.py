@@ -340,3 +340,24 @@ def test_jobs_started_together_with_resume_or_start_resume_the_one_study(tmp_pat
         assert open_study(st, spec, "auto", url).resumed
         with pytest.raises(DuplicateStudyError):                  # (no resume asked)
             open_study(st, spec, False, url)
+
+
+def test_the_printed_resume_command_works_pasted_into_a_shell_for_a_folder_with_a_space(tmp_path):
+    """The closing line's command is for copying: a results file in `my runs/` printed
+    `--storage sqlite:////.../my runs/r.db` unquoted, which a shell splits in two."""
+    folder = tmp_path / "my runs"
+    url = f"sqlite:///{folder / 'r.db'}"
+    spec = spec_file(folder, trials=12)
+    env = {**subprocess_env(), "MPIOPT_TEST_SLEEP": "0.2"}
+    job = subprocess.Popen([str(BIN / "mpiopt"), "search", str(spec), "--storage", url],
+                           cwd=tmp_path, env=env, text=True, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE)
+    _wait_finished(url, 2, job)
+    job.send_signal(signal.SIGINT)
+    _, err = job.communicate(timeout=60)
+    assert job.returncode == 130, err
+    command = err.strip().splitlines()[-1].split("resume with: ", 1)[1]
+    resumed = subprocess.run(["bash", "-c", command], cwd=tmp_path, env=env, text=True,
+                             capture_output=True, timeout=120)
+    assert resumed.returncode == 0, command + "\n" + resumed.stderr
+    assert _finished(url) == 12

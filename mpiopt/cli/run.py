@@ -92,8 +92,9 @@ def _named_as_allowed(name: str, url: str) -> None:
 
     problem = name_problem(name)
     if problem:
+        storage = shlex.quote(shown_url(url))
         raise MpioptError(f"study {name!r}: a study's name {problem}; rename this one first: "
-                          f"mpiopt study rename {shlex.quote(name)} NEW --storage {shown_url(url)}")
+                          f"mpiopt study rename {shlex.quote(name)} NEW --storage {storage}")
 
 
 def cmd_resume(args) -> int:
