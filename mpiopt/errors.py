@@ -11,6 +11,11 @@ class SpecError(MpioptError):
     """A spec file is unreadable or invalid. The message names the file and the field path."""
 
 
+class DataError(MpioptError):
+    """A training data file cannot be read. The message names the file (h5py's and
+    NumPy's own do not)."""
+
+
 class StorageError(MpioptError):
     """The results database is missing, unknown, or in a state we refuse to touch."""
 

@@ -1,12 +1,14 @@
 """Data loading (loader, .npz, HDF5 file lists) and the index arithmetic of sharding."""
 from __future__ import annotations
 
+import subprocess
+import sys
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
-from mpiopt.errors import SpecError
+from mpiopt.errors import DataError, SpecError
 from mpiopt.training import data as D
 
 h5py = pytest.importorskip("h5py")
@@ -50,6 +52,32 @@ def test_hdf5_missing_dataset_or_file_says_which(tmp_path):
         D.read_hdf5(["a.h5"], features="images", base_dir=tmp_path)
     with pytest.raises(SpecError, match="no file matches"):
         D.read_hdf5(["missing_*.h5"], base_dir=tmp_path)
+
+
+def test_a_data_file_that_cannot_be_read_is_named(tmp_path):
+    """h5py's and NumPy's own messages ('Unable to synchronously open file (unable to lock
+    file, errno = 11 ...)', 'File is not a zip file') do not say which of a list of files."""
+    x, y = arrays(8, 0)
+    D.write_hdf5(tmp_path / "a.h5", x, y)
+    (tmp_path / "cut.h5").write_bytes((tmp_path / "a.h5").read_bytes()[:300])
+    np.savez(tmp_path / "a.npz", features=x, labels=y)
+    (tmp_path / "cut.npz").write_bytes((tmp_path / "a.npz").read_bytes()[:100])
+    with pytest.raises(DataError, match=r"cut\.h5: cannot read it \(OSError: .*truncated"):
+        D.read_hdf5(["a.h5", "cut.h5"], base_dir=tmp_path)
+    with pytest.raises(DataError, match=r"cut\.npz: cannot read it \(BadZipFile"):
+        D.read_npz(["a.npz", "cut.npz"], base_dir=tmp_path)
+    writer = subprocess.Popen([sys.executable, "-c", "import h5py, sys, time\n"
+                               f"f = h5py.File({str(tmp_path / 'a.h5')!r}, 'a')\n"
+                               "print('open', flush=True)\ntime.sleep(60)"],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert writer.stdout.readline().strip() == "open"
+        with pytest.raises(DataError, match=r"a\.h5: another process holds HDF5's lock on it"):
+            D.read_hdf5(["a.h5"], base_dir=tmp_path)
+    finally:
+        writer.kill()
+        writer.wait()
+    assert len(D.read_hdf5(["a.h5"], base_dir=tmp_path)[0]) == 8     # closed: read
 
 
 def test_npz_files(tmp_path):

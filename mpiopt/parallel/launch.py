@@ -537,6 +537,11 @@ def _close(spec, url, opened, sched, progress, cause, interrupted, stuck: str = 
     getattr(sched.storage, "discard_written_ahead", lambda: None)()
     opened.close()
     if status is StudyStatus.COMPLETE or (status is StudyStatus.FAILED and not cause):
+        if status is StudyStatus.FAILED and sched.stop_reason == "failures":
+            # (the cause is outside the parameters: a broken objective, a data file; the
+            # failed trials run again only when asked, so say how)
+            _say(f"{sched.message}; once that is mended, run them again with: "
+                 f"{resume_command(spec.study.name, url)} --retry-failed")
         return 0 if status is StudyStatus.COMPLETE else EXIT_FAILED
     if taken and taken[0] == "deleted":
         _say(f"study '{spec.study.name}' was deleted from {shown_url(url)} while this "

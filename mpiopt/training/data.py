@@ -7,13 +7,17 @@ and kept for the next trials of the same study (the key is the data section of t
 """
 from __future__ import annotations
 
+import errno
 import glob
+import zipfile
+import zlib
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from mpiopt.errors import SpecError
+from mpiopt.errors import DataError, SpecError
 
 
 @dataclass
@@ -125,11 +129,28 @@ def expand(patterns, base_dir=None) -> list[Path]:
     return files
 
 
+@contextmanager
+def _named(file):
+    """A failure to read one data file, as an error that names it."""
+    try:
+        yield
+    except SpecError:
+        raise
+    except OSError as e:
+        if e.errno == errno.EAGAIN and "lock" in str(e):
+            raise DataError(f"{file}: another process holds HDF5's lock on it (it has the file "
+                            "open for writing; HDF5_USE_FILE_LOCKING=FALSE reads it regardless)"
+                            ) from e
+        raise DataError(f"{file}: cannot read it ({type(e).__name__}: {e})") from e
+    except (ValueError, EOFError, KeyError, zipfile.BadZipFile, zlib.error) as e:  # cut, foreign
+        raise DataError(f"{file}: cannot read it ({type(e).__name__}: {e})") from e
+
+
 def read_npz(patterns, features="features", labels="labels", base_dir=None):
     """Concatenate the features and labels arrays of .npz files."""
     xs, ys = [], []
     for file in expand(patterns, base_dir):
-        with np.load(file) as npz:
+        with _named(file), np.load(file) as npz:
             for name in (features, labels):
                 if name not in npz.files:
                     raise SpecError(f"{file}: no array '{name}' (has {', '.join(npz.files)})")
@@ -144,7 +165,7 @@ def read_hdf5(patterns, features="features", labels="labels", base_dir=None):
 
     xs, ys = [], []
     for file in expand(patterns, base_dir):
-        with h5py.File(file, "r") as h5:
+        with _named(file), h5py.File(file, "r") as h5:
             for name in (features, labels):
                 if name not in h5:
                     raise SpecError(f"{file}: no dataset '{name}' (has {', '.join(h5.keys())})")
