@@ -898,3 +898,30 @@ def test_a_postgresql_server_that_stops_answering_fails_the_call_and_a_slow_one_
     del st, watch
     gc.collect()
     assert pool() is None                                      # closed: nothing kept
+
+
+def test_a_server_with_every_connection_taken_says_so(pg_server):
+    """A job array's tasks can take all of a server's max_connections: the job that finds
+    none left ends at once (exit 2) with PostgreSQL's 'too many clients', now with what
+    to do about it."""
+    import psycopg
+
+    url = pg_server.new_database()
+    hogs = []
+    try:
+        while True:
+            try:
+                hogs.append(psycopg.connect(f"host=127.0.0.1 port={pg_server.port} "
+                                            "user=mpiopt dbname=postgres"))
+            except psycopg.OperationalError as exc:
+                assert "too many clients" in str(exc)
+                break
+            assert len(hogs) < 1000
+        with pytest.raises(StorageError, match=r"too many clients.*raise the server's "
+                                               r"max_connections"):
+            open_storage(url, create=True)
+    finally:
+        for conn in hogs:
+            conn.close()
+    with open_storage(url, create=True) as st:          # connections free: it opens
+        assert st.list_studies() == []

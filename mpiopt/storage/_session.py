@@ -103,7 +103,10 @@ def describe(exc: sa_exc.DBAPIError) -> str:
     """The driver's own message, first line only (SQLAlchemy appends SQL and a link)."""
     text = str(getattr(exc, "orig", None) or exc).strip().splitlines()
     message = text[0] if text else type(exc).__name__
-    if "locked" in message:
+    if "too many clients" in message or "remaining connection slots" in message:
+        message += (" (every connection the server allows is taken, by other jobs or tools: "
+                    "start this job once some end, or raise the server's max_connections)")
+    elif "locked" in message:
         message += (" (another process held the write lock too long: a job suspended with"
                     " Ctrl-Z or stuck mid-write keeps it until it goes on or ends)")
     return message
