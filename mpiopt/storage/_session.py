@@ -105,7 +105,7 @@ def describe(exc: sa_exc.DBAPIError) -> str:
     message = text[0] if text else type(exc).__name__
     if "too many clients" in message or "remaining connection slots" in message:
         message += (" (every connection the server allows is taken, by other jobs or tools: "
-                    "start this job once some end, or raise the server's max_connections)")
+                    "wait for some to end, or raise the server's max_connections)")
     elif "locked" in message:
         message += (" (another process held the write lock too long: a job suspended with"
                     " Ctrl-Z or stuck mid-write keeps it until it goes on or ends)")
