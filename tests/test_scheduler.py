@@ -222,6 +222,27 @@ def test_initial_failures_stop_the_study():
     assert "first 3 trials all failed" in sched.message and "ImportError" in sched.message
 
 
+def test_a_budget_below_the_failure_limit_that_all_failed_is_a_failed_study():
+    """Three trials, max_initial_failures 5, all three fail: the study is FAILED with the
+    reason (it was COMPLETE, and the job exited 0); one success among them and it is not."""
+    for succeeds in (False, True):
+        sched, storage, _ = make(n_groups=1, budget=3, max_initial_failures=5)
+        actions = sched.start()
+        for i in range(3):
+            ok = succeeds and i == 1
+            actions = sched.on_result(0, done(actions[0].trial.trial_id, 1.0 if ok else None,
+                                              "COMPLETE" if ok else "FAILED",
+                                              None if ok else "ImportError: x"))
+            if i < 2:
+                assert sched.stop_reason is None
+        assert sched.done
+        if succeeds:
+            assert sched.finish() is StudyStatus.COMPLETE and sched.stop_reason is None
+        else:
+            assert sched.finish() is StudyStatus.FAILED and sched.stop_reason == "failures"
+            assert sched.message == "all 3 trials failed; last error: ImportError: x"
+
+
 def test_quick_failures_wait_for_an_earlier_trial_that_may_succeed():
     """Settings that fail in seconds (an out-of-memory batch size) report before the trial
     that trains: their failures stop nothing while it runs; it succeeds, the study goes on.

@@ -534,6 +534,11 @@ class Scheduler:
             self.searcher.forget(self.prefetched[0])
             self.prefetched = None
         self.close_searcher()
+        if self.stop_reason is None and not self.any_success and self.initial_failures:
+            # a budget smaller than search.max_initial_failures, all of it failed: the same
+            # ending as the early stop (it said "study complete" with exit 0)
+            last = f"; last error: {self.last_error}" if self.last_error else ""
+            self._stop("failures", f"all {self.initial_failures} trials failed{last}")
         status = {"interrupted": StudyStatus.INTERRUPTED, "error": StudyStatus.INTERRUPTED,
                   "failures": StudyStatus.FAILED}.get(self.stop_reason, StudyStatus.COMPLETE)
         self.storage.set_study_status(self.study_id, status)
