@@ -116,3 +116,19 @@ def test_a_killed_pbt_study_resumes_without_rerunning_finished_rounds(tmp_path):
         assert again.attempt == t.attempt + 1
         assert (again.member, again.round, again.parent) == (t.member, t.round, t.parent)
     _check_lineage(after, 3)
+
+
+def test_a_pbt_study_whose_rounds_all_fail_does_not_offer_retry_failed(tmp_path):
+    """The closing line of a study whose trials all failed offers --retry-failed, which a
+    pbt study refuses: it says what to do instead."""
+    spec = _case(tmp_path, trials=4)
+    model = tmp_path / "tiny.py"
+    model.write_text(model.read_text().replace(
+        "def build(params):", "def build(params):\n    raise ImportError('no module physics')", 1))
+    url = f"sqlite:///{tmp_path / 'f.db'}"
+    proc = mpiopt("search", spec, "--storage", url, cwd=tmp_path, timeout=120)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    closing = [ln for ln in proc.stderr.splitlines() if ln.startswith("mpiopt:")]
+    assert len(closing) == 1 and "all 4 trials failed" in closing[0], proc.stderr
+    assert "--retry-failed" not in closing[0]
+    assert closing[0].endswith(f"(mpiopt study delete tiny --storage {url})")
