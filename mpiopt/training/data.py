@@ -136,14 +136,12 @@ def _named(file):
         yield
     except SpecError:
         raise
-    except OSError as e:
-        if e.errno == errno.EAGAIN and "lock" in str(e):
+    except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile, zlib.error) as e:
+        if isinstance(e, OSError) and e.errno == errno.EAGAIN and "lock" in str(e):
             raise DataError(f"{file}: another process holds HDF5's lock on it (it has the file "
                             "open for writing; HDF5_USE_FILE_LOCKING=FALSE reads it regardless)"
                             ) from e
-        raise DataError(f"{file}: cannot read it ({type(e).__name__}: {e})") from e
-    except (ValueError, EOFError, KeyError, zipfile.BadZipFile, zlib.error) as e:  # cut, foreign
-        raise DataError(f"{file}: cannot read it ({type(e).__name__}: {e})") from e
+        raise DataError(f"{file}: cannot read it ({type(e).__name__}: {e})") from e  # cut, foreign
 
 
 def read_npz(patterns, features="features", labels="labels", base_dir=None):
