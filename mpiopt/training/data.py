@@ -134,8 +134,6 @@ def _named(file):
     """A failure to read one data file, as an error that names it."""
     try:
         yield
-    except SpecError:
-        raise
     except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile, zlib.error) as e:
         if isinstance(e, OSError) and e.errno == errno.EAGAIN and "lock" in str(e):
             raise DataError(f"{file}: another process holds HDF5's lock on it (it has the file "
