@@ -231,13 +231,30 @@ def space_sets_of(spec_text: str) -> int | None:
         return None
 
 
+def _how_to_go_on(record, resume_hint: str) -> str:
+    """What the closing line of an ended job said to do next, for `mpiopt status`."""
+    if record.status.value == "INTERRUPTED":
+        return f"; resume with: {resume_hint}"
+    if record.status.value != "FAILED":
+        return ""
+    try:
+        pbt = yaml.safe_load(record.spec_text or "")["search"]["algorithm"] == "pbt"
+    except Exception:               # (a stored spec of another version: no advice)
+        return ""
+    if pbt:
+        return (" (its rounds failed before any succeeded; a pbt study's failed rounds do "
+                "not run again)")
+    return (" (its trials failed before any succeeded); once that is mended, run them again "
+            f"with: {resume_hint} --retry-failed")
+
+
 def liveness(record, resume_hint: str, now: datetime | None = None) -> tuple[str, str]:
     """(short, long) state of a study: its status, except that a RUNNING study is either
     held by a live job (fresh lease) or "stopped without a word" (its job died)."""
     now = now or datetime.now(timezone.utc)
     if record.status.value != "RUNNING":
         text = record.status.value.lower()
-        return text, text
+        return text, text + _how_to_go_on(record, resume_hint)
     lease = getattr(record, "lease", None)
     if lease is not None and not lease.is_stale(now):
         text = (f"running (host {lease.host}, pid {lease.pid}, last heartbeat "

@@ -107,6 +107,9 @@ def test_study_whose_first_trials_all_fail_stops(tmp_path):
     assert len(closing) == 1 and "first 4 trials all failed" in closing[0], proc.stderr
     assert closing[0].endswith(f"run them again with: mpiopt resume t --storage "
                                f"{db_url(tmp_path)} --retry-failed")
+    status = mpiopt("status", "t", "--storage", db_url(tmp_path), "--format", "json")
+    assert json.loads(status.stdout)["state"].endswith(
+        f"run them again with: mpiopt resume t --storage {db_url(tmp_path)} --retry-failed")
     study, trials = trials_of(tmp_path)
     assert study.status == StudyStatus.FAILED
     assert 4 <= len(trials) <= 5                      # the other group may have one running

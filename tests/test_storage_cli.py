@@ -357,6 +357,8 @@ def test_the_printed_resume_command_works_pasted_into_a_shell_for_a_folder_with_
     _, err = job.communicate(timeout=60)
     assert job.returncode == 130, err
     command = err.strip().splitlines()[-1].split("resume with: ", 1)[1]
+    status = mpiopt("status", "s", "--storage", url, "--format", "json", cwd=tmp_path)
+    assert json.loads(status.stdout)["state"] == f"interrupted; resume with: {command}"
     resumed = subprocess.run(["bash", "-c", command], cwd=tmp_path, env=env, text=True,
                              capture_output=True, timeout=120)
     assert resumed.returncode == 0, command + "\n" + resumed.stderr
