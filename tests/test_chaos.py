@@ -136,14 +136,20 @@ def test_a_poison_trial_in_the_ranks_own_process_is_failed_after_max_attempts(tm
 
 def resume_until_done(tmp_path, url, spec, np, budget):
     """Resume until a job finishes the study; every trial with x > 0 must then be FAILED
-    (after its lost attempts). Returns those trials."""
+    (after its lost attempts). Returns those trials. (Where every trial of the budget drew
+    x > 0, the study ends FAILED, exit 1, as any study whose trials all failed.)"""
     for _ in range(12):
         proc, _ = run(tmp_path, url, spec, np, "--resume")
-        if proc.returncode == 0:
+        all_failed = proc.returncode == 1 and f"mpiopt: all {budget} trials failed" in proc.stderr
+        if proc.returncode == 0 or all_failed:
             break
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    _, trials = assert_settled(url, budget)
+    assert proc.returncode == 0 or all_failed, proc.stdout + proc.stderr
+    study, trials = assert_settled(url)
+    assert study.status is (StudyStatus.FAILED if all_failed else StudyStatus.COMPLETE)
+    assert sorted(t.number for t in trials) == list(range(budget))
+    assert all(t.status.is_finished() for t in trials)
     poison = [t for t in trials if t.params["x"] > 0]
+    assert all_failed is all(t.status is TrialStatus.FAILED for t in trials)
     assert poison and all(t.status is TrialStatus.FAILED for t in poison)
     return poison
 
