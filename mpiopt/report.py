@@ -231,45 +231,48 @@ def space_sets_of(spec_text: str) -> int | None:
         return None
 
 
-def _how_to_go_on(record, resume_hint: str) -> str:
+def _how_to_go_on(record, url: str | None) -> str:
     """What the closing line of an ended job said to do next, for `mpiopt status`."""
-    if record.status.value == "INTERRUPTED":
-        return f"; resume with: {resume_hint}"
-    if record.status.value != "FAILED":
+    from mpiopt.study import after_failures, resume_command
+
+    if url is None or record.status.value not in ("INTERRUPTED", "FAILED"):
         return ""
+    if record.status.value == "INTERRUPTED":
+        return f"; resume with: {resume_command(record.name, url)}"
     try:
-        pbt = yaml.safe_load(record.spec_text or "")["search"]["algorithm"] == "pbt"
+        algorithm = yaml.safe_load(record.spec_text or "")["search"]["algorithm"]
     except Exception:               # (a stored spec of another version: no advice)
         return ""
-    if pbt:
-        return (" (its rounds failed before any succeeded; a pbt study's failed rounds do "
-                "not run again)")
-    return (" (its trials failed before any succeeded); once that is mended, run them again "
-            f"with: {resume_hint} --retry-failed")
+    what = "rounds" if algorithm == "pbt" else "trials"
+    return (f" (its {what} failed before any succeeded); "
+            f"{after_failures(record.name, url, algorithm)}")
 
 
-def liveness(record, resume_hint: str, now: datetime | None = None) -> tuple[str, str]:
+def liveness(record, url: str | None, now: datetime | None = None) -> tuple[str, str]:
     """(short, long) state of a study: its status, except that a RUNNING study is either
-    held by a live job (fresh lease) or "stopped without a word" (its job died)."""
+    held by a live job (fresh lease) or "stopped without a word" (its job died); the long
+    one says how to go on (`url`: the database's, for the commands it gives)."""
     now = now or datetime.now(timezone.utc)
     if record.status.value != "RUNNING":
         text = record.status.value.lower()
-        return text, text + _how_to_go_on(record, resume_hint)
+        return text, text + _how_to_go_on(record, url)
     lease = getattr(record, "lease", None)
     if lease is not None and not lease.is_stale(now):
         text = (f"running (host {lease.host}, pid {lease.pid}, last heartbeat "
                 f"{_seconds(lease.age_s(now))} ago)")
         return "running", text
+    from mpiopt.study import resume_command
+
     last = lease.beat_at if lease is not None else record.updated_at
     host = lease.host if lease is not None else "?"
     ago = _seconds((now - last).total_seconds())
     return (f"stopped ({ago} ago, {host})",
             f"stopped without a word (last heartbeat {ago} ago, host {host}); resume with: "
-            f"{resume_hint}")
+            f"{resume_command(record.name, url) if url else 'mpiopt resume NAME'}")
 
 
 def status_summary(record, counts: dict, best: FrozenTrial | None, groups=(),
-                   resume_hint: str = "mpiopt resume NAME") -> dict[str, Any]:
+                   url: str | None = None) -> dict[str, Any]:
     """The numbers `mpiopt status` shows, read from the database alone."""
     done = sum(n for s, n in counts.items() if TrialStatus(s).counts())
     now = datetime.now(timezone.utc)
@@ -278,7 +281,7 @@ def status_summary(record, counts: dict, best: FrozenTrial | None, groups=(),
     ahead = sum(g.get("ahead", 0) for g in groups)   # RUNNING rows not started yet
     return {
         "study": record.name, "status": record.status.value,
-        "state": liveness(record, resume_hint, now)[1], "direction": record.direction,
+        "state": liveness(record, url, now)[1], "direction": record.direction,
         "metric": record.metric, "budget": budget_of(record.spec_text), "done": done,
         "space_sets": space_sets_of(record.spec_text),
         "complete": counts[TrialStatus.COMPLETE],

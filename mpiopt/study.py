@@ -63,6 +63,18 @@ def resume_command(name: str, url: str, recovery=None) -> str:
     return f"mpiopt resume {name} --storage {shlex.quote(shown)}{kept}{hint}"
 
 
+def after_failures(name: str, url: str, algorithm: str | None) -> str:
+    """What to do once the cause of a study's failed trials is mended: the closing line of
+    the job they stopped and `mpiopt status` both say it."""
+    import shlex
+
+    if algorithm == "pbt":                      # (--retry-failed is refused there)
+        return ("a pbt study's failed rounds do not run again: once that is mended, start it "
+                f"under a new study.name, or delete this one (mpiopt study delete {name} "
+                f"--storage {shlex.quote(shown_url(url))})")
+    return f"once that is mended, run them again with: {resume_command(name, url)} --retry-failed"
+
+
 NATIVE_LOG_ENV = "MPIOPT_NATIVE_LOG"
 
 

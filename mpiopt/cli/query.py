@@ -73,12 +73,11 @@ def _opened(args, study: bool = True):
 def cmd_studies(args) -> int:
     with _opened(args, study=False) as (storage, _):
         records = storage.list_studies()
-    from mpiopt.study import resume_command
     from mpiopt.report import liveness
 
     url = storage_url(args)
     rows = [{"name": r.name, "status": r.status.value,
-             "state": liveness(r, resume_command(r.name, url))[0], "direction": r.direction,
+             "state": liveness(r, url)[0], "direction": r.direction,
              "metric": r.metric, "trials": sum(r.counts.values()),
              "complete": r.counts[TrialStatus.COMPLETE], "running": r.counts[TrialStatus.RUNNING],
              "failed": r.counts[TrialStatus.FAILED], "best": r.best_value,
@@ -179,14 +178,12 @@ def _trace_writer(record):
 def cmd_status(args) -> int:
     from mpiopt.report import status_lines, status_summary
 
-    from mpiopt.study import resume_command
-
     with _opened(args) as (storage, record):
         counts = storage.count_trials(record.id)
         best = storage.best_trials(record.id, 1)
         groups = storage.group_activity(record.id)
     summary = status_summary(record, counts, best[0] if best else None, groups,
-                             resume_command(record.name, storage_url(args)))
+                             storage_url(args))
     if args.format == "json":
         print(json.dumps(summary, indent=2))
     else:

@@ -17,13 +17,13 @@ called only when a rank is stuck in user code and did not answer.
 from __future__ import annotations
 
 import os
-import shlex
 import socket
 import sys
 import time
 
 from mpiopt.errors import LeaseLost, MpioptError, StorageUnavailable, TopologyError
-from mpiopt.study import NATIVE_LOG_ENV, native_log_path, resume_command, shown_url
+from mpiopt.study import (NATIVE_LOG_ENV, after_failures, native_log_path, resume_command,
+                          shown_url)
 from mpiopt.parallel.protocol import Tag
 from mpiopt.trial import StudyStatus
 
@@ -541,14 +541,8 @@ def _close(spec, url, opened, sched, progress, cause, interrupted, stuck: str = 
         if status is StudyStatus.FAILED and sched.stop_reason == "failures":
             # (the cause is outside the parameters: a broken objective, a data file; the
             # failed trials run again only when asked, so say how)
-            if spec.search.algorithm == "pbt":      # (--retry-failed is refused there)
-                _say(f"{sched.message}; a pbt study's failed rounds do not run again: once "
-                     "that is mended, start it under a new study.name, or delete this one "
-                     f"(mpiopt study delete {spec.study.name} --storage "
-                     f"{shlex.quote(shown_url(url))})")
-            else:
-                _say(f"{sched.message}; once that is mended, run them again with: "
-                     f"{resume_command(spec.study.name, url)} --retry-failed")
+            _say(f"{sched.message}; "
+                 f"{after_failures(spec.study.name, url, spec.search.algorithm)}")
         return 0 if status is StudyStatus.COMPLETE else EXIT_FAILED
     if taken and taken[0] == "deleted":
         _say(f"study '{spec.study.name}' was deleted from {shown_url(url)} while this "
