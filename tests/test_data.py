@@ -1,6 +1,7 @@
 """Data loading (loader, .npz, HDF5 file lists) and the index arithmetic of sharding."""
 from __future__ import annotations
 
+import select
 import subprocess
 import sys
 from types import SimpleNamespace
@@ -71,6 +72,7 @@ def test_a_data_file_that_cannot_be_read_is_named(tmp_path):
                                "print('open', flush=True)\ntime.sleep(60)"],
                               stdout=subprocess.PIPE, text=True)
     try:
+        assert select.select([writer.stdout], [], [], 60)[0], "the writer did not open the file"
         assert writer.stdout.readline().strip() == "open"
         with pytest.raises(DataError, match=r"a\.h5: another process holds HDF5's lock on it"):
             D.read_hdf5(["a.h5"], base_dir=tmp_path)

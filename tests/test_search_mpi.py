@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -102,9 +103,10 @@ def test_study_whose_first_trials_all_fail_stops(tmp_path):
     spec = write_spec(tmp_path, function="always_fails", trials=40, max_initial_failures=4)
     proc = search(tmp_path, spec, 3)
     assert proc.returncode == 1
-    assert "first 4 trials all failed" in proc.stdout and "physics" in proc.stdout
+    # (4, or 5 where the other group's trial, started before the 4th failure, ends after it)
+    assert re.search(r"first [45] trials all failed", proc.stdout) and "physics" in proc.stdout
     closing = [ln for ln in proc.stderr.splitlines() if ln.startswith("mpiopt:")]
-    assert len(closing) == 1 and "first 4 trials all failed" in closing[0], proc.stderr
+    assert len(closing) == 1 and re.search(r"first [45] trials all failed", closing[0]), proc.stderr
     assert closing[0].endswith(f"run them again with: mpiopt resume t --storage "
                                f"{db_url(tmp_path)} --retry-failed")
     status = mpiopt("status", "t", "--storage", db_url(tmp_path), "--format", "json")

@@ -912,7 +912,7 @@ def test_a_server_with_every_connection_taken_says_so(pg_server):
         while True:
             try:
                 hogs.append(psycopg.connect(f"host=127.0.0.1 port={pg_server.port} "
-                                            "user=mpiopt dbname=postgres"))
+                                            "user=mpiopt dbname=postgres connect_timeout=10"))
             except psycopg.OperationalError as exc:
                 assert "too many clients" in str(exc)
                 break
