@@ -5,7 +5,9 @@ up to a multiple of G so that the last wave is full. With 4 trials a group, half
 gaps are a first or last wave's, which go through rank 0 (nothing is sent ahead before a
 trial has succeeded, nor once at most one trial per group is left); `--steady` adds runs
 of random and evolutionary search at the most groups with 16 trials a group, where a
-study's middle, in which every group holds its next trial, dominates. Ideal wall time is trials x duration
+study's middle, in which every group holds its next trial, dominates (`--in-process`: the
+objective in the ranks' own processes, where nothing is sent ahead nor before the write
+of the result before it, mpiopt/parallel/coordinator.py). Ideal wall time is trials x duration
 / G. The objective records when it starts and ends, so the gap between a group's trial
 ending and its next one starting is measured where it matters, on the group; "busy %" is
 duration / (duration + mean gap). The coordinator prints its own CPU time over its wall
@@ -16,6 +18,7 @@ time. Then 64 ranks: 63 groups of 1 and 16 groups of 4 (`--wide`).
 from __future__ import annotations
 
 import argparse
+import functools
 import re
 import statistics
 import tempfile
@@ -27,13 +30,14 @@ CPU_LINE = re.compile(r"coordinator: ([\d.]+)s CPU over ([\d.]+)s wall")
 
 
 def run_one(tmp: Path, algorithm: str, groups: int, duration: float, group_size: int = 1,
-            per_group: int = 4) -> dict:
+            per_group: int = 4, in_process: bool = False) -> dict:
     trials = -(-max(40, per_group * groups) // groups) * groups
     name = f"{algorithm}-{groups}x{group_size}-{per_group}"
     spec = write_spec(
         tmp / f"{name}.yaml",
         study={"name": name},
-        objective={"function": f"{OBJECTIVES}:sleeping", "direction": "minimize"},
+        objective={"function": f"{OBJECTIVES}:sleeping", "direction": "minimize",
+                   "isolate": not in_process},
         search_space={"x": {"type": "real", "low": -5.0, "high": 10.0},
                       "y": {"type": "real", "low": 0.0, "high": 15.0}},
         search={"algorithm": algorithm, "trials": trials, "seed": 1},
@@ -113,24 +117,28 @@ def main(argv=None) -> str:
                     help="algorithms also run on 64 ranks (63 x 1 and 16 x 4); none to skip")
     ap.add_argument("--steady", type=int, default=16,
                     help="trials a group in the extra runs at the most groups (0: none)")
+    ap.add_argument("--in-process", action="store_true",
+                    help="trials in the ranks' own processes (isolate: false, as Keras "
+                         "trials run): each starts once its group's last result is written")
     args = ap.parse_args(argv)
+    run = functools.partial(run_one, in_process=args.in_process)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for algorithm in args.algorithms:
             for g in args.groups:
-                rows.append(run_one(Path(tmp), algorithm, g, args.duration))
+                rows.append(run(Path(tmp), algorithm, g, args.duration))
                 print(table(_shown(rows[-1:])), flush=True)
             if args.steady and algorithm in ("random", "evolutionary"):
-                rows.append(run_one(Path(tmp), algorithm, max(args.groups), args.duration,
+                rows.append(run(Path(tmp), algorithm, max(args.groups), args.duration,
                                     per_group=args.steady))
                 print(table(_shown(rows[-1:])), flush=True)
         for algorithm in args.wide:
             for g, size in ((63, 1), (16, 4)):
-                rows.append(run_one(Path(tmp), algorithm, g, args.duration, size))
+                rows.append(run(Path(tmp), algorithm, g, args.duration, size))
                 print(table(_shown(rows[-1:])), flush=True)
     report = (f"### Scheduling efficiency\n\n{machine()}\n\n"
               f"`python benchmarks/scheduling.py --groups {' '.join(map(str, args.groups))} "
-              f"--duration {args.duration}`\n\n{table(_shown(rows))}\n\n"
+              f"--duration {args.duration}{' --in-process' if args.in_process else ''}`\n\n{table(_shown(rows))}\n\n"
               f"Dispatch gaps (a trial's end to its group's next start), every run above:\n\n"
               f"{histogram(rows)}\n")
     print(report)

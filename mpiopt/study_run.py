@@ -51,6 +51,7 @@ class StudyRun:
         self.existing, self.resumed = opened.existing, opened.resumed
         self.notes = notes
         self.warm: list[tuple[dict, float]] = []     # search.warm_start: told first
+        self.isolated = True          # every trial in a sandbox (set by open_run)
         self.lease_token = lease_token
         if lease_token is not None:       # every write checks the lease (Storage.fence)
             storage.fence = (self.study_id, lease_token)
@@ -275,6 +276,7 @@ def open_run(spec, url: str, resume, isolated: bool, retry_failed: bool = False,
             notes.append(f"{queued} queued parameter set(s) run before the searcher's own")
         run = StudyRun(storage, opened, notes, token, period, places)
         run.warm = warm
+        run.isolated = isolated       # (else a trial can end the job: parallel/coordinator.py)
         return run
     except BaseException:
         storage.close()

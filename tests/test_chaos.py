@@ -134,10 +134,62 @@ def test_a_poison_trial_in_the_ranks_own_process_is_failed_after_max_attempts(tm
         assert t.error.startswith("killed its process 2 times (last: rank 1, host "), t.error
 
 
+@sqlite_only
+def test_a_result_being_written_is_not_lost_when_the_next_trial_kills_the_job(tmp_path, url,
+                                                                              monkeypatch):
+    """isolate: false, one group: trials 0 and 1 complete (x <= 0), 2 and 3 kill their
+    process. Each completing trial's result meets a held write lock (a slow database).
+    Trial 2 was sent ahead and began as trial 1's result left, so the job died while rank
+    0 waited to write that result: trial 1 stayed RUNNING, ran again on resume and was
+    charged the poison trial's lost attempts. Now a trial that can end the job starts
+    only once its group's last result is written."""
+    monkeypatch.setenv("MPIOPT_SILENCE_LIMIT", "5")
+    spec = spec_file(tmp_path, "kills_its_process_after_a_slow_write", trials=4, seed=20,
+                     objective={"isolate": False}, max_attempts=1)
+    stop = threading.Event()
+    holder = threading.Thread(target=_hold_the_write_lock_when_asked, args=(tmp_path, url, stop))
+    holder.start()
+    try:
+        proc, _ = run(tmp_path, url, spec, 2)
+    finally:
+        stop.set()
+        holder.join(30)
+    assert proc.returncode != 0
+    _, trials = study_state(url)
+    assert [(t.number, t.status) for t in trials if t.params["x"] <= 0] == \
+        [(0, TrialStatus.COMPLETE), (1, TrialStatus.COMPLETE)], proc.stdout + proc.stderr
+    resume_until_done(tmp_path, url, spec, 2, budget=4)
+
+
+def _hold_the_write_lock_when_asked(folder: Path, url: str, stop: threading.Event) -> None:
+    """Whenever a trial asks (`finished`): take SQLite's write lock, say so (`held`), keep
+    it 1.5 s, then wait for the trial to take back its question."""
+    import sqlite3
+
+    path = url.split("///", 1)[1]
+    while not stop.is_set():
+        if not (folder / "finished").exists():
+            time.sleep(0.01)
+            continue
+        con = sqlite3.connect(path, timeout=10, isolation_level=None)
+        try:
+            con.execute("BEGIN IMMEDIATE")
+            (folder / "held").touch()
+            stop.wait(1.5)
+            con.execute("ROLLBACK")
+        finally:
+            con.close()
+            (folder / "held").unlink()
+        end = time.monotonic() + 20
+        while (folder / "finished").exists() and time.monotonic() < end and not stop.is_set():
+            time.sleep(0.01)
+
+
 def resume_until_done(tmp_path, url, spec, np, budget):
     """Resume until a job finishes the study; every trial with x > 0 must then be FAILED
-    (after its lost attempts). Returns those trials. (Where every trial of the budget drew
-    x > 0, the study ends FAILED, exit 1, as any study whose trials all failed.)"""
+    (after its lost attempts), every other one COMPLETE (never charged another's lost
+    attempts). Returns the first. (Where every trial of the budget drew x > 0, the study
+    ends FAILED, exit 1, as any study whose trials all failed.)"""
     for _ in range(12):
         proc, _ = run(tmp_path, url, spec, np, "--resume")
         all_failed = proc.returncode == 1 and f"mpiopt: all {budget} trials failed" in proc.stderr
@@ -151,6 +203,7 @@ def resume_until_done(tmp_path, url, spec, np, budget):
     poison = [t for t in trials if t.params["x"] > 0]
     assert all_failed is all(t.status is TrialStatus.FAILED for t in trials)
     assert poison and all(t.status is TrialStatus.FAILED for t in poison)
+    assert all(t.status is TrialStatus.COMPLETE for t in trials if t.params["x"] <= 0)
     return poison
 
 

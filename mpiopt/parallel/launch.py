@@ -458,7 +458,8 @@ def _coordinate_with(world, spec, url, opened, quiet, objective, topo, comm, hos
     progress.start()
     if topo.single_process:
         return _run_single(spec, url, opened, sched, progress, comm, objective, flag)
-    ending = Coordinator(world, topo, sched, flag, on_tick=opened.on_tick, watch=watch).run()
+    ending = Coordinator(world, topo, sched, flag, on_tick=opened.on_tick, watch=watch,
+                         in_process=not opened.isolated).run()
     stuck = "" if ending.orderly else (f" (rank(s) {', '.join(map(str, ending.stuck))} did not "
                                        "stop: ending the job with MPI_Abort)")
     code = _close(spec, url, opened, sched, progress, ending.cause, ending.interrupted, stuck)

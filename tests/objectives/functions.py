@@ -61,6 +61,23 @@ def kills_its_process(params):
     return branin(params)
 
 
+def kills_its_process_after_a_slow_write(params):
+    """kills_its_process, but a trial that completes runs 0.5 s (the coordinator sends the
+    next trial ahead meanwhile, where it does), then asks the test to hold the database's
+    write lock (a file `finished`) and returns once it is held (a file `held`, waited for
+    20 s at most): the coordinator's write of its result is slow, as on a loaded
+    PostgreSQL server (tests/test_chaos.py)."""
+    if params["x"] > 0:
+        os._exit(1)
+    time.sleep(0.5)
+    open("finished", "w").close()
+    end = time.monotonic() + 20
+    while not os.path.exists("held") and time.monotonic() < end:
+        time.sleep(0.01)
+    os.unlink("finished")
+    return branin(params)
+
+
 def stops_its_process(params):
     """SIGSTOP: the process neither dies nor answers (as one stuck in a driver call); no
     launcher notices, only the missing heartbeats do."""
