@@ -239,9 +239,12 @@ def test_a_job_killed_while_it_rides_out_an_outage_keeps_the_result_it_held(tmp_
     """A result the coordinator retries during an outage waited in its memory: a job
     killed meanwhile (kill -9, a lost node, the walltime's SIGKILL) lost it and the resume
     ran the trial again. It is written ahead to the recovery file at the first failed
-    try, so the resume imports it; a run that ends normally leaves no file behind."""
+    try, so the resume imports it; a run that ends normally leaves no file behind. Under
+    mpiexec the other group's results, finished while the coordinator waited (its trial
+    and the one sent ahead to it), waited unreceived and were lost too; now they are
+    taken in between tries and written ahead as well, so no trial runs twice."""
     with outage_under_way(tmp_path, np, 12, 0.3) as (job, url, spec, recovery):
-        time.sleep(0.5)
+        time.sleep(1.5)                             # (every trial begun has finished)
         os.killpg(job.pid, signal.SIGKILL)          # the whole job, without a word
         out, err = job.communicate(timeout=30)
     assert recovery.exists(), out + err
@@ -264,6 +267,9 @@ def test_a_job_killed_while_it_rides_out_an_outage_keeps_the_result_it_held(tmp_
     for k in kept:                                  # the held results, not run again
         assert trials[k["trial_id"]].value == k["value"]
         assert trials[k["trial_id"]].attempt == 0
+    assert [t.number for t in trials.values() if t.attempt] == []     # nothing ran twice
+    if np:
+        assert len(kept) >= 2, kept                 # (each group's)
 
 
 @pytest.mark.parametrize("np", [None, 3], ids=["single-process", "3-ranks"])

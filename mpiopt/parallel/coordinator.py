@@ -101,6 +101,10 @@ class Coordinator:
         self.lock = watch.lock if watch else threading.Lock()
         self.liveness = watch.liveness if watch else None
         self.dead: set[int] = set()          # silent ranks: nothing more is sent to them
+        self.received: list = []   # results taken in while a write waited out an outage
+        storage = getattr(scheduler, "storage", None)
+        if hasattr(storage, "meanwhile"):      # (storage/resilient.py)
+            storage.meanwhile = self._take_in_results
         if in_process:      # a trial that can end the job starts after its group's last
             return          # result is written (see the module docstring)
         scheduler.send_now = self.execute   # a finished group's next trial goes before the write
@@ -136,6 +140,9 @@ class Coordinator:
             silent = self.liveness.silent() if self.liveness else ()
             if silent:
                 return self._lost(silent)
+            if self.received:                 # taken in during an outage, now written
+                self.execute(self.sched.on_results(self._take_received()))
+                continue
             self.execute(self.sched.withdraw_ahead())
             status = probe(self.world) or probe(self.world)   # MPICH's first probe often
             # only moves a message along (mpiopt.parallel.waiting.probe): a second one sees
@@ -163,14 +170,34 @@ class Coordinator:
         """This result and every other one already waiting, as one batch (one write for
         all; at most two results per group can be waiting, its trial's and the one sent
         ahead, so the drain is bounded)."""
-        batch = [(group, result)]
+        return self.sched.on_results([*self._take_received(), (group, result),
+                                      *self._waiting_results()])
+
+    def _waiting_results(self) -> list:
+        batch = []
         while (status := probe(self.world, tag=Tag.RESULT)) is not None:
             source = status.Get_source()
             batch.append((self.topo.group_of(source), self.world.recv(source=source, tag=Tag.RESULT)))
-        return self.sched.on_results(batch)
+        return batch
+
+    def _take_in_results(self) -> list[dict]:
+        """Between the tries of a write during an outage (the storage calls this): results
+        that arrived meanwhile are received, kept for the scheduler (it gets them once the
+        database answers) and their records returned for the recovery file. Before, they
+        waited unreceived in MPI's queue, and a job killed during the outage lost them:
+        those trials ran again on resume."""
+        batch = self._waiting_results()
+        self.received += batch
+        return self.sched.outcomes_due(batch)
+
+    def _take_received(self) -> list:
+        batch, self.received = self.received, []
+        return batch
 
     def wind_down(self, cause: str | None) -> Ending:
         """Cancel busy groups, stop idle ones, wait (bounded) for every rank's BYE."""
+        for group, result in self._take_received():   # (taken in during an outage)
+            self._record_quietly(group, result)
         for group, run in list(self.sched.running.items()):
             nxt = self.sched.ahead.get(group)      # one message: the leader knows both at once
             ids = (run.trial_id,) if nxt is None else (run.trial_id, nxt.trial_id)

@@ -294,11 +294,7 @@ class Scheduler:
                 id=run.trial_id, study_id=self.study_id, number=run.number, status=status,
                 params=run.params, value=result.value, group=group, duration=result.duration,
                 error=result.error, metrics=dict(result.metrics)))
-            outcomes.append(dict(
-                trial_id=run.trial_id, status=status, value=result.value,
-                value_std=result.value_std, fold_values=result.fold_values,
-                metrics=result.metrics, error=result.error, duration=result.duration,
-                device=result.device, spans=result.spans))
+            outcomes.append(_outcome(result))
         if not done:
             return self._refit_if_due() + self._stop_idle()
         actions: list = []
@@ -342,6 +338,19 @@ class Scheduler:
                 self._free(t.group, freed)
             actions = self._teach_and_fill(done)
         return actions + self._refit_if_due() + self._stop_idle()
+
+    def outcomes_due(self, batch: list[tuple[int, Result]]) -> list[dict]:
+        """The records `on_results` will write for these results (results of the trials
+        the groups run or were sent ahead; not cancels, refits, nor words on settled
+        trials), without acting on them: the coordinator takes results in while a write
+        waits out an outage, and these go to the recovery file meanwhile."""
+        due = []
+        for group, result in batch:
+            ids = {r.trial_id for r in (self.running.get(group), self.ahead.get(group))
+                   if r is not None and not r.refit}
+            if result.trial_id in ids and TrialStatus(result.status) is not TrialStatus.INTERRUPTED:
+                due.append(_outcome(result))
+        return due
 
     def _all_busy(self, done: list[FrozenTrial], freed: dict[int, bool]) -> bool:
         """Whether every group of the batch already runs the trial sent ahead to it (and
@@ -857,6 +866,14 @@ class Scheduler:
 def _usable(trial: FrozenTrial) -> bool:
     return (trial.status.is_finished() and trial.status is not TrialStatus.FAILED
             and _is_number(trial.value))
+
+
+def _outcome(result: Result) -> dict:
+    """A result's record for Storage.finish_trials."""
+    return dict(trial_id=result.trial_id, status=TrialStatus(result.status), value=result.value,
+                value_std=result.value_std, fold_values=result.fold_values,
+                metrics=result.metrics, error=result.error, duration=result.duration,
+                device=result.device, spans=result.spans)
 
 
 def _is_number(value) -> bool:

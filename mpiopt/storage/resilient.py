@@ -12,7 +12,9 @@ lost, however long the outage. The next resume imports the file first (`import_r
 A result being retried waits in rank 0's memory, so a job killed during the outage (kill
 -9, a node lost, the walltime's SIGKILL) lost it, and the trial ran again on resume. So a
 finishing write is also written ahead to the file at its first failed try: a kill at any
-moment leaves it there for the resume, which skips what the database already holds.
+moment leaves it there for the resume, which skips what the database already holds. So
+are the results other groups finish while the call waits: the caller takes them in
+between tries (`meanwhile`) instead of leaving them unreceived.
 A run that ends without giving up imports the file itself and removes it
 (`discard_written_ahead`).
 
@@ -72,6 +74,9 @@ class Resilient:
         self._unkept: set = set()            # trials whose results the closing line counts
         self.unkept_after = 0                # of those, ones that came after the give-up
         self._held: dict[int, list[dict]] = {}   # results not yet written (see `holding`)
+        # callable -> records of results the caller took in while a call waits out an
+        # outage (the coordinator receives what groups finish meanwhile): written ahead
+        self.meanwhile = None
 
     def __getattr__(self, name):
         attr = getattr(self.storage, name)
@@ -124,10 +129,18 @@ class Resilient:
         KillWait is 30 s, and the job must end in order before it)."""
         end = self.clock() + seconds
         while not self.should_stop():
+            self._write_meanwhile()
             left = end - self.clock()
             if left <= 0:
                 return
             self._sleep(min(left, 0.2))
+
+    def _write_meanwhile(self) -> None:
+        """Results finished while this call waits (`meanwhile`), written ahead: a job
+        killed during the outage loses none of them."""
+        outcomes = self.meanwhile() if self.meanwhile is not None else []
+        if outcomes:
+            self._append_entries(_entries("finish_trials", (outcomes,), {}))
 
     def kept_in(self):
         """The recovery file, where this run wrote results to one; else None."""
