@@ -134,15 +134,16 @@ class Coordinator:
                 self.sched.stop("interrupted", f"interrupted by {name}: running trials are "
                                                "recorded INTERRUPTED and run again on resume")
                 return self.sched.message
+            if self.received:    # taken in during an outage: written first (those trials
+                # ended in time, whatever the timeouts below would say of them now)
+                self.execute(self.sched.on_results(self._take_received()))
+                continue
             late = self.sched.overdue()
             if late is not None:
                 return late
             silent = self.liveness.silent() if self.liveness else ()
             if silent:
                 return self._lost(silent)
-            if self.received:                 # taken in during an outage, now written
-                self.execute(self.sched.on_results(self._take_received()))
-                continue
             self.execute(self.sched.withdraw_ahead())
             status = probe(self.world) or probe(self.world)   # MPICH's first probe often
             # only moves a message along (mpiopt.parallel.waiting.probe): a second one sees
