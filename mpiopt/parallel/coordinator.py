@@ -105,11 +105,11 @@ class Coordinator:
         storage = getattr(scheduler, "storage", None)
         if hasattr(storage, "meanwhile"):      # (storage/resilient.py)
             storage.meanwhile = self._take_in_results
-        if in_process:      # a trial that can end the job starts after its group's last
-            return          # result is written (see the module docstring)
-        scheduler.send_now = self.execute   # a finished group's next trial goes before the write
-        scheduler.ask_ahead = not scheduler.background   # a slow searcher's suggestions would
-        # be made with one more pending point per group, which costs them quality
+        if not in_process:   # (else a trial that can end the job starts only once its
+            # group's last result is written: see the module docstring)
+            scheduler.send_now = self.execute   # a finished group's next trial goes first
+            scheduler.ask_ahead = not scheduler.background   # a slow searcher's suggestions
+            # would be made with one more pending point per group, which costs them quality
 
     def run(self) -> Ending:
         """Run until the study is done or must end; always returns after wind_down."""
