@@ -244,7 +244,7 @@ def test_a_job_killed_while_it_rides_out_an_outage_keeps_the_result_it_held(tmp_
     and the one sent ahead to it), waited unreceived and were lost too; now they are
     taken in between tries and written ahead as well, so no trial runs twice."""
     with outage_under_way(tmp_path, np, 12, 0.3) as (job, url, spec, recovery):
-        time.sleep(1.5)                             # (every trial begun has finished)
+        time.sleep(2.5)                             # (every trial begun has finished)
         os.killpg(job.pid, signal.SIGKILL)          # the whole job, without a word
         out, err = job.communicate(timeout=30)
     assert recovery.exists(), out + err
