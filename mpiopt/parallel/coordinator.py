@@ -168,9 +168,9 @@ class Coordinator:
         return None
 
     def _on_result(self, group, result):
-        """This result and every other one already waiting, as one batch (one write for
-        all; at most two results per group can be waiting, its trial's and the one sent
-        ahead, so the drain is bounded)."""
+        """This result and every other one already waiting (or taken in during an
+        outage), as one batch (one write for all; at most two results per group can be
+        waiting, its trial's and the one sent ahead, so the drain is bounded)."""
         return self.sched.on_results([*self._take_received(), (group, result),
                                       *self._waiting_results()])
 
