@@ -126,6 +126,36 @@ def test_a_postgresql_server_restarted_mid_study_is_ridden_out(tmp_path, pg_serv
     assert_complete(url, 16)
 
 
+def test_a_job_killed_during_a_postgresql_outage_runs_no_trial_twice(tmp_path, pg_server):
+    """The server stopped, then the whole job killed (kill -9, the walltime's SIGKILL)
+    while it waits: every result finished before the kill is in the recovery file. Two
+    went missing: the one being written when the server went, since the queue of
+    parameter sets is read first and that read met the outage while the result was not
+    yet held for the file; and the other groups' results, left unreceived. Those trials
+    ran again on resume."""
+    url = pg_server.new_database()
+    spec = spec_file(tmp_path, 12)
+    job = start(tmp_path, spec, url, env={"MPIOPT_TEST_SLEEP": "0.3"})
+    try:
+        wait_finished(url, 3, job)
+        pg_server.stop()
+        time.sleep(2.5)                     # (every trial begun has finished)
+        os.killpg(job.pid, signal.SIGKILL)
+        job.communicate(timeout=30)
+    finally:
+        pg_server.start()
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+    recovery = tmp_path / "o.mpiopt-recovery.jsonl"
+    assert recovery.is_file()
+    proc = mpiopt("search", spec, "--storage", url, "--resume", np=3, cwd=tmp_path, timeout=180,
+                  env={**subprocess_env(), "MPIOPT_TEST_SLEEP": "0.05"})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "imported" in proc.stdout and not recovery.exists()
+    trials = assert_complete(url, 12)
+    assert [t.number for t in trials if t.attempt] == []      # nothing ran twice
+
+
 def test_a_postgresql_server_that_stops_answering_is_an_outage_a_stop_signal_ends(
         tmp_path, pg_server):
     """A server frozen in its tracks (a paused VM, a hung disk under it) keeps its

@@ -306,9 +306,8 @@ class Scheduler:
             for t in done:
                 self._free(t.group, freed)
             self.finishing += len(done)
-            holding = getattr(self.storage, "holding", None)   # (a kill meanwhile must not
-            try:                                                # lose them: resilient.py)
-                with holding(outcomes) if holding else nullcontext():
+            try:
+                with self._holding(outcomes):
                     actions = self._teach_and_fill(done)
             except BaseException:        # the next trials could not start (an outage past
                 self._keep(outcomes)     # its limit): the results are still kept
@@ -366,7 +365,8 @@ class Scheduler:
             self._teach(trial)
         self.finishing += len(done)
         try:
-            queued, groups, fresh = self._plan_ahead()
+            with self._holding(outcomes):    # (the queue is read first: a kill during an
+                queued, groups, fresh = self._plan_ahead()   # outage there lost them)
         finally:
             self.finishing -= len(done)
         try:
@@ -381,6 +381,13 @@ class Scheduler:
                 self.searcher.forget(params)
             return queued
         return queued + self._began(groups, written[1], fresh, ahead=True)
+
+    def _holding(self, outcomes: list[dict]):
+        """Results not yet written while other calls are made first: written ahead to the
+        recovery file if one of those calls meets an outage, so a kill meanwhile does not
+        lose them (storage/resilient.py)."""
+        holding = getattr(self.storage, "holding", None)
+        return holding(outcomes) if holding else nullcontext()
 
     def _promote(self, group: int, begun: list | None) -> bool:
         """The group's trial sent ahead becomes its running one (the leader starts it as
