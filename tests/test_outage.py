@@ -107,20 +107,28 @@ def assert_complete(url, budget):
     return trials
 
 
-def test_a_postgresql_server_restarted_mid_study_is_ridden_out(tmp_path, pg_server):
+@contextmanager
+def server_stopped_mid_study(tmp_path, pg_server, trials):
+    """A 3-rank job on the server, which is stopped once 3 trials finished; started again
+    (and the job killed, where it still runs) as the block ends."""
     url = pg_server.new_database()
-    spec = spec_file(tmp_path, 16)
+    spec = spec_file(tmp_path, trials)
     job = start(tmp_path, spec, url, env={"MPIOPT_TEST_SLEEP": "0.3"})
     try:
         wait_finished(url, 3, job)
         pg_server.stop()
-        time.sleep(6)                       # groups finish trials while the server is away
-        pg_server.start()
-        out, err = job.communicate(timeout=180)
+        yield job, url, spec
     finally:
         pg_server.start()
         if job.poll() is None:
-            job.kill()
+            os.killpg(job.pid, signal.SIGKILL)
+
+
+def test_a_postgresql_server_restarted_mid_study_is_ridden_out(tmp_path, pg_server):
+    with server_stopped_mid_study(tmp_path, pg_server, 16) as (job, url, _):
+        time.sleep(6)                       # groups finish trials while the server is away
+        pg_server.start()
+        out, err = job.communicate(timeout=180)
     assert job.returncode == 0, out + err
     assert "database unavailable" in out and "database back after" in out
     assert_complete(url, 16)
@@ -133,19 +141,10 @@ def test_a_job_killed_during_a_postgresql_outage_runs_no_trial_twice(tmp_path, p
     parameter sets is read first and that read met the outage while the result was not
     yet held for the file; and the other groups' results, left unreceived. Those trials
     ran again on resume."""
-    url = pg_server.new_database()
-    spec = spec_file(tmp_path, 12)
-    job = start(tmp_path, spec, url, env={"MPIOPT_TEST_SLEEP": "0.3"})
-    try:
-        wait_finished(url, 3, job)
-        pg_server.stop()
+    with server_stopped_mid_study(tmp_path, pg_server, 12) as (job, url, spec):
         time.sleep(2.5)                     # (every trial begun has finished)
         os.killpg(job.pid, signal.SIGKILL)
         job.communicate(timeout=30)
-    finally:
-        pg_server.start()
-        if job.poll() is None:
-            os.killpg(job.pid, signal.SIGKILL)
     recovery = tmp_path / "o.mpiopt-recovery.jsonl"
     assert recovery.is_file()
     proc = mpiopt("search", spec, "--storage", url, "--resume", np=3, cwd=tmp_path, timeout=180,
