@@ -103,10 +103,12 @@ def test_study_whose_first_trials_all_fail_stops(tmp_path):
     spec = write_spec(tmp_path, function="always_fails", trials=40, max_initial_failures=4)
     proc = search(tmp_path, spec, 3)
     assert proc.returncode == 1
-    # (4, or 5 where the other group's trial, started before the 4th failure, ends after it)
-    assert re.search(r"first [45] trials all failed", proc.stdout) and "physics" in proc.stdout
+    # 4 or more: the stop waits for a trial started earlier that still runs (it may yet
+    # succeed), and the other group meanwhile fails more (CI once saw neither 4 nor 5)
+    said = re.search(r"first (\d+) trials all failed", proc.stdout)
+    assert said and int(said.group(1)) >= 4 and "physics" in proc.stdout, proc.stdout
     closing = [ln for ln in proc.stderr.splitlines() if ln.startswith("mpiopt:")]
-    assert len(closing) == 1 and re.search(r"first [45] trials all failed", closing[0]), proc.stderr
+    assert len(closing) == 1 and said.group(0) in closing[0], proc.stderr
     assert closing[0].endswith(f"run them again with: mpiopt resume t --storage "
                                f"{db_url(tmp_path)} --retry-failed")
     status = mpiopt("status", "t", "--storage", db_url(tmp_path), "--format", "json")
@@ -114,7 +116,8 @@ def test_study_whose_first_trials_all_fail_stops(tmp_path):
         f"run them again with: mpiopt resume t --storage {db_url(tmp_path)} --retry-failed")
     study, trials = trials_of(tmp_path)
     assert study.status == StudyStatus.FAILED
-    assert 4 <= len(trials) <= 5                      # the other group may have one running
+    failed = int(said.group(1))          # (the other group may have had one running)
+    assert failed <= len(trials) <= failed + 1 and all(t.status == TrialStatus.FAILED for t in trials)
 
 
 def test_uneven_rank_count_is_refused_with_counts_that_work(tmp_path):
