@@ -6,6 +6,7 @@ All refusals happen here, before a single trial is written: an existing study wi
 from __future__ import annotations
 
 import json
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,8 +55,6 @@ def resume_command(name: str, url: str, recovery=None) -> str:
     """The exact command that continues a study, as every closing line prints it; with the
     recovery file an outage left (`recovery`), named so that it is imported even where the
     database's record of it is lost with the job's last writes (study_run.open_run)."""
-    import shlex
-
     shown = shown_url(url)
     hint = "" if shown == url else " (with the password: set MPIOPT_STORAGE to the full URL)"
     kept = f" --recovery {shlex.quote(str(recovery))}" if recovery else ""
@@ -66,8 +65,6 @@ def resume_command(name: str, url: str, recovery=None) -> str:
 def after_failures(name: str, url: str, algorithm: str | None) -> str:
     """What to do once the cause of a study's failed trials is mended: the closing line of
     the job they stopped and `mpiopt status` both say it."""
-    import shlex
-
     if algorithm == "pbt":                      # (--retry-failed is refused there)
         return ("a pbt study's failed rounds do not run again: once that is mended, start it "
                 f"under a new study.name, or delete this one (mpiopt study delete {name} "

@@ -179,7 +179,7 @@ def _hold_the_write_lock_when_asked(folder: Path, url: str, stop: threading.Even
             con.execute("ROLLBACK")
         finally:
             con.close()
-            (folder / "held").unlink()
+            (folder / "held").unlink(missing_ok=True)   # (not made where the lock failed)
         end = time.monotonic() + 20
         while (folder / "finished").exists() and time.monotonic() < end and not stop.is_set():
             time.sleep(0.01)
