@@ -179,7 +179,7 @@ def recovery_places(spec, url: str) -> list[Path]:
     directory (a spec in a folder that cannot be written), then in the home folder, under
     a name of the database's own (a full disk or an exceeded quota where the study runs,
     often a scratch file system, leaves the home folder's); a resume imports from each."""
-    from mpiopt.storage.resilient import recovery_file
+    from mpiopt.kept_results import recovery_file
 
     source = Path(spec.source)
     folders = [source.parent] if source.suffix in (".yaml", ".yml") and source.is_file() else []
@@ -206,12 +206,23 @@ def _import_recoveries(storage, spec, url: str, study_id: int, given=(),
     """The recovery files a resume finds (recovery_places), those the last job recorded
     (`stored`: a killed job's file beside its spec, for `mpiopt resume NAME` run from
     another folder) and those named (`mpiopt resume --recovery FILE`, as a closing line
-    prints it), imported first."""
-    from mpiopt.storage.resilient import import_recovery
+    prints it), imported first; before them the files beside them where group leaders
+    kept the results they sent (mpiopt.kept_results)."""
+    from mpiopt.kept_results import group_files
+    from mpiopt.storage.resilient import import_recovery, key_of
 
     notes = []
-    places = ([Path(p).resolve() for p in given] + [p for p in map(Path, stored) if _readable(p)]
-              + recovery_places(spec, url))
+    given, stored, found = [Path(p).resolve() for p in given], [Path(p) for p in stored], \
+        recovery_places(spec, url)
+    places = given + [p for p in stored if _readable(p)] + found
+    kept = 0
+    beside = (p for place in given + stored + found for p in group_files(place, key_of(storage)))
+    for path in dict.fromkeys(beside):
+        if _readable(path):
+            kept += import_recovery(storage, path, study_id)
+    if kept:
+        notes.append(f"imported {kept} finished result(s) that the groups kept on file (the "
+                     "last job ended before it wrote them)")
     for path in dict.fromkeys(places):
         foreign: list[int] = []
         n = import_recovery(storage, path, study_id, foreign)

@@ -161,6 +161,40 @@ def test_a_result_being_written_is_not_lost_when_the_next_trial_kills_the_job(tm
     resume_until_done(tmp_path, url, spec, 2, budget=4)
 
 
+@sqlite_only
+def test_a_result_sent_but_not_yet_written_survives_a_kill_of_rank_0(tmp_path, url):
+    """One group: the first trial's result reaches rank 0, whose write of it waits on a
+    held lock (a slow database), and rank 0 is killed -9 meanwhile (the launcher then
+    kills the group). The result lived only in memory, and the trial ran again on
+    resume; now the leader keeps it on file before it sends it (mpiopt.kept_results), the
+    resume imports it, and no trial runs twice."""
+    spec = spec_file(tmp_path, "asks_for_a_held_write_once", trials=3)
+    stop = threading.Event()
+    holder = threading.Thread(target=_hold_the_write_lock_when_asked, args=(tmp_path, url, stop))
+    holder.start()
+    try:
+        job = _start(tmp_path, url, spec, 2)
+        end = time.monotonic() + START_S
+        while not (tmp_path / "held").exists() and time.monotonic() < end and job.poll() is None:
+            time.sleep(0.01)
+        assert (tmp_path / "held").exists(), "the first trial never asked for the lock"
+        time.sleep(0.5)                   # (its result sent; rank 0 waits on the lock)
+        _kill(job, "rank0")
+        _ended(job, 30, "a job went on after rank 0 was killed")
+    finally:
+        stop.set()
+        holder.join(30)
+    _, trials = study_state(url)
+    assert not any(t.status.is_finished() for t in trials)      # (the case: nothing written)
+    proc, _ = run(tmp_path, url, spec, 2, "--resume")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert_settled(url, 3)
+    ran = (tmp_path / "ran").read_text().splitlines()
+    assert len(ran) == len(set(ran)) == 3, ran
+    assert "finished result(s) that the groups kept on file" in proc.stdout + proc.stderr
+    assert not list(tmp_path.glob("*.mpiopt-recovery*")), list(tmp_path.iterdir())
+
+
 def _hold_the_write_lock_when_asked(folder: Path, url: str, stop: threading.Event) -> None:
     """Whenever a trial asks (`finished`): take SQLite's write lock, say so (`held`), keep
     it 1.5 s, then wait for the trial to take back its question."""

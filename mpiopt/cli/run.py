@@ -70,7 +70,7 @@ def _recovery_files(given: list[str], study: str) -> list[str]:
     by their ids alone): refused before anything is written."""
     from pathlib import Path
 
-    from mpiopt.storage.resilient import recovery_file
+    from mpiopt.kept_results import recovery_file
 
     expected = recovery_file(Path("."), study).name
     for name in given:

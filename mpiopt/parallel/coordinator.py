@@ -102,6 +102,9 @@ class Coordinator:
         self.liveness = watch.liveness if watch else None
         self.dead: set[int] = set()          # silent ranks: nothing more is sent to them
         self.received: list = []   # results taken in while a write waited out an outage
+        # whether every result taken in was written (else the leaders keep their files for
+        # the resume: mpiopt.kept_results); a failed write or the coordinator's own failure
+        self.all_written = True
         storage = getattr(scheduler, "storage", None)
         if hasattr(storage, "meanwhile"):      # (storage/resilient.py)
             storage.meanwhile = self._take_in_results
@@ -120,7 +123,9 @@ class Coordinator:
         except (StorageUnavailable, LeaseLost) as exc:   # an outage past retry_timeout,
             cause = str(exc)                               # another job took the study over
             self.sched.stop("error", cause)
+            self.all_written = False
         except Exception as exc:  # the coordinator's own failure still ends every rank
+            self.all_written = False
             cause = (f"coordinator failed on rank 0 ({socket.gethostname()}): "
                      f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}")
             self.sched.stop("error", cause)
@@ -248,7 +253,7 @@ class Coordinator:
         try:
             self.execute(self.sched.on_result(group, result))
         except Exception:
-            pass
+            self.all_written = False
         self.execute(self.sched.stop_all())
 
     def _interrupt_rest(self) -> bool:
@@ -277,7 +282,10 @@ class Coordinator:
         with self.lock:                 # no heartbeat goes to a rank after its STOP
             if rank not in self.stopped_ranks:
                 self.stopped_ranks.add(rank)
-                self._send(None, rank, Tag.STOP)
+                # (True: every result reached the database, the leader's kept file can go;
+                # after an outage given up some are only in files: mpiopt.kept_results)
+                written = self.all_written and not _gave_up(self.sched.storage)
+                self._send(written, rank, Tag.STOP)
 
     def _send(self, obj, dest: int, tag: Tag) -> None:
         if dest not in self.dead:       # a dead rank's queue may be full: a send could block

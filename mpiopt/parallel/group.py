@@ -27,11 +27,13 @@ STAY_S = 30.0
 REPLY_DUE_S = 0.05
 
 
-def run_group(world, comm, objective, before_bye=None) -> int:
+def run_group(world, comm, objective, before_bye=None, keeper=None) -> int:
     """Serve trials until STOP. Returns the exit status of this rank (0, or 1 after FATAL).
-    `before_bye()` runs as the rank leaves (its heartbeat stops: no beat after BYE)."""
+    `before_bye()` runs as the rank leaves (its heartbeat stops: no beat after BYE);
+    `keeper` (a leader's mpiopt.kept_results.KeptResults) keeps each result before it
+    leaves, so a job killed before rank 0 wrote it does not lose it."""
     try:
-        _serve(world, comm, objective)
+        _serve(world, comm, objective, keeper)
         status = 0
     except Exception as exc:
         status = _fatal(world, comm, exc)
@@ -43,14 +45,14 @@ def run_group(world, comm, objective, before_bye=None) -> int:
     return status
 
 
-def _serve(world, comm, objective) -> None:
+def _serve(world, comm, objective, keeper=None) -> None:
     leader = comm.Get_rank() == 0
     cancelled: set[int] = set()      # trial ids the coordinator called back (CANCEL)
     together = objective.uses_group and comm.Get_size() > 1
     work = comm.Dup() if together else comm     # the objective's collectives (together.py)
     hears = together and objective.reports_in_group
     while True:
-        trial = (_next_trial(world, comm, objective, cancelled) if leader
+        trial = (_next_trial(world, comm, objective, cancelled, keeper) if leader
                  else wait_message(comm, 0, Tag.TRIAL, _reply_due())[0])
         if trial is None:
             if together:
@@ -75,11 +77,14 @@ def _serve(world, comm, objective) -> None:
             from dataclasses import replace
 
             result = replace(result, value=reporter.last)
+        if keeper is not None:
+            keeper.keep(result)
         world.send(result, dest=0, tag=Tag.RESULT)
 
 
-def _next_trial(world, comm, objective, cancelled: set[int]) -> Trial | None:
-    """The next trial to run, or None at STOP. A trial the coordinator sent ahead and then
+def _next_trial(world, comm, objective, cancelled: set[int], keeper=None) -> Trial | None:
+    """The next trial to run, or None at STOP (the kept results go where it says that
+    every result reached the database). A trial the coordinator sent ahead and then
     called back is answered INTERRUPTED without running (each trial gets one RESULT)."""
     while True:
         msg, status = wait_message(world, source=0, backoff=_reply_due())
@@ -95,6 +100,8 @@ def _next_trial(world, comm, objective, cancelled: set[int]) -> Trial | None:
                           error="not started: called back by the coordinator"),
                    dest=0, tag=Tag.RESULT)
     trial = msg if status.Get_tag() == Tag.TRIAL else None
+    if trial is None and msg is True and keeper is not None:
+        keeper.discard()
     if trial is None or objective.uses_group:
         for member in range(1, comm.Get_size()):
             comm.send(trial, dest=member, tag=Tag.TRIAL)

@@ -105,7 +105,7 @@ def _rank0(world, prepare, quiet: bool) -> int:
     except KeyboardInterrupt:   # Ctrl-C while the others set up: they end on this verdict
         _send_verdict(world, multi, error="interrupted")
         raise
-    _send_verdict(world, multi)
+    _send_verdict(world, multi, keep=_where_to_keep(opened))
     return _coordinate(world, spec, url, opened, quiet, own[0], limit, flag)
 
 
@@ -292,14 +292,23 @@ def _with_artifacts(spec, url: str):
     return resolve(spec, url)
 
 
-def _send_verdict(world, multi: bool, error: str | None = None) -> None:
-    """Step 3's word to every other rank. A Ctrl-C while it goes out (not after GO: the
-    stop flag then takes it) is a _VerdictSent, so that no second verdict follows."""
+def _send_verdict(world, multi: bool, error: str | None = None, keep=None) -> None:
+    """Step 3's word to every other rank (with GO, where leaders keep their results:
+    `_where_to_keep`). A Ctrl-C while it goes out (not after GO: the stop flag then takes
+    it) is a _VerdictSent, so that no second verdict follows."""
     if multi:
         try:
-            _tell_every_rank(world, {"error": error} if error else {"go": True})
+            _tell_every_rank(world, {"error": error} if error else {"go": True, "keep": keep})
         except KeyboardInterrupt:
             raise _VerdictSent from None
+
+
+def _where_to_keep(opened) -> dict:
+    """The recovery file's places and the database's key: where a leader (or this rank,
+    alone) keeps the results it finished until the database has them."""
+    from mpiopt.storage.resilient import key_of
+
+    return {"places": [str(p) for p in opened.recovery], "db": key_of(opened.storage)}
 
 
 def _open(spec, url, resume, isolated: bool, retry_failed: bool = False, recovery=()):
@@ -336,7 +345,8 @@ def _other_rank(world) -> int:
     verdict = _from_rank0(world, "its verdict on the start-up")
     if "error" in verdict:
         return 2
-    return _serve(world, spec, objective, payload.get("liveness"), payload.get("resume", ""))
+    return _serve(world, spec, objective, payload.get("liveness"), payload.get("resume", ""),
+                  verdict.get("keep"))
 
 
 def _from_rank0(world, what: str):
@@ -366,7 +376,8 @@ def _set_up(world, spec):
         return None, f"{_where(world)}: {_one_line(exc)}"
 
 
-def _serve(world, spec, objective, limit: float | None, resume: str) -> int:
+def _serve(world, spec, objective, limit: float | None, resume: str, keep=None) -> int:
+    from mpiopt.kept_results import KeptResults
     from mpiopt.parallel.group import run_group
     from mpiopt.parallel.topology import make_topology
 
@@ -377,7 +388,10 @@ def _serve(world, spec, objective, limit: float | None, resume: str) -> int:
                            resume=resume)
     try:
         _pin_threads(spec, comm)
-        status = run_group(world, comm, objective, before_bye=heartbeat.stop if heartbeat else None)
+        keeper = KeptResults(keep["places"], keep["db"], world.Get_rank()) \
+            if keep and comm.Get_rank() == 0 else None
+        status = run_group(world, comm, objective, before_bye=heartbeat.stop if heartbeat else None,
+                           keeper=keeper)
     finally:
         if heartbeat:
             heartbeat.stop()
@@ -480,6 +494,7 @@ def _abort(world, code: int) -> None:
 
 
 def _run_single(spec, url, opened, sched, progress, comm, objective, flag) -> int:
+    from mpiopt.kept_results import KeptResults
     from mpiopt.parallel.local import run_local
 
     _pin_threads(spec, comm)
@@ -487,8 +502,12 @@ def _run_single(spec, url, opened, sched, progress, comm, objective, flag) -> in
         def give_up(cause, interrupted):     # (a trial stuck in this process: local._Watch)
             return _close(spec, url, opened, sched, progress, cause, interrupted)
 
+        keep = _where_to_keep(opened)
+        keeper = KeptResults(keep["places"], keep["db"], 0)
         clean = run_local(sched, objective, comm, stopped=flag.is_set, give_up=give_up,
-                          told=flag.set)
+                          told=flag.set, keeper=keeper)
+        if getattr(sched.storage, "given_up", None) is None:
+            keeper.discard()              # (every result written: see coordinator's STOP)
     except Exception as exc:     # as the coordinator's (an outage past retry_timeout, a
         # study deleted under the job): a closing line with the resume, not "error:", exit 2
         closed = _output_closed(exc)

@@ -130,13 +130,15 @@ class _Watch:
 
 
 def run_local(scheduler, objective, comm, stopped=lambda: False, give_up=None,
-              told=lambda signum: None) -> bool:
+              told=lambda signum: None, keeper=None) -> bool:
     """Run the study to its end. Returns False when interrupted (signal, hard time limit;
     `stopped()`: whether a signal came since the study was opened, before this took over;
     `told(signum)`: called for each stop signal, as the launcher's flag would have been:
     a retried database write ends its wait on it).
     `give_up(cause, interrupted) -> exit status`: the closing of a job whose trial is stuck
-    in this process past its limits (see _Watch); without it, no watch."""
+    in this process past its limits (see _Watch); without it, no watch.
+    `keeper` (mpiopt.kept_results.KeptResults): each result kept on file until written
+    (a kill -9 during the write lost it), the file gone at an end with all written."""
     # SIGINT too: a process started with SIGINT ignored (a background job, a parent that
     # ignores it) gets no KeyboardInterrupt from Python, and Ctrl-C or killpg would not stop
     # it; unblocked too: a blocked mask is inherited across fork and exec, and a pending
@@ -159,6 +161,8 @@ def run_local(scheduler, objective, comm, stopped=lambda: False, give_up=None,
                 continue
             assert isinstance(action, Dispatch)
             result = _evaluate(scheduler, objective, comm, action, stop, watch)
+            if keeper is not None:
+                keeper.keep(result)
             queue.extend(scheduler.on_result(action.group, result))
             if result.status.value == "INTERRUPTED" or scheduler.overdue() is not None:
                 raise KeyboardInterrupt

@@ -3,15 +3,19 @@
 Start-up (every rank, see parallel/launch.py):
   rank 0 -> all      : SETUP   {"spec": ..., "url": ...} or {"error": ...}
   all -> rank 0      : READY   None, or the one-line error of that rank's own set-up
-  rank 0 -> all      : SETUP   {"go": True} or {"error": ...}
+  rank 0 -> all      : SETUP   {"go": True, "keep": {"places": [...], "db": key}} or
+                               {"error": ...} (keep: where leaders keep their results,
+                               mpiopt.kept_results)
 Running:
   coordinator -> leader : TRIAL (a Trial; a busy leader may already hold its next one,
                           sent ahead), CANCEL (a tuple of trial ids that must not go on:
                           the running one and the one sent ahead, which the leader then
-                          answers INTERRUPTED without running it), STOP (None: leave the loop)
+                          answers INTERRUPTED without running it), STOP (leave the loop;
+                          True where every result reached the database: the leader's
+                          kept results can go)
   leader -> its members : TRIAL or STOP, point to point (members wait without spinning)
   leader -> coordinator : REPORT (per-epoch value) -> coordinator answers DECISION
-  leader -> coordinator : RESULT (the trial's one record; from a member instead when its
+  leader -> coordinator : RESULT (the trial's one record, kept on file first; from a member instead when its
                           part failed and the leader is stuck in a collective, together.py)
   any rank -> rank 0    : FATAL (a failure outside user code: rank, host, cause; or its
                           group left in a collective: group_stuck); the coordinator then
@@ -104,6 +108,14 @@ class Result:
     unread: list[str] = field(default_factory=list)  # params build_model never read
     halt: bool = False   # INTERRUPTED by what is not the trial's fault (the artifact store
                          # failed): the study stops in order, the trial runs again on resume
+
+    def record(self) -> dict:
+        """Its record for Storage.finish_trial(s) (the coordinator's write, and the line a
+        leader keeps until then: mpiopt.kept_results)."""
+        return dict(trial_id=self.trial_id, status=TrialStatus(self.status), value=self.value,
+                    value_std=self.value_std, fold_values=self.fold_values,
+                    metrics=self.metrics, error=self.error, duration=self.duration,
+                    device=self.device, spans=self.spans)
 
 
 @dataclass(frozen=True)

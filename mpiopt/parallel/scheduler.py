@@ -294,7 +294,7 @@ class Scheduler:
                 id=run.trial_id, study_id=self.study_id, number=run.number, status=status,
                 params=run.params, value=result.value, group=group, duration=result.duration,
                 error=result.error, metrics=dict(result.metrics)))
-            outcomes.append(_outcome(result))
+            outcomes.append(result.record())
         if not done:
             return self._refit_if_due() + self._stop_idle()
         actions: list = []
@@ -348,7 +348,7 @@ class Scheduler:
             ids = {r.trial_id for r in (self.running.get(group), self.ahead.get(group))
                    if r is not None and not r.refit}
             if result.trial_id in ids and TrialStatus(result.status) is not TrialStatus.INTERRUPTED:
-                due.append(_outcome(result))
+                due.append(result.record())
         return due
 
     def _all_busy(self, done: list[FrozenTrial], freed: dict[int, bool]) -> bool:
@@ -873,14 +873,6 @@ class Scheduler:
 def _usable(trial: FrozenTrial) -> bool:
     return (trial.status.is_finished() and trial.status is not TrialStatus.FAILED
             and _is_number(trial.value))
-
-
-def _outcome(result: Result) -> dict:
-    """A result's record for Storage.finish_trials."""
-    return dict(trial_id=result.trial_id, status=TrialStatus(result.status), value=result.value,
-                value_std=result.value_std, fold_values=result.fold_values,
-                metrics=result.metrics, error=result.error, duration=result.duration,
-                device=result.device, spans=result.spans)
 
 
 def _is_number(value) -> bool:

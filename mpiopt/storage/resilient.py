@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 from mpiopt.errors import StorageError, StorageUnavailable
+from mpiopt.kept_results import lines as _lines
 from mpiopt.storage._stall import hurry_when
 
 # (interrupt_running too: a job that ends in order during an outage could not mark its
@@ -37,13 +38,6 @@ from mpiopt.storage._stall import hurry_when
 JOURNALED = ("finish_trial", "finish_trials", "finish_and_create", "add_intermediate",
              "interrupt_running")
 FINISHING = JOURNALED[:3]    # written ahead at their first failed try
-RECOVERY_SUFFIX = ".mpiopt-recovery.jsonl"
-
-
-def recovery_file(folder: Path, study: str) -> Path:
-    return Path(folder) / f"{study}{RECOVERY_SUFFIX}"
-
-
 class Resilient:
     """A storage whose calls survive outages up to `limit_s` (see the module docstring).
 
@@ -61,7 +55,7 @@ class Resilient:
         self.storage, self.limit_s, self.recovery = storage, float(limit_s), self.places[0]
         self.say, self.should_stop, self.clock, self._sleep = say, should_stop, clock, sleep
         self.study_id = study_id             # (whose trials a file written ahead holds)
-        self.db_key = _key_of(storage)       # (and in which database: see import_recovery)
+        self.db_key = key_of(storage)        # (and in which database: see import_recovery)
         # a call that waits on a server that stopped answering ends sooner once stopping
         hurry_when(getattr(storage, "engine", None), should_stop)
         self.given_up: str | None = None     # why, once an outage outlasted the limit
@@ -284,7 +278,7 @@ def import_recovery(storage, path: Path, study_id: int | None = None,
     path = Path(path)
     if not path.is_file():
         return 0
-    written, left, key = 0, [], _key_of(storage)
+    written, left, key = 0, [], key_of(storage)
     for line in path.read_text(encoding="utf-8").splitlines():
         if not line.strip():
             continue
@@ -346,25 +340,12 @@ def _trials(entries: list[dict]) -> set:
     return found
 
 
-def _lines(entries: list[dict], db_key: str | None = None) -> str:
-    tagged = ({**e, "db": db_key} if db_key else e for e in entries)
-    return "".join(json.dumps(e, default=_json_default) + "\n" for e in tagged)
-
-
-def _key_of(storage) -> str | None:
+def key_of(storage) -> str | None:
     """The database key (storage/_urls.database_key) of a storage; None for a stand-in."""
     from mpiopt.storage._urls import database_key
 
     url = getattr(storage, "shown_url", None)
     return database_key(url) if isinstance(url, str) else None
-
-
-def _json_default(value):
-    if hasattr(value, "tolist"):
-        return value.tolist()
-    if hasattr(value, "value"):
-        return value.value
-    return str(value)
 
 
 def _first_line(exc) -> str:

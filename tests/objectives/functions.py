@@ -78,6 +78,23 @@ def kills_its_process_after_a_slow_write(params):
     return branin(params)
 
 
+def asks_for_a_held_write_once(params):
+    """Runs 0.2 s and notes that it ran (a line in `ran`); the first trial then asks the
+    test to hold the database's write lock (`finished`, as kills_its_process_after_a_slow_write)
+    and returns once it is held: its result reaches rank 0, whose write of it waits."""
+    time.sleep(0.2)
+    with open("ran", "a") as fh:
+        fh.write(f"{params['x']!r}\n")
+    if not os.path.exists("asked"):
+        open("asked", "w").close()
+        open("finished", "w").close()
+        end = time.monotonic() + 20
+        while not os.path.exists("held") and time.monotonic() < end:
+            time.sleep(0.01)
+        os.unlink("finished")
+    return branin(params)
+
+
 def stops_its_process(params):
     """SIGSTOP: the process neither dies nor answers (as one stuck in a driver call); no
     launcher notices, only the missing heartbeats do."""

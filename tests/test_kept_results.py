@@ -1,0 +1,77 @@
+"""mpiopt/kept_results.py alone: what a leader keeps before a result leaves, how small its
+file stays, where it goes when a folder refuses it, and that a resume's import writes it
+once (tests/test_chaos.py kills a real job in the window this closes)."""
+from __future__ import annotations
+
+import json
+
+from mpiopt.kept_results import KEEP_LAST, REWRITE_EVERY, KeptResults, group_file, group_files
+from mpiopt.parallel.protocol import Result
+from mpiopt.storage import open_storage
+from mpiopt.storage.resilient import import_recovery, key_of
+from mpiopt.trial import TrialStatus
+
+
+def kept_ids(path) -> list[int]:
+    return [json.loads(line)["kwargs"]["trial_id"] for line in path.read_text().splitlines()]
+
+
+def test_finished_results_are_kept_and_a_resume_writes_each_once(tmp_path, db_url):
+    with open_storage(db_url, create=True) as st:
+        sid = st.create_study("s", "minimize", "value", "s", "0" * 64, "{}")
+        a, b = (st.create_trial(sid, {"x": x}, seed=0, group=0) for x in (1.0, 2.0))
+        place = tmp_path / "s.mpiopt-recovery.jsonl"
+        keeper = KeptResults([place], key_of(st), rank=3)
+        keeper.keep(Result(a.id, TrialStatus.COMPLETE, value=3.0, fold_values=[2.0, 4.0],
+                           metrics={"acc": 0.9}, duration=1.5))
+        keeper.keep(Result(b.id, TrialStatus.FAILED, error="ValueError: bad"))
+        st.finish_trial(b.id, TrialStatus.FAILED, error="ValueError: bad")   # written after all
+        [path] = group_files(place, key_of(st))
+        assert path == group_file(place, key_of(st), 3) and kept_ids(path) == [a.id, b.id]
+        assert import_recovery(st, path, sid) == 1 and not path.exists()
+        got = {t.number: t for t in st.get_trials(sid)}
+        assert got[0].status is TrialStatus.COMPLETE and got[0].value == 3.0
+        assert got[0].fold_values == [2.0, 4.0] and got[0].metrics == {"acc": 0.9}
+        assert got[1].status is TrialStatus.FAILED
+
+
+def test_cancelled_trials_and_refits_are_not_kept(tmp_path):
+    keeper = KeptResults([tmp_path / "s.mpiopt-recovery.jsonl"], "k", rank=1)
+    keeper.keep(Result(5, TrialStatus.INTERRUPTED, error="cancelled: the job is ending"))
+    keeper.keep(Result(-1, TrialStatus.COMPLETE, value=1.0))        # training.refit: no row
+    assert not list(tmp_path.iterdir())
+
+
+def test_the_file_stays_small_and_always_holds_the_last_results(tmp_path):
+    keeper = KeptResults([tmp_path / "s.mpiopt-recovery.jsonl"], "k", rank=1)
+    path = group_file(tmp_path / "s.mpiopt-recovery.jsonl", "k", 1)
+    for trial_id in range(1, 5 * REWRITE_EVERY + 3):
+        keeper.keep(Result(trial_id, TrialStatus.COMPLETE, value=float(trial_id)))
+        ids = kept_ids(path)
+        assert len(ids) < KEEP_LAST + REWRITE_EVERY
+        assert ids[-KEEP_LAST:] == list(range(max(1, trial_id - KEEP_LAST + 1), trial_id + 1))
+    assert [p.name for p in tmp_path.iterdir()] == [path.name]      # (no temporary left)
+    keeper.discard()
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_folder_that_refuses_the_file_gives_way_to_the_next(tmp_path):
+    (tmp_path / "spec-folder").write_text("")            # no folder can be made there
+    first = tmp_path / "spec-folder" / "s.mpiopt-recovery.jsonl"
+    second = tmp_path / "home" / "s.mpiopt-recovery.jsonl"
+    keeper = KeptResults([first, second], "k", rank=2)
+    for trial_id in range(1, REWRITE_EVERY + 2):          # (a rewrite among them)
+        keeper.keep(Result(trial_id, TrialStatus.COMPLETE, value=1.0))
+    assert kept_ids(group_file(second, "k", 2))[-1] == REWRITE_EVERY + 1
+    nowhere = KeptResults([first], "k", rank=2)
+    nowhere.keep(Result(1, TrialStatus.COMPLETE, value=1.0))        # never raises
+    nowhere.discard()
+
+
+def test_each_database_finds_only_its_own_files(tmp_path):
+    place = tmp_path / "s.mpiopt-recovery.jsonl"
+    for key, rank in (("aaa", 1), ("aaa", 2), ("bbb", 1)):
+        KeptResults([place], key, rank).keep(Result(rank, TrialStatus.COMPLETE, value=1.0))
+    assert [p.name for p in group_files(place, "aaa")] == \
+        ["s.mpiopt-recovery.aaa.rank1.jsonl", "s.mpiopt-recovery.aaa.rank2.jsonl"]
+    assert group_files(tmp_path / "t.mpiopt-recovery.jsonl", "aaa") == []   # another study
