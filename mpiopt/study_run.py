@@ -236,6 +236,20 @@ def _import_recoveries(storage, spec, url: str, study_id: int, given=(),
     return notes
 
 
+def _forget_kept(storage, places) -> None:
+    """A new study's start: files that group leaders kept for a study of the same name in
+    this database are a deleted one's (its trial ids could be given to this study's
+    trials, and a resume would import their results into them), so they go."""
+    from mpiopt.kept_results import group_files
+    from mpiopt.storage.resilient import key_of
+
+    for path in (p for place in places for p in group_files(place, key_of(storage))):
+        try:
+            path.unlink()
+        except OSError:
+            pass
+
+
 def _readable(path: Path) -> bool:
     """A recorded place this host can read (another node's folder may not be mounted)."""
     try:
@@ -280,6 +294,8 @@ def open_run(spec, url: str, resume, isolated: bool, retry_failed: bool = False,
             if retry_failed:
                 notes.append(_retry(storage, opened.study_id))
             opened.existing = storage.get_trials(opened.study_id)
+        else:
+            _forget_kept(storage, places)
         storage.set_study_recovery(opened.study_id, [str(p) for p in places])
         queued = sum(t.status is TrialStatus.PENDING for t in opened.existing) if \
             opened.resumed else len(getattr(spec.search, "initial_trials", ()))

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 
+import yaml
+from conftest import ROOT, mpiopt
+
 from mpiopt.kept_results import KEEP_LAST, REWRITE_EVERY, KeptResults, group_file, group_files
 from mpiopt.parallel.protocol import Result
 from mpiopt.storage import open_storage
@@ -75,3 +78,30 @@ def test_each_database_finds_only_its_own_files(tmp_path):
     assert [p.name for p in group_files(place, "aaa")] == \
         ["s.mpiopt-recovery.aaa.rank1.jsonl", "s.mpiopt-recovery.aaa.rank2.jsonl"]
     assert group_files(tmp_path / "t.mpiopt-recovery.jsonl", "aaa") == []   # another study
+
+
+def test_a_new_study_forgets_what_was_kept_for_a_deleted_one_of_its_name(tmp_path):
+    """A job killed leaves its leaders' files; the study deleted and made again under the
+    same name in the same database, its trials may get the old trial ids (SQLite gives a
+    deleted row's id again), and a resume imported the old results into them. A new
+    study's start removes such files; a resume still imports its own."""
+    spec = tmp_path / "k.yaml"
+    spec.write_text(yaml.safe_dump({
+        "study": {"name": "k"},
+        "objective": {"function": f"{ROOT / 'tests' / 'objectives' / 'functions.py'}:branin",
+                      "direction": "minimize"},
+        "search_space": {"x": {"type": "real", "low": -5.0, "high": 10.0},
+                         "y": {"type": "real", "low": 0.0, "high": 15.0}},
+        "search": {"algorithm": "random", "trials": 3, "seed": 1}}))
+    url = f"sqlite:///{tmp_path / 'k.db'}"
+    mpiopt("search", spec, "--storage", url, cwd=tmp_path, check=True)
+    mpiopt("study", "delete", "k", "--yes", "--storage", url, cwd=tmp_path, check=True)
+    place = tmp_path / "k.mpiopt-recovery.jsonl"
+    with open_storage(url) as st:
+        key = key_of(st)
+    stale = KeptResults([place], key, rank=1)
+    stale.keep(Result(1, TrialStatus.COMPLETE, value=-123.0))     # the deleted study's trial 1
+    mpiopt("search", spec, "--storage", url, cwd=tmp_path, check=True)
+    assert group_files(place, key) == []
+    with open_storage(url) as st:
+        assert all(t.value != -123.0 for t in st.get_trials(st.get_study("k").id))
