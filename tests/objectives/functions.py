@@ -70,12 +70,18 @@ def kills_its_process_after_a_slow_write(params):
     if params["x"] > 0:
         os._exit(1)
     time.sleep(0.5)
+    _ask_for_the_write_lock()
+    return branin(params)
+
+
+def _ask_for_the_write_lock():
+    """`finished` asks the test to hold the database's write lock; back once it is
+    (`held`, waited for 20 s at most)."""
     open("finished", "w").close()
     end = time.monotonic() + 20
     while not os.path.exists("held") and time.monotonic() < end:
         time.sleep(0.01)
     os.unlink("finished")
-    return branin(params)
 
 
 def asks_for_a_held_write_once(params):
@@ -87,11 +93,7 @@ def asks_for_a_held_write_once(params):
         fh.write(f"{params['x']!r}\n")
     if not os.path.exists("asked"):
         open("asked", "w").close()
-        open("finished", "w").close()
-        end = time.monotonic() + 20
-        while not os.path.exists("held") and time.monotonic() < end:
-            time.sleep(0.01)
-        os.unlink("finished")
+        _ask_for_the_write_lock()
     return branin(params)
 
 
