@@ -28,6 +28,19 @@ def test_report_counts_each_searchers_shortfalls_when_taken_as_the_default():
     assert "random" not in line.split(":", 1)[1]
 
 
+
+def test_the_best_mean_rank_is_resampled_over_seeds():
+    """`a` always beats `c`; `a` and `b` trade the lead seed by seed (each best on half of
+    its own runs), so resampled seeds give the best mean rank to either, never to `c`."""
+    import numpy as np
+
+    firm = Q.best_rank_shares([{"a": np.array([1.0] * 6), "c": np.array([2.0] * 6)}],
+                              np.random.default_rng(0))
+    assert firm == {"a": 1.0, "c": 0.0}
+    mixed = Q.best_rank_shares([{"a": np.array([1.0, 3.0] * 3), "b": np.array([3.0, 1.0] * 3),
+                                 "c": np.array([4.0] * 6)}], np.random.default_rng(0))
+    assert mixed["c"] == 0.0 and 0.2 < mixed["a"] < 0.8 and abs(sum(mixed.values()) - 1) < 1e-9
+
 def test_shifted_twins_move_the_centre_optimum_away():
     """Rastrigin, Ackley and Griewank have their optimum (0) at the centre of the domain,
     where CMA-ES starts; their held-out twins do not, and are held out of the suite."""
