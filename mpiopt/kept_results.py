@@ -13,6 +13,7 @@ the resume imports those files with the recovery file (study_run), skipping what
 database already holds. The file is written, not synced: it outlives the process, not
 the machine (a node lost loses its trials anyway).
 
+The files are in a folder beside the recovery file, STUDY.mpiopt-kept/KEY.rankN.jsonl.
 A leader's file holds its last KEEP_LAST records (rewritten every REWRITE_EVERY, so it
 stays small): a leader gets a trial only after rank 0 took in its result before last
 (the one sent ahead aside), so an older result was committed, or is in rank 0's own
@@ -39,19 +40,30 @@ def recovery_file(folder: Path, study: str) -> Path:
     return Path(folder) / f"{study}{RECOVERY_SUFFIX}"
 
 
+def kept_folder(place: Path) -> Path:
+    """The folder of the leaders' files beside the recovery file `place`: STUDY.mpiopt-kept
+    (one file per leader, hundreds on a large job, kept out of the spec's folder)."""
+    place = Path(place)
+    return place.with_name(place.name[:-len(RECOVERY_SUFFIX)] + ".mpiopt-kept")
+
+
 def group_file(place: Path, db_key: str, rank: int) -> Path:
     """Rank `rank`'s kept results beside the recovery file `place` (the database key in
     the name: a study of the same name in another database, run from the same folder,
     has files of its own)."""
-    place = Path(place)
-    return place.with_name(f"{place.name[:-len('.jsonl')]}.{db_key}.rank{rank}.jsonl")
+    return kept_folder(place) / f"{db_key}.rank{rank}.jsonl"
 
 
 def group_files(place: Path, db_key: str) -> list[Path]:
     """The leaders' files beside the recovery file `place`, for that database."""
-    place = Path(place)
-    pattern = glob.escape(place.name[:-len(".jsonl")]) + f".{db_key}.rank*.jsonl"
-    return sorted(Path(p) for p in glob.glob(os.path.join(glob.escape(str(place.parent)), pattern)))
+    folder = glob.escape(str(kept_folder(place)))
+    return sorted(Path(p) for p in glob.glob(os.path.join(folder, f"{db_key}.rank*.jsonl")))
+
+
+def remove_if_empty(folder: Path) -> None:
+    """The kept folder once its last file went (another leader's may still be there)."""
+    with contextlib.suppress(OSError):
+        folder.rmdir()
 
 
 def lines(entries: list[dict], db_key: str | None = None) -> str:
@@ -96,6 +108,7 @@ class KeptResults:
         for path in self.used:
             with contextlib.suppress(OSError):
                 path.unlink()
+            remove_if_empty(path.parent)
         self.used.clear()
 
     def _rewrite(self) -> bool:

@@ -208,7 +208,7 @@ def _import_recoveries(storage, spec, url: str, study_id: int, given=(),
     another folder) and those named (`mpiopt resume --recovery FILE`, as a closing line
     prints it), imported first; before them the files beside them where group leaders
     kept the results they sent (mpiopt.kept_results)."""
-    from mpiopt.kept_results import group_files
+    from mpiopt.kept_results import group_files, remove_if_empty
     from mpiopt.storage.resilient import import_recovery, key_of
 
     notes = []
@@ -220,6 +220,7 @@ def _import_recoveries(storage, spec, url: str, study_id: int, given=(),
     for path in dict.fromkeys(beside):
         if _readable(path):
             kept += import_recovery(storage, path, study_id)
+            remove_if_empty(path.parent)
     if kept:
         notes.append(f"imported {kept} finished result(s) that the groups kept on file (the "
                      "last job ended before it wrote them)")
@@ -240,7 +241,7 @@ def _forget_kept(storage, places) -> None:
     """A new study's start: files that group leaders kept for a study of the same name in
     this database are a deleted one's (its trial ids could be given to this study's
     trials, and a resume would import their results into them), so they go."""
-    from mpiopt.kept_results import group_files
+    from mpiopt.kept_results import group_files, remove_if_empty
     from mpiopt.storage.resilient import key_of
 
     for path in (p for place in places for p in group_files(place, key_of(storage))):
@@ -248,6 +249,7 @@ def _forget_kept(storage, places) -> None:
             path.unlink()
         except OSError:
             pass
+        remove_if_empty(path.parent)
 
 
 def _readable(path: Path) -> bool:

@@ -53,9 +53,9 @@ def test_the_file_stays_small_and_always_holds_the_last_results(tmp_path):
         ids = kept_ids(path)
         assert len(ids) < KEEP_LAST + REWRITE_EVERY
         assert ids[-KEEP_LAST:] == list(range(max(1, trial_id - KEEP_LAST + 1), trial_id + 1))
-    assert [p.name for p in tmp_path.iterdir()] == [path.name]      # (no temporary left)
+    assert [p.name for p in path.parent.iterdir()] == [path.name]   # (no temporary left)
     keeper.discard()
-    assert not list(tmp_path.iterdir())
+    assert not list(tmp_path.iterdir())                # (nor the folder, once empty)
 
 
 def test_a_folder_that_refuses_the_file_gives_way_to_the_next(tmp_path):
@@ -75,8 +75,8 @@ def test_each_database_finds_only_its_own_files(tmp_path):
     place = tmp_path / "s.mpiopt-recovery.jsonl"
     for key, rank in (("aaa", 1), ("aaa", 2), ("bbb", 1)):
         KeptResults([place], key, rank).keep(Result(rank, TrialStatus.COMPLETE, value=1.0))
-    assert [p.name for p in group_files(place, "aaa")] == \
-        ["s.mpiopt-recovery.aaa.rank1.jsonl", "s.mpiopt-recovery.aaa.rank2.jsonl"]
+    assert [str(p.relative_to(tmp_path)) for p in group_files(place, "aaa")] == \
+        ["s.mpiopt-kept/aaa.rank1.jsonl", "s.mpiopt-kept/aaa.rank2.jsonl"]
     assert group_files(tmp_path / "t.mpiopt-recovery.jsonl", "aaa") == []   # another study
 
 
@@ -102,6 +102,6 @@ def test_a_new_study_forgets_what_was_kept_for_a_deleted_one_of_its_name(tmp_pat
     stale = KeptResults([place], key, rank=1)
     stale.keep(Result(1, TrialStatus.COMPLETE, value=-123.0))     # the deleted study's trial 1
     mpiopt("search", spec, "--storage", url, cwd=tmp_path, check=True)
-    assert group_files(place, key) == []
+    assert group_files(place, key) == [] and not (tmp_path / "k.mpiopt-kept").exists()
     with open_storage(url) as st:
         assert all(t.value != -123.0 for t in st.get_trials(st.get_study("k").id))
