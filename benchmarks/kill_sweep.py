@@ -69,7 +69,7 @@ def one_study(folder: Path, seed: int, isolate: bool, sleep: float, trials: int)
                       search={"algorithm": "random", "trials": trials, "seed": seed})
     url = f"sqlite:///{folder / 'k.db'}"
     environ = env(SWEEP_LOG=str(log), SWEEP_SLEEP=str(sleep))
-    rng, kills = random.Random(seed), []
+    rng, kills, hangs = random.Random(seed), [], 0
     command = [str(BIN / "mpiexec"), "-n", "3", str(BIN / "mpiopt"), "search", str(spec),
                "--storage", url]
     for round_ in range(6):
@@ -86,7 +86,12 @@ def one_study(folder: Path, seed: int, isolate: bool, sleep: float, trials: int)
         time.sleep(rng.uniform(0.05, 0.6))
         kills.append(time.time())
         os.kill(ranks_of(job)[0], signal.SIGKILL)
-        job.wait(60)
+        try:
+            job.wait(60)
+        except subprocess.TimeoutExpired:             # (a job that outlives its rank 0:
+            os.killpg(job.pid, signal.SIGKILL)         # shown, and the study goes on)
+            job.wait()
+            hangs += 1
     last = subprocess.run(command + ["--resume"], cwd=folder, env=environ, capture_output=True,
                           text=True, timeout=600)
     rows = [line.rsplit(" ", 1) for line in log.read_text().splitlines()]
@@ -98,6 +103,7 @@ def one_study(folder: Path, seed: int, isolate: bool, sleep: float, trials: int)
              for key, n in counts.items() if n > 1]
     return {"kills": len(kills), "evaluations": len(rows), "trials": len(counts),
             "again": again, "extra": len(rows) - len(counts), "status": last.returncode,
+            "hangs": hangs,
             "tail": "" if last.returncode == 0 else last.stderr[-500:]}
 
 
@@ -117,6 +123,7 @@ def main(argv=None) -> int:
         print(f"seed {seed}: {got['kills']} kills, {got['evaluations']} evaluations of "
               f"{got['trials']} trials, {got['extra']} of them again"
               + (f" (returned before the kill by {shown})" if shown else "")
+              + (f"; {got['hangs']} job(s) went on after rank 0's kill" if got["hangs"] else "")
               + (f"; last resume exit {got['status']}: {got['tail']}" if got["status"] else ""),
               flush=True)
         kills += got["kills"]

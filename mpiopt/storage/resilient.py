@@ -38,6 +38,8 @@ from mpiopt.storage._stall import hurry_when
 JOURNALED = ("finish_trial", "finish_trials", "finish_and_create", "add_intermediate",
              "interrupt_running")
 FINISHING = JOURNALED[:3]    # written ahead at their first failed try
+
+
 class Resilient:
     """A storage whose calls survive outages up to `limit_s` (see the module docstring).
 
