@@ -244,6 +244,15 @@ def _parent(pid: int) -> int:
     return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
 
 
+def _cmdline(pid) -> bytes:
+    """A process's command line; empty for one that ended since /proc was listed (CI once
+    saw another job's process go in between: FileNotFoundError)."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
 def _cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
@@ -265,8 +274,7 @@ def test_waiting_ranks_do_not_spin_and_status_reads_during_the_run(tmp_path, mon
     assert json.loads(status.stdout)["running"] >= 1
     marker = str(spec)
     pids = [int(p) for p in os.listdir("/proc") if p.isdigit()
-            and marker in Path(f"/proc/{p}/cmdline").read_bytes().decode(errors="replace")
-            and b"mpiexec" not in Path(f"/proc/{p}/cmdline").read_bytes()]
+            and marker in _cmdline(p).decode(errors="replace") and b"mpiexec" not in _cmdline(p)]
     pids = [p for p in pids if _parent(p) not in pids]    # ranks, not their trial workers
     assert len(pids) == 5
     coordinator, = [p for p in pids                       # MPICH's hydra names each rank
