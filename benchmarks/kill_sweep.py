@@ -1,6 +1,7 @@
-"""kill -9 of rank 0 at random moments of a study under mpiexec: how many evaluations ran a
-second time. Not a speed benchmark: the count behind mpiopt.kept_results ("nothing
-finished is run twice"; tests/test_chaos.py has the deterministic case).
+"""kill -9 of rank 0 (or of every process of the job) at random moments of a study under
+mpiexec: how many evaluations ran a second time. Not a speed benchmark: the count behind
+mpiopt.kept_results ("nothing finished is run twice"; tests/test_chaos.py has the
+deterministic case).
 
 Each study (one per seed) runs 0.15 s trials on two groups (`mpiexec -n 3`); six times
 rank 0 is killed -9 a random 0.05-0.6 s after the job's next trial returned, the next job
@@ -10,12 +11,14 @@ ran again; each is shown with how long before the kill it returned (negative: af
 in the milliseconds before the launcher ended its group).
 
     python benchmarks/kill_sweep.py --seeds 13
-    python benchmarks/kill_sweep.py --seeds 7 --in-process      # isolate: false
+    python benchmarks/kill_sweep.py --seeds 8 --in-process      # isolate: false
+    python benchmarks/kill_sweep.py --seeds 8 --target job      # every process at once
 """
 from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import os
 import random
 import signal
@@ -58,7 +61,8 @@ def ranks_of(job) -> list[int]:
     return sorted(p for p in descendants(job.pid) if b"hydra_pmi_proxy" in cmdline(parent(p)))
 
 
-def one_study(folder: Path, seed: int, isolate: bool, sleep: float, trials: int) -> dict:
+def one_study(folder: Path, seed: int, isolate: bool, sleep: float, trials: int,
+              target: str = "rank0") -> dict:
     log = folder / "evaluations"
     (folder / "f.py").write_text(OBJECTIVE)
     spec = write_spec(folder / "k.yaml", study={"name": "k"},
@@ -85,7 +89,14 @@ def one_study(folder: Path, seed: int, isolate: bool, sleep: float, trials: int)
             break                                   # (the study finished first)
         time.sleep(rng.uniform(0.05, 0.6))
         kills.append(time.time())
-        os.kill(ranks_of(job)[0], signal.SIGKILL)
+        if target == "job":                 # (a node's loss: launcher, ranks, workers)
+            from mpiopt.processes import descendants
+
+            for pid in [job.pid, *descendants(job.pid)]:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+        else:
+            os.kill(ranks_of(job)[0], signal.SIGKILL)
         try:
             job.wait(60)
         except subprocess.TimeoutExpired:             # (a job that outlives its rank 0:
@@ -114,11 +125,14 @@ def main(argv=None) -> int:
     ap.add_argument("--in-process", action="store_true", help="isolate: false")
     ap.add_argument("--sleep", type=float, default=0.15, help="seconds per trial")
     ap.add_argument("--trials", type=int, default=80)
+    ap.add_argument("--target", choices=["rank0", "job"], default="rank0",
+                    help="kill rank 0 (the launcher ends the rest), or every process at once")
     args = ap.parse_args(argv)
     kills = again = before_kill = 0
     for seed in range(args.first_seed, args.first_seed + args.seeds):
         with tempfile.TemporaryDirectory(prefix="mpiopt-kill-sweep-") as tmp:
-            got = one_study(Path(tmp), seed, not args.in_process, args.sleep, args.trials)
+            got = one_study(Path(tmp), seed, not args.in_process, args.sleep, args.trials,
+                            args.target)
         shown = ", ".join(f"{1000 * s:+.1f} ms" if s is not None else "?" for s in got["again"])
         print(f"seed {seed}: {got['kills']} kills, {got['evaluations']} evaluations of "
               f"{got['trials']} trials, {got['extra']} of them again"
@@ -129,7 +143,8 @@ def main(argv=None) -> int:
         kills += got["kills"]
         again += got["extra"]
         before_kill += sum(1 for s in got["again"] if s is not None and s > 0)
-    print(f"\n{kills} kills of rank 0: {again} evaluation(s) of trials that had already "
+    victim = "rank 0" if args.target == "rank0" else "the whole job"
+    print(f"\n{kills} kills of {victim}: {again} evaluation(s) of trials that had already "
           f"returned ({before_kill} of those trials returned before the kill)")
     return 0
 

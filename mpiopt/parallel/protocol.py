@@ -15,8 +15,9 @@ Running:
                           kept results can go)
   leader -> its members : TRIAL or STOP, point to point (members wait without spinning)
   leader -> coordinator : REPORT (per-epoch value) -> coordinator answers DECISION
-  leader -> coordinator : RESULT (the trial's one record, kept on file first; from a member instead when its
-                          part failed and the leader is stuck in a collective, together.py)
+  leader -> coordinator : RESULT (the trial's one record, kept on file first:
+                          mpiopt.kept_results; from a member instead when its part
+                          failed and the leader is stuck in a collective, together.py)
   any rank -> rank 0    : FATAL (a failure outside user code: rank, host, cause; or its
                           group left in a collective: group_stuck); the coordinator then
                           ends the whole job
