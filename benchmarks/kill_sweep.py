@@ -61,6 +61,16 @@ def ranks_of(job) -> list[int]:
     return sorted(p for p in descendants(job.pid) if b"hydra_pmi_proxy" in cmdline(parent(p)))
 
 
+def kill_all(job) -> None:
+    """kill -9 of mpiexec and every process under it (the proxy and the ranks have process
+    groups of their own)."""
+    from mpiopt.processes import descendants
+
+    for pid in [job.pid, *descendants(job.pid)]:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
 def one_study(folder: Path, seed: int, isolate: bool, sleep: float, trials: int,
               target: str = "rank0") -> dict:
     log = folder / "evaluations"
@@ -90,18 +100,14 @@ def one_study(folder: Path, seed: int, isolate: bool, sleep: float, trials: int,
         time.sleep(rng.uniform(0.05, 0.6))
         kills.append(time.time())
         if target == "job":                 # (a node's loss: launcher, ranks, workers)
-            from mpiopt.processes import descendants
-
-            for pid in [job.pid, *descendants(job.pid)]:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
+            kill_all(job)
         else:
             os.kill(ranks_of(job)[0], signal.SIGKILL)
         try:
             job.wait(60)
-        except subprocess.TimeoutExpired:             # (a job that outlives its rank 0:
-            os.killpg(job.pid, signal.SIGKILL)         # shown, and the study goes on)
-            job.wait()
+        except subprocess.TimeoutExpired:   # (a job that outlives its rank 0: counted, all
+            kill_all(job)                   # of it killed, and the study goes on)
+            job.wait(30)
             hangs += 1
     last = subprocess.run(command + ["--resume"], cwd=folder, env=environ, capture_output=True,
                           text=True, timeout=600)

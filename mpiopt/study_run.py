@@ -215,8 +215,8 @@ def _import_recoveries(storage, spec, url: str, study_id: int, given=(),
     given, stored, found = [Path(p).resolve() for p in given], [Path(p) for p in stored], \
         recovery_places(spec, url)
     places = given + [p for p in stored if _readable(p)] + found
-    kept = 0
-    beside = (p for place in given + stored + found for p in group_files(place, key_of(storage)))
+    kept, key = 0, key_of(storage)
+    beside = (p for place in given + stored + found for p in group_files(place, key))
     for path in dict.fromkeys(beside):
         if _readable(path):
             kept += import_recovery(storage, path, study_id)
@@ -244,7 +244,8 @@ def _forget_kept(storage, places) -> None:
     from mpiopt.kept_results import group_files, remove_if_empty
     from mpiopt.storage.resilient import key_of
 
-    for path in (p for place in places for p in group_files(place, key_of(storage))):
+    key = key_of(storage)
+    for path in (p for place in places for p in group_files(place, key)):
         try:
             path.unlink()
         except OSError:

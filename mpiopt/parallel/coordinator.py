@@ -103,7 +103,8 @@ class Coordinator:
         self.dead: set[int] = set()          # silent ranks: nothing more is sent to them
         self.received: list = []   # results taken in while a write waited out an outage
         # whether every result taken in was written (else the leaders keep their files for
-        # the resume: mpiopt.kept_results); a failed write or the coordinator's own failure
+        # the resume: mpiopt.kept_results); False after a failed write or the coordinator's
+        # own failure
         self.all_written = True
         storage = getattr(scheduler, "storage", None)
         if hasattr(storage, "meanwhile"):      # (storage/resilient.py)

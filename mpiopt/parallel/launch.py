@@ -308,7 +308,7 @@ def _where_to_keep(opened) -> dict:
     alone) keeps the results it finished until the database has them."""
     from mpiopt.storage.resilient import key_of
 
-    return {"places": [str(p) for p in opened.recovery], "db": key_of(opened.storage)}
+    return {"places": [str(p) for p in opened.recovery], "db_key": key_of(opened.storage)}
 
 
 def _open(spec, url, resume, isolated: bool, retry_failed: bool = False, recovery=()):
@@ -388,8 +388,8 @@ def _serve(world, spec, objective, limit: float | None, resume: str, keep=None) 
                            resume=resume)
     try:
         _pin_threads(spec, comm)
-        keeper = KeptResults(keep["places"], keep["db"], world.Get_rank()) \
-            if keep and comm.Get_rank() == 0 else None
+        keeper = KeptResults(**keep, rank=world.Get_rank()) if keep and comm.Get_rank() == 0 \
+            else None
         status = run_group(world, comm, objective, before_bye=heartbeat.stop if heartbeat else None,
                            keeper=keeper)
     finally:
@@ -502,8 +502,7 @@ def _run_single(spec, url, opened, sched, progress, comm, objective, flag) -> in
         def give_up(cause, interrupted):     # (a trial stuck in this process: local._Watch)
             return _close(spec, url, opened, sched, progress, cause, interrupted)
 
-        keep = _where_to_keep(opened)
-        keeper = KeptResults(keep["places"], keep["db"], 0)
+        keeper = KeptResults(**_where_to_keep(opened), rank=0)
         clean = run_local(sched, objective, comm, stopped=flag.is_set, give_up=give_up,
                           told=flag.set, keeper=keeper)
         if getattr(sched.storage, "given_up", None) is None:

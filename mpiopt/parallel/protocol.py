@@ -3,7 +3,7 @@
 Start-up (every rank, see parallel/launch.py):
   rank 0 -> all      : SETUP   {"spec": ..., "url": ...} or {"error": ...}
   all -> rank 0      : READY   None, or the one-line error of that rank's own set-up
-  rank 0 -> all      : SETUP   {"go": True, "keep": {"places": [...], "db": key}} or
+  rank 0 -> all      : SETUP   {"go": True, "keep": {"places": [...], "db_key": ...}} or
                                {"error": ...} (keep: where leaders keep their results,
                                mpiopt.kept_results)
 Running:
