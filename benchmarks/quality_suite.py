@@ -312,7 +312,7 @@ def report(results, problems, searchers, pending_levels, seeds) -> str:
                     short_any[s][0] += shortfall(arrays, optimum, None, s) is not None
                     short_any[s][1] += 1
             if "random" in present and seeds >= SPLIT_MIN_SEEDS:
-                for s in (s for s in present if s != "random"):
+                for s in (s for s in present if s != "random" and len(finals[s]) >= seeds):
                     if halves_apart(finals[s], seeds // 2, random_median, optimum):
                         apart[s][0] += 1
                         apart[s][2].append(pname)
@@ -422,7 +422,10 @@ def main(argv=None) -> int:
             pname, name, pending_n = key.split("|")
             # a key in several files: their seeds joined in the order given (--first-seed)
             results.setdefault((pname, name, int(pending_n)), []).extend(curves)
-    for key in [k for k, curves in results.items() if len(curves) < seeds]:
+    def expected(name):                # (skopt-gp runs its first SKOPT_SEEDS seeds only)
+        return min(seeds, SKOPT_SEEDS) if name == "skopt-gp" else seeds
+
+    for key in [k for k, curves in results.items() if len(curves) < expected(k[1])]:
         del results[key]                 # a partial set of seeds runs again whole
     tasks = [t for t in tasks if (t[0], t[1], t[3]) not in results]
     # (copied from runs of this invocation only: a loaded run may predate a --patch)
