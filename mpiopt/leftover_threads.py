@@ -58,6 +58,8 @@ def run() -> None:
         code = main()
     except SystemExit as exc:          # (argparse's usage errors, --help, --version)
         code = exc.code
+    except KeyboardInterrupt:          # (before main could hold signals: see _die_of_sigint)
+        _die_of_sigint()
     except BaseException:              # (a bug of mpiopt's: its traceback, then the same
         traceback.print_exc()          # bounded exit, not Python's unbounded join)
         code = 1
@@ -68,6 +70,24 @@ def run() -> None:
         _exit_without_joining(code)
     _watch(code)
     raise SystemExit(code)   # (Python's own exit: atexit functions, then MPI_Finalize)
+
+
+def _die_of_sigint() -> None:
+    """End as Python ends on a Ctrl-C nobody caught: the traceback, then killed by SIGINT.
+
+    A KeyboardInterrupt reaches here only from main's first lines, before it holds the stop
+    signals (mpiopt.startup_signals), while the other ranks may already wait in MPI_Init.
+    Ending with status 1 there hung the job: mpiexec (MPICH's hydra) takes an ordinary exit
+    of a rank that never started MPI as that rank's end, not the job's, and the others
+    waited in MPI_Init for it for ever (a Ctrl-C 0.2-0.3 s into `mpiexec -n 3 mpiopt
+    search` on a loaded machine: 2 jobs of 77). A rank killed by a signal is what mpiexec
+    ends the whole job for, as it does for a Ctrl-C a few milliseconds earlier, in the
+    interpreter's start."""
+    traceback.print_exc()
+    sys.stderr.flush()
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGINT)
+    os._exit(130)                      # (not reached: the default action ends the process)
 
 
 def _status(code) -> int:

@@ -854,6 +854,38 @@ def test_ctrl_c_in_the_first_half_second_never_hangs_the_job(tmp_path):
             assert job.returncode != 0, out + err
 
 
+# The `mpiopt` program with one rank's main interrupted at its first line (as a Ctrl-C
+# lands before main can hold the stop signals); the other ranks run the real one.
+_INTERRUPTED_BEFORE_THE_HOLD = """
+import os, sys
+import mpiopt.cli.main as cli
+from mpiopt import leftover_threads
+if os.environ.get("PMI_RANK") == "1":
+    def main():
+        raise KeyboardInterrupt
+    cli.main = main
+sys.argv[0] = "mpiopt"
+leftover_threads.run()
+"""
+
+
+def test_a_ctrl_c_before_main_holds_the_signals_ends_the_job(tmp_path):
+    """A Ctrl-C that reached a rank inside main before its hold (importing
+    mpiopt.startup_signals) ended that rank with status 1, an ordinary exit, which mpiexec
+    takes as the rank's end and not the job's: the other ranks waited in MPI_Init for it
+    for ever (CI, and 2 jobs of 77 with a Ctrl-C 0.2-0.3 s in on a loaded machine). Now
+    the rank dies of SIGINT as Python's own uncaught Ctrl-C does, and mpiexec ends the job."""
+    spec = spec_file(tmp_path, "branin", trials=2)
+    cmd = [str(BIN / "mpiexec"), "-n", "3", str(BIN / "python"), "-c",
+           _INTERRUPTED_BEFORE_THE_HOLD, "search", str(spec), "--storage",
+           f"sqlite:///{tmp_path / 's.db'}"]
+    job = subprocess.Popen(cmd, cwd=tmp_path, env=subprocess_env(), stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True, start_new_session=True)
+    out, err = _ended(job, START_S, "the job hung after a rank's Ctrl-C before its hold")
+    assert job.returncode != 0, out + err
+    assert "KeyboardInterrupt" in err
+
+
 @pytest.mark.parametrize("np", [None, 3])
 def test_a_signal_while_the_study_is_opened_ends_in_order_with_the_resume_line(tmp_path, np):
     """SIGTERM while rank 0 opens the study (here: waiting for a lock another process holds
