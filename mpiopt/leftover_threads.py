@@ -75,8 +75,10 @@ def run() -> None:
 def _die_of_sigint() -> None:
     """End as Python ends on a Ctrl-C nobody caught: the traceback, then killed by SIGINT.
 
-    A KeyboardInterrupt reaches here only from main's first lines, before it holds the stop
-    signals (mpiopt.startup_signals), while the other ranks may already wait in MPI_Init.
+    A KeyboardInterrupt reaches here from main's first lines, before it holds the stop
+    signals (mpiopt.startup_signals), while the other ranks may already wait in MPI_Init
+    (once main holds them, a Ctrl-C is noted and acted on where the command can end in
+    order).
     Ending with status 1 there hung the job: mpiexec (MPICH's hydra) takes an ordinary exit
     of a rank that never started MPI as that rank's end, not the job's, and the others
     waited in MPI_Init for it for ever (a Ctrl-C 0.2-0.3 s into `mpiexec -n 3 mpiopt
@@ -84,7 +86,11 @@ def _die_of_sigint() -> None:
     ends the whole job for, as it does for a Ctrl-C a few milliseconds earlier, in the
     interpreter's start."""
     traceback.print_exc()
-    sys.stderr.flush()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):   # (a closed or broken pipe: nothing to keep)
+            pass
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     os.kill(os.getpid(), signal.SIGINT)
     os._exit(130)                      # (not reached: the default action ends the process)
