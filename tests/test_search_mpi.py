@@ -274,7 +274,7 @@ def test_waiting_ranks_do_not_spin_and_status_reads_during_the_run(tmp_path, mon
     assert json.loads(status.stdout)["running"] >= 1
     marker = str(spec)
     pids = [int(p) for p in os.listdir("/proc") if p.isdigit()
-            and marker in _cmdline(p).decode(errors="replace") and b"mpiexec" not in _cmdline(p)]
+            and marker in (line := _cmdline(p)).decode(errors="replace") and b"mpiexec" not in line]
     pids = [p for p in pids if _parent(p) not in pids]    # ranks, not their trial workers
     assert len(pids) == 5
     coordinator, = [p for p in pids                       # MPICH's hydra names each rank
