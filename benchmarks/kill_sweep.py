@@ -1,6 +1,6 @@
 """kill -9 of rank 0 (or of every process of the job) at random moments of a study under
 mpiexec: how many evaluations ran a second time. Not a speed benchmark: the count behind
-mpiopt.kept_results ("nothing finished is run twice"; tests/test_chaos.py has the
+mpiopt.study.kept ("nothing finished is run twice"; tests/test_chaos.py has the
 deterministic case).
 
 Each study (one per seed) runs 0.15 s trials on two groups (`mpiexec -n 3`); six times
@@ -56,7 +56,7 @@ def ranks_of(job) -> list[int]:
         except OSError:
             return b""
 
-    from mpiopt.processes import descendants
+    from mpiopt.objective.processes import descendants
 
     return sorted(p for p in descendants(job.pid) if b"hydra_pmi_proxy" in cmdline(parent(p)))
 
@@ -64,7 +64,7 @@ def ranks_of(job) -> list[int]:
 def kill_all(job) -> None:
     """kill -9 of mpiexec and every process under it (the proxy and the ranks have process
     groups of their own)."""
-    from mpiopt.processes import descendants
+    from mpiopt.objective.processes import descendants
 
     for pid in [job.pid, *descendants(job.pid)]:
         with contextlib.suppress(ProcessLookupError):

@@ -1,6 +1,6 @@
 """Ctrl-C / SIGTERM at random moments of a short study's life under mpiexec: how each job
 ended. Not a speed benchmark: the counts behind the start-up signal fixes
-(mpiopt.startup_signals; the chaos tests check the cases one by one).
+(mpiopt.run.startup_signals; the chaos tests check the cases one by one).
 
 A job ended well when it finished (status 0, no `mpiopt:` line) or ended with status 130,
 one `mpiopt:` line saying "interrupted" (with the resume command once a study exists),
@@ -51,7 +51,7 @@ def one_job(folder: Path, ranks: int, algorithm: str, after_s: float, sig) -> tu
     try:
         out, err = job.communicate(timeout=HANG_S)
     except subprocess.TimeoutExpired:
-        from mpiopt.processes import descendants
+        from mpiopt.objective.processes import descendants
 
         for pid in descendants(job.pid) | {job.pid}:
             try:

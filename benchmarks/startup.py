@@ -4,7 +4,7 @@ with ranks whose set-up takes seconds.
 A Bayesian study's coordinator imports scikit-learn and scikit-optimize (2-3 s on a
 loaded 2-core machine); the other ranks meanwhile set up their objective, which for a
 Keras study means importing TensorFlow (seconds, minutes on a busy shared file system).
-Rank 0 imports its searcher while it waits for them (mpiopt.parallel.launch._preload), so
+Rank 0 imports its searcher while it waits for them (mpiopt.run.launch._preload), so
 where their set-up is the longer of the two the import costs nothing: a Bayesian study's
 first trial then comes as soon as a random search's. Measured side by side: every
 algorithm and set-up in turn within each repetition, the order reversed every other one.

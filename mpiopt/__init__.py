@@ -11,7 +11,7 @@ __version__ = "0.1.0"
 def load_study(name: str, storage: str | None = None):
     """Open a recorded study for reading: trials, best trials and values, a DataFrame.
     `storage` defaults to $MPIOPT_STORAGE, else sqlite:///mpiopt.db."""
-    from mpiopt.api import load_study as _load
+    from mpiopt.study.api import load_study as _load
 
     return _load(name, storage=storage)
 

@@ -1,3 +1,3 @@
-from mpiopt.leftover_threads import run
+from mpiopt.run.leftover_threads import run
 
 run()

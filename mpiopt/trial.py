@@ -1,4 +1,6 @@
-"""A trial's life, shared by every layer (no SQL, no MPI here)."""
+"""A trial's life, shared by every layer (no SQL, no MPI here): its states, its record as
+read from storage, and the messages about it (an assignment, a per-epoch report, the
+coordinator's decision, the result) that mpiopt.parallel.protocol sends."""
 from __future__ import annotations
 
 import enum
@@ -58,7 +60,7 @@ class FrozenTrial:
     fold_values: list[float] = field(default_factory=list)
     intermediate: dict[int, float] = field(default_factory=dict)
     rank: int | None = None           # world rank of the group leader it last ran on
-    lost_attempts: int = 0            # jobs that died while it ran (mpiopt.study_run)
+    lost_attempts: int = 0            # jobs that died while it ran (mpiopt.run.study_run)
     device: str | None = None         # what the group leader trained on ("cpu: ...", "gpu: ...")
     suggest_seconds: float | None = None   # the searcher's time to suggest these params
     # {"kind": "fold"|"epoch", "fold": int, "epoch": int|None, "start": s, "end": s}, seconds
@@ -69,3 +71,72 @@ class FrozenTrial:
     member: int | None = None
     round: int | None = None
     parent: int | None = None
+
+
+# ---- what travels with a trial between the coordinator, the groups and the objective ----
+@dataclass(frozen=True)
+class Trial:
+    trial_id: int
+    number: int
+    params: dict[str, Any]
+    seed: int
+    attempt: int = 0
+    timeout: float | None = None  # search.trial_timeout in seconds
+    refit: bool = False           # training.refit: the best params on all the data, no row
+    round: int | None = None      # search.algorithm pbt: the round (epochs round*interval on)
+    parent: int | None = None     # ... and the trial whose checkpoint it starts from
+
+
+@dataclass(frozen=True)
+class Report:
+    trial_id: int
+    epoch: int
+    value: float
+
+
+class Verdict(str, enum.Enum):
+    """The coordinator's answer to a REPORT."""
+
+    CONTINUE = "continue"
+    PRUNE = "prune"
+    CANCEL = "cancel"      # the job is ending: stop at once, the trial runs again on resume
+
+
+@dataclass(frozen=True)
+class Decision:
+    trial_id: int
+    verdict: Verdict = Verdict.CONTINUE
+
+    @property
+    def prune(self) -> bool:
+        return self.verdict is Verdict.PRUNE
+
+
+@dataclass(frozen=True)
+class Result:
+    """A trial's one record, from the objective to the coordinator.
+
+    status is COMPLETE, FAILED, PRUNED, or INTERRUPTED (the trial was cancelled because the
+    job is ending). error names the failing rank and host."""
+
+    trial_id: int
+    status: TrialStatus
+    value: float | None = None
+    value_std: float | None = None
+    fold_values: list[float] = field(default_factory=list)
+    metrics: dict[str, float] = field(default_factory=dict)
+    duration: float = 0.0
+    error: str | None = None
+    device: str | None = None      # what the leader trained on (mpiopt.objective.device)
+    spans: list[dict] = field(default_factory=list)  # fold/epoch spans (mpiopt.training)
+    unread: list[str] = field(default_factory=list)  # params build_model never read
+    halt: bool = False   # INTERRUPTED by what is not the trial's fault (the artifact store
+                         # failed): the study stops in order, the trial runs again on resume
+
+    def record(self) -> dict:
+        """Its record for Storage.finish_trial(s) (the coordinator's write, and the line a
+        leader keeps until then: mpiopt.study.kept)."""
+        return dict(trial_id=self.trial_id, status=TrialStatus(self.status), value=self.value,
+                    value_std=self.value_std, fold_values=self.fold_values,
+                    metrics=self.metrics, error=self.error, duration=self.duration,
+                    device=self.device, spans=self.spans)

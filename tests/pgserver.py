@@ -95,7 +95,7 @@ class PostgresServer:
         """The server stopped in its tracks (SIGSTOP to the postmaster and every backend):
         its connections stay open and the kernel still acknowledges their packets, as for
         a paused virtual machine or a hung disk under the server; SIGCONT at the end."""
-        from mpiopt.processes import descendants
+        from mpiopt.objective.processes import descendants
 
         postmaster = int((self.data / "postmaster.pid").read_text().split()[0])
         os.kill(postmaster, signal.SIGSTOP)     # first: a stopped postmaster forks no more

@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from conftest import BIN, ROOT, mpiopt, subprocess_env
-from mpiopt.processes import descendants
+from mpiopt.objective.processes import descendants
 from mpiopt.trial import StudyStatus, TrialStatus
 
 FUNCTIONS = ROOT / "tests" / "objectives" / "functions.py"
@@ -166,7 +166,7 @@ def test_a_result_sent_but_not_yet_written_survives_a_kill_of_rank_0(tmp_path, u
     """One group: the first trial's result reaches rank 0, whose write of it waits on a
     held lock (a slow database), and rank 0 is killed -9 meanwhile (the launcher then
     kills the group). The result lived only in memory, and the trial ran again on
-    resume; now the leader keeps it on file before it sends it (mpiopt.kept_results), the
+    resume; now the leader keeps it on file before it sends it (mpiopt.study.kept), the
     resume imports it, and no trial runs twice."""
     spec = spec_file(tmp_path, "asks_for_a_held_write_once", trials=3)
     stop = threading.Event()
@@ -404,7 +404,7 @@ def test_what_a_trial_left_behind_does_not_keep_the_job(tmp_path, function, grac
     and the job, alive after the study had ended COMPLETE (for the thread's 300 s; still
     running at 40 s). Now the rank waits GRACE_S for threads and EXIT_GRACE_S for the
     rest, says so in one line and ends with the study's status."""
-    import mpiopt.leftover_threads as ending
+    import mpiopt.run.leftover_threads as ending
 
     monkeypatch.setenv("MPIOPT_EXIT_GRACE", "11")   # (the shortest it takes; default 30)
     url = f"sqlite:///{tmp_path / 't.db'}"
@@ -420,7 +420,7 @@ def test_what_a_trial_left_behind_does_not_keep_the_job(tmp_path, function, grac
 
 
 def test_a_finished_job_ends_cleanly_every_time(tmp_path):
-    """Every rank ends through a bounded exit (mpiopt.leftover_threads). One that ended
+    """Every rank ends through a bounded exit (mpiopt.run.leftover_threads). One that ended
     with os._exit after MPI_Finalize skipped MPICH's own exit handlers, and mpiexec took
     such a rank for a crash and killed the others: BAD TERMINATION, exit status 9, in 4 of
     20 jobs. Six jobs in a row must end with status 0 and nothing else said (every other
@@ -859,7 +859,7 @@ def test_ctrl_c_in_the_first_half_second_never_hangs_the_job(tmp_path):
 _INTERRUPTED_BEFORE_THE_HOLD = """
 import os, sys
 import mpiopt.cli.main as cli
-from mpiopt import leftover_threads
+from mpiopt.run import leftover_threads
 if os.environ.get("PMI_RANK") == "1":
     def main():
         raise KeyboardInterrupt
@@ -871,7 +871,7 @@ leftover_threads.run()
 
 def test_a_ctrl_c_before_main_holds_the_signals_ends_the_job(tmp_path):
     """A Ctrl-C that reached a rank inside main before its hold (importing
-    mpiopt.startup_signals) ended that rank with status 1, an ordinary exit, which mpiexec
+    mpiopt.run.startup_signals) ended that rank with status 1, an ordinary exit, which mpiexec
     takes as the rank's end and not the job's: the other ranks waited in MPI_Init for it
     for ever (CI, and 2 jobs of 77 with a Ctrl-C 0.2-0.3 s in on a loaded machine). Now
     the rank dies of SIGINT as Python's own uncaught Ctrl-C does, and mpiexec ends the job."""
@@ -1052,7 +1052,7 @@ def _ended(job, timeout_s: float, hang: str) -> tuple[str, str]:
     try:
         return job.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        from mpiopt.processes import descendants
+        from mpiopt.objective.processes import descendants
 
         for pid in descendants(job.pid) | {job.pid}:   # (the launcher's proxy and ranks
             try:                                        # have process groups of their own)

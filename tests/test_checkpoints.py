@@ -137,7 +137,7 @@ def test_a_study_keeps_the_best_k_models_and_exports_the_best(tmp_path, capsys):
     import keras
     import yaml
 
-    from mpiopt.api import load_study
+    from mpiopt.study.api import load_study
     from mpiopt.cli.main import main
     from mpiopt.training.kfold import holdout_split
 
@@ -281,7 +281,7 @@ def test_refit_trains_the_best_parameters_on_all_the_data_and_keeps_that_model(t
     import keras
     import yaml
 
-    from mpiopt.api import load_study
+    from mpiopt.study.api import load_study
     from mpiopt.cli.main import main
 
     path = write_case(tmp_path / "case", training={"epochs": 2, "kfold": 2, "refit": True})
@@ -313,7 +313,7 @@ def test_an_artifact_store_that_fails_mid_study_stops_it_cleanly_and_resume_goes
     """A file where the checkpoints folder should be: the first checkpoint cannot be
     written (as with a full disk). The study stops with one line and the resume command;
     the trial is INTERRUPTED, the database intact; once fixed, the resume finishes."""
-    from mpiopt.api import load_study
+    from mpiopt.study.api import load_study
     from mpiopt.cli.main import main
     from mpiopt.trial import StudyStatus, TrialStatus
 
@@ -340,7 +340,7 @@ def test_the_stored_spec_masks_the_password_when_storage_is_a_mapping(tmp_path):
     is masked like a plain one."""
     from dataclasses import replace
 
-    from mpiopt.study import spec_text
+    from mpiopt.study.opening import spec_text
 
     spec = replace(_spec(tmp_path), storage="postgresql+psycopg://u:secret@h/db",
                    artifacts=str(tmp_path / "store"))

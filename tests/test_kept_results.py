@@ -1,4 +1,4 @@
-"""mpiopt/kept_results.py alone: what a leader keeps before a result leaves, how small its
+"""mpiopt/study/kept.py alone: what a leader keeps before a result leaves, how small its
 file stays, where it goes when a folder refuses it, and that a resume's import writes it
 once (tests/test_chaos.py kills a real job in the window this closes)."""
 from __future__ import annotations
@@ -8,7 +8,7 @@ import json
 import yaml
 from conftest import ROOT, mpiopt
 
-from mpiopt.kept_results import KEEP_LAST, REWRITE_EVERY, KeptResults, group_file, group_files
+from mpiopt.study.kept import KEEP_LAST, REWRITE_EVERY, KeptResults, group_file, group_files
 from mpiopt.parallel.protocol import Result
 from mpiopt.storage import open_storage
 from mpiopt.storage.resilient import import_recovery, key_of

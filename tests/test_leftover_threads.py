@@ -1,4 +1,4 @@
-"""mpiopt.leftover_threads, in a process of its own: its hooks stop that process's
+"""mpiopt.run.leftover_threads, in a process of its own: its hooks stop that process's
 thread pools for good."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 SCRIPT = """
 import threading, time
 from concurrent.futures import ThreadPoolExecutor
-from mpiopt.leftover_threads import wait_for_threads
+from mpiopt.run.leftover_threads import wait_for_threads
 
 idle = ThreadPoolExecutor(2)       # idle workers: told to stop, as at a normal exit
 idle.submit(time.sleep, 0.01).result()
@@ -29,7 +29,7 @@ def test_only_threads_still_running_after_the_grace_are_left():
 
 EXIT = """
 import atexit, re, sys, time
-import mpiopt.leftover_threads as lt
+import mpiopt.run.leftover_threads as lt
 lt.EXIT_GRACE_S, lt.BACKSTOP_S = 1.0, 1.0
 if sys.argv[1] == "sleeps":
     atexit.register(time.sleep, 600)                     # waits, the interpreter free
@@ -66,7 +66,7 @@ def test_an_exit_function_that_holds_the_interpreter_is_ended_by_the_backstop():
 
 FINAL = """
 import sys, time
-import mpiopt.leftover_threads as lt
+import mpiopt.run.leftover_threads as lt
 lt.EXIT_GRACE_S, lt.BACKSTOP_S = 1.0, 1.0
 
 

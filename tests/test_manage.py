@@ -194,7 +194,7 @@ def test_initial_trials_errors_name_the_entry_and_field(tmp_path):
 
 def test_warm_start_tells_what_fits_and_refuses_another_metric(tmp_path):
     from mpiopt.spec import Spec
-    from mpiopt.warm_start import warm_results
+    from mpiopt.study.warm_start import warm_results
 
     url = sqlite_url(tmp_path)
     with open_storage(url, create=True) as st:

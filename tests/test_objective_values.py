@@ -5,7 +5,7 @@ import fractions
 import numpy as np
 import pytest
 
-from mpiopt.objective import _number
+from mpiopt.objective.evaluate import _number
 
 
 @pytest.mark.parametrize("value, expected", [

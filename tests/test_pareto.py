@@ -13,7 +13,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from conftest import mpiopt  # noqa: E402
-from mpiopt.objectives import Constraint, FrontTracker, parse_constraint  # noqa: E402
+from mpiopt.objective.metrics import Constraint, FrontTracker, parse_constraint  # noqa: E402
 from mpiopt.search import make_searcher  # noqa: E402
 from mpiopt.search.pareto import (Objectives, front_mask, hypervolume,  # noqa: E402
                                   nsga2_keys)

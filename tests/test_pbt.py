@@ -293,7 +293,7 @@ def test_the_report_draws_the_population_and_tabulates_its_lineage(tmp_path):
     from mpiopt.reporting import static
     from mpiopt.reporting.figures import panel
     from mpiopt.reporting.html import _lineage_table
-    from mpiopt.report import lineage_line
+    from mpiopt.reporting.tables import lineage_line
 
     p = {"x": 0.5, "lr": 0.01, "act": "relu"}
     rounds = [trial(0, p, 0.5, member=0, round=0), trial(1, p, 0.2, member=1, round=0),
@@ -309,7 +309,7 @@ def test_the_report_draws_the_population_and_tabulates_its_lineage(tmp_path):
     assert "not a pbt study" in panel("lineage", view([trial(0, p, 0.5)])).note
     assert lineage_line(rounds[2], rounds[1]).startswith("pbt: member 0, round 1, exploited member 1")
     assert "continued its own trial 1" in lineage_line(rounds[3], rounds[1])
-    from mpiopt.report import export_rows
+    from mpiopt.reporting.tables import export_rows
 
     columns, rows = export_rows(rounds)
     assert {"member", "round", "parent"} <= set(columns) and rows[2]["parent"] == 1

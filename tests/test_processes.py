@@ -1,4 +1,4 @@
-"""mpiopt.processes: what a rank ends at its exit (programs its trials left running)."""
+"""mpiopt.objective.processes: what a rank ends at its exit (programs its trials left running)."""
 from __future__ import annotations
 
 import os
@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from mpiopt.processes import descendants, end_started_since
+from mpiopt.objective.processes import descendants, end_started_since
 
 
 def test_only_processes_started_after_the_snapshot_are_ended():
@@ -44,7 +44,7 @@ def _alive(pid: int) -> bool:
 
 RACE = """
 import multiprocessing, os, signal, sys, time
-from mpiopt.processes import ignore, usual_signals_in_forks
+from mpiopt.objective.processes import ignore, usual_signals_in_forks
 if sys.argv[1] == "ignored":
     ignore([signal.SIGTERM])                      # a group rank's stop signals
 else:

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 
 from mpiopt.durations import format_duration
-from mpiopt.report import status_lines, status_summary, trial_row
+from mpiopt.reporting.tables import status_lines, status_summary, trial_row
 from mpiopt.trial import FrozenTrial, StudyStatus, TrialStatus
 
 
@@ -55,7 +55,7 @@ def test_status_counts_the_queued_parameter_sets():
 
 
 def test_the_error_line_is_the_real_error_not_kerass_wrapper():
-    from mpiopt.objective import describe_error
+    from mpiopt.objective.evaluate import describe_error
 
     wrapped = ValueError('in user code:\n\n    File "model.py", line 3, in train_step\n'
                          "        loss = ...\n\n    ValueError: Arguments `target` and "
@@ -66,7 +66,7 @@ def test_the_error_line_is_the_real_error_not_kerass_wrapper():
 
 
 def test_the_error_line_of_a_keras_layer_is_its_message_not_its_arguments():
-    from mpiopt.objective import describe_error
+    from mpiopt.objective.evaluate import describe_error
 
     staged = RuntimeError(
         'in user code:\n\n    File "backend.py", line 147, in loss_and_grads  *\n'
@@ -85,7 +85,7 @@ def test_the_error_line_of_a_keras_layer_is_its_message_not_its_arguments():
 def test_the_error_line_of_a_tensorflow_graph_error_is_its_message():
     """TensorFlow's "Graph execution error:" names the op's definition stack first; the
     message (here a model with 3 outputs for 10 classes) comes after it."""
-    from mpiopt.objective import describe_error
+    from mpiopt.objective.evaluate import describe_error
 
     graph = ValueError(
         "Graph execution error:\n\nDetected at node compile_loss/Sparse defined at (most "
@@ -101,7 +101,7 @@ def test_the_error_line_of_a_tensorflow_graph_error_is_its_message():
 def test_show_of_a_trial_that_reported_every_step_fits_a_screen():
     """20,000 reports (a function reporting every batch) printed 20,000 rows and a
     20,000-character sparkline; now the curve is thinned and the rows are the ends."""
-    from mpiopt.report import show_lines
+    from mpiopt.reporting.tables import show_lines
 
     intermediate = {e: 1.0 / (e + 1) for e in range(20000)}
     trial = FrozenTrial(id=1, study_id=1, number=0, status=TrialStatus.COMPLETE, params={"x": 1.0},

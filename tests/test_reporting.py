@@ -52,7 +52,7 @@ def view(trials, space=SPACE, direction="minimize"):
     return StudyView.of(record(space, direction), trials, now=T0 + timedelta(hours=1))
 
 
-@pytest.mark.parametrize("size", [1.0, 1e300])   # (finite values of any size: mpiopt.scaling)
+@pytest.mark.parametrize("size", [1.0, 1e300])   # (finite values of any size: mpiopt.search.scaling)
 def test_importance_finds_the_parameter_that_matters(size):
     rng = random.Random(0)
     trials = []

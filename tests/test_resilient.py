@@ -257,7 +257,7 @@ def test_the_home_folders_place_is_one_per_database(tmp_path, monkeypatch):
     home folder's, a file system of its own on clusters) is named for the database: its
     lines name trial ids, which mean other trials in another one. One database, however
     its URL is spelled, has one place."""
-    from mpiopt.study_run import _home_recovery_folder
+    from mpiopt.run.study_run import _home_recovery_folder
 
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     monkeypatch.chdir(tmp_path)

@@ -479,7 +479,7 @@ def test_auto_chooses_by_the_space():
 
 
 def test_preload_imports_the_modules_the_searcher_will_use(monkeypatch):
-    """Rank 0 imports these while the other ranks set up (parallel/launch.py): the modules
+    """Rank 0 imports these while the other ranks set up (mpiopt/run/launch.py): the modules
     of the searchers make_searcher then builds, auto resolved; a wrong algorithm name is
     left for make_searcher to refuse."""
     import importlib
@@ -504,7 +504,7 @@ def test_preload_imports_the_modules_the_searcher_will_use(monkeypatch):
     assert loaded == []
     with pytest.raises(SpecError, match="search.algorithm"):
         make_searcher("no-such", SQUARE)
-    from mpiopt.parallel import launch
+    from mpiopt.run import launch
 
     for module in launch._RUN_MODULES:       # (a wrong name would be skipped in silence)
         importlib.import_module(module)
@@ -569,7 +569,7 @@ def test_model_searchers_take_finite_values_of_any_size(algorithm):
     """Finite values up to 1.8e308 (a diverging simulation's) are valid results: from 1e154
     their squares overflow, and the GP's predictions were NaN ("Probabilities contain
     NaN" ended the study). Ordinary values reach the model unchanged, bit for bit."""
-    from mpiopt.scaling import in_range
+    from mpiopt.search.scaling import in_range
     from mpiopt.search.pareto import Objectives
 
     space = Space([Real(f"x{i}", 0.0, 1.0) for i in range(3)])

@@ -10,7 +10,7 @@ import yaml
 
 from conftest import EXAMPLES, ROOT
 from mpiopt.spec import Spec, load_spec
-from mpiopt.study import spec_text
+from mpiopt.study.opening import spec_text
 
 SEARCHSPACES = sorted((ROOT / "searchspaces").glob("*.yaml"))
 

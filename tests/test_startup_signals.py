@@ -1,11 +1,11 @@
-"""mpiopt.startup_signals: a signal in a rank's start is held until it can end in order."""
+"""mpiopt.run.startup_signals: a signal in a rank's start is held until it can end in order."""
 import os
 import signal
 import threading
 
 import pytest
 
-from mpiopt import startup_signals
+from mpiopt.run import startup_signals
 
 
 @pytest.fixture(autouse=True)

@@ -531,9 +531,9 @@ def test_a_holder_on_another_host_is_watched_before_the_study_is_refused(sqlite_
     import signal
     import threading
 
-    from mpiopt import startup_signals
+    from mpiopt.run import startup_signals
     from mpiopt.errors import StudyBusyError
-    from mpiopt.study_run import take_lease
+    from mpiopt.run.study_run import take_lease
 
     storage, said = sqlite_storage, []
     sid = new_study(storage)
@@ -577,7 +577,7 @@ def test_a_dead_holder_on_this_host_is_taken_over_at_once(sqlite_storage):
     """Its process is gone (asked, not waited for), with or without a wait for others."""
     import socket
 
-    from mpiopt.study_run import take_lease
+    from mpiopt.run.study_run import take_lease
 
     gone = subprocess.Popen(["true"])
     gone.wait()
@@ -687,7 +687,7 @@ def test_delete_takes_every_row_of_the_study_and_nothing_else(db_url):
 
 
 def test_rename_rewrites_the_stored_spec_and_refuses_a_taken_name(db_url):
-    from mpiopt import manage
+    from mpiopt.study import manage
 
     with open_storage(db_url, create=True) as st:
         fill_study(st, manage_study(st, "a"))
@@ -791,7 +791,7 @@ def test_the_queue_read_on_every_dispatch_does_not_walk_the_study(tmp_path):
 def test_group_activity_tells_the_running_trial_from_the_ones_sent_ahead(storage):
     """A trial sent ahead is RUNNING without a start; `mpiopt status` counted it as
     running (4 running with 2 groups) and could name it as the group's running trial."""
-    from mpiopt.report import status_lines, status_summary
+    from mpiopt.reporting.tables import status_lines, status_summary
 
     sid = new_study(storage)
     runs = storage.create_trials(sid, [{"params": {"x": 0.1}, "seed": 1, "group": 0},

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from conftest import BIN, ROOT, mpiopt, subprocess_env
-from mpiopt.processes import descendants
+from mpiopt.objective.processes import descendants
 from mpiopt.storage import open_storage
 from mpiopt.trial import TrialStatus
 
@@ -317,7 +317,7 @@ def test_jobs_started_together_with_resume_or_start_resume_the_one_study(tmp_pat
     resume it. Now it resumes it, and the lease decides which job runs it."""
     from mpiopt.errors import DuplicateStudyError, UnknownStudyError
     from mpiopt.spec import load_spec
-    from mpiopt.study import open_study
+    from mpiopt.study.opening import open_study
 
     path = tmp_path / "r.yaml"
     path.write_text(yaml.safe_dump({

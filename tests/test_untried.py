@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from conftest import ROOT, mpiopt
-from mpiopt.conditions import Condition
+from mpiopt.space.conditions import Condition
 from mpiopt.parallel.scheduler import Dispatch, Scheduler
 from mpiopt.search import make_searcher
 from mpiopt.search.background import BackgroundSearcher

@@ -1,11 +1,11 @@
-"""The guard that stands for MPI.COMM_WORLD inside a trial (mpiopt.parallel.world_guard),
+"""The guard that stands for MPI.COMM_WORLD inside a trial (mpiopt.objective.world_guard),
 on a stand-in for mpi4py's module: no MPI needed. The real jobs are in test_chaos.py."""
 import types
 
 import pytest
 
-from mpiopt.parallel import world_guard
-from mpiopt.parallel.world_guard import GuardedComm, MPIInTrialError, guard_worker, world_guarded
+from mpiopt.objective import world_guard
+from mpiopt.objective.world_guard import GuardedComm, MPIInTrialError, guard_worker, world_guarded
 
 
 class Comm:

@@ -5,7 +5,7 @@ Revises: 0001
 Create Date: 2026-11-23
 
 `lost_attempts` counts the jobs that ended without a word while the trial ran in the
-rank's own process (mpiopt.study_run): after search.max_attempts the trial is FAILED, so
+rank's own process (mpiopt.run.study_run): after search.max_attempts the trial is FAILED, so
 one parameter set that kills its process cannot poison every resume.
 """
 from alembic import op

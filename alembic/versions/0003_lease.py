@@ -4,7 +4,7 @@ Revision ID: 0003
 Revises: 0002
 Create Date: 2026-11-23
 
-One coordinator per study (mpiopt.study_run): a second search of a study whose lease is
+One coordinator per study (mpiopt.run.study_run): a second search of a study whose lease is
 fresh is refused, naming the holder; a lease without a beat for three periods is stale
 (the job died without a word) and a resume takes it over. `studies` and `status` tell a
 live study from a dead one by it.

@@ -46,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from mpiopt import startup_signals
+    from mpiopt.run import startup_signals
 
     startup_signals.hold()      # a Ctrl-C in a rank's start waits for an orderly end
     try:
@@ -66,7 +66,7 @@ def _tolerant_output() -> None:
 
 
 def _main(argv: list[str] | None) -> int:
-    from mpiopt import startup_signals
+    from mpiopt.run import startup_signals
     from mpiopt.errors import MpioptError, SpecError, TopologyError
 
     _tolerant_output()
@@ -96,7 +96,7 @@ def _main(argv: list[str] | None) -> int:
 
 
 # A run's start-up opens the study with signals held and installs its stop flag in the same
-# breath (mpiopt.parallel.launch), so an interruption that reaches here came before the
+# breath (mpiopt.run.launch), so an interruption that reaches here came before the
 # study was opened: a line that said "interrupted" alone left the user to guess whether to
 # resume (a --resume of a study never created is refused)
 _BEFORE_THE_STUDY = ("interrupted during the start-up, before the study was opened: nothing "
@@ -121,7 +121,7 @@ def _exit_undisturbed() -> None:
     mpiexec kill the job."""
     import signal
 
-    from mpiopt.processes import STOP_SIGNALS
+    from mpiopt.objective.processes import STOP_SIGNALS
 
     for sig in STOP_SIGNALS:
         signal.signal(sig, signal.SIG_IGN)

@@ -1,6 +1,6 @@
 """Query commands: studies, trials, best, show, export, status.
 
-Each is a few lines over Storage and mpiopt.report. They never create a database: a
+Each is a few lines over Storage and mpiopt.reporting.tables. They never create a database: a
 missing file is an error naming it (open_storage without create).
 """
 from __future__ import annotations
@@ -73,7 +73,7 @@ def _opened(args, study: bool = True):
 def cmd_studies(args) -> int:
     with _opened(args, study=False) as (storage, _):
         records = storage.list_studies()
-    from mpiopt.report import liveness
+    from mpiopt.reporting.tables import liveness
 
     url = storage_url(args)
     rows = [{"name": r.name, "status": r.status.value,
@@ -87,7 +87,7 @@ def cmd_studies(args) -> int:
 
 
 def cmd_trials(args) -> int:
-    from mpiopt.report import table_columns, trial_row
+    from mpiopt.reporting.tables import table_columns, trial_row
 
     with _opened(args) as (storage, record):
         trials = storage.get_trials(record.id, statuses=args.status, order_by=args.sort,
@@ -99,8 +99,8 @@ def cmd_trials(args) -> int:
 
 
 def cmd_best(args) -> int:
-    from mpiopt.objectives import from_stored
-    from mpiopt.report import table_columns, trial_row
+    from mpiopt.objective.metrics import from_stored
+    from mpiopt.reporting.tables import table_columns, trial_row
 
     with _opened(args) as (storage, record):     # one opening, whichever kind of study
         objective = from_stored(record.spec_text)
@@ -119,8 +119,8 @@ def cmd_best(args) -> int:
 def _best_of_vector(args, objective, record, trials) -> int:
     """Several objectives: the Pareto front of the feasible complete trials, by the first
     objective; one objective with constraints: the best feasible trials."""
-    from mpiopt.objectives import FrontTracker
-    from mpiopt.report import front_rows
+    from mpiopt.objective.metrics import FrontTracker
+    from mpiopt.reporting.tables import front_rows
 
     tracker = FrontTracker(objective)
     rows, columns, title = front_rows(trials, tracker, args.top)
@@ -134,7 +134,7 @@ def _best_of_vector(args, objective, record, trials) -> int:
 
 
 def cmd_show(args) -> int:
-    from mpiopt.report import show_lines, trial_dict
+    from mpiopt.reporting.tables import show_lines, trial_dict
 
     with _opened(args) as (storage, record):
         trial = storage.get_trial(record.id, args.number)
@@ -149,7 +149,7 @@ def cmd_show(args) -> int:
 
 
 def cmd_export(args) -> int:
-    from mpiopt.report import write_csv, write_json
+    from mpiopt.reporting.tables import write_csv, write_json
 
     with _opened(args) as (storage, record):
         trials = storage.get_trials(record.id)
@@ -176,7 +176,7 @@ def _trace_writer(record):
 
 
 def cmd_status(args) -> int:
-    from mpiopt.report import status_lines, status_summary
+    from mpiopt.reporting.tables import status_lines, status_summary
 
     with _opened(args) as (storage, record):
         counts = storage.count_trials(record.id)

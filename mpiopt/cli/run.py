@@ -60,7 +60,7 @@ def cmd_search(args) -> int:
         resume = "auto" if args.resume_or_start else args.resume
         return spec, url, resume, {"retry_failed": args.retry_failed}
 
-    from mpiopt.parallel.launch import run_study_command
+    from mpiopt.run.launch import run_study_command
 
     return run_study_command(prepare, quiet=args.quiet)
 
@@ -70,7 +70,7 @@ def _recovery_files(given: list[str], study: str) -> list[str]:
     by their ids alone): refused before anything is written."""
     from pathlib import Path
 
-    from mpiopt.kept_results import recovery_file
+    from mpiopt.study.kept import recovery_file
 
     expected = recovery_file(Path("."), study).name
     for name in given:
@@ -84,11 +84,11 @@ def _recovery_files(given: list[str], study: str) -> list[str]:
 
 
 def _named_as_allowed(name: str, url: str) -> None:
-    """A study named before names were checked (mpiopt.study_names) is renamed first."""
+    """A study named before names were checked (mpiopt.study.names) is renamed first."""
     import shlex
 
-    from mpiopt.study import shown_url
-    from mpiopt.study_names import name_problem
+    from mpiopt.study.opening import shown_url
+    from mpiopt.study.names import name_problem
 
     problem = name_problem(name)
     if problem:
@@ -101,7 +101,7 @@ def cmd_resume(args) -> int:
     def prepare():
         from mpiopt.spec import Spec
         from mpiopt.storage import open_storage
-        from mpiopt.study import stored_spec_dict
+        from mpiopt.study.opening import stored_spec_dict
 
         url = storage_url(args)
         _named_as_allowed(args.study, url)
@@ -117,6 +117,6 @@ def cmd_resume(args) -> int:
                 {"retry_failed": args.retry_failed,
                  "recovery": _recovery_files(args.recovery, args.study)})
 
-    from mpiopt.parallel.launch import run_study_command
+    from mpiopt.run.launch import run_study_command
 
     return run_study_command(prepare, quiet=args.quiet)

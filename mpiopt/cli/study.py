@@ -1,4 +1,4 @@
-"""`mpiopt study delete|rename|copy` and `mpiopt enqueue`: thin over mpiopt.manage.
+"""`mpiopt study delete|rename|copy` and `mpiopt enqueue`: thin over mpiopt.study.manage.
 
 These write to the database, so unlike the query commands they open it for writing (an
 older schema is upgraded, as a study's start does); none of them creates a database
@@ -64,7 +64,7 @@ def _opened(url: str, create: bool = False, read_only: bool = False):
 
 
 def cmd_delete(args) -> int:
-    from mpiopt import manage
+    from mpiopt.study import manage
 
     url = storage_url(args)
     with _opened(url) as storage:
@@ -79,7 +79,7 @@ def cmd_delete(args) -> int:
 
 
 def cmd_rename(args) -> int:
-    from mpiopt import manage
+    from mpiopt.study import manage
 
     with _opened(storage_url(args)) as storage:
         manage.rename_study(storage, args.old, args.new, force=args.force)
@@ -88,7 +88,7 @@ def cmd_rename(args) -> int:
 
 
 def cmd_copy(args) -> int:
-    from mpiopt import manage
+    from mpiopt.study import manage
     from mpiopt.storage import check_url, mask_url
 
     check_url(args.to)
@@ -102,7 +102,7 @@ def cmd_copy(args) -> int:
 
 
 def cmd_enqueue(args) -> int:
-    from mpiopt import manage
+    from mpiopt.study import manage
     from mpiopt.spec import parse_overrides
 
     given = parse_overrides(args.settings)

@@ -36,7 +36,7 @@ from mpiopt.parallel.protocol import Decision, Tag, Verdict
 from mpiopt.parallel.scheduler import Answer, Dispatch, StopGroup, Withdraw
 from mpiopt.backoff import Backoff
 from mpiopt.errors import LeaseLost, StorageUnavailable
-from mpiopt.processes import STOP_SIGNALS
+from mpiopt.objective.processes import STOP_SIGNALS
 from mpiopt.parallel.waiting import probe
 
 WIND_DOWN_S = 10.0
@@ -103,7 +103,7 @@ class Coordinator:
         self.dead: set[int] = set()          # silent ranks: nothing more is sent to them
         self.received: list = []   # results taken in while a write waited out an outage
         # whether every result taken in was written (else the leaders keep their files for
-        # the resume: mpiopt.kept_results); False after a failed write or the coordinator's
+        # the resume: mpiopt.study.kept); False after a failed write or the coordinator's
         # own failure
         self.all_written = True
         storage = getattr(scheduler, "storage", None)
@@ -284,7 +284,7 @@ class Coordinator:
             if rank not in self.stopped_ranks:
                 self.stopped_ranks.add(rank)
                 # (True: every result reached the database, the leader's kept file can go;
-                # after an outage given up some are only in files: mpiopt.kept_results)
+                # after an outage given up some are only in files: mpiopt.study.kept)
                 written = self.all_written and not _gave_up(self.sched.storage)
                 self._send(written, rank, Tag.STOP)
 

@@ -15,7 +15,7 @@ import socket
 import time
 
 from mpiopt.errors import TrialCancelled, TrialTimeout, answer_from_word, answer_word
-from mpiopt.objective import format_duration
+from mpiopt.durations import format_duration
 from mpiopt.parallel.protocol import Fatal, Report, Result, Tag, Trial, Verdict
 from mpiopt.parallel.together import GroupBroken, finish_together
 from mpiopt.trial import TrialStatus
@@ -30,7 +30,7 @@ REPLY_DUE_S = 0.05
 def run_group(world, comm, objective, before_bye=None, keeper=None) -> int:
     """Serve trials until STOP. Returns the exit status of this rank (0, or 1 after FATAL).
     `before_bye()` runs as the rank leaves (its heartbeat stops: no beat after BYE);
-    `keeper` (a leader's mpiopt.kept_results.KeptResults) keeps each result before it
+    `keeper` (a leader's mpiopt.study.kept.KeptResults) keeps each result before it
     leaves, so a job killed before rank 0 wrote it does not lose it."""
     try:
         _serve(world, comm, objective, keeper)

@@ -20,7 +20,7 @@ from contextlib import nullcontext
 from mpiopt.errors import StopRequested, TrialCancelled
 from mpiopt.parallel.protocol import Report
 from mpiopt.parallel.scheduler import Dispatch, StopGroup
-from mpiopt.processes import (STOP_SIGNALS, forget_signals, note_signals, stop_signal_seen,
+from mpiopt.objective.processes import (STOP_SIGNALS, forget_signals, note_signals, stop_signal_seen,
                               usual_signals_in_forks)
 
 
@@ -137,7 +137,7 @@ def run_local(scheduler, objective, comm, stopped=lambda: False, give_up=None,
     a retried database write ends its wait on it).
     `give_up(cause, interrupted) -> exit status`: the closing of a job whose trial is stuck
     in this process past its limits (see _Watch); without it, no watch.
-    `keeper` (mpiopt.kept_results.KeptResults): each result kept on file until written
+    `keeper` (mpiopt.study.kept.KeptResults): each result kept on file until written
     (a kill -9 during the write lost it), the file gone at an end with all written."""
     # SIGINT too: a process started with SIGINT ignored (a background job, a parent that
     # ignores it) gets no KeyboardInterrupt from Python, and Ctrl-C or killpg would not stop

@@ -58,7 +58,7 @@ from typing import Any
 
 import numpy as np
 
-from mpiopt.objectives import FrontTracker
+from mpiopt.objective.metrics import FrontTracker
 from mpiopt.parallel.forecast import Forecast
 from mpiopt.parallel.protocol import Decision, Report, Result, Trial, Verdict
 from mpiopt.search.untried import Untried
@@ -497,7 +497,7 @@ class Scheduler:
         return None
 
     def _give_up_on(self, group: int, run) -> str:
-        from mpiopt.objective import format_duration
+        from mpiopt.durations import format_duration
 
         limit = format_duration(self.trial_timeout)
         error = (f"timed out after {limit}; it did not stop within {format_duration(self.stuck_grace)}, "

@@ -32,7 +32,7 @@ from mpi4py import MPI
 
 from mpiopt.backoff import Backoff
 from mpiopt.errors import OTHERS_FAILED
-from mpiopt.objective import format_duration
+from mpiopt.durations import format_duration
 from mpiopt.parallel.protocol import Result, Tag, Trial
 from mpiopt.trial import TrialStatus
 

@@ -46,10 +46,10 @@ def encode(params: Sequence[Param], trials) -> list[list[float]]:
 
 def fit(params: Sequence[Param], trials, seed: int = 0):
     """A random forest of value on the encoded parameters of `trials` (values beyond 1e77
-    in size scaled by a power of two: the shares are ratios, see mpiopt.scaling)."""
+    in size scaled by a power of two: the shares are ratios, see mpiopt.search.scaling)."""
     from sklearn.ensemble import RandomForestRegressor
 
-    from mpiopt.scaling import in_range
+    from mpiopt.search.scaling import in_range
 
     model = RandomForestRegressor(n_estimators=TREES, min_samples_leaf=1, random_state=seed)
     model.fit(encode(params, trials), in_range([t.value for t in trials]))

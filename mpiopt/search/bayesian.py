@@ -36,7 +36,7 @@ import numpy as np
 from threadpoolctl import ThreadpoolController
 
 from mpiopt.errors import SpecError
-from mpiopt.scaling import in_range
+from mpiopt.search.scaling import in_range
 from mpiopt.search import _gp, _skopt, pareto
 from mpiopt.search._base import Searcher, check_options
 from mpiopt.search.options import defaults as declared

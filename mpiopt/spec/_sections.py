@@ -8,8 +8,8 @@ from pathlib import Path
 
 from mpiopt.errors import SpecError
 from mpiopt.field import REQUIRED, Field, Fields
-from mpiopt.objectives import DIRECTIONS, parse_constraint
-from mpiopt.objective_ref import check_ref
+from mpiopt.objective.metrics import DIRECTIONS, parse_constraint
+from mpiopt.objective.refs import check_ref
 from mpiopt.spec._reader import _Section, _show
 from mpiopt.spec._types import DataSpec, ObjectiveSpec, ResourcesSpec, SearchSpec, StudySpec
 
@@ -53,7 +53,7 @@ OBJECTIVE = Fields(
 
 
 def _study(top: _Section) -> StudySpec:
-    from mpiopt.study_names import name_problem
+    from mpiopt.study.names import name_problem
 
     section = top.section("study", STUDY.names)
     given = STUDY.read(section)
@@ -171,7 +171,7 @@ def _ref(sec: _Section, key: str, base_dir: Path, check_files: bool) -> str:
     value = sec.text(key)
     if check_files:
         return check_ref(value, base_dir, sec.source, sec.where(key))
-    from mpiopt.objective_ref import resolve_ref
+    from mpiopt.objective.refs import resolve_ref
 
     file, name = resolve_ref(value, base_dir, sec.source, sec.where(key))
     return f"{file}:{name}"

@@ -16,7 +16,7 @@ DIMENSION_KEYS = {"real": ("type", "low", "high", "prior", "when", "for"),
 
 def _space(top: _Section, origins: dict | None) -> Space:
     """Build the Space; each entry's errors name the file it came from (spec or include).
-    Conditions (`when`, `for`: mpiopt.conditions) are read once every dimension exists."""
+    Conditions (`when`, `for`: mpiopt.space.conditions) are read once every dimension exists."""
     entries = top.raw("search_space")
     if not isinstance(entries, dict):
         top.fail("search_space", f"expected a mapping of parameter name -> definition, got {_show(entries)}")
@@ -51,7 +51,7 @@ def _space(top: _Section, origins: dict | None) -> Space:
 def _conditional_space(dims: dict, raw: dict) -> Space:
     """`for` templates expanded in place (each copy with its implicit `PARENT > k`), `when`
     parsed against the other dimensions, then the Space (which refuses cycles)."""
-    from mpiopt.conditions import expand_for, parse_when
+    from mpiopt.space.conditions import expand_for, parse_when
 
     plain = {n: d for n, d in dims.items() if raw[n].get("for") is None}
     out, conditions = [], {}

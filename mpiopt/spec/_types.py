@@ -45,7 +45,7 @@ class ObjectiveSpec:
     isolate: bool = True
     # several objectives, in order ((name, direction), ...): empty for a single objective
     metrics: tuple = ()
-    constraints: tuple = ()        # mpiopt.objectives.Constraint, ...
+    constraints: tuple = ()        # mpiopt.objective.metrics.Constraint, ...
     reference: tuple = ()          # ((name, value), ...): the hypervolume's reference point
 
     @property

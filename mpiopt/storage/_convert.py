@@ -29,7 +29,7 @@ class StudyRecord:
     best_value: float | None = None
     lease: "Lease | None" = None
     artifacts: str | None = None      # the artifact store's folder (mpiopt.artifacts)
-    recovery: tuple[str, ...] = ()    # the last job's recovery files (mpiopt.study_run)
+    recovery: tuple[str, ...] = ()    # the last job's recovery files (mpiopt.run.study_run)
 
 
 @dataclass(frozen=True)

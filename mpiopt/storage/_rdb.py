@@ -63,7 +63,7 @@ class Storage:
         self._read = sessionmaker(engine, expire_on_commit=False)
         self._writer = writer(engine)
         self._write = sessionmaker(self._writer, expire_on_commit=False)
-        # (study id, lease token) once a job holds a study's lease (mpiopt.study_run): from
+        # (study id, lease token) once a job holds a study's lease (mpiopt.run.study_run): from
         # then on every write transaction first checks that the lease is still this job's
         self.fence: tuple[int, str] | None = None
         self.lost: str | None = None      # why, once a write or a heartbeat found it taken
@@ -176,7 +176,7 @@ class Storage:
 
     def set_study_recovery(self, study_id: int, places: Sequence[str]) -> None:
         """The recovery files this job would write to, so that a resume from any folder
-        finds the one a killed job left (mpiopt.study_run)."""
+        finds the one a killed job left (mpiopt.run.study_run)."""
         self._update_study(study_id, recovery=json.dumps([str(p) for p in places]))
 
     def _update_study(self, study_id: int, **values) -> None:

@@ -69,7 +69,7 @@ class StudyModel(Base):
     status: Mapped[StudyStatus] = mapped_column(_status(StudyStatus, "studystatus"))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime())
-    # the lease of the job running the study (migration 0003; mpiopt.study_run)
+    # the lease of the job running the study (migration 0003; mpiopt.run.study_run)
     lease_token: Mapped[str | None] = mapped_column(String(32))
     lease_host: Mapped[str | None] = mapped_column(String(NAME_LEN))
     lease_pid: Mapped[int | None] = mapped_column(Integer)

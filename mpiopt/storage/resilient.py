@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 from mpiopt.errors import StorageError, StorageUnavailable
-from mpiopt.kept_results import lines as _lines
+from mpiopt.study.kept import lines as _lines
 from mpiopt.storage._stall import hurry_when
 
 # (interrupt_running too: a job that ends in order during an outage could not mark its

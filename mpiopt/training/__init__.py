@@ -1,7 +1,7 @@
 """MPI_Learn-style nested training of a Keras model on one communicator.
 
 Public surface: run_training(spec, params, comm, seed, report=None) -> result dict, and
-Pruned (mpiopt.errors.Pruned, which mpiopt.objective catches). Importing this package imports neither
+Pruned (mpiopt.errors.Pruned, which mpiopt.objective.evaluate catches). Importing this package imports neither
 TensorFlow nor mpi4py; they load when training starts.
 """
 from mpiopt.errors import Pruned

@@ -5,7 +5,7 @@ Why every write is followed by one small collective over the whole trial communi
 only a fold's rank 0 writes, and if that write fails (no space left) every rank of the
 trial must stop at the same point, or the others would wait for ever in the next
 collective. They all raise ArtifactStoreError: not the trial's fault, so the trial is
-INTERRUPTED (mpiopt.objective), the study stops in order with the resume command, and
+INTERRUPTED (mpiopt.objective.evaluate), the study stops in order with the resume command, and
 the trial runs again from its last checkpoint.
 """
 from __future__ import annotations

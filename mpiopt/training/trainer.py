@@ -1,6 +1,6 @@
 """Train one parameter set on a communicator: folds, epochs, validation, early stopping.
 
-run_training is the entry point used by the group ranks (through mpiopt.objective) and by
+run_training is the entry point used by the group ranks (through mpiopt.objective.evaluate) and by
 `mpiopt train`. It knows nothing of the coordinator or the database: it gets a
 communicator, the spec, the parameters and a seed, and calls report(epoch, value) on the
 communicator's rank 0 after each epoch.
@@ -51,7 +51,7 @@ def run_training(spec, params: dict, comm, seed: int, report=None, on_epoch=None
     checkpoint up to its last epoch, valued at that epoch."""
     threads.pin_threads(comm)
     t0 = comm.bcast(time.time(), root=0)   # spans are seconds since here, on every rank
-    from mpiopt.objective_ref import load_callable
+    from mpiopt.objective.refs import load_callable
     from mpiopt.training import backend, searched
 
     spec, params, learning_rate = searched.split(spec, params)

@@ -265,7 +265,7 @@ def reports_every_step(params, comm, report):
     """A group objective with a collective and a report at every step, as a simulation
     or a training loop of the user's own: x > 0 is slow (0.3 s a step, 8 steps), so a
     trial_timeout of 1 s stops it at a report, which must stop every rank there."""
-    from mpiopt.objective import Pruned
+    from mpiopt.objective.evaluate import Pruned
 
     value = branin(params)
     for step in range(8):

@@ -3,7 +3,7 @@ per-epoch values (so the median pruner can stop it), and fails for x < -3."""
 import math
 import time
 
-from mpiopt.objective import Pruned
+from mpiopt.objective.evaluate import Pruned
 
 
 def curve(params, report):

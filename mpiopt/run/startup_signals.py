@@ -10,7 +10,7 @@ rank ended by the signal a little later ended the job with a killed rank (status
 instead of the one line.
 
 So `main` holds these signals from its first line: a signal that comes is only noted.
-Rank 0 of a run releases them where it can tell every rank (mpiopt.parallel.launch: the
+Rank 0 of a run releases them where it can tell every rank (mpiopt.run.launch: the
 start-up's messages carry the verdict "interrupted"); the other ranks of a run leave
 signals to rank 0 from then on (launch.signal_ignore); any other command releases them
 once its arguments are parsed. Released, a noted signal goes to the handler then in place
@@ -31,7 +31,7 @@ import signal
 import threading
 from contextlib import contextmanager
 
-from mpiopt.processes import STOP_SIGNALS as HELD
+from mpiopt.objective.processes import STOP_SIGNALS as HELD
 
 
 class _Hold:
@@ -102,7 +102,7 @@ _deferring: list[_Hold] = []
 def noted() -> bool:
     """Whether a stop signal is being held (by `hold` or a `deferred` block): a wait
     inside one ends early with KeyboardInterrupt, which the block's end turns into the
-    signal's own handling (mpiopt.study_run.take_lease's wait for a silent job)."""
+    signal's own handling (mpiopt.run.study_run.take_lease's wait for a silent job)."""
     return bool(_main.noted) or any(h.noted for h in _deferring)
 
 

@@ -3,7 +3,7 @@
 mpiexec waits, after the last rank has exited, for every process holding the job's output
 open, and a program a trial starts (subprocess.Popen not waited for) holds it: the study
 ends, the job does not, for as long as the program runs. Sandboxed trials are covered by
-their worker's process group (mpiopt.sandbox); this covers trials in the rank's own
+their worker's process group (mpiopt.objective.sandbox); this covers trials in the rank's own
 process (`isolate: false`, functions taking `comm`, Keras models). Only processes that
 appeared after the rank took its snapshot are ended, so whatever the MPI library started
 at initialisation (a singleton's process manager) is left alone. Linux (/proc) only.

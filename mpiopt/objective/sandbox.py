@@ -13,7 +13,7 @@ never spinning, and so stays free to notice:
   INTERRUPTED, so it runs again on resume.
 
 The worker is forked (the objective is already imported, nothing is pickled) and never
-calls MPI (an objective that tries gets an error at once: mpiopt.parallel.world_guard): it
+calls MPI (an objective that tries gets an error at once: mpiopt.objective.world_guard): it
 exits with os._exit and dies with its parent (PR_SET_PDEATHSIG).
 
 Processes a trial starts die with its worker. A subprocess.Popen the objective does not
@@ -34,10 +34,10 @@ import signal
 import time
 
 from mpiopt.errors import TrialStopped
-from mpiopt.objective import failed_result, format_duration
-from mpiopt.parallel.protocol import Result, Trial
-from mpiopt.parallel.world_guard import guard_worker
-from mpiopt.processes import STOP_SIGNALS, forget_signals, ignore, own_fork
+from mpiopt.durations import format_duration
+from mpiopt.trial import Result, Trial
+from mpiopt.objective.world_guard import guard_worker
+from mpiopt.objective.processes import STOP_SIGNALS, forget_signals, ignore, own_fork
 from mpiopt.trial import TrialStatus
 
 POLL_S = 0.05        # how often a waiting rank looks at the coordinator's cancel
@@ -76,7 +76,7 @@ class Sandbox:
                 continue
             if deadline is not None and time.monotonic() >= deadline:
                 self._kill()
-                return _elapsed(failed_result(trial, f"timed out after {format_duration(trial.timeout)} "
+                return _elapsed(_failed(trial, f"timed out after {format_duration(trial.timeout)} "
                                                      f"({self.objective.where})"), start)
             if should_cancel is not None and should_cancel():
                 self._kill()
@@ -124,7 +124,7 @@ class Sandbox:
             how = f"killed by {name}{hint}"
         else:
             how = f"exit status {code}"
-        return failed_result(trial, f"objective killed its process: {how} ({self.objective.where})")
+        return _failed(trial, f"objective killed its process: {how} ({self.objective.where})")
 
     def _kill(self) -> None:
         if self._proc is not None:
@@ -278,3 +278,7 @@ def _die_with_parent() -> None:
         _LIBC_PRCTL(1, signal.SIGKILL)   # PR_SET_PDEATHSIG
     if os.getppid() == 1:
         os._exit(0)
+
+
+def _failed(trial: Trial, error: str) -> Result:
+    return Result(trial.trial_id, TrialStatus.FAILED, error=error)

@@ -233,7 +233,7 @@ def space_sets_of(spec_text: str) -> int | None:
 
 def _how_to_go_on(record, url: str | None) -> str:
     """What the closing line of an ended job said to do next, for `mpiopt status`."""
-    from mpiopt.study import after_failures, resume_command
+    from mpiopt.study.opening import after_failures, resume_command
 
     if url is None or record.status.value not in ("INTERRUPTED", "FAILED"):
         return ""
@@ -261,7 +261,7 @@ def liveness(record, url: str | None, now: datetime | None = None) -> tuple[str,
         text = (f"running (host {lease.host}, pid {lease.pid}, last heartbeat "
                 f"{_seconds(lease.age_s(now))} ago)")
         return "running", text
-    from mpiopt.study import resume_command
+    from mpiopt.study.opening import resume_command
 
     last = lease.beat_at if lease is not None else record.updated_at
     host = lease.host if lease is not None else "?"

@@ -2,7 +2,7 @@
 
 Why here and not in the CLI: the rules live in one place the CLI and Python share.
 
-- A study whose job is running (its lease is fresh: mpiopt.study_run) is not deleted or
+- A study whose job is running (its lease is fresh: mpiopt.run.study_run) is not deleted or
   renamed without `force`: the job would go on writing trials into a study that is gone
   or under another name. A job that died leaves a stale lease, which does not count.
 - A copy carries every row of the study (trials, parameters, folds, per-epoch values,
@@ -91,7 +91,7 @@ def renamed_spec(spec_text: str, new: str) -> str:
 
 
 def check_name(name: str) -> None:
-    from mpiopt.study_names import name_problem
+    from mpiopt.study.names import name_problem
 
     problem = name_problem(name)
     if problem:

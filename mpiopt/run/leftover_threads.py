@@ -76,7 +76,7 @@ def _die_of_sigint() -> None:
     """End as Python ends on a Ctrl-C nobody caught: the traceback, then killed by SIGINT.
 
     A KeyboardInterrupt reaches here from main's first lines, before it holds the stop
-    signals (mpiopt.startup_signals), while the other ranks may already wait in MPI_Init
+    signals (mpiopt.run.startup_signals), while the other ranks may already wait in MPI_Init
     (once main holds them, a Ctrl-C is noted and acted on where the command can end in
     order).
     Ending with status 1 there hung the job: mpiexec (MPICH's hydra) takes an ordinary exit

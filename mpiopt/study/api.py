@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from mpiopt.errors import MpioptError
-from mpiopt.report import export_rows
+from mpiopt.reporting.tables import export_rows
 from mpiopt.storage import Storage, StudyRecord, open_storage
 from mpiopt.trial import FrozenTrial, TrialStatus
 

@@ -8,7 +8,7 @@ float or a dict of metrics from which `objective.metric` picks the figure of mer
 User code is untrusted. Every failure becomes a FAILED result whose error names the rank
 and host: an exception (SystemExit too), a NaN or infinite value, a return value of the
 wrong type, a run past `search.trial_timeout`. A plain function that does not take `comm`
-runs in a worker process of its own (mpiopt.sandbox, `objective.isolate`), so that even
+runs in a worker process of its own (mpiopt.objective.sandbox, `objective.isolate`), so that even
 os._exit, a segfault or the OOM killer end only the trial, not the job. Nothing here
 touches the database or the coordinator.
 """
@@ -33,12 +33,12 @@ from typing import Any, Callable
 
 import numpy as np
 
-from mpiopt.device import describe_device
+from mpiopt.objective.device import describe_device
 from mpiopt.durations import format_duration
 from mpiopt.errors import ArtifactStoreError, Pruned, StopRequested, TrialStopped, TrialTimeout
-from mpiopt.parallel.world_guard import world_guarded
-from mpiopt.parallel.protocol import Result, Trial
-from mpiopt.processes import own_stop_handlers, stop_signal_seen
+from mpiopt.objective.world_guard import world_guarded
+from mpiopt.trial import Result, Trial
+from mpiopt.objective.processes import own_stop_handlers, stop_signal_seen
 from mpiopt.trial import TrialStatus
 
 OPTIONAL_ARGS = ("comm", "seed", "report")
@@ -62,7 +62,7 @@ class Objective:
                       *(c.metric for c in spec.objective.constraints)}
         self._told_skipped = False
         if spec.objective.function:
-            from mpiopt.objective_ref import load_callable
+            from mpiopt.objective.refs import load_callable
 
             self._function = load_callable(spec.objective.function, spec.base_dir)
             self._accepts = _accepted_args(self._function)
@@ -70,7 +70,7 @@ class Objective:
     @property
     def namespace(self) -> dict | None:
         """The globals of a plain function's module (where a `comm = MPI.COMM_WORLD` the
-        module keeps is guarded during a trial: mpiopt.parallel.world_guard)."""
+        module keeps is guarded during a trial: mpiopt.objective.world_guard)."""
         return getattr(self._function, "__globals__", None)
 
     @property
@@ -101,7 +101,7 @@ class Objective:
         """Run one trial; never raises for anything the user's code does."""
         if self.isolated:
             if self._sandbox is None:
-                from mpiopt.sandbox import Sandbox
+                from mpiopt.objective.sandbox import Sandbox
 
                 self._sandbox = Sandbox(self)
             result = self._sandbox.run(trial, report, should_cancel)

@@ -16,7 +16,7 @@ Genome encoding, one gene per dimension in declaration order:
 Uniform random genes therefore decode to samples that respect the priors, which is how
 :meth:`Space.sample` works.
 
-Conditional spaces (mpiopt.conditions: `when`, `for`): a parameter set holds only the
+Conditional spaces (mpiopt.space.conditions: `when`, `for`): a parameter set holds only the
 parameters that are *active*; an absent one is missing from the dict (never None).
 Searchers keep working on the full genome or encoding, where an absent parameter's slot
 holds the constant NEUTRAL (mid-range), and `from_genome`, `sample` and `active` drop
@@ -41,7 +41,7 @@ from typing import Any, Iterable, Sequence, Union
 
 import numpy as np
 
-from mpiopt.conditions import dependency_order, parse_when
+from mpiopt.space.conditions import dependency_order, parse_when
 from mpiopt.errors import SpaceError  # noqa: F401  (raised here; importable from here too)
 
 PRIORS = ("uniform", "log-uniform")
@@ -281,7 +281,7 @@ def dimension_from_dict(name: str, entry: dict) -> Dimension:
 class Space:
     """An ordered collection of named dimensions; the order is the genome's (and the
     encoder's, mpiopt.search._skopt). `conditions` maps a parameter name to the
-    conditions (mpiopt.conditions.Condition) under which it is present."""
+    conditions (mpiopt.space.conditions.Condition) under which it is present."""
 
     def __init__(self, dimensions: Iterable[Dimension], conditions: dict | None = None):
         self.dimensions: list[Dimension] = list(dimensions)

@@ -4,7 +4,7 @@ Opening a run is the job's first write. On resume it settles the trials that wer
 RUNNING when the last job ended without a word (kill -9, a node lost, a process killed by
 its own trial):
 
-- a sandboxed objective (mpiopt.sandbox) cannot take its rank down, so such a trial only
+- a sandboxed objective (mpiopt.objective.sandbox) cannot take its rank down, so such a trial only
   lost its job: it is INTERRUPTED and runs again;
 - an objective that runs in the rank's own process (Keras models, functions taking
   `comm`, `objective.isolate: false`) may have killed the job itself. Each such ending
@@ -138,7 +138,7 @@ def take_lease(storage, study_id: int, period: float, wait_s: float = 0.0,
     say(f"study {name!r}: the job that ran it last (host {held.host}, pid {held.pid}) "
         f"has not given it up; waiting up to {limit:.0f}s for its next heartbeat (a job "
         f"killed without a word leaves its lease for {3 * held.period_s:.0f}s)", flush=True)
-    from mpiopt import startup_signals
+    from mpiopt.run import startup_signals
 
     start = time.monotonic()
     while time.monotonic() - start < limit:
@@ -179,7 +179,7 @@ def recovery_places(spec, url: str) -> list[Path]:
     directory (a spec in a folder that cannot be written), then in the home folder, under
     a name of the database's own (a full disk or an exceeded quota where the study runs,
     often a scratch file system, leaves the home folder's); a resume imports from each."""
-    from mpiopt.kept_results import recovery_file
+    from mpiopt.study.kept import recovery_file
 
     source = Path(spec.source)
     folders = [source.parent] if source.suffix in (".yaml", ".yml") and source.is_file() else []
@@ -207,8 +207,8 @@ def _import_recoveries(storage, spec, url: str, study_id: int, given=(),
     (`stored`: a killed job's file beside its spec, for `mpiopt resume NAME` run from
     another folder) and those named (`mpiopt resume --recovery FILE`, as a closing line
     prints it), imported first; before them the files beside them where group leaders
-    kept the results they sent (mpiopt.kept_results)."""
-    from mpiopt.kept_results import group_files, remove_if_empty
+    kept the results they sent (mpiopt.study.kept)."""
+    from mpiopt.study.kept import group_files, remove_if_empty
     from mpiopt.storage.resilient import import_recovery, key_of
 
     notes = []
@@ -241,7 +241,7 @@ def _forget_kept(storage, places) -> None:
     """A new study's start: files that group leaders kept for a study of the same name in
     this database are a deleted one's (its trial ids could be given to this study's
     trials, and a resume would import their results into them), so they go."""
-    from mpiopt.kept_results import group_files, remove_if_empty
+    from mpiopt.study.kept import group_files, remove_if_empty
     from mpiopt.storage.resilient import key_of
 
     key = key_of(storage)
@@ -264,12 +264,12 @@ def _readable(path: Path) -> bool:
 
 def open_run(spec, url: str, resume, isolated: bool, retry_failed: bool = False,
              recovery=(), lease_wait: float = 0.0) -> StudyRun:
-    """`resume`: see mpiopt.study.open_study; `retry_failed` (`--retry-failed`): the
+    """`resume`: see mpiopt.study.opening.open_study; `retry_failed` (`--retry-failed`): the
     resumed study's FAILED trials become RETRIED and their parameter sets run again;
     `recovery`: recovery files to import besides those the resume finds itself;
     `lease_wait`: how long to watch a holder on another host (see take_lease)."""
     from mpiopt.storage import open_storage
-    from mpiopt.study import open_study
+    from mpiopt.study.opening import open_study
 
     if retry_failed and spec.search.algorithm == "pbt":     # before anything is written
         from mpiopt.errors import SpecError
@@ -318,7 +318,7 @@ def _warm(spec, url: str):
     if not getattr(spec.search, "warm_start", None):
         return [], None
     from mpiopt.storage import open_storage
-    from mpiopt.warm_start import warm_results
+    from mpiopt.study.warm_start import warm_results
 
     storage = open_storage(url, read_only=True)
     try:

@@ -22,7 +22,7 @@ import sys
 import time
 
 from mpiopt.errors import LeaseLost, MpioptError, StorageUnavailable, TopologyError
-from mpiopt.study import (NATIVE_LOG_ENV, after_failures, native_log_path, resume_command,
+from mpiopt.study.opening import (NATIVE_LOG_ENV, after_failures, native_log_path, resume_command,
                           shown_url)
 from mpiopt.parallel.protocol import Tag
 from mpiopt.trial import StudyStatus
@@ -36,7 +36,7 @@ def run_study_command(prepare, quiet: bool = False) -> int:
     options: {"retry_failed": bool, "recovery": [recovery files to import first]}."""
     from mpi4py import MPI
 
-    from mpiopt.processes import descendants, end_started_since, keep_nohup
+    from mpiopt.objective.processes import descendants, end_started_since, keep_nohup
 
     keep_nohup()
     world = MPI.COMM_WORLD
@@ -47,7 +47,7 @@ def run_study_command(prepare, quiet: bool = False) -> int:
             return _rank0(world, prepare, quiet)
         return _other_rank(world)
     finally:
-        end_started_since(before)    # programs trials left running: see mpiopt.processes
+        end_started_since(before)    # programs trials left running: see mpiopt.objective.processes
 
 
 # The launchers' own count of the processes they started (Open MPI's mpirun; MPICH's,
@@ -77,7 +77,7 @@ def _check_launcher(size: int) -> None:
 
 # ---- rank 0 -------------------------------------------------------------------------------
 def _rank0(world, prepare, quiet: bool) -> int:
-    from mpiopt import startup_signals
+    from mpiopt.run import startup_signals
 
     multi = world.Get_size() > 1
     _stop_as_ctrl_c()
@@ -115,7 +115,7 @@ def _tell_every_rank(world, message: dict) -> None:
     spec went out, when that part had no handler), the ranks not yet sent to waited for
     it for ever (3 jobs in 340 with Ctrl-C or SIGTERM 1.0-1.8 s into a Bayesian study on 5
     ranks; 0 in 180 after)."""
-    from mpiopt import startup_signals
+    from mpiopt.run import startup_signals
     from mpiopt.parallel.waiting import quiet_bcast
 
     with startup_signals.deferred():
@@ -140,7 +140,7 @@ def _start_up(world, spec, url, resume, multi: bool, options: dict):
     """Rank 0's part of the start-up after the spec went out: (rank 0's own set-up, the
     opened study, the installed stop flag). A failure sends the other ranks its verdict
     and raises."""
-    from mpiopt import startup_signals
+    from mpiopt.run import startup_signals
     from mpiopt.parallel.waiting import gather_ready
 
     own = _set_up(world, spec) if not multi else (None, None)
@@ -193,7 +193,7 @@ def _stop_flag():
 
 
 # What rank 0 imports after the other ranks are set up (the database, the run's loop).
-_RUN_MODULES = ("mpiopt.study_run", "mpiopt.storage.resilient", "mpiopt.progress",
+_RUN_MODULES = ("mpiopt.run.study_run", "mpiopt.storage.resilient", "mpiopt.reporting.progress",
                 "mpiopt.parallel.coordinator", "mpiopt.parallel.scheduler",
                 "mpiopt.parallel.liveness", "mpiopt.search.background")
 
@@ -314,7 +314,7 @@ def _where_to_keep(opened) -> dict:
 def _open(spec, url, resume, isolated: bool, retry_failed: bool = False, recovery=()):
     """The study opened; a holder of its lease on another host is watched for as long as
     the other ranks wait for the start-up's verdict allows (see study_run.take_lease)."""
-    from mpiopt.study_run import open_run
+    from mpiopt.run.study_run import open_run
 
     return open_run(spec, url, resume, isolated, retry_failed, recovery,
                     lease_wait=startup_limit() / 2)
@@ -368,7 +368,7 @@ def _from_rank0(world, what: str):
 
 def _set_up(world, spec):
     """(objective, None) or (None, 'rank 3 on n12: what failed'): never raises."""
-    from mpiopt.objective import Objective
+    from mpiopt.objective.evaluate import Objective
 
     try:
         return Objective(spec, world.Get_rank(), socket.gethostname()), None
@@ -377,7 +377,7 @@ def _set_up(world, spec):
 
 
 def _serve(world, spec, objective, limit: float | None, resume: str, keep=None) -> int:
-    from mpiopt.kept_results import KeptResults
+    from mpiopt.study.kept import KeptResults
     from mpiopt.parallel.group import run_group
     from mpiopt.parallel.topology import make_topology
 
@@ -419,8 +419,8 @@ def signal_ignore() -> None:
     """Group ranks leave SIGINT/SIGTERM/SIGUSR1 to the coordinator, which cancels their
     trials and ends the job in order; a rank killed first could take the coordinator down
     with it (Slurm's --signal reaches every task of the step, not only rank 0)."""
-    from mpiopt import startup_signals
-    from mpiopt.processes import STOP_SIGNALS, ignore, note_signals
+    from mpiopt.run import startup_signals
+    from mpiopt.objective.processes import STOP_SIGNALS, ignore, note_signals
 
     ignore(STOP_SIGNALS)                # (not in trials' programs)
     note_signals()                      # (a trial's own handler may act on them: objective)
@@ -454,7 +454,7 @@ def _watch(world, alive_comm, topo, limit: float | None):
 
 def _coordinate_with(world, spec, url, opened, quiet, objective, topo, comm, hosts, watch,
                      flag) -> int:
-    from mpiopt.progress import Progress
+    from mpiopt.reporting.progress import Progress
 
     from mpiopt.parallel.coordinator import Coordinator
     from mpiopt.storage.resilient import Resilient
@@ -494,7 +494,7 @@ def _abort(world, code: int) -> None:
 
 
 def _run_single(spec, url, opened, sched, progress, comm, objective, flag) -> int:
-    from mpiopt.kept_results import KeptResults
+    from mpiopt.study.kept import KeptResults
     from mpiopt.parallel.local import run_local
 
     _pin_threads(spec, comm)
