@@ -78,14 +78,9 @@ def measure(algorithm: str, points: list[int], tmp: Path) -> list[dict]:
                       n_groups=4)
     executor = Executor(storage, send=None, view=sched)
 
-    def run(steps) -> list:
-        """The scheduler's handler carried out; the messages it gave."""
-        sent = []
-        executor.send = sent.append
-        executor.run(steps)
-        return sent
 
-    running = {a.group: a.trial for a in run(sched.start()) if isinstance(a, Dispatch)}
+    running = {a.group: a.trial for a in executor.collect(sched.start())
+               if isinstance(a, Dispatch)}
     sched.prefetch()
     rows, acc, group = [], [], 0
     for n in range(1, max(points) + WINDOW):
@@ -93,7 +88,8 @@ def measure(algorithm: str, points: list[int], tmp: Path) -> list[dict]:
         trial = running.pop(group)
         storage.lap(), searcher.lap()
         t0 = time.perf_counter()
-        actions = run(sched.on_result(group, Result(trial.trial_id, "COMPLETE", branin(trial.params))))
+        result = Result(trial.trial_id, "COMPLETE", branin(trial.params))
+        actions = executor.collect(sched.on_result(group, result))
         total = time.perf_counter() - t0
         db, s = storage.lap(), searcher.lap()
         t1 = time.perf_counter()

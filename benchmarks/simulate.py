@@ -84,13 +84,6 @@ def simulate(url: str, algorithm: str, groups: int, trials: int, mean_s: float,
                           direction="minimize", budget=trials, n_groups=groups, seed=seed,
                           clock=lambda: now["t"], send_first=True, ask_ahead=ahead)
         executor = Executor(st, send=None, view=sched)
-
-        def run(steps) -> list:
-            """The scheduler's handler carried out; the messages it gave."""
-            sent = []
-            executor.send = sent.append
-            executor.run(steps)
-            return sent
         commits, wrote = [], [False]     # write transactions (reads commit too)
 
         def statement(conn, cursor, text, *rest):
@@ -125,7 +118,7 @@ def simulate(url: str, algorithm: str, groups: int, trials: int, mean_s: float,
                         launch(a.group, at)
 
         t0 = time.perf_counter()
-        start(run(sched.start()), 0.0)
+        start(executor.collect(sched.start()), 0.0)
         free = time.perf_counter() - t0                 # the coordinator is busy until then
         busy_s += free
         while events:
@@ -142,7 +135,7 @@ def simulate(url: str, algorithm: str, groups: int, trials: int, mean_s: float,
             before = sched.finished
             batches += 1
             t0 = time.perf_counter()
-            actions = run(sched.on_results(batch))
+            actions = executor.collect(sched.on_results(batch))
             spent = time.perf_counter() - t0
             busy_s += spent
             for mark in marks:
@@ -150,7 +143,7 @@ def simulate(url: str, algorithm: str, groups: int, trials: int, mean_s: float,
                     cost_at.setdefault(mark, []).append(spent / len(batch))
             free = now["t"] + spent
             start(actions, free)
-        run(sched.finish())
+        executor.collect(sched.finish())
     mean_gap = statistics.fmean(gaps) if gaps else 0.0
     return {"completions/s": trials / busy_s, "busy %": 100 * mean_s / (mean_s + mean_gap),
             "mean gap ms": 1e3 * mean_gap, "cost per trial ms": 1e3 * busy_s / trials,

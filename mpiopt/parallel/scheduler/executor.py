@@ -59,6 +59,13 @@ class Executor:
     def run(self, steps):
         return drive(steps, self.do)
 
+    def collect(self, steps) -> list:
+        """Run `steps`, keeping its messages for the groups instead of sending them: for a
+        driver that delivers them itself (a simulation, a benchmark)."""
+        sent = []
+        drive(steps, lambda i: sent.append(i) if isinstance(i, ins.MESSAGES) else self.do(i))
+        return sent
+
     def do(self, instruction):
         return self._table[type(instruction)](instruction)
 
