@@ -374,27 +374,6 @@ def test_gp_posterior_interpolates_and_samples():
     assert np.isfinite(wide[best_mean])
 
 
-def test_warped_kernel_is_the_matern_at_no_warp_and_its_gradient_is_exact():
-    from sklearn.gaussian_process.kernels import Matern
-
-    from mpiopt.search import _gp
-
-    rng = np.random.default_rng(1)
-    X = rng.random((12, 3))
-    warped = _gp.WarpedMatern(length_scale=np.array([0.3, 0.7, 1.2]), warp_cols=[0, 2])
-    plain = Matern(length_scale=np.array([0.3, 0.7, 1.2]), nu=2.5)
-    assert np.allclose(warped(X), plain(X))            # a = b = 1: no warping
-    bent = warped.clone_with_theta(warped.theta + rng.normal(0.0, 0.4, len(warped.theta)))
-    assert not np.allclose(bent(X), plain(X))
-    K, grad = bent(X, eval_gradient=True)
-    eps, numeric = 1e-6, []
-    for e in np.eye(len(bent.theta)):
-        up, down = bent.clone_with_theta(bent.theta + eps * e), bent.clone_with_theta(bent.theta - eps * e)
-        numeric.append((up(X) - down(X)) / (2 * eps))
-    assert grad.shape == (12, 12, 3 + 2 + 2)
-    assert np.allclose(grad, np.stack(numeric, axis=-1), atol=1e-6)
-
-
 def test_in_place_matern_gives_scikit_learns_numbers_exactly():
     """_gp.Matern52 computes scikit-learn's Matern-5/2 in place for speed; bit for bit the
     same kernel, gradient and cross-kernel, or the suite's stored runs would not hold."""

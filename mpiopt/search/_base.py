@@ -77,9 +77,8 @@ class Searcher(abc.ABC):
         self.told: list[tuple[dict, float]] = []
         # keys of suggestions given out that came back with no value (failed, interrupted,
         # withdrawn): a searcher whose suggestions do not depend on results (the GP's
-        # space-filling design) must not make them again. It handed a failing design point
-        # out again at every ask: 19 of a study's 30 trials were 5 failing sets run 3-5
-        # times each, and a first point that failed would have used up max_initial_failures.
+        # space-filling design) must not make them again, or a failing design point comes
+        # back at every ask and uses up the study's trials and max_initial_failures.
         self.spent: set[tuple] = set()
         self.next_number = 0  # the trial number the next ask() is for, unless it says
         self.number = 0       # the trial number being suggested (ask) right now

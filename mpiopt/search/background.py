@@ -1,23 +1,22 @@
 """A slow searcher asked beside the coordinator's loop, so no group waits for a model fit.
 
-A Gaussian-process suggestion costs 50-300 ms. Asked in the loop, every group that
-finishes during a fit waits for it, and at 16 groups the Bayesian study kept only 59% of
-them busy (benchmarks/RESULTS.md). Here one thread owns the searcher: it keeps a stock of
+A Gaussian-process suggestion costs tens to hundreds of milliseconds. Asked in the loop,
+every group that finishes during a fit waits for it, and with many groups a good share of
+them idles (benchmarks/RESULTS.md). Here one thread owns the searcher: it keeps a stock of
 suggestions ready, and the coordinator only takes from the stock and queues tells and
 forgets (both return at once). The stock holds about as many suggestions as results
-arrive during one ask (Little's law: results per second x seconds per ask, measured as
-the study runs, plus one), at most one per group; every stocked suggestion is pending in
-the searcher, so the suggestions after it keep away from it as usual.
+arrive during one ask (Little's law: results per second x seconds per ask, both averaged
+as the study runs, plus one), at most one per group; every stocked suggestion is pending
+in the searcher, so the suggestions after it keep away from it as usual.
 
-When results come faster than the model can be asked (measured: a GP suggestion costs
-30-100 ms on a loaded 2-core node, so 16 groups of 0.5 s trials need more than it
-gives), an idle group does not wait for a wait longer than FILL_SHARE of a trial (the
-ask's expected time against the mean trial time, results' spacing x groups, Little's
-law again): it gets a random point from the space (a "filler",
-pending in the searcher like any suggestion, and told to it when done). An idle group
-produces nothing, a random trial at least a random-search result; the study's summary
-says how many fillers there were, so a user sees that the trials are too short for the
-model (and `evolutionary` or `random` would do as well).
+When results come faster than the model can be asked (many groups of short trials on a
+loaded node), an idle group does not wait for a wait longer than FILL_SHARE of a trial
+(the ask's expected time against the mean trial time, results' spacing x groups, Little's
+law again): it gets a random point from the space (a "filler", pending in the searcher
+like any suggestion, and told to it when done). An idle group produces nothing, a random
+trial at least a random-search result; the study's summary says how many fillers there
+were, so a user sees that the trials are too short for the model (and `evolutionary` or
+`random` would do as well).
 
 The price: a suggestion may be made before the last few results were told, as any
 asynchronous optimiser's are. Randomness stays keyed by trial number, so a replay still

@@ -80,7 +80,7 @@ class EvolutionarySearcher(Searcher):
         """Not a told point again, and at least 1% (scaled) from every pending one, so
         parallel groups never evaluate near-copies. With thousands of pending points the
         1% boxes cover a small space entirely (5,000 in 2-D: twice over), and every child
-        was refused ten times: the distance is then a quarter of the typical spacing of
+        would be refused: the distance is then a quarter of the typical spacing of
         that many points, n ** (-1/d), when that is smaller."""
         if self.key(params) in self.known:
             return False
