@@ -134,12 +134,6 @@ def together(comm, fn):
     return value
 
 
-# Gather the next batch while the Iallreduce is in flight (Layered SGD). Off: it did not pay
-# here (MPICH progresses a non-blocking collective only inside MPI calls, and gathering a
-# batch from memory takes microseconds); benchmarks/training_throughput.py measures it.
-OVERLAP = False
-
-
 def make_algorithm(model, comm, training):
     """The training algorithm of training.mode; downpour needs a master and a worker, so on
     one rank it is single-rank allreduce training."""
@@ -156,7 +150,7 @@ def make_algorithm(model, comm, training):
         raise ValueError(f"unknown training.mode {mode!r}")
     from mpiopt.training.allreduce import AllreduceSGD
 
-    return AllreduceSGD(model, comm, training, overlap=OVERLAP)
+    return AllreduceSGD(model, comm, training)
 
 
 def validate(model, comm, x, y, batch_size: int) -> dict:
