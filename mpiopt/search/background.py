@@ -38,6 +38,8 @@ import time
 
 import numpy as np
 
+from mpiopt.search._registry import TRAIT_NAMES
+
 CLOSE_WAIT_S = 5.0
 SWITCH_INTERVAL_S = 0.0005   # the loop's thread gets the GIL back within 0.5 ms (default 5)
 FILL_SHARE = 0.01            # a group waits for the model if that costs under 1% of a trial
@@ -190,6 +192,15 @@ class BackgroundSearcher:
         if self._error is not None:
             raise RuntimeError(f"the searcher failed: {type(self._error).__name__}: "
                                f"{self._error}") from self._error
+
+
+def _inner(name: str) -> property:
+    return property(lambda self: getattr(self.inner, name),
+                    doc=f"The inner searcher's `{name}` (mpiopt.search._base.Searcher says what it means).")
+
+
+for _name in (*TRAIT_NAMES, "space"):       # a wrapped searcher has the traits of its own
+    setattr(BackgroundSearcher, _name, _inner(_name))
 
 
 def _average(old: float | None, new: float) -> float:

@@ -64,8 +64,6 @@ class BayesianSearcher(Searcher):
     """Surrogate model + acquisition; see the module docstring for the parallel handling."""
 
     algorithm = "bayesian"
-    slow = True
-    vector = True     # several objectives or constraints: ParEGO (see _values)
 
     def __init__(self, space, options: dict | None = None, seed: int = 0):
         super().__init__(space, options, seed)

@@ -40,7 +40,6 @@ class EvolutionarySearcher(Searcher):
     """See the module docstring for the modes; options as in `DEFAULTS`."""
 
     algorithm = "evolutionary"
-    vector = True     # several objectives: NSGA-II's ranking (see _on_tell_vector)
 
     def __init__(self, space, options: dict | None = None, seed: int = 0):
         super().__init__(space, options, seed)

@@ -41,7 +41,6 @@ class OptunaSearcher(Searcher):
     """One Optuna sampler through Optuna's ask/tell; subclasses build the sampler."""
 
     algorithm = "optuna"
-    slow = True   # TPE's ask grows with the trials told
     defaults: dict = {}
 
     def __init__(self, space, options: dict | None = None, seed: int = 0):

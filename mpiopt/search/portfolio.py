@@ -36,7 +36,6 @@ MIN_SHARE = 0.25
 
 class PortfolioSearcher(Searcher):
     algorithm = "portfolio"
-    slow = True
 
     def __init__(self, space, members: list[Searcher], seed: int = 0):
         super().__init__(space, {}, seed)

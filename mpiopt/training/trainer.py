@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from mpiopt.errors import OTHERS_FAILED
+from mpiopt.trial import Direction
 from mpiopt.training import resume, threads
 from mpiopt.training.data import epoch_order, load_data, shard
 from mpiopt.training.folds import Splits, fold_plan, make_splits, run_folds
@@ -196,7 +197,7 @@ class FoldTrainer:
         self.x, self.y, self.x_val, self.y_val = arrays
         self.training = spec.training
         self.metric = spec.objective.metric
-        self.maximize = spec.objective.direction == "maximize"
+        self.maximize = Direction.parse(spec.objective.direction) is Direction.MAXIMIZE
         self.seed = (int(seed) * 7919 + fold) % 2**32
         self.epoch, self.best_epoch = 0, 0
         self.best_value, self.best_metrics = math.nan, {}
