@@ -629,9 +629,10 @@ def _scheduler(spec, opened, n_groups, hosts, ranks, artifacts, multi: bool):
                              parallel=n_groups, vector=spec.objective.vector)
     background = multi and searcher.slow
     if background:                        # no group waits for a model fit (see there)
-        from mpiopt.search.background import BackgroundSearcher
+        from mpiopt.search.background import MIN_FILL_WAIT_S, BackgroundSearcher
 
-        searcher = BackgroundSearcher(searcher, max_stock=n_groups)
+        searcher = BackgroundSearcher(    # (with a time limit, a wait's every second counts)
+            searcher, max_stock=n_groups, min_fill_wait_s=0.0 if s.time_limit else MIN_FILL_WAIT_S)
     send_first = multi and opened.isolated
     return Scheduler(
         refit_wanted=artifacts is not None and artifacts.refit_wanted(),
