@@ -1,6 +1,6 @@
 """`make bench`: run every benchmark at its default size and write its results file,
-benchmarks/results/SCRIPT.md (one per script; benchmarks/RESULTS.md is the index and the
-headline table, written by hand from these files).
+benchmarks/results/SCRIPT.md (one per script; benchmarks/RESULTS.md is the index, and
+docs/benchmarks.md the headline table, written by hand from these files).
 
 Each script measures what it compares side by side in one run and prints ratios; this
 writes each one's report under the machine description and the command. Run one script
@@ -77,7 +77,7 @@ def main() -> int:
     failed = [s for s in (sys.argv[1:] or SCRIPTS) if not run_one(s, now, machine())]
     if failed:
         print(f"failed: {', '.join(failed)}")
-    print("update the headline table in benchmarks/RESULTS.md where a figure moved")
+    print("where a headline figure moved: update docs/benchmarks.md, then run benchmarks/plots.py")
     return 1 if failed else 0
 
 
