@@ -53,7 +53,7 @@ def one_trial(spec, params, seed, comm) -> tuple[float, float]:
 
 def breakdown(spec, params, seed) -> dict:
     """Seconds of each fixed part of one trial (the shipped default)."""
-    from mpiopt.objective.refs import load_callable
+    from mpiopt.refs import load_callable
     from mpiopt.training import backend
     from mpiopt.training.data import load_data
 

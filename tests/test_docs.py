@@ -195,6 +195,14 @@ def test_the_environment_page_names_exactly_the_variables_the_code_reads():
     assert documented - read == set(), f"documented, not read: {sorted(documented - read)}"
 
 
+def test_the_resume_guide_names_every_field_a_resume_may_change():
+    from mpiopt.study.opening import RESUMABLE_CHANGES
+
+    text = " ".join((ROOT / "docs/how-to/resume.md").read_text(encoding="utf-8").split())
+    missing = [key for key in RESUMABLE_CHANGES if f"`{key}`" not in text]
+    assert not missing, f"docs/how-to/resume.md does not say these may change on resume: {missing}"
+
+
 def test_the_benchmark_plots_show_the_results_files(tmp_path):
     sys.path.insert(0, str(ROOT / "benchmarks"))
     try:

@@ -6,7 +6,7 @@ the dotted field path and what is expected, e.g.::
     spec.yaml: search.trails: unknown field; did you mean 'trials'?
 
 Nothing of the user's code runs while a spec loads: ``file.py:name`` references are
-checked on the file's syntax tree (see mpiopt.objective.refs), so every MPI rank and every
+checked on the file's syntax tree (see mpiopt.refs), so every MPI rank and every
 query command can load a spec cheaply. The field reference is docs/reference/spec.md.
 
 The package is split by section: `_reader` (YAML and `_Section`, which every section reads

@@ -67,6 +67,7 @@ class SearchSpec:
     target: float | None = None
     time_limit: float | None = None
     max_initial_failures: int = 5
+    max_failures_in_a_row: int = 10
     options: dict = field(default_factory=dict)
     trial_timeout: float | None = None
     grace: float = 300.0

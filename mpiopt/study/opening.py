@@ -19,7 +19,7 @@ from mpiopt.trial import FrozenTrial, StudyStatus
 # a trial means. Everything else must match the stored spec.
 RESUMABLE_CHANGES = (
     "storage", "study.description", "search.trials", "search.time_limit", "search.target",
-    "search.max_initial_failures", "resources.group_size", "search.trial_timeout",
+    "search.max_initial_failures", "search.max_failures_in_a_row", "resources.group_size", "search.trial_timeout",
     "search.grace", "search.max_attempts", "objective.isolate",
     # queued once, when the study is created (later sets: `mpiopt enqueue`); told anew on
     # every run (another study's results, a hint to the searcher only)

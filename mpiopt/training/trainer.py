@@ -51,7 +51,7 @@ def run_training(spec, params: dict, comm, seed: int, report=None, on_epoch=None
     checkpoint up to its last epoch, valued at that epoch."""
     threads.pin_threads(comm)
     t0 = comm.bcast(time.time(), root=0)   # spans are seconds since here, on every rank
-    from mpiopt.objective.refs import load_callable
+    from mpiopt.refs import load_callable
     from mpiopt.training import backend, searched
 
     spec, params, learning_rate = searched.split(spec, params)
