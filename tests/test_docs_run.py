@@ -1,5 +1,5 @@
 """The walkthroughs run as written: every shell block marked `<!-- docs-test: run -->` in
-the docs is run, as one bash script with `set -e`, in a fresh folder holding a copy of
+README.md and the docs is run, as one bash script with `set -e`, in a fresh folder holding a copy of
 examples/, with the venv's `mpirun` and `mpiopt` first on the PATH. A page's marked
 blocks run in order in the same folder, as a reader following it would.
 """
@@ -14,11 +14,12 @@ import pytest
 from conftest import ROOT, subprocess_env
 
 MARK = re.compile(r"^<!-- docs-test: run -->\n```bash\n(.*?)^```", re.S | re.M)
-PAGES = sorted(p for p in (ROOT / "docs").rglob("*.md") if MARK.search(p.read_text()))
+PAGES = sorted(p for p in [ROOT / "README.md", *(ROOT / "docs").rglob("*.md")]
+               if MARK.search(p.read_text()))
 
 
-def test_the_getting_started_page_is_run():
-    assert ROOT / "docs/getting-started.md" in PAGES
+def test_the_readme_and_getting_started_are_run():
+    assert {ROOT / "README.md", ROOT / "docs/getting-started.md"} <= set(PAGES)
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
