@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.mpiopt-installed
 DEMO_DB := build/demo.db
 
-.PHONY: demo test bench venv clean
+.PHONY: demo test bench docs venv clean
 
 venv: $(STAMP)
 
@@ -39,6 +39,11 @@ test: $(STAMP)
 	.ci/ensure-chromium
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -q --durations=30 \
 		-n $(TEST_WORKERS) --dist loadfile tests
+
+# The documentation site, built into build/site/ (open build/site/index.html as a file);
+# `.venv/bin/mkdocs serve` serves it while you write.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 bench: $(STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python benchmarks/run_all.py
