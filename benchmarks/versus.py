@@ -2,11 +2,12 @@
 
     python benchmarks/versus.py --base main~3 -- scheduling.py --groups 2 4 --duration 0.2
 
-checks out `--base` (any git revision) into a temporary worktree, then runs the benchmark
-script `--rounds` times from each tree in turn (base, this tree, base, ...), with
+checks out `--base` and `--this` (git revisions; `--this` is HEAD unless given, so commit
+what you measure) into temporary worktrees, then runs the benchmark script `--rounds`
+times from each in turn (base, this, base, ...), with
 PYTHONPATH pointing at that tree so every process the benchmark starts (mpiexec, the
 `mpiopt` command, here `python -m mpiopt`) imports that tree's mpiopt. `--harness this`
-runs this tree's script against both (benchmarks that only start `mpiopt` jobs, whose
+runs this revision's script against both (benchmarks that only start `mpiopt` jobs, whose
 measuring code should be the same for both); by default each tree runs its own (those
 that call mpiopt's Python API, which may have changed between them). The Markdown tables the script prints are
 read back; for every numeric cell it prints the median over rounds of each version and
@@ -81,6 +82,7 @@ def compare(runs: dict[str, list[dict]]) -> list[dict]:
 def main(argv=None) -> str:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--base", default="main", help="the git revision to compare with")
+    ap.add_argument("--this", default="HEAD", help="the git revision to measure")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--harness", choices=("own", "this"), default="own",
                     help="whose benchmark script runs: each tree's own, or this tree's for both")
@@ -89,24 +91,27 @@ def main(argv=None) -> str:
     a = ap.parse_args(argv)
     args = a.args[1:] if a.args[:1] == ["--"] else a.args
     with tempfile.TemporaryDirectory(prefix="mpiopt-versus-") as tmp:
-        base = Path(tmp) / "base"
+        trees = {"base": Path(tmp) / "base", "this": Path(tmp) / "this"}
         command = Path(tmp) / "mpiopt"
         command.write_text(f"#!{sys.executable}\nimport runpy\n"
                            "runpy.run_module('mpiopt', run_name='__main__', alter_sys=True)\n")
         command.chmod(0o755)
-        subprocess.run(["git", "worktree", "add", "--detach", str(base), a.base], cwd=ROOT,
-                       check=True, capture_output=True)
+        for version, revision in (("base", a.base), ("this", a.this)):
+            subprocess.run(["git", "worktree", "add", "--detach", str(trees[version]), revision],
+                           cwd=ROOT, check=True, capture_output=True)
         try:
             runs = {"base": [], "this": []}
             for _ in range(a.rounds):
-                for version, tree in (("base", base), ("this", ROOT)):
-                    harness = ROOT if a.harness == "this" else tree
+                for version, tree in trees.items():
+                    harness = trees["this"] if a.harness == "this" else tree
                     runs[version].append(parse_tables(run_once(tree, harness, a.script, args,
                                                                command)))
         finally:
-            subprocess.run(["git", "worktree", "remove", "--force", str(base)], cwd=ROOT,
-                           capture_output=True)
-    report = (f"`python benchmarks/versus.py --base {a.base} --rounds {a.rounds} --harness "
+            for tree in trees.values():
+                subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT,
+                               capture_output=True)
+    report = (f"`python benchmarks/versus.py --base {a.base} --this {a.this} --rounds {a.rounds} "
+              f"--harness "
               f"{a.harness} -- {a.script} "
               f"{' '.join(args)}`\n\n{machine()}\n\n{table(compare(runs))}")
     print(report)

@@ -16,6 +16,8 @@ from mpiopt.trial import FrozenTrial, StudyStatus, TrialStatus
 class CountingSearcher:
     """Suggests x = 0, 1, 2, ...; remembers what it was told, in order."""
 
+    numbered, asks_ahead, space = False, True, None     # (the searchers' traits)
+
     def __init__(self):
         self.counter = itertools.count()
         self.told, self.forgotten, self.replayed, self.pending = [], [], [], []

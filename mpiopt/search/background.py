@@ -1,23 +1,22 @@
 """A slow searcher asked beside the coordinator's loop, so no group waits for a model fit.
 
-A Gaussian-process suggestion costs 50-300 ms. Asked in the loop, every group that
-finishes during a fit waits for it, and at 16 groups the Bayesian study kept only 59% of
-them busy (benchmarks/RESULTS.md). Here one thread owns the searcher: it keeps a stock of
+A Gaussian-process suggestion costs tens to hundreds of milliseconds. Asked in the loop,
+every group that finishes during a fit waits for it, and with many groups a good share of
+them idles (benchmarks/RESULTS.md). Here one thread owns the searcher: it keeps a stock of
 suggestions ready, and the coordinator only takes from the stock and queues tells and
 forgets (both return at once). The stock holds about as many suggestions as results
-arrive during one ask (Little's law: results per second x seconds per ask, measured as
-the study runs, plus one), at most one per group; every stocked suggestion is pending in
-the searcher, so the suggestions after it keep away from it as usual.
+arrive during one ask (Little's law: results per second x seconds per ask, both averaged
+as the study runs, plus one), at most one per group; every stocked suggestion is pending
+in the searcher, so the suggestions after it keep away from it as usual.
 
-When results come faster than the model can be asked (measured: a GP suggestion costs
-30-100 ms on a loaded 2-core node, so 16 groups of 0.5 s trials need more than it
-gives), an idle group does not wait for a wait longer than FILL_SHARE of a trial (the
-ask's expected time against the mean trial time, results' spacing x groups, Little's
-law again): it gets a random point from the space (a "filler",
-pending in the searcher like any suggestion, and told to it when done). An idle group
-produces nothing, a random trial at least a random-search result; the study's summary
-says how many fillers there were, so a user sees that the trials are too short for the
-model (and `evolutionary` or `random` would do as well).
+When results come faster than the model can be asked (many groups of short trials on a
+loaded node), an idle group does not wait for a wait longer than FILL_SHARE of a trial
+(the ask's expected time against the mean trial time, results' spacing x groups, Little's
+law again): it gets a random point from the space (a "filler", pending in the searcher
+like any suggestion, and told to it when done). An idle group produces nothing, a random
+trial at least a random-search result; the study's summary says how many fillers there
+were, so a user sees that the trials are too short for the model (and `evolutionary` or
+`random` would do as well).
 
 The price: a suggestion may be made before the last few results were told, as any
 asynchronous optimiser's are. Randomness stays keyed by trial number, so a replay still
@@ -38,6 +37,8 @@ import threading
 import time
 
 import numpy as np
+
+from mpiopt.search._registry import TRAIT_NAMES
 
 CLOSE_WAIT_S = 5.0
 SWITCH_INTERVAL_S = 0.0005   # the loop's thread gets the GIL back within 0.5 ms (default 5)
@@ -191,6 +192,15 @@ class BackgroundSearcher:
         if self._error is not None:
             raise RuntimeError(f"the searcher failed: {type(self._error).__name__}: "
                                f"{self._error}") from self._error
+
+
+def _inner(name: str) -> property:
+    return property(lambda self: getattr(self.inner, name),
+                    doc=f"The inner searcher's `{name}` (mpiopt.search._base.Searcher says what it means).")
+
+
+for _name in (*TRAIT_NAMES, "space"):       # a wrapped searcher has the traits of its own
+    setattr(BackgroundSearcher, _name, _inner(_name))
 
 
 def _average(old: float | None, new: float) -> float:

@@ -36,7 +36,7 @@ OBJECTIVE = Fields(
           "to use (`value` means the returned float); for a model, a Keras metric name.",
           shown="`value` (function), `val_loss` (model)"),
     Field("direction", "minimize", "text", "Whether smaller or larger values are better.",
-          choices=("minimize", "maximize")),
+          choices=DIRECTIONS),
     Field("isolate", True, "flag", "Run a `function` that does not take `comm` in a worker "
           "process of its own (one per rank, kept warm between trials), so that `sys.exit`, "
           "`os._exit`, a segfault, the OOM killer or a timeout end the trial, not the job. "

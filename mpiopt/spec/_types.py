@@ -9,12 +9,11 @@ from pathlib import Path
 
 import yaml
 
-from mpiopt.search.options import OPTIONS
+from mpiopt.search import ALGORITHMS
 from mpiopt.space import Space
 
 STORAGE_RETRY_S = 600.0   # storage.retry_timeout default: ten minutes of outage ridden out
 TOP_KEYS = ("study", "storage", "objective", "search_space", "search", "training", "resources")
-ALGORITHMS = tuple(sorted(OPTIONS))   # auto, bayesian, cmaes, evolutionary, pbt, random, tpe
 
 
 # --------------------------------------------------------------------------- dataclasses

@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 
 from mpiopt.field import Field, Fields
+from mpiopt.search import ALGORITHMS
 from mpiopt.search.options import OPTIONS
 from mpiopt.spec._search import SEARCH
 from mpiopt.spec._sections import DATA, OBJECTIVE, RESOURCES, STUDY
@@ -28,8 +29,7 @@ SECTIONS: dict[str, Fields] = {
     "objective": OBJECTIVE,
     "objective.data": DATA,
     "search": SEARCH,
-    **{f"search.{name}": OPTIONS[name] for name in ("bayesian", "tpe", "cmaes", "evolutionary",
-                                                     "random", "auto", "pbt")},
+    **{f"search.{name}": OPTIONS[name] for name in ALGORITHMS},
     "training": TRAINING,
     "training.early_stopping": EARLY_STOPPING,
     "training.pruning": PRUNING,

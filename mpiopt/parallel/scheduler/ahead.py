@@ -32,7 +32,7 @@ class AskAhead:
 
     def _searcher_allows(self) -> bool:
         """pbt: a round's plan must see the result before it."""
-        return getattr(self.sched.searcher, "ask_ahead", True)
+        return self.sched.searcher.asks_ahead
 
     def room(self, extra: int = 0) -> bool:
         """Whether one more trial may be sent ahead (see the module docstring)."""

@@ -31,6 +31,7 @@ from mpiopt.parallel.scheduler.budget import Budget
 from mpiopt.parallel.scheduler.dispatch import Dispatching, Running
 from mpiopt.parallel.scheduler.outcomes import Outcomes, is_number, usable
 from mpiopt.parallel.scheduler.refit import Refit
+from mpiopt.search.background import BackgroundSearcher
 from mpiopt.search.untried import Untried
 from mpiopt.trial import Decision, FrozenTrial, Report, Result, StudyStatus, TrialStatus, Verdict
 
@@ -69,12 +70,11 @@ class Scheduler(Dispatching):
         self.next_number = 0
         self.reruns: list[FrozenTrial] = []
         self.finishing = 0            # results being written while their group already runs
-        self.background = hasattr(searcher, "take")
-        self.numbered = bool(getattr(searcher, "numbered", False))
+        self.background = isinstance(searcher, BackgroundSearcher)
+        self.numbered = searcher.numbered
         self.ahead = AskAhead(self, enabled=ask_ahead)
         # a finite space: each parameter set once, then the end (mpiopt.search.untried)
-        self.untried = None if self.numbered else Untried.of(
-            getattr(getattr(searcher, "inner", searcher), "space", None), seed)
+        self.untried = None if self.numbered else Untried.of(searcher.space, seed)
         self.queued_taken = 0          # queued parameter sets started by this run
         self._queue_read_at: float | None = None   # None: read it at the next dispatch
         self._restore(existing, warm)
