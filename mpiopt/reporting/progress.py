@@ -180,7 +180,8 @@ class Progress:
         self.quiet_s = QUIET_S
         group = trial.group if gone is None else gone.group
         waiting = [r for r in self.runs.values() if r.group == group and r.since is None]
-        if waiting and not any(r.group == group and r.since is not None for r in self.runs.values()):
+        busy = any(r.group == group and r.since is not None for r in self.runs.values())
+        if waiting and not busy:
             min(waiting, key=lambda r: r.number).since = self.clock()
 
     def pace(self, done: int) -> str:
