@@ -11,6 +11,8 @@ import select
 import subprocess
 import sys
 from collections import Counter
+
+import pytest
 from types import SimpleNamespace
 
 from conftest import BIN, subprocess_env
@@ -168,3 +170,59 @@ def test_a_terminal_is_seen_through_mpiexec_and_a_pipe_is_not():
     assert said.decode().strip().startswith("/dev/pts/"), said
     piped = subprocess.run(cmd, capture_output=True, text=True, env=subprocess_env(), timeout=60)
     assert piped.stdout.strip() == "None"
+
+
+EPOCHS = '''
+import time
+
+
+def epochs(params, report):
+    for epoch in range(1, 5):
+        time.sleep(0.3)
+        report(epoch, params["x"] / epoch)
+    return params["x"]
+'''
+
+
+def _on_a_terminal(cmd, cwd) -> str:
+    """What `cmd` writes to a pseudo-terminal (bounded: the job's own limits end it)."""
+    main, child = pty.openpty()
+    try:
+        proc = subprocess.Popen(cmd, cwd=cwd, stdout=child, stderr=child, env=subprocess_env())
+        os.close(child)
+        said = b""
+        while True:
+            if select.select([main], [], [], 1)[0]:
+                try:
+                    chunk = os.read(main, 4096)
+                except OSError:          # (Linux: the other side closed)
+                    break
+                if not chunk:
+                    break
+                said += chunk
+            elif proc.poll() is not None:
+                break
+        assert proc.wait(timeout=120) == 0, said.decode(errors="replace")
+    finally:
+        os.close(main)
+    return said.decode(errors="replace")
+
+
+@pytest.mark.parametrize("np", [None, 3])
+def test_a_search_on_a_terminal_shows_running_trials_epochs(tmp_path, np):
+    """The shells' calls reach Progress: single-process mode and under mpiexec."""
+    (tmp_path / "epochs.py").write_text(EPOCHS)
+    (tmp_path / "spec.yaml").write_text(
+        "study: {name: e}\n"
+        f"objective: {{function: {tmp_path / 'epochs.py'}:epochs, metric: v, direction: minimize}}\n"
+        "search_space: {x: {type: real, low: 1.0, high: 2.0}}\n"
+        "search: {algorithm: random, trials: 3, seed: 1}\n")
+    cmd = [str(BIN / "mpiopt"), "search", "spec.yaml", "--storage", "sqlite:///e.db"]
+    if np:
+        cmd = [str(BIN / "mpiexec"), "-n", str(np), *cmd]
+    said = _on_a_terminal(cmd, tmp_path)
+    drawn = [part for part in said.split("\r") if " running: trial " in part]
+    assert any("setting up" in part for part in drawn), said
+    assert any(re.search(r"trial \d \(group \d\) epoch [1-4] value=", part) for part in drawn), said
+    assert re.search(r"\[3/3\] trial \d .* elapsed \d+s, [\d.]+/min\r?\n", said), said
+    assert "study complete: 3 trials (3 complete)" in said

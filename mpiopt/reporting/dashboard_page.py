@@ -24,6 +24,7 @@ tbody tr{cursor:pointer} tbody tr:hover{background:#f0f6ff} tr.chosen{background
 .controls{display:flex;gap:.6em;margin:.5em 0} .controls input{flex:1;padding:.3em}
 pre{white-space:pre-wrap;background:#fafafa;border:1px solid #eee;padding:.5em;font-size:.85em}
 #detail{border:1px solid #ccd;border-radius:6px;padding:0 1em 1em;margin-top:1em}
+.scroll{max-height:60vh;overflow:auto} .scroll th{position:sticky;top:0;background:#fff}
 dl{display:grid;grid-template-columns:max-content 1fr;gap:.2em 1em} dt{color:#555}
 """
 
@@ -48,7 +49,7 @@ PAGE = f"""<!DOCTYPE html>
 <section id="trials"><h2>Trials</h2>
 <div class="controls"><input id="filter" type="search" placeholder="filter: any text in a row">
 <select id="status-filter"><option value="">every status</option></select></div>
-<table id="trial-table"><thead></thead><tbody></tbody></table>
+<div class="scroll"><table id="trial-table"><thead></thead><tbody></tbody></table></div>
 <p class="meta" id="trial-count"></p></section>
 <section id="detail" hidden></section>
 <div id="figures"></div>
