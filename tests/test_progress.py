@@ -84,8 +84,9 @@ def test_on_a_terminal_the_status_line_is_redrawn_in_place():
     text = out.getvalue()
     assert "\n" not in text                      # nothing scrolls while trials run
     last = text.rsplit("\r", 1)[1]
-    assert last == ("5s elapsed, 2 running: trial 0 (group 0) epoch 3 value=0.25, 5s; "
-                    "trial 1 (group 1) setting up, 5s\x1b[K")
+    assert last == ("5s elapsed, 2 running: trial 1 (group 1) setting up (a group's first "
+                    "trial: imports, data, model), 5s; trial 0 (group 0) epoch 3 value=0.25, "
+                    "5s\x1b[K")
     clock.now += 2
     p.trial_finished(done(0, group=0), sched(1, running=2))
     p.tick()
@@ -93,7 +94,20 @@ def test_on_a_terminal_the_status_line_is_redrawn_in_place():
     finished = text.index("[ 1/10] trial 0")
     assert text[finished - 4:finished] == "\r\x1b[K"      # the status line cleared first
     assert text.rsplit("\r", 1)[1].startswith("7s elapsed, 2 running: trial 1 (group 1) "
-                                              "setting up, 7s; trial 2 (group 0) starting, 0s")
+                                              "setting up (a group's first trial: imports, "
+                                              "data, model), 7s; trial 2 (group 0) starting, 0s")
+
+
+def test_groups_setting_up_are_named_together():
+    """The demo's first half minute: every group imports TensorFlow and reads its data."""
+    p, out, clock = progress(terminal=True)
+    p.trial_started(0, 0)
+    p.trial_started(1, 1)
+    clock.now += 27
+    p.tick()
+    assert out.getvalue().rsplit("\r", 1)[1] == (
+        "27s elapsed, 2 running: trial 0 (group 0), trial 1 (group 1) setting up (a group's "
+        "first trial: imports, data, model), 27s\x1b[K")
 
 
 def test_the_status_line_fits_the_terminal():
