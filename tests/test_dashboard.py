@@ -384,3 +384,72 @@ def test_bad_input_is_one_line_exit_2(tmp_path, args, named):
     proc = mpiopt("dashboard", *args, cwd=tmp_path, timeout=60)
     assert proc.returncode == 2 and proc.stdout == "" and named in proc.stderr, proc.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+# ---- a big study does not keep the database busy -----------------------------------------
+class SlowStorage:
+    """A study whose trials take `cost` seconds (of the fake clock) to read."""
+
+    def __init__(self, clock, cost: float):
+        from datetime import datetime, timezone
+
+        from mpiopt.storage import StudyRecord
+        from mpiopt.trial import FrozenTrial, StudyStatus, TrialStatus
+
+        now = datetime.now(timezone.utc)
+        self.record = StudyRecord(1, "big", "minimize", "loss", "study: {name: big}", "0" * 64,
+                                  "{}", StudyStatus.RUNNING, now, now)
+        self.trials = [FrozenTrial(id=1, study_id=1, number=0, status=TrialStatus.RUNNING,
+                                   params={"x": 1.0})]
+        self.clock, self.cost, self.reads = clock, cost, 0
+
+    def get_study(self, name):
+        return self.record
+
+    def count_trials(self, study_id):
+        from collections import Counter
+
+        return Counter(t.status for t in self.trials)
+
+    def get_trials(self, study_id):
+        self.reads += 1
+        self.clock.now += self.cost
+        return list(self.trials)
+
+    def finish(self):
+        from dataclasses import replace
+
+        from mpiopt.trial import TrialStatus
+
+        self.trials = [replace(self.trials[0], status=TrialStatus.COMPLETE, value=1.0)]
+
+
+class FakeClock:
+    now = 100.0
+
+    def __call__(self):
+        return self.now
+
+
+@pytest.mark.parametrize("cost", [0.01, 10.0])
+def test_a_study_is_read_again_when_it_changed_and_as_often_as_its_cost_allows(cost):
+    from mpiopt.reporting.dashboard import POLL_S, SPARE, Studies
+
+    clock = FakeClock()
+    storage = SlowStorage(clock, cost)
+    studies = Studies(storage, "sqlite:///big.db", clock=clock)
+    first = studies.study("big")
+    assert storage.reads == 1 and [r["status"] for r in first["rows"]] == ["RUNNING"]
+    clock.now += POLL_S / 2
+    again = studies.study("big", first["version"], first["rows_version"])
+    assert storage.reads == 1 and "rows" not in again and "figures" not in again
+    storage.finish()                       # a trial finished: read at once (its cost allowing)
+    clock.now += cost
+    done = studies.study("big", first["version"], first["rows_version"])
+    assert storage.reads == 2 and [r["status"] for r in done["rows"]] == ["COMPLETE"]
+    clock.now += max(POLL_S, SPARE * cost) - cost - 1e-6        # unchanged: not yet
+    studies.study("big", done["version"], done["rows_version"])
+    assert storage.reads == 2
+    clock.now += 1e-3                                            # (running trials' epochs)
+    studies.study("big", done["version"], done["rows_version"])
+    assert storage.reads == 3

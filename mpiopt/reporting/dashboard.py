@@ -4,8 +4,9 @@ The page (dashboard_page.py) polls three JSON endpoints every POLL_S, so a trial
 finishes shows up without a reload:
 
     /api/studies                       every study: state, counts, best
-    /api/study?name=S&have=V           one study: its trials' rows, and (when V is not the
-                                       figures' version) the report's figures
+    /api/study?name=S&rows=R&have=V    one study: its header, its trials' rows (when R is
+                                       not their version) and the report's figures (when V
+                                       is not theirs)
     /api/trial?study=S&number=N        one trial in full: params, curve, folds, error
 
 The figures are the static report's (figures.panel drawn by plotly_figures.figure), and
@@ -25,8 +26,10 @@ Rules, and why:
   markup; the figures' strings are HTML-escaped because plotly reads a subset of HTML in
   its labels and hover texts. The Content-Security-Policy allows only this server's
   scripts, so a string that slipped through would still not run.
-- Cheap while a study runs: a study's figures (a random-forest fit among them) are
-  rebuilt when its trials changed, at most every FIGURES_EVERY_S; the rows every poll.
+- Cheap while a study runs: a study's trials are read again when a trial started or
+  finished, or for running trials' epochs every poll, and its figures (a random-forest
+  fit among them) rebuilt when its trials changed, each no more often than its own cost
+  allows (Studies._snapshot); a page gets rows and figures only when they are new.
 """
 from __future__ import annotations
 
@@ -37,6 +40,7 @@ import math
 import socket
 import threading
 import time
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
@@ -46,6 +50,8 @@ from mpiopt.trial import FrozenTrial, TrialStatus
 
 POLL_S = 2.0
 FIGURES_EVERY_S = 5.0
+SPARE = 5           # reads and figure builds take at most 1/SPARE of the server's time
+MOST_METRICS = 8    # metrics shown as columns of the trials table
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 CSP = ("default-src 'self'; script-src 'self' 'unsafe-eval'; style-src 'self' 'unsafe-inline'; "
        "img-src 'self' data:; connect-src 'self'; object-src 'none'; base-uri 'none'; "
@@ -58,8 +64,10 @@ class Studies:
 
     def __init__(self, storage, url: str, clock=time.monotonic):
         self.storage, self.url, self.clock = storage, url, clock
-        self.lock = threading.Lock()
-        self.figures: dict[str, tuple] = {}   # study -> (fingerprint, made at, version, dict)
+        self.lock = threading.Lock()          # the storage: one call at a time
+        self.building = threading.Lock()      # a study's snapshot and figures
+        self.figures: dict[str, tuple] = {}   # study -> (fingerprint, made, version, dict, cost)
+        self.snapshots: dict[str, _Snapshot] = {}
 
     def studies(self) -> dict:
         from mpiopt.reporting.tables import liveness
@@ -72,25 +80,50 @@ class Studies:
             **{s.value.lower(): r.counts.get(s, 0) for s in TrialStatus},
             "best": r.best_value, "created": _iso(r.created_at)} for r in records]}
 
-    def study(self, name: str, have: str | None = None) -> dict:
+    def study(self, name: str, have: str | None = None, rows: str | None = None) -> dict:
+        """The study's header, its rows unless `rows` names the snapshot the page holds,
+        its figures unless `have` names theirs."""
         from mpiopt.reporting.tables import liveness
-        from mpiopt.reporting.view import StudyView
 
         with self.lock:
             record = self.storage.get_study(name)
-            trials = self.storage.get_trials(record.id)
-        view = StudyView.of(record, trials)
-        counts = {s.value.lower(): view.count(s) for s in TrialStatus}
+            counts = self.storage.count_trials(record.id)
+        with self.building:         # (two pages at once: one read, one build)
+            snap = self._snapshot(record, counts)
+            version, figures = self._figures(record, snap)
         out = {"name": record.name, "metric": record.metric, "direction": record.direction,
                "status": record.status.value, "state": liveness(record, self.url)[1],
-               "counts": counts, "params": [p.name for p in view.params],
-               "best": _best(view), "rows": [_row(t) for t in view.trials],
-               "now": _iso(view.now)}
-        version, figures = self._figures(record, view)
+               **snap.head, "rows_version": snap.version}
+        if rows != snap.version:
+            out["rows"] = snap.rows
         out["version"] = version
         if have != version:
             out.update(figures)
         return out
+
+    def _snapshot(self, record, counts) -> "_Snapshot":
+        """The study's trials as last read: read again when the counts per status changed
+        (a trial started or finished) or the last read is old (running trials' epochs),
+        and in both cases no sooner than its own cost allows: a study of thousands of
+        trials takes seconds to read, and a page polling every 2 s must not keep the
+        database busy (at most 1/SPARE of the time reading, epochs of running trials
+        then come at that pace)."""
+        from mpiopt.reporting.view import StudyView
+
+        key = (record.status.value, tuple(sorted((s.value, n) for s, n in counts.items())))
+        old = self.snapshots.get(record.name)
+        now = self.clock()
+        if old is not None:
+            age = now - old.made
+            if age < old.cost or (old.key == key and age < max(POLL_S, SPARE * old.cost)):
+                return old
+        with self.lock:
+            trials = self.storage.get_trials(record.id)
+        view = StudyView.of(record, trials)
+        snap = _Snapshot(key, now, self.clock() - now, view, f"{record.id}-{int(now * 1000)}",
+                         _head(view), [_row(t) for t in view.trials])
+        self.snapshots[record.name] = snap
+        return snap
 
     def trial(self, name: str, number: int) -> dict:
         with self.lock:
@@ -103,18 +136,38 @@ class Studies:
                 "curve": [[e, t.intermediate[e]] for e in sorted(t.intermediate)],
                 "member": t.member, "round": t.round, "parent": t.parent}
 
-    def _figures(self, record, view) -> tuple[str, dict]:
-        """(version, {"figures", "notes", "hover"}): rebuilt when the trials changed and the
-        last build is FIGURES_EVERY_S old; the version names the build."""
-        print_ = _fingerprint(record, view.trials)
+    def _figures(self, record, snap) -> tuple[str, dict]:
+        """(version, {"figures", "hover"}): rebuilt when the trials changed, no sooner
+        than FIGURES_EVERY_S or SPARE times the last build's cost after it (a forest is
+        fitted for the importance and the contour)."""
+        fingerprint = _fingerprint(record, snap.view.trials)
         cached = self.figures.get(record.name)
         now = self.clock()
-        if cached and (cached[0] == print_ or now - cached[1] < FIGURES_EVERY_S):
+        if cached and (cached[0] == fingerprint or
+                       now - cached[1] < max(FIGURES_EVERY_S, SPARE * cached[4])):
             return cached[2], cached[3]
-        built = _build_figures(view)
-        version = f"{print_[:16]}-{int(now * 1000)}"
-        self.figures[record.name] = (print_, now, version, built)
+        built = _build_figures(snap.view)
+        version = f"{fingerprint[:16]}-{int(now * 1000)}"
+        self.figures[record.name] = (fingerprint, now, version, built, self.clock() - now)
         return version, built
+
+
+@dataclass(frozen=True)
+class _Snapshot:
+    key: tuple                 # the study's status and counts per status when read
+    made: float
+    cost: float                # seconds the read took
+    view: object               # StudyView
+    version: str
+    head: dict
+    rows: list
+
+
+def _head(view) -> dict:
+    return {"counts": {s.value.lower(): view.count(s) for s in TrialStatus},
+            "params": [p.name for p in view.params],
+            "metrics": sorted({k for t in view.trials for k in t.metrics})[:MOST_METRICS],
+            "best": _best(view), "trials": len(view.trials), "now": _iso(view.now)}
 
 
 def _build_figures(view) -> dict:
@@ -162,7 +215,8 @@ def _row(t: FrozenTrial) -> dict:
             "std": t.value_std, "group": t.group, "attempt": t.attempt,
             "duration": t.duration, "started": _iso(t.started_at),
             "params": {k: _plain(v) for k, v in t.params.items()},
-            "epochs": len(t.intermediate), "error": error[0][:300] if error else None}
+            "epochs": len(t.intermediate), "error": error[0][:300] if error else None,
+            "metrics": {k: v for k, v in t.metrics.items()}}
 
 
 def _best(view) -> dict | None:
@@ -236,7 +290,7 @@ class Handler(BaseHTTPRequestHandler):
         if path == "/api/studies":
             return studies.studies()
         if path == "/api/study":
-            return studies.study(query["name"], query.get("have"))
+            return studies.study(query["name"], query.get("have"), query.get("rows"))
         if path == "/api/trial":
             return studies.trial(query["study"], int(query["number"]))
         return None

@@ -61,7 +61,7 @@ PAGE = f"""<!DOCTYPE html>
 APP_JS = r"""
 "use strict";
 const STATUSES = ["COMPLETE", "PRUNED", "FAILED", "RUNNING", "INTERRUPTED", "PENDING"];
-const state = {study: null, version: null, rows: [], params: [], hover: {}, sort: "number",
+const state = {study: null, version: null, rowsVersion: null, rows: [], params: [], metrics: [], hover: {}, sort: "number",
                desc: false, trial: null, polls: 0, pollMs: 2000, metric: "value"};
 
 function el(tag, props, ...children) {
@@ -122,7 +122,8 @@ function drawStudies(studies) {
 }
 function choose(name) {
   if (name !== state.study) {
-    state.study = name; state.version = null; state.trial = null;
+    state.study = name; state.version = null; state.rowsVersion = null; state.trial = null;
+    state.rows = [];
     document.getElementById("figures").replaceChildren();
     document.getElementById("detail").hidden = true;
   }
@@ -137,23 +138,26 @@ function drawStudy(d) {
   const counts = STATUSES.filter(s => d.counts[s.toLowerCase()])
     .map(s => d.counts[s.toLowerCase()] + " " + s.toLowerCase()).join(", ");
   document.getElementById("study-meta").textContent = d.metric + " (" + d.direction + ") \u00b7 " +
-    d.state + " \u00b7 " + d.rows.length + " trials" + (counts ? ": " + counts : "");
+    d.state + " \u00b7 " + d.trials + " trials" + (counts ? ": " + counts : "");
   const best = document.getElementById("study-best");
   best.textContent = d.best ? "Best " + d.metric + " " + fmt(d.best.value) + " (trial " +
     d.best.number + "): " + Object.entries(d.best.params).map(([k, v]) => k + "=" + fmt(v)).join(", ")
     : "No complete trial yet.";
-  state.rows = d.rows; state.params = d.params;
-  drawTrials();
+  state.params = d.params; state.metrics = d.metrics;
+  if (d.rows) { state.rows = d.rows; state.rowsVersion = d.rows_version; drawTrials(); }
   if (d.figures) { state.hover = d.hover; drawFigures(d.figures); state.version = d.version; }
 }
 
 function columns() {
   return [["number", "trial"], ["status", "status"], ["value", state.metric], ["duration", "duration"],
           ["group", "group"], ["epochs", "epochs"],
-          ...state.params.map(p => ["param:" + p, p]), ["error", "error"]];
+          ...state.params.map(p => ["param:" + p, p]),
+          ...state.metrics.filter(m => m !== state.metric).map(m => ["metric:" + m, m]), ["error", "error"]];
 }
 function cell(row, key) {
-  return key.startsWith("param:") ? row.params[key.slice(6)] : row[key];
+  if (key.startsWith("param:")) return row.params[key.slice(6)];
+  if (key.startsWith("metric:")) return row.metrics[key.slice(7)];
+  return row[key];
 }
 function compare(a, b) {
   if (a === b) return 0;
@@ -266,7 +270,8 @@ async function refreshTrial() {
 async function refresh() {
   if (state.study === null) return;
   const d = await getJSON("/api/study?name=" + encodeURIComponent(state.study) +
-                          "&have=" + encodeURIComponent(state.version || ""));
+                          "&have=" + encodeURIComponent(state.version || "") +
+                          "&rows=" + encodeURIComponent(state.rowsVersion || ""));
   drawStudy(d);
 }
 async function poll() {
