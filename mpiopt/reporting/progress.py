@@ -49,6 +49,11 @@ def _where(run: _Run) -> str:
     return f"trial {run.number}" + ("" if run.group is None else f" (group {run.group})")
 
 
+def _rate(per_minute: float) -> str:
+    """3 significant digits, never an exponent: '0.5', '12.3', '1554'."""
+    return f"{per_minute:.0f}" if per_minute >= 100 else f"{per_minute:.3g}"
+
+
 def _seconds(s: float) -> str:
     """A running clock in whole seconds: '0s', '42s', '1h2m5s'."""
     return format_duration(max(0, round(s)))
@@ -202,7 +207,7 @@ class Progress:
         text = f"elapsed {_seconds(elapsed)}"
         if self.finished_here and elapsed > 0:
             rate = self.finished_here / elapsed
-            text += f", {60 * rate:.3g}/min"
+            text += f", {_rate(60 * rate)}/min"
             left = (self.budget or 0) - done
             if left > 0:
                 text += f", ETA {_seconds(left / rate)}"
@@ -242,7 +247,8 @@ class Progress:
         c = sched.counts
         parts = [f"{c[s]} {s.value.lower()}" for s in TrialStatus if c[s] and s.is_finished()]
         wall = self.clock() - self.started
-        rate = f", {60 * self.finished_here / wall:.3g} trials/min" if self.finished_here and wall > 0 else ""
+        rate = (f", {_rate(60 * self.finished_here / wall)} trials/min"
+                if self.finished_here and wall > 0 else "")
         self.say(f"study {status.value.lower()}: {sched.finished} trials ({', '.join(parts) or 'none'}) "
                  f"in {format_duration(wall)}{rate}")
         if sched.message:
