@@ -45,6 +45,10 @@ def cmd_dashboard(args) -> int:
     from mpiopt.reporting.dashboard import make_server
     from mpiopt.storage import mask_url, open_storage
 
+    try:
+        import plotly  # noqa: F401  (the figures and plotly.js)
+    except ImportError:
+        raise MpioptError("mpiopt dashboard needs plotly: pip install 'mpiopt[report]'") from None
     url = storage_url(args)
     storage = open_storage(url, read_only=True)
     try:
