@@ -323,7 +323,8 @@ class _Server6(ThreadingHTTPServer):
     address_family = socket.AF_INET6
 
 
-def make_server(storage, url: str, host: str = "127.0.0.1", port: int = 8080) -> ThreadingHTTPServer:
+def make_server(storage, url: str, host: str = "127.0.0.1",
+                port: int = 8080) -> ThreadingHTTPServer:
     """The server, bound (port 0: any free port; server.server_address says which)."""
     from plotly.offline import get_plotlyjs
 
