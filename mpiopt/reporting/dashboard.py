@@ -38,6 +38,7 @@ import html
 import json
 import math
 import socket
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -319,7 +320,16 @@ class Handler(BaseHTTPRequestHandler):
         """Quiet: a poll every 2 s from each open page would fill the terminal."""
 
 
-class _Server6(ThreadingHTTPServer):
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request, client_address) -> None:
+        """A page closed in the middle of an answer is not an error worth a traceback."""
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+
+class _Server6(_Server):
     address_family = socket.AF_INET6
 
 
@@ -330,8 +340,7 @@ def make_server(storage, url: str, host: str = "127.0.0.1",
 
     from mpiopt.reporting.dashboard_page import APP_JS, PAGE
 
-    server = (_Server6 if ":" in host else ThreadingHTTPServer)((host, port), Handler)
-    server.daemon_threads = True
+    server = (_Server6 if ":" in host else _Server)((host, port), Handler)
     server.studies = Studies(storage, url)
     server.assets = {"/": ("text/html", PAGE.encode("utf-8")),
                      "/app.js": ("application/javascript", APP_JS.encode("utf-8")),
