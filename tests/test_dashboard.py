@@ -290,6 +290,9 @@ def _evil_database(tmp_path) -> str:
             else:
                 st.finish_trial(t.id, TrialStatus.COMPLETE, value=float(k), duration=1.0,
                                 intermediate={1: k + 1.0, 2: float(k)})
+        plain = st.create_study("plain", "maximize", "acc", "study: {name: plain}", "1" * 64, "{}")
+        st.finish_trial(st.create_trial(plain, {"x": 1.0}, seed=0, group=0).id,
+                        TrialStatus.COMPLETE, value=0.5, duration=1.0)
     return url
 
 
@@ -314,6 +317,14 @@ def test_markup_from_the_database_is_shown_as_text(tmp_path, browser, serve):
     status, body = dash.get("/api/study?name=" + urllib.request.quote(EVIL_STUDY))
     figures = json.dumps(json.loads(body)["figures"])
     assert status == 200 and "<img" not in figures and "&lt;img src=x" in figures
+    # another study: by a click on its row, and by the address (no reload either way)
+    browser.js("window.sameDocument = 'yes'")
+    browser.js("document.querySelector('#studies tr[data-study=\"plain\"]').click()")
+    browser.wait_for("document.getElementById('study-name').textContent == 'Study plain'", "plain")
+    browser.open(dash.address + "#study=" + urllib.request.quote(EVIL_STUDY) + "&trial=4")
+    browser.wait_for("document.getElementById('study-name').textContent.includes('evil')"
+                     " && document.getElementById('trial-error')", "the evil study by address")
+    assert browser.js("window.sameDocument") == "yes" and browser.js("window.evil === undefined")
     assert browser.errors() == []
 
 

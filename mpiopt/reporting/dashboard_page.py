@@ -128,7 +128,7 @@ function choose(name) {
     document.getElementById("detail").hidden = true;
   }
   writeHash();
-  refresh();
+  refresh().catch(() => {});      // (the next poll says what went wrong)
 }
 
 function drawStudy(d) {
@@ -297,6 +297,16 @@ async function poll() {
 for (const s of STATUSES) document.getElementById("status-filter").append(el("option", {value: s}, s.toLowerCase()));
 document.getElementById("filter").addEventListener("input", drawTrials);
 document.getElementById("status-filter").addEventListener("change", drawTrials);
+window.addEventListener("hashchange", () => {   // a link, or the address edited by hand
+  const before = state.study;
+  readHash();
+  const wanted = state.study, trial = state.trial;
+  state.study = before;
+  if (wanted !== null) choose(wanted);
+  state.trial = trial;
+  writeHash();
+  refreshTrial().catch(() => {});
+});
 readHash();
 poll();
 """
