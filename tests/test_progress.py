@@ -10,6 +10,7 @@ import re
 import select
 import subprocess
 import sys
+import time
 from collections import Counter
 
 import pytest
@@ -41,7 +42,8 @@ def done(number: int, group: int = 0) -> FrozenTrial:
 
 def progress(terminal: bool, budget: int = 10):
     out, clock = io.StringIO(), Clock()
-    return Progress(budget, out=out, terminal=terminal, columns=200, clock=clock), out, clock
+    return (Progress(budget, out=out, terminal=terminal, columns=200, clock=clock, keep_time=False),
+            out, clock)
 
 
 def test_each_line_has_elapsed_time_rate_and_eta():
@@ -112,7 +114,7 @@ def test_groups_setting_up_are_named_together():
 
 def test_the_status_line_fits_the_terminal():
     out, clock = io.StringIO(), Clock()
-    p = Progress(100, out=out, terminal=True, columns=60, clock=clock)
+    p = Progress(100, out=out, terminal=True, columns=60, clock=clock, keep_time=False)
     for k in range(20):
         p.trial_started(k, k)
     assert all(len(line) <= 60 for line in re.split(r"\r|\x1b\[K", out.getvalue()))
@@ -150,13 +152,26 @@ def test_a_finished_trial_starts_the_quiet_interval_over():
 
 def test_quiet_prints_nothing():
     out, clock = io.StringIO(), Clock()
-    p = Progress(10, out=out, quiet=True, terminal=True, clock=clock)
+    p = Progress(10, out=out, quiet=True, terminal=True, clock=clock, keep_time=False)
     p.trial_started(0, 0)
     clock.now += 100
     p.epoch(0, 1, 1.0)
     p.tick()
     p.trial_finished(done(0), sched(1))
     assert out.getvalue() == ""
+
+
+def test_on_a_terminal_the_clocks_move_while_no_one_calls():
+    """Single-process mode sits in the trial (TensorFlow's import) and cannot tick."""
+    out = io.StringIO()
+    p = Progress(10, out=out, terminal=True, columns=200)
+    p.trial_started(0, 0)
+    end = time.monotonic() + 60
+    while "1s elapsed" not in out.getvalue() and time.monotonic() < end:
+        time.sleep(0.1)
+    p.summary(sched(0, running=0), SimpleNamespace(value="COMPLETE"))
+    assert "1s elapsed, 1 running: trial 0 (group 0) setting up" in out.getvalue()
+    assert not p._ticker.is_alive()
 
 
 TERMINAL_CHECK = ("import sys; from mpiopt.reporting.terminal import terminal_path; "

@@ -17,7 +17,10 @@ that calls none of them gets the finished-trial lines alone.
 """
 from __future__ import annotations
 
+import atexit
+import functools
 import sys
+import threading
 import time
 from dataclasses import dataclass
 
@@ -33,6 +36,20 @@ QUIET_S = 15.0
 QUIET_MAX_S = 600.0
 # A plain status line names at most this many running trials (the longest running first)
 PLAIN_RUNS = 8
+# On a terminal, a thread calls tick() this often while trials run: in single-process mode
+# the loop is inside the trial and cannot (a Keras study's first trial imports TensorFlow
+# for seconds before its first epoch), and the clocks on the line would stand still
+KEEP_TIME_S = 1.0
+
+
+def _locked(method):
+    """One caller at a time: the shell's thread, the ticking thread and the single-process
+    watch thread (it prints the summary of a trial it gives up) may all write lines."""
+    @functools.wraps(method)
+    def locked(self, *args, **kwargs):
+        with self._lock:
+            return method(self, *args, **kwargs)
+    return locked
 
 
 def format_params(params: dict) -> str:
@@ -78,10 +95,14 @@ class _Run:
 
 class Progress:
     def __init__(self, budget: int, out=None, quiet: bool = False, terminal: bool | None = None,
-                 columns: int | None = None, clock=time.monotonic):
+                 columns: int | None = None, clock=time.monotonic, keep_time: bool | None = None):
         """`terminal`: redraw a status line in place (None: find out from `out`);
-        `columns`: its width (None: the terminal's)."""
+        `columns`: its width (None: the terminal's); `keep_time`: a thread ticks on a
+        terminal while trials run (None: on a terminal)."""
         self.budget, self.quiet, self.clock = budget, quiet, clock
+        self._lock = threading.RLock()
+        self._ticker: threading.Thread | None = None
+        self._stop_ticking = threading.Event()
         self.out = out or sys.stdout
         tty = terminal_path(self.out) if terminal is None else None
         self.terminal = bool(tty) if terminal is None else terminal
@@ -90,6 +111,7 @@ class Progress:
         self.groups: set = set()        # groups that got a trial in this job
         self.finished_here = 0          # trials finished in this job (the rate's count)
         self.shown = ""                 # the status line now on the terminal
+        self.keep_time = self.terminal if keep_time is None else keep_time
         self.start()
 
     def start(self) -> None:
@@ -99,6 +121,7 @@ class Progress:
         self.last_output = self.last_draw = self.started
         self.quiet_s = QUIET_S
 
+    @_locked
     def say(self, text: str) -> None:
         if not self.quiet:
             self._clear()
@@ -108,6 +131,7 @@ class Progress:
             #                                    other lines that may follow this one
 
     # ---- what the shells tell besides finished trials (each optional) ----
+    @_locked
     def trial_started(self, number: int, group: int | None) -> None:
         """Trial `number` went to `group` (it waits there when the group is still busy)."""
         mine = [r for r in self.runs.values() if r.group == group]
@@ -117,8 +141,10 @@ class Progress:
         self.runs[number] = _Run(number, group, None if busy else self.clock(),
                                  group not in self.groups)
         self.groups.add(group)
+        self._keep_time()
         self.tick()
 
+    @_locked
     def epoch(self, number: int, epoch: int, value: float) -> None:
         """Trial `number` reported `value` at `epoch`: it is alive, and where it is."""
         run = self.runs.get(number)
@@ -129,6 +155,7 @@ class Progress:
         run.epoch, run.value = epoch, value
         self.tick()
 
+    @_locked
     def tick(self) -> None:
         """Redraw the status line when it is due (a terminal), or print it after a silence
         (a log). Cheap: the shells call it on every idle wake-up."""
@@ -143,6 +170,30 @@ class Progress:
             print(f"  ... {self._status(now, PLAIN_RUNS)}", file=self.out, flush=True)
             self.last_output = now
             self.quiet_s = min(QUIET_MAX_S, 2 * self.quiet_s)
+
+    def _keep_time(self) -> None:
+        """Start the ticking thread (once; on a terminal only, so a batch job has none)."""
+        if self._ticker is not None or not self.keep_time or self.quiet:
+            return
+        self._ticker = threading.Thread(target=self._keep_ticking, name="mpiopt-progress",
+                                        daemon=True)
+        self._ticker.start()
+        atexit.register(self.stop_ticking)    # (before the interpreter's end: a daemon
+        #                                       thread writing then can abort the process)
+
+    def _keep_ticking(self) -> None:
+        while not self._stop_ticking.wait(KEEP_TIME_S):
+            try:
+                self.tick()
+            except (OSError, ValueError):     # (stdout closed: nothing more to show)
+                return
+
+    def stop_ticking(self) -> None:
+        """End the ticking thread (the summary does; safe to call again)."""
+        self._stop_ticking.set()
+        ticker = self._ticker
+        if ticker is not None and ticker is not threading.current_thread():
+            ticker.join(timeout=5)
 
     def _status(self, now: float, most: int | None = None) -> str:
         """'12s elapsed, 2 running: ...', the longest running first; the trials that set
@@ -213,6 +264,7 @@ class Progress:
                 text += f", ETA {_seconds(left / rate)}"
         return text
 
+    @_locked
     def trial_finished(self, trial: FrozenTrial, sched) -> None:
         self._finished(trial)
         if self.quiet:
@@ -239,7 +291,9 @@ class Progress:
         elif sched.best is not None and sched.best.number == trial.number:
             self.say(f"    new best: {format_params(sched.best.params)}")
 
+    @_locked
     def summary(self, sched, status) -> None:
+        self.stop_ticking()
         if self.quiet:
             return
         self.runs.clear()
