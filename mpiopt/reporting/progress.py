@@ -12,8 +12,9 @@ a handful of lines to a log, not one per epoch). --quiet silences it all.
 
 The shells (parallel.coordinator, parallel.local) tell it what happens besides finished
 trials: trial_started(number, group) when a trial goes to a group, epoch(number, epoch,
-value) for each report, tick() while they wait. Each is a no-op until called, so a shell
-that calls none of them gets the finished-trial lines alone.
+value) for each report, tick() while they wait (on a terminal a thread of its own ticks
+too, for the single-process loop that waits inside the trial). Each is a no-op until
+called, so a shell that calls none of them gets the finished-trial lines alone.
 """
 from __future__ import annotations
 
