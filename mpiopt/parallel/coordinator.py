@@ -100,7 +100,7 @@ class Coordinator:
         self.clock = clock
         self.handlers = {
             Tag.RESULT: self._on_result,
-            Tag.REPORT: self._on_report,
+            Tag.REPORT: lambda group, report: self.sched.on_report(group, report),
         }
         self.byes: set[int] = set()
         self.watch = watch                   # mpiopt.parallel.liveness.Watch, or None
@@ -182,13 +182,6 @@ class Coordinator:
         waiting, its trial's and the one sent ahead, so the drain is bounded)."""
         return self.sched.on_results([*self._take_received(), (group, result),
                                       *self._waiting_results()])
-
-    def _on_report(self, group, report):
-        """A trial's per-epoch value: the scheduler's handler; the status line's epoch."""
-        run, progress = self.sched.running.get(group), self.executor.progress
-        if progress is not None and run is not None and run.trial_id == report.trial_id:
-            progress.epoch(run.number, report.epoch, report.value)
-        return self.sched.on_report(group, report)
 
     def _waiting_results(self) -> list:
         batch = []
@@ -328,8 +321,6 @@ class Coordinator:
         leader = self.topo.leader(action.group)
         if isinstance(action, Dispatch):
             self._send(action.trial, leader, Tag.TRIAL)
-            if self.executor.progress is not None and not action.trial.refit:
-                self.executor.progress.trial_started(action.trial.number, action.group)
         elif isinstance(action, Answer):
             self._send(action.decision, leader, Tag.DECISION)
         elif isinstance(action, StopGroup):

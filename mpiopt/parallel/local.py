@@ -164,8 +164,6 @@ def run_local(scheduler, executor, objective, comm, stopped=lambda: False, give_
             executor.run(scheduler.start())
         while queue and not stop.set:
             action = queue.popleft()
-            if executor.progress is not None and not action.trial.refit:
-                executor.progress.trial_started(action.trial.number, action.group)
             result = _evaluate(scheduler, executor, objective, comm, action, stop, watch)
             if keeper is not None:
                 keeper.keep(result)
@@ -205,8 +203,6 @@ def _evaluate(scheduler, executor, objective, comm, action: Dispatch, stop: _Sto
         with watch.lock if watch is not None else nullcontext():
             drive(scheduler.on_report(action.group, Report(trial.trial_id, int(epoch), float(value))),
                   lambda i: answers.append(i) if isinstance(i, Answer) else executor.do(i))
-            if executor.progress is not None:
-                executor.progress.epoch(trial.number, int(epoch), float(value))
         return not (answers and answers[0].decision.prune)
 
     backstop = watch.backstop_s() if watch is not None else None
