@@ -2,10 +2,10 @@
 
 Why not skopt's GP: it re-optimises the kernel hyperparameters (with restarts) on every
 tell and predicts the spread with an einsum over the full inverse, so one suggestion
-costs seconds at a few hundred points (benchmarks/RESULTS.md). Here the expensive part (maximising the marginal
-likelihood with scikit-learn) runs only on a schedule and on a capped subset; in between,
-the fitted kernel is reused and a posterior is one Cholesky factorisation, so adding
-constant-liar points for pending suggestions costs milliseconds.
+costs seconds at a few hundred points (benchmarks/RESULTS.md). Here the expensive part
+(maximising the marginal likelihood with scikit-learn) runs only on a schedule and on a
+capped subset; in between, the fitted kernel is reused and a posterior is one Cholesky
+factorisation, so adding constant-liar points for pending suggestions costs milliseconds.
 """
 from __future__ import annotations
 

@@ -202,7 +202,7 @@ class BackgroundSearcher:
 
 def _inner(name: str) -> property:
     return property(lambda self: getattr(self.inner, name),
-                    doc=f"The inner searcher's `{name}` (mpiopt.search._base.Searcher says what it means).")
+                    doc=f"The inner searcher's `{name}` (mpiopt.search._base.Searcher).")
 
 
 for _name in (*TRAIT_NAMES, "space"):       # a wrapped searcher has the traits of its own
