@@ -2,9 +2,9 @@
 
 A Gaussian-process suggestion costs tens to hundreds of milliseconds. Asked in the loop,
 every group that finishes during a fit waits for it, and with many groups a good share of
-them idles (benchmarks/RESULTS.md). Here one thread owns the searcher: it keeps a stock of
-suggestions ready, and the coordinator only takes from the stock and queues tells and
-forgets (both return at once). The stock holds about as many suggestions as results
+them idles (benchmarks/results/quality_suite.md). Here one thread owns the searcher: it
+keeps a stock of suggestions ready, and the coordinator only takes from the stock and
+queues tells and forgets (both return at once). The stock holds about as many suggestions as results
 arrive during one ask (Little's law: results per second x seconds per ask, both averaged
 as the study runs, plus one), at most one per group; every stocked suggestion is pending
 in the searcher, so the suggestions after it keep away from it as usual.
