@@ -21,7 +21,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.gaussian_process import GaussianProcessRegressor
 from sklearn.gaussian_process.kernels import ConstantKernel, Matern, WhiteKernel
 
-_JITTER = 1e-10
+_JITTER = 1e-10     # added to the kernel's diagonal: a Cholesky of near-duplicate points holds
 # The length scales' log-normal prior (median, log-sd), in units of the unit range: a median
 # of half the range keeps a few points in several dimensions from a spiky or a blind model
 # (see _length_scale_prior); the dimension-scaled prior of Hvarfner et al. 2024 lost on the

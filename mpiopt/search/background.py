@@ -43,7 +43,7 @@ import numpy as np
 
 from mpiopt.search._registry import TRAIT_NAMES
 
-CLOSE_WAIT_S = 5.0
+CLOSE_WAIT_S = 5.0           # close() waits this long for the ask in progress, then leaves it
 SWITCH_INTERVAL_S = 0.0005   # the loop's thread gets the GIL back within 0.5 ms (default 5)
 FILL_SHARE = 0.01            # a group waits for the model if that costs under 1% of a trial
 MIN_FILL_WAIT_S = 1.0        # ... or under a second, without a time limit (module docstring)
