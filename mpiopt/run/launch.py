@@ -674,7 +674,7 @@ def _announce(progress, spec, url, topo, opened, sched) -> None:
     shown = shown_url(url)
     progress.say(f"study '{spec.study.name}': {spec.search.algorithm} search, "
                  f"{spec.search.trials} trials, {layout}; storage {shown}")
-    choice = getattr(sched.searcher, "choice", None)
+    choice = sched.searcher.choice
     if choice:
         progress.say(choice)
     finite = sched.untried
