@@ -30,6 +30,35 @@ class TrialStatus(str, enum.Enum):
         return self in (TrialStatus.COMPLETE, TrialStatus.PRUNED, TrialStatus.FAILED)
 
 
+class StudyDirection(str, enum.Enum):
+    """Optuna's StudyDirection names; the values are mpiopt's words, so a direction still
+    equals "minimize" or "maximize"."""
+
+    MINIMIZE = "minimize"
+    MAXIMIZE = "maximize"
+
+
+class TrialState(enum.Enum):
+    """Optuna's TrialState names over mpiopt's statuses (the value): FAIL is FAILED,
+    WAITING is PENDING (queued). INTERRUPTED (its job ended; it runs again on resume) and
+    RETRIED (a failed trial queued again) are mpiopt's own."""
+
+    RUNNING = "RUNNING"
+    COMPLETE = "COMPLETE"
+    PRUNED = "PRUNED"
+    FAIL = "FAILED"
+    WAITING = "PENDING"
+    INTERRUPTED = "INTERRUPTED"
+    RETRIED = "RETRIED"
+
+    def is_finished(self) -> bool:
+        return TrialStatus(self.value).is_finished()
+
+    @classmethod
+    def of(cls, status: TrialStatus) -> "TrialState":
+        return cls(TrialStatus(status).value)
+
+
 class StudyStatus(str, enum.Enum):
     RUNNING = "RUNNING"
     COMPLETE = "COMPLETE"
