@@ -35,8 +35,10 @@ search_space:
 search: {algorithm: random, trials: 20, seed: 3}
 training: {pruning: {pruner: median, warmup_epochs: 3, min_trials: 4}}
 """
-# Messages the browser itself logs about its software WebGL (parcoords draws with WebGL).
-BROWSER_NOISE = re.compile(r'"\[\.WebGL-|Automatic fallback to software WebGL')
+# Messages the browser itself logs about its software WebGL (parcoords and scatter3d draw
+# with WebGL) and its hint that a canvas read back often would be faster another way.
+BROWSER_NOISE = re.compile(r'"\[\.WebGL-|Automatic fallback to software WebGL|'
+                           r'"Canvas2D: Multiple readback operations')
 
 
 @pytest.fixture(scope="module")
