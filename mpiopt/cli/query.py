@@ -92,11 +92,9 @@ def cmd_studies(args) -> int:
 def _best_of_study(storage, record, human: bool) -> dict:
     """The study's best value; with constraints the best feasible one; with several
     objectives no single value but the front's size ("front": N; the table says so)."""
-    from mpiopt.objective.metrics import from_stored
-
-    if from_stored(record.spec_text) is None:
-        return {"best": record.best_value}
     front = _front(storage, record)
+    if front is None:
+        return {"best": record.best_value}
     if not front.multi:
         return {"best": None if front.best is None else front.best.value}
     size = len(front.trials)
@@ -105,9 +103,14 @@ def _best_of_study(storage, record, human: bool) -> dict:
 
 
 def _front(storage, record, trials=None):
-    """The study's best trials (mpiopt.reporting.front) from its COMPLETE trials."""
+    """The best trials (mpiopt.reporting.front) of a study with several objectives or
+    constraints, from its COMPLETE trials; None for one objective without constraints
+    (the store's order by value says it all)."""
+    from mpiopt.objective.metrics import from_stored
     from mpiopt.reporting.front import Front
 
+    if from_stored(record.spec_text) is None:
+        return None
     if trials is None:
         trials = storage.get_trials(record.id, statuses=[TrialStatus.COMPLETE.value])
     return Front.of(record, trials)
@@ -128,12 +131,12 @@ def cmd_trials(args) -> int:
 
 
 def cmd_best(args) -> int:
-    from mpiopt.objective.metrics import from_stored
     from mpiopt.reporting.tables import table_columns, trial_row
 
     with _opened(args) as (storage, record):     # one opening, whichever kind of study
-        if from_stored(record.spec_text) is not None:
-            return _best_of_vector(args, record, _front(storage, record))
+        front = _front(storage, record)
+        if front is not None:
+            return _best_of_vector(args, record, front)
         trials = storage.best_trials(record.id, args.top or 1)
     if not trials and args.format == "table":
         print(f"study '{record.name}' has no complete trial yet")
@@ -207,13 +210,11 @@ def _trace_writer(record):
 def cmd_status(args) -> int:
     from mpiopt.reporting.tables import status_lines, status_summary
 
-    from mpiopt.objective.metrics import from_stored
-
     with _opened(args) as (storage, record):
         counts = storage.count_trials(record.id)
         best = storage.best_trials(record.id, 1)
         groups = storage.group_activity(record.id)
-        front = _front(storage, record) if from_stored(record.spec_text) is not None else None
+        front = _front(storage, record)
     summary = status_summary(record, counts, best[0] if best else None, groups,
                              storage_url(args), front)
     if args.format == "json":

@@ -51,7 +51,7 @@ def render(view: StudyView, kinds=KINDS) -> str:
     lineage = [p for p in panels if p.kind == "lineage"]
     if lineage:
         body.append(_lineage_table(lineage[0]))
-    hovers = {t.number: hover(t, view.metric) for t in view.trials}
+    hovers = {t.number: hover(t, view.metric) + _more_objectives(view, t) for t in view.trials}
     return "\n".join([
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
         f"<title>mpiopt report: {html.escape(view.name)}</title>",
@@ -112,6 +112,16 @@ def _best_lines(view: StudyView) -> list[str]:
             f"({html.escape(front.constraint_text())})" if infeasible else "")
     return [f'<p id="best">Best {what}{html.escape(view.metric)} <b>{best.value:.6g}</b> '
             f"(trial {best.number}): {html.escape(_params(best.params))}{tail}</p>"]
+
+
+def _more_objectives(view: StudyView, trial) -> str:
+    """The other objectives' values and the feasibility, for a trial's hover text."""
+    front = view.front
+    metrics = front.metrics_of(trial)
+    parts = [f"{n} {_num(metrics.get(n))}" for n in front.names[1:] if n in metrics]
+    if front.feasible(trial) is False:
+        parts.append("breaks " + ", ".join(front.broken(trial)))
+    return "<br>" + html.escape(" · ".join(parts)) if parts else ""
 
 
 def _num(v) -> str:

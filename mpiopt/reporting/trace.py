@@ -13,8 +13,8 @@ have are simply left out, so older databases give a trace of trials per group.
 
 Every track nests: two slices on one track are disjoint or one holds the other (Perfetto
 drops or mis-draws the rest). Suggestions overlap where asks run ahead of the trials
-they are for, so each takes the first coordinator lane where it overlaps nothing
-("coordinator", "coordinator 2", ...); a fold's or epoch's span is clipped to its trial's
+they are for, so each takes the first coordinator lane where it nests ("coordinator",
+"coordinator 2", ...); a fold's or epoch's span is clipped to its trial's
 slice (a trial's slice ends where its group's next trial starts).
 """
 from __future__ import annotations
@@ -72,14 +72,20 @@ def write_chrome_trace(view: StudyView, out) -> None:
 
 
 def _in_lanes(slices: list[dict], tracks: dict) -> list[dict]:
-    """Each slice on the first coordinator lane where it overlaps no other (greedy by
-    start: as few lanes as the most slices that overlap at one instant)."""
-    lanes: list[int] = []           # each lane's end so far
+    """Each slice on the first coordinator lane where it nests: after the slices there
+    that ended, inside the one still open (or alone). By start, longest first."""
+    lanes: list[list[int]] = []       # per lane: the ends of its open slices, outermost first
     for event in sorted(slices, key=lambda e: (e["ts"], -e["dur"])):
-        k = next((i for i, end in enumerate(lanes) if end <= event["ts"]), len(lanes))
-        if k == len(lanes):
-            lanes.append(0)
-        lanes[k] = event["ts"] + event["dur"]
+        end = event["ts"] + event["dur"]
+        for k, open_ends in enumerate(lanes):
+            while open_ends and open_ends[-1] <= event["ts"]:
+                open_ends.pop()
+            if not open_ends or end <= open_ends[-1]:
+                open_ends.append(end)
+                break
+        else:
+            k = len(lanes)
+            lanes.append([end])
         event["tid"] = 0 if k == 0 else LANE_TID + k
         tracks[event["tid"]] = "coordinator" if k == 0 else f"coordinator {k + 1}"
     return slices
