@@ -195,7 +195,8 @@ def curves(d: dict) -> dict:
                             for b in folds["boundaries"]]
         layout["annotations"] = [{"text": f"fold {f}", "xref": "x", "yref": "paper",
                                   "x": f * folds["epochs"] + (folds["epochs"] + 1) / 2, "y": 1,
-                                  "yanchor": "bottom", "showarrow": False}
+                                  "yanchor": "top", "showarrow": False,
+                                  "font": {"color": "#666"}}
                                  for f in range(folds["count"])]
     return {"data": data, "layout": layout}
 
