@@ -244,6 +244,12 @@ def test_an_absent_parameter_is_not_drawn_as_a_value(db, tmp_path):
     out = tmp_path / "parallel.png"
     proc = mpiopt("plot", "parallel", "kfold", "--storage", db, "-o", out, check=True)
     assert "lack a conditional parameter (momentum)" in proc.stderr
+    for kind in ("slice", "contour"):        # momentum's absence is no point, in PNG too
+        mpiopt("plot", kind, "kfold", "--storage", db, "-o", tmp_path / f"{kind}.png", check=True)
+    view.cache.setdefault("shares", {"momentum": 0.6, "x": 0.4})    # the contour over both
+    contour = panel("contour", view)
+    assert contour.data["points"]["numbers"] == [0, 2, 4] and "lack momentum or x" in contour.caption
+    assert None not in contour.data["points"]["x"] + contour.data["points"]["y"]
 
 
 def test_the_contour_does_not_interpolate_across_a_categorical(tmp_path):

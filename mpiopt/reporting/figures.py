@@ -71,6 +71,8 @@ def parallel(view: StudyView) -> Panel:
     params = list(view.params)
     front = view.front
     trials = [t for t in trials if all(finite(v) for v in front.values(t))]
+    if not trials:
+        return Panel("parallel", title, "no complete trial has every objective's value")
 
     def has(t, p) -> bool:
         return p.encode(t.params.get(p.name)) is not None
@@ -203,13 +205,19 @@ def contour(view: StudyView) -> Panel:
     background = imp.uniform_points(view.params, trials, imp.SAMPLES // 4)
     gx, gy = imp.grid(pi, trials, CONTOUR_GRID), imp.grid(pj, trials, CONTOUR_GRID)
     z = imp.surface(model, background, i, j, gx, gy)
+    have = [t for t in trials if pi.encode(t.params.get(pi.name)) is not None
+            and pj.encode(t.params.get(pj.name)) is not None]     # absent: not a point
+    caption = None
+    if len(have) < len(trials):
+        caption = (f"{len(trials) - len(have)} complete trial(s) lack {pi.name} or {pj.name} "
+                   "(conditional): not drawn as points")
     return Panel("contour", f"Contour of {view.metric}: {pi.name} × {pj.name}", data={
         "x": _axis(pi, gx), "y": _axis(pj, gy), "z": z.tolist(),
         "cells": pi.categorical or pj.categorical,
-        "points": {"x": [_shown(pi, t.params.get(pi.name)) for t in trials],
-                   "y": [_shown(pj, t.params.get(pj.name)) for t in trials],
-                   "value": [t.value for t in trials],
-                   "numbers": [t.number for t in trials]}})
+        "points": {"x": [_shown(pi, t.params.get(pi.name)) for t in have],
+                   "y": [_shown(pj, t.params.get(pj.name)) for t in have],
+                   "value": [t.value for t in have],
+                   "numbers": [t.number for t in have]}}, caption=caption)
 
 
 def curves(view: StudyView) -> Panel:
