@@ -338,7 +338,7 @@ def lineage(view: StudyView) -> Panel:
                              "x0": parent.round, "y0": parent.value, "x1": t.round, "y1": t.value})
     rows.sort(key=lambda r: r["number"])
     return Panel("lineage", title, data={"members": [members[m] for m in sorted(members)],
-                                         "links": exploits, "rows": rows})
+                                         "links": exploits, "rows": rows, "metric": view.metric})
 
 
 def failures(view: StudyView) -> Panel:

@@ -292,7 +292,7 @@ def lineage(d: dict) -> dict:
                       "marker": {"size": 7, "color": color[m["member"]]}}, m["numbers"])
              for m in d["members"]]
     return {"data": data, "layout": {"xaxis": {"title": {"text": "round"}, "dtick": 1},
-                                     "yaxis": {"title": {"text": "value"}}}}
+                                     "yaxis": {"title": {"text": d.get("metric", "value")}}}}
 
 
 MEMBER_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",

@@ -269,7 +269,7 @@ def lineage(fig, d: dict) -> None:
         ax.scatter(m["rounds"], m["values"], s=20, color=color[m["member"]], label=f"member {m['member']}",
                    zorder=3)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set(xlabel="round", ylabel="value")
+    ax.set(xlabel="round", ylabel=d.get("metric", "value"))
     ax.legend(loc="best", fontsize=8)
 
 
