@@ -306,9 +306,7 @@ def _send_verdict(world, multi: bool, error: str | None = None, keep=None) -> No
 def _where_to_keep(opened) -> dict:
     """The recovery file's places and the database's key: where a leader (or this rank,
     alone) keeps the results it finished until the database has them."""
-    from mpiopt.storage.resilient import key_of
-
-    return {"places": [str(p) for p in opened.recovery], "db_key": key_of(opened.storage)}
+    return {"places": [str(p) for p in opened.recovery], "db_key": opened.storage.location.key}
 
 
 def _open(spec, url, resume, isolated: bool, retry_failed: bool = False, recovery=()):
@@ -505,7 +503,7 @@ def _run_single(spec, url, opened, sched, progress, comm, objective, flag) -> in
         keeper = KeptResults(**_where_to_keep(opened), rank=0)
         clean = run_local(sched, objective, comm, stopped=flag.is_set, give_up=give_up,
                           told=flag.set, keeper=keeper)
-        if getattr(sched.storage, "given_up", None) is None:
+        if sched.storage.given_up is None:       # (the run's storage is a Resilient)
             keeper.discard()              # (every result written: see coordinator's STOP)
     except Exception as exc:     # as the coordinator's (an outage past retry_timeout, a
         # study deleted under the job): a closing line with the resume, not "error:", exit 2
@@ -514,7 +512,7 @@ def _run_single(spec, url, opened, sched, progress, comm, objective, flag) -> in
             closed or f"the study's loop failed ({socket.gethostname()}): {type(exc).__name__}: "
             f"{str(exc).strip().splitlines()[0] if str(exc).strip() else ''}")
         sched.stop("interrupted" if closed else "error", cause)
-        if sched.running or getattr(sched.storage, "given_up", None):   # (coordinator.py)
+        if sched.running or sched.storage.given_up:   # (coordinator.py)
             try:
                 sched.interrupt()
             except Exception:
@@ -554,7 +552,7 @@ def _close(spec, url, opened, sched, progress, cause, interrupted, stuck: str = 
         _output_closed(exc)
     taken = opened.taken_away(spec.study.name) if status is not StudyStatus.COMPLETE else None
     lost = opened.lost          # (another job runs the study now: no resume line)
-    getattr(sched.storage, "discard_written_ahead", lambda: None)()
+    sched.storage.discard_written_ahead()     # (the run's storage is a Resilient)
     opened.close()
     if status is StudyStatus.COMPLETE or (status is StudyStatus.FAILED and not cause):
         if status is StudyStatus.FAILED and sched.stop_reason == "failures":
@@ -570,8 +568,7 @@ def _close(spec, url, opened, sched, progress, cause, interrupted, stuck: str = 
     if lost:
         _say(lost)
         return EXIT_FAILED
-    kept = getattr(sched.storage, "kept_in", lambda: None)()
-    unkept = getattr(sched.storage, "unkept_note", lambda: "")()
+    kept, unkept = sched.storage.kept_in(), sched.storage.unkept_note()
     resume = resume_command(taken[1] if taken else spec.study.name, url, kept)
     _say(f"{cause or sched.message or 'stopped'}{unkept}; resume with: {resume}{stuck}")
     return EXIT_INTERRUPTED if sched.stop_reason == "interrupted" else EXIT_FAILED

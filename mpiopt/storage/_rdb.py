@@ -1,9 +1,9 @@
-"""Storage: the one repository every part of mpiopt reads and writes results through.
+"""Storage: the SQL implementation of the storage contract (storage/_base.py), for
+SQLite and PostgreSQL.
 
-Contract: every public method is one short transaction (session_scope; the per-trial writes
-use connection_scope with the Core statements of _writes) and is safe to call
-from several threads; records returned (FrozenTrial, StudyRecord) never change afterwards.
-Only the coordinator writes; any number of processes may read while it does.
+Every public method is one short transaction (session_scope; the per-trial writes use
+connection_scope with the Core statements of _writes). Before each write transaction a
+SQLite database's file is checked to still be the one opened (storage/_sqlite_file.py).
 """
 from __future__ import annotations
 
@@ -22,10 +22,12 @@ from sqlalchemy.orm import Session, selectinload, sessionmaker
 from mpiopt.errors import (DuplicateStudyError, LeaseLost, StorageError, StudyBusyError,
                            UnknownStudyError)
 from mpiopt.storage import _studies, _writes
+from mpiopt.storage._base import BaseStorage
 from mpiopt.storage._convert import (StudyRecord, dump_json, dump_spans, finite_or_none,
                                      to_frozen, to_record)
 from mpiopt.storage._engine import writer
 from mpiopt.storage._session import connection_scope, session_scope
+from mpiopt.storage._stall import hurry_when
 from mpiopt.storage.models import NAME_LEN, StudyModel, TrialModel
 from mpiopt.trial import FrozenTrial, StudyStatus, TrialStatus
 
@@ -52,14 +54,12 @@ def _with_children(stmt):
                         selectinload(TrialModel.intermediate))
 
 
-class Storage:
+class Storage(BaseStorage):
     """Studies and trials in one SQL database (any SQLAlchemy URL; see open_storage)."""
 
-    def __init__(self, engine: Engine, url: str):
-        from mpiopt.storage._urls import mask_url
-
-        self.engine, self.url = engine, url
-        self.shown_url = mask_url(url)      # what every message names: no password
+    def __init__(self, engine: Engine, url):
+        super().__init__(url)
+        self.engine = engine
         self._read = sessionmaker(engine, expire_on_commit=False)
         self._writer = writer(engine)
         self._write = sessionmaker(self._writer, expire_on_commit=False)
@@ -68,14 +68,11 @@ class Storage:
         self.fence: tuple[int, str] | None = None
         self.lost: str | None = None      # why, once a write or a heartbeat found it taken
 
-    def __enter__(self) -> "Storage":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
     def close(self) -> None:
         self.engine.dispose()
+
+    def stop_waiting_when(self, should_stop) -> None:
+        hurry_when(self.engine, should_stop)
 
     def _reading(self):
         return session_scope(self._read, self.shown_url)
@@ -291,31 +288,11 @@ class Storage:
                          .values(lease_token=None, lease_beat_at=_now()))
 
     # ---- trial writes (the coordinator) ------------------------------------------------
-    records_rank = True   # create_trial/restart_trial take the leader's world rank
-
-    def create_trial(self, study_id: int, params: dict, seed: int | None, group: int | None,
-                     host: str | None = None, rank: int | None = None) -> FrozenTrial:
-        """A RUNNING trial with the next dense number, in one transaction with its params.
-
-        SQLite serialises writers (BEGIN IMMEDIATE), so max+1 is safe; on other backends
-        a concurrent writer trips the (study_id, number) constraint and we retry.
-        """
-        for attempt in range(NUMBER_RETRIES):
-            try:
-                return self._insert_trial(study_id, params, seed, group, host, rank)
-            except StorageError as exc:
-                if not isinstance(exc.__cause__, sa_exc.IntegrityError) or \
-                        attempt == NUMBER_RETRIES - 1:
-                    raise
-        raise AssertionError("unreachable")
-
-    def _insert_trial(self, study_id, params, seed, group, host, rank=None) -> FrozenTrial:
-        return self._insert_trials(study_id, [dict(params=params, seed=seed, group=group,
-                                                   host=host, rank=rank)])[0]
-
     def create_trials(self, study_id: int, requests: Sequence[dict]) -> list[FrozenTrial]:
         """Several create_trial calls (dicts of its keyword arguments) in one transaction,
-        numbered in order: many groups that become idle together cost one commit."""
+        numbered in order: many groups that become idle together cost one commit. SQLite
+        serialises writers (BEGIN IMMEDIATE), so max+1 is safe; on other backends a
+        concurrent writer trips the (study_id, number) constraint and it is tried again."""
         for attempt in range(NUMBER_RETRIES):
             try:
                 return self._insert_trials(study_id, requests)
@@ -353,19 +330,6 @@ class Storage:
                 row.intermediate.clear()
             s.flush()
             return to_frozen(row)
-
-    def finish_trial(self, trial_id: int, status: TrialStatus, value: float | None = None,
-                     value_std: float | None = None, fold_values: Sequence = (),
-                     metrics: dict | None = None, error: str | None = None,
-                     duration: float | None = None, intermediate: dict | None = None,
-                     fold_metrics: Sequence[dict] | None = None, device: str | None = None,
-                     spans: Sequence[dict] = ()) -> FrozenTrial:
-        """Record a trial's outcome, folds and per-epoch values in one transaction."""
-        return self.finish_trials([dict(
-            trial_id=trial_id, status=status, value=value, value_std=value_std,
-            fold_values=fold_values, metrics=metrics, error=error, duration=duration,
-            intermediate=intermediate, fold_metrics=fold_metrics, device=device,
-            spans=spans)])[0]
 
     def finish_trials(self, outcomes: Sequence[dict], started: Sequence[int] = ()) -> list[FrozenTrial]:
         """Several finish_trial calls (dicts of its keyword arguments) in one transaction:
@@ -469,12 +433,9 @@ class Storage:
         with self._reading() as s:
             return to_frozen(self._trial_row(s, trial_id))
 
-    def best_trials(self, study_id: int, k: int = 1) -> list[FrozenTrial]:
-        """The k best COMPLETE trials in the study's direction (ties: lower number first)."""
+    def study_direction(self, study_id: int) -> str:
         with self._reading() as s:
-            direction = self._require_study(s, study_id).direction
-        return self.get_trials(study_id, [TrialStatus.COMPLETE], order_by="value", limit=k,
-                               descending=direction == "maximize")
+            return self._require_study(s, study_id).direction
 
     def count_trials(self, study_id: int) -> dict[TrialStatus, int]:
         counts = _zero_counts()
