@@ -276,16 +276,22 @@ def open_run(spec, url: str, resume, isolated: bool, retry_failed: bool = False,
                         "round's member exploits another member instead); leave it off")
     warm, warm_note = _warm(spec, url)          # refused before anything is written
     # `--resume` never creates the database: a mistyped path made an empty one, then said
-    # there was no study to resume
-    storage = open_storage(url, create=resume is not True)
+    # there was no study to resume (but for a study a recovery file holds whole: its
+    # database file was deleted or replaced under the job that wrote it)
+    from mpiopt.storage.recovery import rescued_study, restore_study
+
+    rescued = resume is True and rescued_study(recovery, spec.study.name) is not None
+    storage = open_storage(url, create=resume is not True or rescued)
     period = lease_period_s()
     try:
+        restored = restore_study(storage, recovery, spec.study.name,
+                                 recovery_places(spec, url)) if rescued else None
         opened = open_study(storage, spec, resume, url,
                             lambda study_id: take_lease(storage, study_id, period, lease_wait))
         token = opened.lease_token
         if getattr(spec, "artifacts", None):
             storage.set_study_artifacts(opened.study_id, spec.artifacts)
-        notes = [warm_note] if warm_note else []
+        notes = [n for n in (warm_note, restored) if n]
         places = recovery_places(spec, url)
         if opened.resumed:
             stored = storage.get_study(spec.study.name).recovery

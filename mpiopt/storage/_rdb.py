@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from datetime import datetime, timezone
 from typing import Iterable, Sequence
 
-from sqlalchemy import bindparam, func, select, update
+from sqlalchemy import bindparam, event, func, select, update
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, selectinload, sessionmaker
@@ -27,6 +27,7 @@ from mpiopt.storage._convert import (StudyRecord, dump_json, dump_spans, finite_
                                      to_frozen, to_record)
 from mpiopt.storage._engine import writer
 from mpiopt.storage._session import connection_scope, session_scope
+from mpiopt.storage._sqlite_file import SqliteFile
 from mpiopt.storage._stall import hurry_when
 from mpiopt.storage.models import NAME_LEN, StudyModel, TrialModel
 from mpiopt.trial import FrozenTrial, StudyStatus, TrialStatus
@@ -60,6 +61,10 @@ class Storage(BaseStorage):
     def __init__(self, engine: Engine, url):
         super().__init__(url)
         self.engine = engine
+        path = self.location.sqlite_path
+        self.file = SqliteFile(path) if path is not None else None
+        if self.file is not None and self.file.identity is not None:
+            event.listen(engine, "do_connect", lambda *args: self.file.check(self._let_go))
         self._read = sessionmaker(engine, expire_on_commit=False)
         self._writer = writer(engine)
         self._write = sessionmaker(self._writer, expire_on_commit=False)
@@ -77,8 +82,29 @@ class Storage(BaseStorage):
     def _reading(self):
         return session_scope(self._read, self.shown_url)
 
+    def _check_file(self) -> None:
+        """Before a write: the SQLite file is still the one opened (storage/_sqlite_file)."""
+        if self.file is not None and self.file.identity is not None:
+            self.file.check(self._let_go)
+
+    def _let_go(self) -> None:
+        """The file is gone: this job's write-ahead log goes into the file it belongs to
+        (through a connection opened before, on the old file) and is emptied, so that
+        nothing of it is read as the new file's. Best effort: a busy log stays."""
+        try:
+            raw = self.engine.raw_connection()
+        except Exception:
+            return
+        try:
+            raw.driver_connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        except Exception:
+            pass
+        finally:
+            raw.close()
+
     @contextmanager
     def _writing(self):
+        self._check_file()
         with session_scope(self._write, self.shown_url) as session:
             self._check_fence(session.connection())
             yield session
@@ -86,6 +112,7 @@ class Storage(BaseStorage):
     @contextmanager
     def _writing_core(self):
         """A write transaction for Core statements (the per-trial hot path, see _writes)."""
+        self._check_file()
         with connection_scope(self._writer, self.shown_url) as conn:
             self._check_fence(conn)
             yield conn

@@ -36,7 +36,7 @@ import os
 import time
 from pathlib import Path
 
-from mpiopt.errors import StorageError, StorageUnavailable
+from mpiopt.errors import DatabaseGone, StorageError, StorageUnavailable
 from mpiopt.storage._base import BaseStorage
 from mpiopt.storage.recovery import import_recovery
 from mpiopt.study.kept import lines as _lines, record
@@ -222,6 +222,10 @@ class Resilient(BaseStorage):
                 self._pause(min(pause, max(0.0, self.limit_s - waited)))
                 pause = min(pause * 2, 15.0)
                 continue
+            except DatabaseGone as exc:     # (no retry can bring the file back: kept at once)
+                if not tries:
+                    ahead = self._write_ahead(kept if finishing else [])
+                return self._give_up(kept, exc, self.clock() - start, ahead)
             except StorageError as exc:
                 if tries and finishing and "already" in str(exc):
                     return None      # the try that lost its connection did commit (for
@@ -271,6 +275,9 @@ class Resilient(BaseStorage):
 
     def _give_up(self, kept, exc, waited, ahead=False):
         outage = f"the database was unavailable for {waited:.0f}s ({_first_line(exc)})"
+        if isinstance(exc, DatabaseGone):
+            outage = _first_line(exc)
+            self._append_entries(self._rescued())
         if kept is not None and not ahead:
             self._append_entries(kept, journaled=True)
         else:
@@ -278,6 +285,19 @@ class Resilient(BaseStorage):
         self._unkept = _trials(self._unwritten)
         self.given_up = f"{outage}; {self._kept()}"
         raise StorageUnavailable(self.given_up) from exc
+
+    def _rescued(self) -> list[dict]:
+        """The study as this job last saw it, read through its connections to the file
+        that is gone (storage/recovery.py's restore_study makes it again from the file):
+        its trials' ids are the ones the file's other records name. None where it cannot
+        be read."""
+        if self.study_id is None:
+            return []
+        try:
+            dump = self.storage.dump_study(self.study_id)
+        except Exception:
+            return []
+        return [record("study", name=dump["study"]["name"], dump=dump)]
 
     def _kept(self) -> str:
         """What the closing line says of the finished results: where they are kept, and

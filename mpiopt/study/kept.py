@@ -22,6 +22,10 @@ leaves the files on users' disks readable:
     finish        a trial's outcome: finish_trial's fields (trial_id, status, value, ...)
     intermediate  a per-epoch value: trial_id, epoch, value (add_intermediate)
     interrupt     a job's running trials INTERRUPTED: study_id, keep (interrupt_running)
+    study         the whole study as the job last saw it: name, dump (dump_study), written
+                  when its SQLite file was deleted or replaced under the job; a resume
+                  makes the study again from it (load_study_dump), and the file's other
+                  records name its trial ids
 
 "db" is the database's key (StorageURL.key): trial ids mean other trials in another
 database. Lines of the unversioned format before it ({"op": METHOD, "args": [...],
@@ -85,7 +89,7 @@ FORMAT_VERSION = 1
 FINISH_FIELDS = ("trial_id", "status", "value", "value_std", "fold_values", "metrics", "error",
                  "duration", "intermediate", "fold_metrics", "device", "spans")
 KINDS = {"finish": FINISH_FIELDS, "intermediate": ("trial_id", "epoch", "value"),
-         "interrupt": ("study_id", "keep")}
+         "interrupt": ("study_id", "keep"), "study": ("name", "dump")}
 # the unversioned format's storage methods, with their positional parameters then
 _V0_OPS = {"finish_trial": ("finish", FINISH_FIELDS),
            "add_intermediate": ("intermediate", KINDS["intermediate"]),
