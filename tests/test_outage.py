@@ -240,7 +240,7 @@ def test_an_outage_past_the_retry_limit_keeps_every_result_for_the_resume(tmp_pa
     assert len(closing) == 1 and "unavailable" in closing[0] and "resume with: mpiopt resume o" in closing[0]
     recovery = tmp_path / "o.mpiopt-recovery.jsonl"
     assert recovery.is_file() and str(recovery) in closing[0]
-    kept = [ln for ln in recovery.read_text().splitlines() if '"finish_trial"' in ln]
+    kept = [r for r in map(read_line, recovery.read_text().splitlines()) if r["kind"] == "finish"]
     assert kept                                     # results finished during the outage
     assert ended_in < 3 + 15 + 10 + 20              # retry limit + last pause + wind-down + slack
 

@@ -6,7 +6,8 @@
     ...     st.create_trial(sid, {"x": 0.5}, seed=1, group=0).number
     0
 
-Trial numbers start at 0 and are dense per study.
+Trial numbers start at 0 and are dense per study. The contract every storage keeps is
+BaseStorage's (storage/_base.py); a URL is a StorageURL (storage/_urls.py), parsed once.
 """
 from __future__ import annotations
 

@@ -37,9 +37,11 @@ class BaseStorage(abc.ABC):
     **Errors.** Only mpiopt's own errors leave a call: StorageError (one line naming the
     database; the data or the database is not as asked: an unknown id, a finished trial
     finished again, a database that is not mpiopt's) and its kinds: LeaseLost (another
-    job took the study over: write nothing more), UnknownStudyError, DuplicateStudyError,
-    and StorageUnavailable, a transient failure (connection lost, server restarting,
-    SQLite locked, disk full) that the caller may retry.
+    job took the study over: write nothing more), DatabaseGone (the SQLite file was
+    deleted or replaced under the job: write nothing more, no retry brings it back),
+    UnknownStudyError, DuplicateStudyError, and StorageUnavailable, a transient failure
+    (connection lost, server restarting, SQLite locked, disk full) that the caller may
+    retry.
 
     **Retries.** Every write may be retried after StorageUnavailable; what a retried
     write that had committed (the answer, not the commit, was lost) does:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections import Counter
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from typing import Iterable, Sequence
@@ -21,15 +20,15 @@ from sqlalchemy.orm import Session, selectinload, sessionmaker
 
 from mpiopt.errors import (DuplicateStudyError, LeaseLost, StorageError, StudyBusyError,
                            UnknownStudyError)
-from mpiopt.storage import _studies, _writes
+from mpiopt.storage import _queries, _studies, _writes
 from mpiopt.storage._base import BaseStorage
-from mpiopt.storage._convert import (StudyRecord, dump_json, dump_spans, finite_or_none,
+from mpiopt.storage._convert import (StudyRecord, dump_json, finite_or_none, prepared_outcomes,
                                      to_frozen, to_record)
 from mpiopt.storage._engine import writer
 from mpiopt.storage._session import connection_scope, session_scope
 from mpiopt.storage._sqlite_file import SqliteFile
 from mpiopt.storage._stall import hurry_when
-from mpiopt.storage.models import NAME_LEN, StudyModel, TrialModel
+from mpiopt.storage.models import StudyModel, TrialModel
 from mpiopt.trial import FrozenTrial, StudyStatus, TrialStatus
 
 DIRECTIONS = ("minimize", "maximize")
@@ -163,24 +162,13 @@ class Storage(BaseStorage):
             row = s.scalar(select(StudyModel).where(StudyModel.name == name))
             if row is None:
                 known = s.scalars(select(StudyModel.name).order_by(StudyModel.name)).all()
-                raise UnknownStudyError(_unknown(name, known, self.shown_url))
+                raise UnknownStudyError(_queries.unknown(name, known, self.shown_url))
             return to_record(row)
 
     def list_studies(self) -> list[StudyRecord]:
         """Every study with its trial counts per status and best COMPLETE value."""
         with self._reading() as s:
-            rows = s.scalars(select(StudyModel).order_by(StudyModel.id)).all()
-            counts = s.execute(select(TrialModel.study_id, TrialModel.status, func.count())
-                               .group_by(TrialModel.study_id, TrialModel.status)).all()
-            extremes = s.execute(
-                select(TrialModel.study_id, func.min(TrialModel.value), func.max(TrialModel.value))
-                .where(TrialModel.status == TrialStatus.COMPLETE)
-                .group_by(TrialModel.study_id)).all()
-        per_study = {r.id: _zero_counts() for r in rows}
-        for study_id, status, n in counts:
-            per_study[study_id][TrialStatus(status)] = n
-        best = {sid: (lo, hi) for sid, lo, hi in extremes}
-        return [to_record(r, per_study[r.id], _pick(best.get(r.id), r.direction)) for r in rows]
+            return _queries.list_studies(s)
 
     def study_name(self, study_id: int) -> str | None:
         """The study's name now, or None if it was deleted (`mpiopt study delete --force`
@@ -363,7 +351,7 @@ class Storage(BaseStorage):
         results that arrive together cost one commit. All or none are written.
         started: trials sent ahead (created with started=False) that their groups began
         as these results came in; their start is noted in the same commit."""
-        now, prepared = _now(), _prepared(outcomes)
+        now, prepared = _now(), prepared_outcomes(outcomes)
         with self._writing_core() as conn:
             _writes.mark_started(conn, started, now)
             return _writes.finish_many(conn, prepared, now, self.shown_url)
@@ -374,7 +362,7 @@ class Storage(BaseStorage):
         """finish_trials and create_trials in one transaction: when every group of a batch
         already runs the trial it was sent ahead, nothing has to leave before the write,
         and one commit records the results, those starts and the next trials sent ahead."""
-        prepared = _prepared(outcomes)
+        prepared = prepared_outcomes(outcomes)
         requests = [{**r, "suggest_seconds": finite_or_none(r.get("suggest_seconds"))}
                     for r in requests]
         for attempt in range(NUMBER_RETRIES):
@@ -465,7 +453,7 @@ class Storage(BaseStorage):
             return self._require_study(s, study_id).direction
 
     def count_trials(self, study_id: int) -> dict[TrialStatus, int]:
-        counts = _zero_counts()
+        counts = _queries.zero_counts()
         with self._reading() as s:
             rows = s.execute(select(TrialModel.status, func.count())
                              .where(TrialModel.study_id == study_id)
@@ -478,29 +466,8 @@ class Storage(BaseStorage):
         """Per group: its host, when it last started or finished a trial, the trial it
         runs now (None when idle) and how many were sent ahead to it (RUNNING, not yet
         started), for `mpiopt status`."""
-        last = func.max(func.coalesce(TrialModel.finished_at, TrialModel.started_at))
         with self._reading() as s:
-            rows = s.execute(select(TrialModel.group, last, func.max(TrialModel.started_at))
-                             .where(TrialModel.study_id == study_id, TrialModel.group.is_not(None))
-                             .group_by(TrialModel.group).order_by(TrialModel.group)).all()
-            unfinished = s.execute(select(TrialModel.group, TrialModel.number,
-                                          TrialModel.started_at).where(
-                TrialModel.study_id == study_id,
-                TrialModel.status == TrialStatus.RUNNING)).all()
-            hosts = dict(s.execute(select(TrialModel.group, TrialModel.host).where(
-                TrialModel.study_id == study_id).order_by(TrialModel.started_at)).all())
-        # a RUNNING row without a start is a trial sent ahead: it waits for its group
-        running = {g: n for g, n, started in unfinished if started is not None}
-        ahead = Counter(g for g, _, started in unfinished if started is None)
-        out = []
-        for group, last_finish, last_start in rows:
-            moments = [m for m in (last_finish, last_start) if m is not None]
-            if not moments:
-                continue
-            at = max(m if m.tzinfo else m.replace(tzinfo=timezone.utc) for m in moments)
-            out.append({"group": group, "host": hosts.get(group), "last_at": at,
-                        "running": running.get(group), "ahead": ahead.get(group, 0)})
-        return out
+            return _queries.group_activity(s, study_id)
 
     # ---- helpers -----------------------------------------------------------------------
     def _require_study(self, s: Session, study_id: int) -> StudyModel:
@@ -514,40 +481,3 @@ class Storage(BaseStorage):
         if row is None:
             raise StorageError(f"no trial with id {trial_id} in {self.shown_url}")
         return row
-
-
-def _zero_counts() -> dict[TrialStatus, int]:
-    return {status: 0 for status in TrialStatus}
-
-
-def _pick(extremes, direction: str) -> float | None:
-    if not extremes:
-        return None
-    return extremes[1] if direction == "maximize" else extremes[0]
-
-
-def _unknown(name: str, known: Sequence[str], url: str) -> str:
-    if not known:
-        return f"unknown study '{name}': {url} holds no studies"
-    return f"unknown study '{name}'; known studies: {', '.join(known)}"
-
-
-def _short(text: str | None) -> str | None:
-    """A device name fits its column (255 characters) whatever a driver reports."""
-    return None if text is None else str(text)[:NAME_LEN]
-
-
-def _prepared(outcomes: Sequence[dict]) -> list[tuple]:
-    """finish_trial keyword dicts as rows for _writes.finish_many (checked, encoded)."""
-    prepared = []
-    for o in outcomes:
-        status = TrialStatus(o["status"])
-        if status in (TrialStatus.RUNNING, TrialStatus.PENDING):
-            raise StorageError(f"finish_trial needs a final status, not {status.value}")
-        prepared.append((o["trial_id"], status, {
-            "value": finite_or_none(o.get("value")),
-            "value_std": finite_or_none(o.get("value_std")), "error": o.get("error"),
-            "metrics_json": dump_json(o.get("metrics")), "duration": o.get("duration"),
-            "device": _short(o.get("device")), "spans_json": dump_spans(o.get("spans"))},
-            o.get("fold_values") or (), o.get("fold_metrics") or (), o.get("intermediate") or {}))
-    return prepared

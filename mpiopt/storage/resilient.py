@@ -289,8 +289,8 @@ class Resilient(BaseStorage):
     def _rescued(self) -> list[dict]:
         """The study as this job last saw it, read through its connections to the file
         that is gone (storage/recovery.py's restore_study makes it again from the file):
-        its trials' ids are the ones the file's other records name. None where it cannot
-        be read."""
+        its trials' ids are the ones the file's other records name. Nothing where it
+        cannot be read."""
         if self.study_id is None:
             return []
         try:
