@@ -30,7 +30,9 @@ leaves the files on users' disks readable:
 "db" is the database's key (StorageURL.key): trial ids mean other trials in another
 database. Lines of the unversioned format before it ({"op": METHOD, "args": [...],
 "kwargs": {...}, "db": KEY}, METHOD one of finish_trial, add_intermediate,
-interrupt_running) are read as the same records (tests/data/records-v0).
+interrupt_running) are read as the same records (tests/data/records-v0). A line of a
+newer version or an unknown kind stops the import, naming the file and line, before
+anything is written: it is never dropped, nor misread.
 
 The files are in a folder beside the recovery file, STUDY.mpiopt-kept/KEY.rankN.jsonl.
 A leader's file holds its last KEEP_LAST records (rewritten every REWRITE_EVERY, so it
