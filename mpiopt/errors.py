@@ -31,6 +31,14 @@ class LeaseLost(StorageError):
     write anything more, or the two jobs' records of the same trials would mix."""
 
 
+class DatabaseGone(StorageError):
+    """The SQLite file this job opened was deleted or replaced by another file while it
+    ran (storage/_sqlite_file.py): nothing more is written to it, and no retry can bring
+    it back, so it is not a StorageUnavailable. The coordinator's storage wrapper
+    (storage/resilient.py) keeps what could not be written in the recovery file, with the
+    study as the job last saw it, and ends the job as for an outage given up."""
+
+
 class UnknownStudyError(StorageError):
     """A study name that the storage does not hold; the message lists the known ones."""
 

@@ -3,20 +3,20 @@ file stays, where it goes when a folder refuses it, and that a resume's import w
 once (tests/test_chaos.py kills a real job in the window this closes)."""
 from __future__ import annotations
 
-import json
 
 import yaml
 from conftest import ROOT, mpiopt
 
-from mpiopt.study.kept import KEEP_LAST, REWRITE_EVERY, KeptResults, group_file, group_files
+from mpiopt.study.kept import (KEEP_LAST, REWRITE_EVERY, KeptResults, group_file, group_files,
+                               read_line)
 from mpiopt.parallel.protocol import Result
 from mpiopt.storage import open_storage
-from mpiopt.storage.resilient import import_recovery, key_of
+from mpiopt.storage.recovery import import_recovery
 from mpiopt.trial import TrialStatus
 
 
 def kept_ids(path) -> list[int]:
-    return [json.loads(line)["kwargs"]["trial_id"] for line in path.read_text().splitlines()]
+    return [read_line(line)["trial_id"] for line in path.read_text().splitlines()]
 
 
 def test_finished_results_are_kept_and_a_resume_writes_each_once(tmp_path, db_url):
@@ -24,13 +24,13 @@ def test_finished_results_are_kept_and_a_resume_writes_each_once(tmp_path, db_ur
         sid = st.create_study("s", "minimize", "value", "s", "0" * 64, "{}")
         a, b = (st.create_trial(sid, {"x": x}, seed=0, group=0) for x in (1.0, 2.0))
         place = tmp_path / "s.mpiopt-recovery.jsonl"
-        keeper = KeptResults([place], key_of(st), rank=3)
+        keeper = KeptResults([place], st.location.key, rank=3)
         keeper.keep(Result(a.id, TrialStatus.COMPLETE, value=3.0, fold_values=[2.0, 4.0],
                            metrics={"acc": 0.9}, duration=1.5))
         keeper.keep(Result(b.id, TrialStatus.FAILED, error="ValueError: bad"))
         st.finish_trial(b.id, TrialStatus.FAILED, error="ValueError: bad")   # written after all
-        [path] = group_files(place, key_of(st))
-        assert path == group_file(place, key_of(st), 3) and kept_ids(path) == [a.id, b.id]
+        [path] = group_files(place, st.location.key)
+        assert path == group_file(place, st.location.key, 3) and kept_ids(path) == [a.id, b.id]
         assert import_recovery(st, path, sid) == 1 and not path.exists()
         got = {t.number: t for t in st.get_trials(sid)}
         assert got[0].status is TrialStatus.COMPLETE and got[0].value == 3.0
@@ -98,7 +98,7 @@ def test_a_new_study_forgets_what_was_kept_for_a_deleted_one_of_its_name(tmp_pat
     mpiopt("study", "delete", "k", "--yes", "--storage", url, cwd=tmp_path, check=True)
     place = tmp_path / "k.mpiopt-recovery.jsonl"
     with open_storage(url) as st:
-        key = key_of(st)
+        key = st.location.key
     stale = KeptResults([place], key, rank=1)
     stale.keep(Result(1, TrialStatus.COMPLETE, value=-123.0))     # the deleted study's trial 1
     mpiopt("search", spec, "--storage", url, cwd=tmp_path, check=True)

@@ -7,7 +7,6 @@ result is lost, and nothing is evaluated twice.
 """
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import signal
@@ -21,6 +20,7 @@ import pytest
 import yaml
 
 from conftest import BIN, ROOT, mpiopt, subprocess_env
+from mpiopt.study.kept import read_line
 from mpiopt.trial import StudyStatus, TrialStatus
 
 FUNCTIONS = ROOT / "tests" / "objectives" / "functions.py"
@@ -185,8 +185,7 @@ def test_a_postgresql_server_that_stops_answering_is_an_outage_a_stop_signal_end
     closing = [ln for ln in err.splitlines() if ln.startswith("mpiopt:")]
     assert len(closing) == 1 and "database was unavailable" in closing[0], err
     assert took < 25, took
-    kept = [json.loads(line)["kwargs"] for line in recovery.read_text().splitlines()
-            if json.loads(line)["op"] == "finish_trial"]
+    kept = [r for r in map(read_line, recovery.read_text().splitlines()) if r["kind"] == "finish"]
     proc = mpiopt("search", spec, "--storage", url, "--resume", np=3, cwd=tmp_path,
                   timeout=180, env={**subprocess_env(), "MPIOPT_TEST_SLEEP": "0.05"})
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -241,7 +240,7 @@ def test_an_outage_past_the_retry_limit_keeps_every_result_for_the_resume(tmp_pa
     assert len(closing) == 1 and "unavailable" in closing[0] and "resume with: mpiopt resume o" in closing[0]
     recovery = tmp_path / "o.mpiopt-recovery.jsonl"
     assert recovery.is_file() and str(recovery) in closing[0]
-    kept = [ln for ln in recovery.read_text().splitlines() if '"finish_trial"' in ln]
+    kept = [r for r in map(read_line, recovery.read_text().splitlines()) if r["kind"] == "finish"]
     assert kept                                     # results finished during the outage
     assert ended_in < 3 + 15 + 10 + 20              # retry limit + last pause + wind-down + slack
 
@@ -277,10 +276,7 @@ def test_a_job_killed_while_it_rides_out_an_outage_keeps_the_result_it_held(tmp_
         os.killpg(job.pid, signal.SIGKILL)          # the whole job, without a word
         out, err = job.communicate(timeout=30)
     assert recovery.exists(), out + err
-    kept = []
-    for line in recovery.read_text().splitlines():
-        entry = json.loads(line)
-        kept.append(dict(zip(("trial_id", "status", "value"), entry["args"]), **entry["kwargs"]))
+    kept = [read_line(line) for line in recovery.read_text().splitlines()]
     assert kept and all(k["status"] == "COMPLETE" for k in kept), kept
     if np is None:     # `mpiopt resume NAME` from another folder: found where the job wrote
         elsewhere = tmp_path / "elsewhere"

@@ -11,14 +11,31 @@ import pytest
 
 from mpiopt.errors import StorageError, StorageUnavailable
 from mpiopt.storage import open_storage
-from mpiopt.storage.resilient import Resilient, import_recovery
+from mpiopt.storage import BaseStorage
+from mpiopt.storage.recovery import import_recovery
+from mpiopt.storage.resilient import Resilient
+from mpiopt.study.kept import read_line
 from mpiopt.trial import TrialStatus
 
 
-class Flaky:
+def _unsupported(*args, **kwargs):
+    raise NotImplementedError
+
+
+# A storage that implements nothing: the stand-ins below give the calls a test makes
+Stub = type("Stub", (BaseStorage,), dict.fromkeys(BaseStorage.__abstractmethods__, _unsupported))
+
+
+def kept(path) -> list[dict]:
+    """The records of a recovery file, read as an import reads them."""
+    return [read_line(line) for line in path.read_text().splitlines()]
+
+
+class Flaky(Stub):
     """A storage whose calls fail `outage` times, then work."""
 
     def __init__(self, outage: int):
+        super().__init__("sqlite://")
         self.outage, self.calls, self.written = outage, 0, []
 
     def finish_trial(self, trial_id, status, **kw):
@@ -50,7 +67,7 @@ def test_a_short_outage_is_ridden_out_and_said(tmp_path):
     # written ahead at the first failed try (a job killed while it retried kept it), and
     # gone at the end of a run that never gave up (it all reached the database)
     ahead = (tmp_path / "s.mpiopt-recovery.jsonl").read_text().splitlines()
-    assert [json.loads(x)["args"][0] for x in ahead] == [7]
+    assert [read_line(x)["trial_id"] for x in ahead] == [7]
     r.discard_written_ahead()
     assert not (tmp_path / "s.mpiopt-recovery.jsonl").exists()
 
@@ -63,8 +80,8 @@ def test_past_the_limit_results_go_to_the_recovery_file(tmp_path):
     assert 30 <= clock["t"] < 31
     r.finish_trial(8, TrialStatus.FAILED, error="boom")      # later: kept, no waiting
     assert clock["t"] < 31
-    kept = [json.loads(x) for x in (tmp_path / "s.mpiopt-recovery.jsonl").read_text().splitlines()]
-    assert [k["args"][0] for k in kept] == [7, 8] and kept[1]["kwargs"]["error"] == "boom"
+    records = kept(tmp_path / "s.mpiopt-recovery.jsonl")
+    assert [k["trial_id"] for k in records] == [7, 8] and records[1]["error"] == "boom"
 
 
 def test_a_recovery_folder_that_cannot_be_written_gives_way_to_the_next(tmp_path):
@@ -78,7 +95,7 @@ def test_a_recovery_folder_that_cannot_be_written_gives_way_to_the_next(tmp_path
     with pytest.raises(StorageUnavailable, match=f"kept in {second}$"):
         r.finish_trial(7, TrialStatus.COMPLETE, value=1.0)
     r.finish_trial(8, TrialStatus.COMPLETE, value=2.0)
-    assert [json.loads(x)["args"][0] for x in second.read_text().splitlines()] == [7, 8]
+    assert [k["trial_id"] for k in kept(second)] == [7, 8]
     nowhere = Resilient(Flaky(outage=10**6), 0.0, [first], say=lambda line: None)
     with pytest.raises(StorageUnavailable, match="could not be kept: none of .*spec-folder"):
         nowhere.finish_trial(7, TrialStatus.COMPLETE, value=1.0)
@@ -95,7 +112,7 @@ def test_a_full_disk_gives_way_to_the_next_place(tmp_path):
     r = Resilient(Flaky(outage=10**6), 0.0, [Path("/dev/full"), second], say=lambda line: None)
     with pytest.raises(StorageUnavailable, match=f"kept in {second}$"):
         r.finish_trial(7, TrialStatus.COMPLETE, value=1.0)
-    assert [json.loads(x)["args"][0] for x in second.read_text().splitlines()] == [7]
+    assert [k["trial_id"] for k in kept(second)] == [7]
     assert r.kept_in() == second
 
 
@@ -147,8 +164,8 @@ r.finish_trial(3, TrialStatus.COMPLETE, value=3.0)
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                           cwd=Path(__file__).parent, timeout=60)
     assert proc.returncode == 0 and f"kept in {second}" in proc.stdout, proc.stdout + proc.stderr
-    assert [json.loads(x)["args"][0] for x in first.read_text().splitlines()] == [1, 3]
-    assert [json.loads(x)["args"][0] for x in second.read_text().splitlines()] == [2]
+    assert [k["trial_id"] for k in kept(first)] == [1, 3]
+    assert [k["trial_id"] for k in kept(second)] == [2]
 
 
 def test_an_ending_job_does_not_wait_out_an_outage(tmp_path):

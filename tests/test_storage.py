@@ -1,7 +1,10 @@
-"""The storage conformance suite: every engine (SQLite and a real PostgreSQL server, see
-conftest.db_url) passes the same cases: round trips of every field, status transitions,
-dense numbers under concurrent writers, best trials, one transaction per write, leases.
-Engine-specific cases (SQLite's settings and files) say so in their names."""
+"""The storage conformance suite: every implementation of storage/_base.BaseStorage (SQL
+on SQLite and on a real PostgreSQL server, see conftest.db_url, and the outage wrapper
+Resilient around each: the `storage` fixture) passes the same cases: round trips of
+every field, status transitions, dense numbers under concurrent writers, best trials,
+one transaction per write, leases. Cases that look into the SQL implementation (its
+engine, its lease fence) take `sql_storage`; engine-specific ones (SQLite's settings
+and files) say so in their names."""
 from __future__ import annotations
 
 import math
@@ -31,9 +34,22 @@ def url(db_url):
 
 
 @pytest.fixture
-def storage(url):
+def sql_storage(url):
     with open_storage(url, create=True) as st:
         yield st
+
+
+@pytest.fixture(params=["sql", "resilient"])
+def storage(request, sql_storage, tmp_path):
+    """Every implementation of the contract: the SQL storage on each engine, and the
+    coordinator's outage wrapper around it (which keeps the contract when no outage
+    happens)."""
+    if request.param == "sql":
+        return sql_storage
+    from mpiopt.storage.resilient import Resilient
+
+    return Resilient(sql_storage, 60.0, [tmp_path / "s.mpiopt-recovery.jsonl"],
+                     say=lambda line: None)
 
 
 @pytest.fixture
@@ -43,9 +59,9 @@ def sqlite_storage(tmp_path):
 
 
 def test_every_engine_keeps_the_storage_contract(storage):
-    from mpiopt.storage.protocol import StudyStorage
+    from mpiopt.storage import BaseStorage
 
-    assert isinstance(storage, StudyStorage)
+    assert isinstance(storage, BaseStorage)
 
 
 def new_study(st, name="s", direction="minimize") -> int:
@@ -295,7 +311,8 @@ def test_intermediate_values_merge_and_replace(storage):
     assert done.intermediate == {0: 5.0, 1: 3.5, 2: 3.0}
 
 
-def test_finish_replaces_folds_left_on_an_unfinished_trial_and_returns_what_is_stored(storage):
+def test_finish_replaces_folds_left_on_an_unfinished_trial_and_returns_what_is_stored(sql_storage):
+    storage = sql_storage          # (its SQL engine, its lease fence)
     sid = new_study(storage)
     t = storage.create_trial(sid, {"x": 1.0, "k": "a"}, seed=0, group=0)
     storage.finish_trial(t.id, TrialStatus.COMPLETE, value=1.0, fold_values=[1.0, 2.0, 3.0])
@@ -339,7 +356,8 @@ def test_dense_numbers_with_concurrent_writers(url):
     assert sorted(got) == list(range(32))
 
 
-def test_one_transaction_per_trial_write(storage):
+def test_one_transaction_per_trial_write(sql_storage):
+    storage = sql_storage          # (its SQL engine, its lease fence)
     sid = new_study(storage)
     begins = []
     event.listen(storage.engine, "begin", lambda conn: begins.append(1))
@@ -354,7 +372,8 @@ def test_one_transaction_per_trial_write(storage):
     assert rows == {"trial_params": 3, "trial_folds": 3, "trial_intermediate": 10}
 
 
-def test_batches_of_creates_and_finishes_are_one_transaction_each(storage):
+def test_batches_of_creates_and_finishes_are_one_transaction_each(sql_storage):
+    storage = sql_storage          # (its SQL engine, its lease fence)
     sid = new_study(storage)
     storage.create_trial(sid, {"x": 0.0}, seed=0, group=0)
     begins = []
@@ -378,9 +397,10 @@ def test_batches_of_creates_and_finishes_are_one_transaction_each(storage):
     assert storage.get_trial(sid, 1).value == 1.0
 
 
-def test_a_batch_costs_the_same_statements_whatever_its_size(storage):
+def test_a_batch_costs_the_same_statements_whatever_its_size(sql_storage):
     """Many groups finishing together: a fixed number of statements per batch, with
     earlier per-epoch values merged and earlier folds replaced, as one by one."""
+    storage = sql_storage          # (its SQL engine, its lease fence)
     sid = new_study(storage)
     counts = []
     for n in (2, 8):
@@ -494,7 +514,8 @@ def test_interrupting_keeps_the_trials_whose_rank_died_running(storage):
     assert [(t.number, t.lost_attempts) for t in storage.note_lost_attempts(sid)] == [(0, 1)]
 
 # ---- one coordinator per study ---------------------------------------------------------
-def test_a_fresh_lease_refuses_a_second_job_and_a_stale_one_is_taken_over(storage):
+def test_a_fresh_lease_refuses_a_second_job_and_a_stale_one_is_taken_over(sql_storage):
+    storage = sql_storage          # (its SQL engine, its lease fence)
     from datetime import timedelta
 
     from mpiopt.errors import StudyBusyError
@@ -589,11 +610,12 @@ def test_a_dead_holder_on_this_host_is_taken_over_at_once(sqlite_storage):
     assert time.monotonic() - start < 1.0
 
 
-def test_a_job_whose_lease_was_taken_over_writes_nothing_more(storage):
+def test_a_job_whose_lease_was_taken_over_writes_nothing_more(sql_storage):
     """The fence (Storage.fence): a job stopped past its lease (Ctrl-Z, a suspended node)
     while another took the study over must not finish, interrupt or create trials: its
     writes mixed with the other job's (a result over a trial the other ran again, the
     other's running trial marked INTERRUPTED, the study's status)."""
+    storage = sql_storage          # (its SQL engine, its lease fence)
     from datetime import timedelta
 
     from mpiopt.errors import LeaseLost
@@ -738,10 +760,11 @@ def test_initial_trials_are_queued_with_the_study(db_url):
         assert [(t.number, t.params["x"]) for t in st.pending_trials(sid)] == [(0, 1.0)]
 
 
-def test_results_starts_and_trials_sent_ahead_are_one_transaction(storage):
+def test_results_starts_and_trials_sent_ahead_are_one_transaction(sql_storage):
     """Asking ahead: a trial sent ahead has no start time until its group begins it; the
     results, that start and the next trials sent ahead are one commit; a job killed
     before a trial sent ahead began counts no lost attempt against it."""
+    storage = sql_storage          # (its SQL engine, its lease fence)
     sid = new_study(storage)
     now, = storage.create_trials(sid, [dict(params={"x": 0.0}, seed=0, group=0)])
     ahead, = storage.create_trials(sid, [dict(params={"x": 1.0}, seed=1, group=0, started=False)])

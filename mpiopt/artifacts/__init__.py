@@ -33,9 +33,9 @@ __all__ = ["ArtifactStoreError", "TrialArtifacts", "default_root", "resolve", "c
 
 def default_root(url: str, study: str) -> Path:
     """Beside a SQLite file: <stem>-artifacts/<study>; for a server: ./mpiopt-artifacts."""
-    from mpiopt.storage._engine import sqlite_path
+    from mpiopt.storage import StorageURL
 
-    path = sqlite_path(url)
+    path = StorageURL.parse(url).sqlite_path
     if path is not None:
         return Path(path).resolve().parent / f"{Path(path).stem}-artifacts" / study
     return Path.cwd().resolve() / "mpiopt-artifacts" / study

@@ -5,7 +5,6 @@ import json
 import sys
 from typing import Any, Sequence
 
-DEFAULT_STORAGE = "sqlite:///mpiopt.db"
 
 
 def add_storage_option(parser) -> None:
@@ -13,19 +12,16 @@ def add_storage_option(parser) -> None:
         "--storage",
         default=None,
         help="SQLAlchemy URL of the results database (default: $MPIOPT_STORAGE, then the "
-        f"spec's storage, then {DEFAULT_STORAGE} in the current directory)",
+        "spec's storage, then sqlite:///mpiopt.db in the current directory)",
     )
 
 
 def storage_url(args, from_spec: str | None = None) -> str:
     """--storage, else MPIOPT_STORAGE (a URL with a password need not sit in a spec file or
     a shell history), else the spec's storage, else the default."""
-    import os
+    from mpiopt.storage._urls import StorageURL
 
-    from mpiopt.spec._storage import expand_home
-
-    return expand_home(getattr(args, "storage", None) or os.environ.get("MPIOPT_STORAGE")
-                       or from_spec or DEFAULT_STORAGE)
+    return StorageURL.default(getattr(args, "storage", None), from_spec).text
 
 
 def add_format_option(parser) -> None:

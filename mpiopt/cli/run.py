@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from mpiopt.cli.common import add_storage_option, storage_url
-from mpiopt.errors import MpioptError
+from mpiopt.errors import MpioptError, StorageError
 
 
 def register(sub) -> None:
@@ -83,6 +83,16 @@ def _recovery_files(given: list[str], study: str) -> list[str]:
     return given
 
 
+def _rescued_spec(recovery: list[str], name: str) -> dict | None:
+    """The spec of a study that a recovery file holds whole (mpiopt.storage.recovery)."""
+    import yaml
+
+    from mpiopt.storage.recovery import rescued_study
+
+    rescued = rescued_study(recovery, name)
+    return yaml.safe_load(rescued["dump"]["study"]["spec_text"]) if rescued else None
+
+
 def _named_as_allowed(name: str, url: str) -> None:
     """A study named before names were checked (mpiopt.study.names) is renamed first."""
     import shlex
@@ -105,17 +115,22 @@ def cmd_resume(args) -> int:
 
         url = storage_url(args)
         _named_as_allowed(args.study, url)
-        storage = open_storage(url)
+        recovery = _recovery_files(args.recovery, args.study)
         try:
-            data = stored_spec_dict(storage, args.study)
-        finally:
-            storage.close()
+            storage = open_storage(url)
+            try:
+                data = stored_spec_dict(storage, args.study)
+            finally:
+                storage.close()
+        except StorageError:      # (a study a recovery file holds whole: its database
+            data = _rescued_spec(recovery, args.study)     # file was deleted or replaced)
+            if data is None:
+                raise
         for path, value in _overrides(args).items():
             section, key = path.split(".")
             data.setdefault(section, {})[key] = value
         return (Spec.from_dict(data, source=f"{url}#{args.study}"), url, True,
-                {"retry_failed": args.retry_failed,
-                 "recovery": _recovery_files(args.recovery, args.study)})
+                {"retry_failed": args.retry_failed, "recovery": recovery})
 
     from mpiopt.run.launch import run_study_command
 

@@ -89,14 +89,15 @@ def cmd_rename(args) -> int:
 
 def cmd_copy(args) -> int:
     from mpiopt.study import manage
-    from mpiopt.storage import check_url, mask_url
+    from mpiopt.storage import StorageURL
 
-    check_url(args.to)
+    to = StorageURL.parse(args.to)
+    to.check()
     with _opened(storage_url(args), read_only=True) as source:
         source.get_study(args.study)            # an unknown name: before the target is made
-        with _opened(args.to, create=True) as target:
+        with _opened(to.text, create=True) as target:
             n = manage.copy_study(source, target, args.study, args.as_name)
-    print(f"copied study '{args.study}' ({n} trials) to {mask_url(args.to)}"
+    print(f"copied study '{args.study}' ({n} trials) to {to.shown}"
           + (f" as '{args.as_name}'" if args.as_name and args.as_name != args.study else ""))
     return 0
 

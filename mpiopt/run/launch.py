@@ -306,9 +306,7 @@ def _send_verdict(world, multi: bool, error: str | None = None, keep=None) -> No
 def _where_to_keep(opened) -> dict:
     """The recovery file's places and the database's key: where a leader (or this rank,
     alone) keeps the results it finished until the database has them."""
-    from mpiopt.storage.resilient import key_of
-
-    return {"places": [str(p) for p in opened.recovery], "db_key": key_of(opened.storage)}
+    return {"places": [str(p) for p in opened.recovery], "db_key": opened.storage.location.key}
 
 
 def _open(spec, url, resume, isolated: bool, retry_failed: bool = False, recovery=()):
@@ -512,7 +510,7 @@ def _run_single(spec, url, opened, sched, executor, progress, comm, objective, f
         keeper = KeptResults(**_where_to_keep(opened), rank=0)
         clean = run_local(sched, executor, objective, comm, stopped=flag.is_set,
                           give_up=give_up, told=flag.set, keeper=keeper)
-        if getattr(executor.storage, "given_up", None) is None:
+        if executor.storage.given_up is None:       # (the run's storage is a Resilient)
             keeper.discard()              # (every result written: see coordinator's STOP)
     except Exception as exc:     # as the coordinator's (an outage past retry_timeout, a
         # study deleted under the job): a closing line with the resume, not "error:", exit 2
@@ -562,7 +560,7 @@ def _close(spec, url, opened, sched, executor, progress, cause, interrupted,
         _output_closed(exc)
     taken = opened.taken_away(spec.study.name) if status is not StudyStatus.COMPLETE else None
     lost = opened.lost          # (another job runs the study now: no resume line)
-    getattr(executor.storage, "discard_written_ahead", lambda: None)()
+    executor.storage.discard_written_ahead()     # (the run's storage is a Resilient)
     opened.close()
     if status is StudyStatus.COMPLETE or (status is StudyStatus.FAILED and not cause):
         if status is StudyStatus.FAILED and sched.stop_reason == "failures":
@@ -578,8 +576,7 @@ def _close(spec, url, opened, sched, executor, progress, cause, interrupted,
     if lost:
         _say(lost)
         return EXIT_FAILED
-    kept = getattr(executor.storage, "kept_in", lambda: None)()
-    unkept = getattr(executor.storage, "unkept_note", lambda: "")()
+    kept, unkept = executor.storage.kept_in(), executor.storage.unkept_note()
     resume = resume_command(taken[1] if taken else spec.study.name, url, kept)
     _say(f"{cause or sched.message or 'stopped'}{unkept}; resume with: {resume}{stuck}")
     return EXIT_INTERRUPTED if sched.stop_reason == "interrupted" else EXIT_FAILED

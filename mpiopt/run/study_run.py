@@ -193,13 +193,13 @@ def recovery_places(spec, url: str) -> list[Path]:
 def _home_recovery_folder(url: str) -> Path | None:
     """~/.mpiopt/recovery/<database key>/: the key tells databases apart (a file's lines
     name trial ids, which mean other trials in another database); None without a home."""
-    from mpiopt.storage._urls import database_key
+    from mpiopt.storage import StorageURL
 
     try:
         home = Path.home()
     except (RuntimeError, KeyError):
         return None
-    return home / ".mpiopt" / "recovery" / database_key(url)
+    return home / ".mpiopt" / "recovery" / StorageURL.parse(url).key
 
 
 def _import_recoveries(storage, spec, url: str, study_id: int, given=(),
@@ -210,13 +210,13 @@ def _import_recoveries(storage, spec, url: str, study_id: int, given=(),
     prints it), imported first; before them the files beside them where group leaders
     kept the results they sent (mpiopt.study.kept)."""
     from mpiopt.study.kept import group_files, remove_if_empty
-    from mpiopt.storage.resilient import import_recovery, key_of
+    from mpiopt.storage.recovery import import_recovery
 
     notes = []
     given, stored, found = [Path(p).resolve() for p in given], [Path(p) for p in stored], \
         recovery_places(spec, url)
     places = given + [p for p in stored if _readable(p)] + found
-    kept, key = 0, key_of(storage)
+    kept, key = 0, storage.location.key
     beside = (p for place in given + stored + found for p in group_files(place, key))
     for path in dict.fromkeys(beside):
         if _readable(path):
@@ -243,9 +243,7 @@ def _forget_kept(storage, places) -> None:
     this database are a deleted one's (its trial ids could be given to this study's
     trials, and a resume would import their results into them), so they go."""
     from mpiopt.study.kept import group_files, remove_if_empty
-    from mpiopt.storage.resilient import key_of
-
-    key = key_of(storage)
+    key = storage.location.key
     for path in (p for place in places for p in group_files(place, key)):
         try:
             path.unlink()
@@ -279,16 +277,22 @@ def open_run(spec, url: str, resume, isolated: bool, retry_failed: bool = False,
                         "round's member exploits another member instead); leave it off")
     warm, warm_note = _warm(spec, url)          # refused before anything is written
     # `--resume` never creates the database: a mistyped path made an empty one, then said
-    # there was no study to resume
-    storage = open_storage(url, create=resume is not True)
+    # there was no study to resume (but for a study a recovery file holds whole: its
+    # database file was deleted or replaced under the job that wrote it)
+    from mpiopt.storage.recovery import rescued_study, restore_study
+
+    rescued = resume is True and rescued_study(recovery, spec.study.name) is not None
+    storage = open_storage(url, create=resume is not True or rescued)
     period = lease_period_s()
     try:
+        restored = restore_study(storage, recovery, spec.study.name,
+                                 recovery_places(spec, url)) if rescued else None
         opened = open_study(storage, spec, resume, url,
                             lambda study_id: take_lease(storage, study_id, period, lease_wait))
         token = opened.lease_token
         if getattr(spec, "artifacts", None):
             storage.set_study_artifacts(opened.study_id, spec.artifacts)
-        notes = [warm_note] if warm_note else []
+        notes = [n for n in (warm_note, restored) if n]
         places = recovery_places(spec, url)
         if opened.resumed:
             stored = storage.get_study(spec.study.name).recovery
@@ -340,7 +344,7 @@ def _retry(storage, study_id: int) -> str:
 def settle_unfinished(storage, study_id: int, isolated: bool, max_attempts: int) -> list[str]:
     """Mark trials left RUNNING by a job that died; FAIL those that killed it too often.
     Returns lines for the study's header."""
-    if isolated or not hasattr(storage, "note_lost_attempts"):
+    if isolated:
         n = storage.interrupt_running(study_id)
         return [f"{n} trial(s) were running when the last job ended; they run again"] if n else []
     notes = []

@@ -50,17 +50,9 @@ def _storage_dict(spec: "Spec"):
 _SQLITE_PREFIXES = ("sqlite:///", "sqlite+pysqlite:///")
 
 
-def expand_home(url: str) -> str:
-    """A SQLite URL whose path starts with ~ (sqlite:///~/runs/opt.db) with the home folder
-    put in, as a shell would: SQLAlchemy takes the ~ literally, and the study then wanted a
-    folder named "~" in the working directory."""
-    prefix = next((p for p in _SQLITE_PREFIXES if url.startswith(p)), None)
-    if prefix is None or not url[len(prefix):].startswith("~"):
-        return url
-    return prefix + str(Path(url[len(prefix):]).expanduser())
-
-
 def _anchor_sqlite(url: str, base_dir: Path) -> str:
+    from mpiopt.storage._urls import expand_home
+
     url = expand_home(url)
     prefix = next((p for p in _SQLITE_PREFIXES if url.startswith(p)), None)
     if prefix is None:

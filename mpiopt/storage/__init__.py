@@ -6,7 +6,8 @@
     ...     st.create_trial(sid, {"x": 0.5}, seed=1, group=0).number
     0
 
-Trial numbers start at 0 and are dense per study.
+Trial numbers start at 0 and are dense per study. The contract every storage keeps is
+BaseStorage's (storage/_base.py); a URL is a StorageURL (storage/_urls.py), parsed once.
 """
 from __future__ import annotations
 
@@ -15,13 +16,14 @@ from sqlalchemy import exc as sa_exc
 from mpiopt.errors import StorageError
 from mpiopt.storage import migrate
 from mpiopt.storage._convert import StudyRecord
-from mpiopt.storage._engine import check_exists, make_engine, sqlite_path
+from mpiopt.storage._base import BaseStorage
+from mpiopt.storage._engine import check_exists, make_engine
 from mpiopt.storage._rdb import DuplicateStudyError, Storage
 from mpiopt.storage._session import describe
-from mpiopt.storage._urls import check_url, mask_url
+from mpiopt.storage._urls import StorageURL, check_url, mask_url
 
 
-def open_storage(url: str, create: bool = False, read_only: bool = False) -> Storage:
+def open_storage(url: "str | StorageURL", create: bool = False, read_only: bool = False) -> Storage:
     """Open the database at `url`, migrating its schema to the newest revision.
 
     - `create` (a study starts): a missing SQLite file is created, in a directory that
@@ -32,8 +34,9 @@ def open_storage(url: str, create: bool = False, read_only: bool = False) -> Sto
     - `read_only` (query commands): the database is never written, migrated or switched
       to another journal mode; an older schema says to run `mpiopt db upgrade`.
     """
+    url = StorageURL.parse(url)
     check_exists(url, create)
-    path = sqlite_path(url)
+    path = url.sqlite_path
     if path is not None and create and not path.exists():
         _create_sqlite(url, path)
     elif path is not None and path.is_file() and not read_only:
@@ -50,14 +53,15 @@ def open_storage(url: str, create: bool = False, read_only: bool = False) -> Sto
     return Storage(engine, url)
 
 
-def _create_sqlite(url: str, path) -> None:
+def _create_sqlite(url: StorageURL, path) -> None:
     """A new SQLite database appears whole or not at all: it is built and migrated under a
     temporary name, then linked into place (atomic; the first of several jobs starting at
     once wins and the others open its file). No job ever sees a half-made database."""
     import os
 
     tmp = path.with_name(f".{path.name}.{os.getpid()}.creating")
-    engine = make_engine(url.replace(str(path), str(tmp)) if str(path) in url else f"sqlite:///{tmp}")
+    text = url.text
+    engine = make_engine(text.replace(str(path), str(tmp)) if str(path) in text else f"sqlite:///{tmp}")
     try:
         migrate.upgrade(engine)
         with engine.connect() as conn:       # everything into the main file before the link
@@ -75,7 +79,7 @@ def _create_sqlite(url: str, path) -> None:
             leftover.unlink(missing_ok=True)
 
 
-def _look_first(url: str, create: bool) -> None:
+def _look_first(url: StorageURL, create: bool) -> None:
     """Refuse a foreign SQLite file through a read-only connection, so it is not touched."""
     probe = make_engine(url, read_only=True)
     try:
@@ -87,7 +91,7 @@ def _look_first(url: str, create: bool) -> None:
         probe.dispose()
 
 
-def _check_schema(engine, url: str, create: bool, read_only: bool) -> None:
+def _check_schema(engine, url: StorageURL, create: bool, read_only: bool) -> None:
     current = migrate.current_revision(engine)
     if current is None:
         tables = migrate.table_names(engine)
@@ -108,10 +112,9 @@ def _check_schema(engine, url: str, create: bool, read_only: bool) -> None:
     migrate.ensure_current(engine)
 
 
-def _where(url: str) -> str:
-    path = sqlite_path(url)
-    return str(path) if path is not None else mask_url(url)
+def _where(url: StorageURL) -> str:
+    return url.where()
 
 
-__all__ = ["DuplicateStudyError", "Storage", "StudyRecord", "check_url", "mask_url",
-           "open_storage", "migrate"]
+__all__ = ["BaseStorage", "DuplicateStudyError", "Storage", "StorageURL", "StudyRecord",
+           "check_url", "mask_url", "open_storage", "migrate"]

@@ -5,9 +5,10 @@ import json
 import math
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Sequence
 
-from mpiopt.storage.models import StudyModel, TrialModel
+from mpiopt.errors import StorageError
+from mpiopt.storage.models import NAME_LEN, StudyModel, TrialModel
 from mpiopt.trial import FrozenTrial, StudyStatus, TrialStatus
 
 
@@ -138,3 +139,24 @@ def _lease(row: StudyModel) -> Lease | None:
         return None
     return Lease(row.lease_host or "?", row.lease_pid or 0, row.lease_started_at,
                  row.lease_beat_at, float(row.lease_period or 30.0))
+
+
+def _short(text: str | None) -> str | None:
+    """A device name fits its column (255 characters) whatever a driver reports."""
+    return None if text is None else str(text)[:NAME_LEN]
+
+
+def prepared_outcomes(outcomes: Sequence[dict]) -> list[tuple]:
+    """finish_trial keyword dicts as rows for _writes.finish_many (checked, encoded)."""
+    prepared = []
+    for o in outcomes:
+        status = TrialStatus(o["status"])
+        if status in (TrialStatus.RUNNING, TrialStatus.PENDING):
+            raise StorageError(f"finish_trial needs a final status, not {status.value}")
+        prepared.append((o["trial_id"], status, {
+            "value": finite_or_none(o.get("value")),
+            "value_std": finite_or_none(o.get("value_std")), "error": o.get("error"),
+            "metrics_json": dump_json(o.get("metrics")), "duration": o.get("duration"),
+            "device": _short(o.get("device")), "spans_json": dump_spans(o.get("spans"))},
+            o.get("fold_values") or (), o.get("fold_metrics") or (), o.get("intermediate") or {}))
+    return prepared

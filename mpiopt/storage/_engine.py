@@ -18,6 +18,8 @@ from sqlalchemy.pool import StaticPool
 
 from mpiopt.errors import StorageError
 from mpiopt.storage._stall import watch_engine
+from mpiopt.storage._urls import StorageURL, mask_url
+
 
 def _busy_timeout_ms() -> int:
     """How long one SQLite statement waits for a lock before it is a (transient) error that
@@ -35,22 +37,11 @@ STATEMENT_TIMEOUT_MS = 300_000
 WRITE_OPTION = "mpiopt_write"
 
 
-def sqlite_path(url: str) -> Path | None:
-    """The file behind a SQLite URL; None for other backends and in-memory databases."""
-    parsed = _parse(url)
-    if not parsed.get_backend_name() == "sqlite":
-        return None
-    database = parsed.database or ""
-    if database in ("", ":memory:") or parsed.query.get("uri") or database.startswith("file:"):
-        return None
-    return Path(database)
-
-
-def check_exists(url: str, create: bool) -> None:
+def check_exists(url: "str | StorageURL", create: bool) -> None:
     """Before anything connects: a missing SQLite file is an error unless asked to create
     it, and then its directory must exist (a typo in a path must not make a new tree);
     an existing empty file is refused (it is not ours, and connecting would write it)."""
-    path = sqlite_path(url)
+    path = StorageURL.parse(url).sqlite_path
     if path is None:
         return
     if create:
@@ -66,9 +57,10 @@ def check_exists(url: str, create: bool) -> None:
                            "or start a study with `mpiopt search`")
 
 
-def make_engine(url: str, read_only: bool = False) -> Engine:
+def make_engine(url: "str | StorageURL", read_only: bool = False) -> Engine:
     """An engine for `url`; `read_only` never writes: PostgreSQL sessions are read-only
     transactions, a SQLite file is opened with mode=ro and its journal mode left alone."""
+    url = StorageURL.parse(url)
     parsed = _parse(url)
     if parsed.get_backend_name() != "sqlite":
         kwargs = {"pool_pre_ping": True}
@@ -90,7 +82,7 @@ def make_engine(url: str, read_only: bool = False) -> Engine:
             watch_engine(engine)      # a server that stops answering (mpiopt.storage._stall)
         return engine
     kwargs = {"connect_args": {"timeout": BUSY_TIMEOUT_MS / 1000}}
-    path = sqlite_path(url)
+    path = url.sqlite_path
     if path is None and not parsed.query.get("uri"):
         kwargs["poolclass"] = StaticPool      # one in-memory database shared by all sessions
         kwargs["connect_args"]["check_same_thread"] = False
@@ -141,9 +133,9 @@ def _tune_sqlite(engine: Engine, read_only: bool = False) -> None:
         conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
 
 
-def _parse(url: str):
+def _parse(url: "str | StorageURL"):
     try:
-        return make_url(url)
+        return make_url(str(url))
     except ArgumentError as exc:
-        raise StorageError(f"not a database URL: {url!r} (expected e.g. sqlite:///mpiopt.db)") \
-            from exc
+        raise StorageError(f"not a database URL: {mask_url(url)!r} (expected e.g. "
+                           "sqlite:///mpiopt.db)") from exc

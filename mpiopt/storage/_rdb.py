@@ -1,32 +1,34 @@
-"""Storage: the one repository every part of mpiopt reads and writes results through.
+"""Storage: the SQL implementation of the storage contract (storage/_base.py), for
+SQLite and PostgreSQL.
 
-Contract: every public method is one short transaction (session_scope; the per-trial writes
-use connection_scope with the Core statements of _writes) and is safe to call
-from several threads; records returned (FrozenTrial, StudyRecord) never change afterwards.
-Only the coordinator writes; any number of processes may read while it does.
+Every public method is one short transaction (session_scope; the per-trial writes use
+connection_scope with the Core statements of _writes). Before each write transaction a
+SQLite database's file is checked to still be the one opened (storage/_sqlite_file.py).
 """
 from __future__ import annotations
 
 import json
 import uuid
-from collections import Counter
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from typing import Iterable, Sequence
 
-from sqlalchemy import bindparam, func, select, update
+from sqlalchemy import bindparam, event, func, select, update
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, selectinload, sessionmaker
 
 from mpiopt.errors import (DuplicateStudyError, LeaseLost, StorageError, StudyBusyError,
                            UnknownStudyError)
-from mpiopt.storage import _studies, _writes
-from mpiopt.storage._convert import (StudyRecord, dump_json, dump_spans, finite_or_none,
+from mpiopt.storage import _queries, _studies, _writes
+from mpiopt.storage._base import BaseStorage
+from mpiopt.storage._convert import (StudyRecord, dump_json, finite_or_none, prepared_outcomes,
                                      to_frozen, to_record)
 from mpiopt.storage._engine import writer
 from mpiopt.storage._session import connection_scope, session_scope
-from mpiopt.storage.models import NAME_LEN, StudyModel, TrialModel
+from mpiopt.storage._sqlite_file import SqliteFile
+from mpiopt.storage._stall import hurry_when
+from mpiopt.storage.models import StudyModel, TrialModel
 from mpiopt.trial import FrozenTrial, StudyStatus, TrialStatus
 
 DIRECTIONS = ("minimize", "maximize")
@@ -52,14 +54,16 @@ def _with_children(stmt):
                         selectinload(TrialModel.intermediate))
 
 
-class Storage:
+class Storage(BaseStorage):
     """Studies and trials in one SQL database (any SQLAlchemy URL; see open_storage)."""
 
-    def __init__(self, engine: Engine, url: str):
-        from mpiopt.storage._urls import mask_url
-
-        self.engine, self.url = engine, url
-        self.shown_url = mask_url(url)      # what every message names: no password
+    def __init__(self, engine: Engine, url):
+        super().__init__(url)
+        self.engine = engine
+        path = self.location.sqlite_path
+        self.file = SqliteFile(path) if path is not None else None
+        if self.file is not None and self.file.identity is not None:
+            event.listen(engine, "do_connect", lambda *args: self.file.check(self._let_go))
         self._read = sessionmaker(engine, expire_on_commit=False)
         self._writer = writer(engine)
         self._write = sessionmaker(self._writer, expire_on_commit=False)
@@ -68,20 +72,38 @@ class Storage:
         self.fence: tuple[int, str] | None = None
         self.lost: str | None = None      # why, once a write or a heartbeat found it taken
 
-    def __enter__(self) -> "Storage":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
     def close(self) -> None:
         self.engine.dispose()
+
+    def stop_waiting_when(self, should_stop) -> None:
+        hurry_when(self.engine, should_stop)
 
     def _reading(self):
         return session_scope(self._read, self.shown_url)
 
+    def _check_file(self) -> None:
+        """Before a write: the SQLite file is still the one opened (storage/_sqlite_file)."""
+        if self.file is not None and self.file.identity is not None:
+            self.file.check(self._let_go)
+
+    def _let_go(self) -> None:
+        """The file is gone: this job's write-ahead log goes into the file it belongs to
+        (through a connection opened before, on the old file) and is emptied, so that
+        nothing of it is read as the new file's. Best effort: a busy log stays."""
+        try:
+            raw = self.engine.raw_connection()
+        except Exception:
+            return
+        try:
+            raw.driver_connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        except Exception:
+            pass
+        finally:
+            raw.close()
+
     @contextmanager
     def _writing(self):
+        self._check_file()
         with session_scope(self._write, self.shown_url) as session:
             self._check_fence(session.connection())
             yield session
@@ -89,6 +111,7 @@ class Storage:
     @contextmanager
     def _writing_core(self):
         """A write transaction for Core statements (the per-trial hot path, see _writes)."""
+        self._check_file()
         with connection_scope(self._writer, self.shown_url) as conn:
             self._check_fence(conn)
             yield conn
@@ -139,24 +162,13 @@ class Storage:
             row = s.scalar(select(StudyModel).where(StudyModel.name == name))
             if row is None:
                 known = s.scalars(select(StudyModel.name).order_by(StudyModel.name)).all()
-                raise UnknownStudyError(_unknown(name, known, self.shown_url))
+                raise UnknownStudyError(_queries.unknown(name, known, self.shown_url))
             return to_record(row)
 
     def list_studies(self) -> list[StudyRecord]:
         """Every study with its trial counts per status and best COMPLETE value."""
         with self._reading() as s:
-            rows = s.scalars(select(StudyModel).order_by(StudyModel.id)).all()
-            counts = s.execute(select(TrialModel.study_id, TrialModel.status, func.count())
-                               .group_by(TrialModel.study_id, TrialModel.status)).all()
-            extremes = s.execute(
-                select(TrialModel.study_id, func.min(TrialModel.value), func.max(TrialModel.value))
-                .where(TrialModel.status == TrialStatus.COMPLETE)
-                .group_by(TrialModel.study_id)).all()
-        per_study = {r.id: _zero_counts() for r in rows}
-        for study_id, status, n in counts:
-            per_study[study_id][TrialStatus(status)] = n
-        best = {sid: (lo, hi) for sid, lo, hi in extremes}
-        return [to_record(r, per_study[r.id], _pick(best.get(r.id), r.direction)) for r in rows]
+            return _queries.list_studies(s)
 
     def study_name(self, study_id: int) -> str | None:
         """The study's name now, or None if it was deleted (`mpiopt study delete --force`
@@ -291,31 +303,11 @@ class Storage:
                          .values(lease_token=None, lease_beat_at=_now()))
 
     # ---- trial writes (the coordinator) ------------------------------------------------
-    records_rank = True   # create_trial/restart_trial take the leader's world rank
-
-    def create_trial(self, study_id: int, params: dict, seed: int | None, group: int | None,
-                     host: str | None = None, rank: int | None = None) -> FrozenTrial:
-        """A RUNNING trial with the next dense number, in one transaction with its params.
-
-        SQLite serialises writers (BEGIN IMMEDIATE), so max+1 is safe; on other backends
-        a concurrent writer trips the (study_id, number) constraint and we retry.
-        """
-        for attempt in range(NUMBER_RETRIES):
-            try:
-                return self._insert_trial(study_id, params, seed, group, host, rank)
-            except StorageError as exc:
-                if not isinstance(exc.__cause__, sa_exc.IntegrityError) or \
-                        attempt == NUMBER_RETRIES - 1:
-                    raise
-        raise AssertionError("unreachable")
-
-    def _insert_trial(self, study_id, params, seed, group, host, rank=None) -> FrozenTrial:
-        return self._insert_trials(study_id, [dict(params=params, seed=seed, group=group,
-                                                   host=host, rank=rank)])[0]
-
     def create_trials(self, study_id: int, requests: Sequence[dict]) -> list[FrozenTrial]:
         """Several create_trial calls (dicts of its keyword arguments) in one transaction,
-        numbered in order: many groups that become idle together cost one commit."""
+        numbered in order: many groups that become idle together cost one commit. SQLite
+        serialises writers (BEGIN IMMEDIATE), so max+1 is safe; on other backends a
+        concurrent writer trips the (study_id, number) constraint and it is tried again."""
         for attempt in range(NUMBER_RETRIES):
             try:
                 return self._insert_trials(study_id, requests)
@@ -354,25 +346,12 @@ class Storage:
             s.flush()
             return to_frozen(row)
 
-    def finish_trial(self, trial_id: int, status: TrialStatus, value: float | None = None,
-                     value_std: float | None = None, fold_values: Sequence = (),
-                     metrics: dict | None = None, error: str | None = None,
-                     duration: float | None = None, intermediate: dict | None = None,
-                     fold_metrics: Sequence[dict] | None = None, device: str | None = None,
-                     spans: Sequence[dict] = ()) -> FrozenTrial:
-        """Record a trial's outcome, folds and per-epoch values in one transaction."""
-        return self.finish_trials([dict(
-            trial_id=trial_id, status=status, value=value, value_std=value_std,
-            fold_values=fold_values, metrics=metrics, error=error, duration=duration,
-            intermediate=intermediate, fold_metrics=fold_metrics, device=device,
-            spans=spans)])[0]
-
     def finish_trials(self, outcomes: Sequence[dict], started: Sequence[int] = ()) -> list[FrozenTrial]:
         """Several finish_trial calls (dicts of its keyword arguments) in one transaction:
         results that arrive together cost one commit. All or none are written.
         started: trials sent ahead (created with started=False) that their groups began
         as these results came in; their start is noted in the same commit."""
-        now, prepared = _now(), _prepared(outcomes)
+        now, prepared = _now(), prepared_outcomes(outcomes)
         with self._writing_core() as conn:
             _writes.mark_started(conn, started, now)
             return _writes.finish_many(conn, prepared, now, self.shown_url)
@@ -383,7 +362,7 @@ class Storage:
         """finish_trials and create_trials in one transaction: when every group of a batch
         already runs the trial it was sent ahead, nothing has to leave before the write,
         and one commit records the results, those starts and the next trials sent ahead."""
-        prepared = _prepared(outcomes)
+        prepared = prepared_outcomes(outcomes)
         requests = [{**r, "suggest_seconds": finite_or_none(r.get("suggest_seconds"))}
                     for r in requests]
         for attempt in range(NUMBER_RETRIES):
@@ -469,15 +448,12 @@ class Storage:
         with self._reading() as s:
             return to_frozen(self._trial_row(s, trial_id))
 
-    def best_trials(self, study_id: int, k: int = 1) -> list[FrozenTrial]:
-        """The k best COMPLETE trials in the study's direction (ties: lower number first)."""
+    def study_direction(self, study_id: int) -> str:
         with self._reading() as s:
-            direction = self._require_study(s, study_id).direction
-        return self.get_trials(study_id, [TrialStatus.COMPLETE], order_by="value", limit=k,
-                               descending=direction == "maximize")
+            return self._require_study(s, study_id).direction
 
     def count_trials(self, study_id: int) -> dict[TrialStatus, int]:
-        counts = _zero_counts()
+        counts = _queries.zero_counts()
         with self._reading() as s:
             rows = s.execute(select(TrialModel.status, func.count())
                              .where(TrialModel.study_id == study_id)
@@ -490,29 +466,8 @@ class Storage:
         """Per group: its host, when it last started or finished a trial, the trial it
         runs now (None when idle) and how many were sent ahead to it (RUNNING, not yet
         started), for `mpiopt status`."""
-        last = func.max(func.coalesce(TrialModel.finished_at, TrialModel.started_at))
         with self._reading() as s:
-            rows = s.execute(select(TrialModel.group, last, func.max(TrialModel.started_at))
-                             .where(TrialModel.study_id == study_id, TrialModel.group.is_not(None))
-                             .group_by(TrialModel.group).order_by(TrialModel.group)).all()
-            unfinished = s.execute(select(TrialModel.group, TrialModel.number,
-                                          TrialModel.started_at).where(
-                TrialModel.study_id == study_id,
-                TrialModel.status == TrialStatus.RUNNING)).all()
-            hosts = dict(s.execute(select(TrialModel.group, TrialModel.host).where(
-                TrialModel.study_id == study_id).order_by(TrialModel.started_at)).all())
-        # a RUNNING row without a start is a trial sent ahead: it waits for its group
-        running = {g: n for g, n, started in unfinished if started is not None}
-        ahead = Counter(g for g, _, started in unfinished if started is None)
-        out = []
-        for group, last_finish, last_start in rows:
-            moments = [m for m in (last_finish, last_start) if m is not None]
-            if not moments:
-                continue
-            at = max(m if m.tzinfo else m.replace(tzinfo=timezone.utc) for m in moments)
-            out.append({"group": group, "host": hosts.get(group), "last_at": at,
-                        "running": running.get(group), "ahead": ahead.get(group, 0)})
-        return out
+            return _queries.group_activity(s, study_id)
 
     # ---- helpers -----------------------------------------------------------------------
     def _require_study(self, s: Session, study_id: int) -> StudyModel:
@@ -526,40 +481,3 @@ class Storage:
         if row is None:
             raise StorageError(f"no trial with id {trial_id} in {self.shown_url}")
         return row
-
-
-def _zero_counts() -> dict[TrialStatus, int]:
-    return {status: 0 for status in TrialStatus}
-
-
-def _pick(extremes, direction: str) -> float | None:
-    if not extremes:
-        return None
-    return extremes[1] if direction == "maximize" else extremes[0]
-
-
-def _unknown(name: str, known: Sequence[str], url: str) -> str:
-    if not known:
-        return f"unknown study '{name}': {url} holds no studies"
-    return f"unknown study '{name}'; known studies: {', '.join(known)}"
-
-
-def _short(text: str | None) -> str | None:
-    """A device name fits its column (255 characters) whatever a driver reports."""
-    return None if text is None else str(text)[:NAME_LEN]
-
-
-def _prepared(outcomes: Sequence[dict]) -> list[tuple]:
-    """finish_trial keyword dicts as rows for _writes.finish_many (checked, encoded)."""
-    prepared = []
-    for o in outcomes:
-        status = TrialStatus(o["status"])
-        if status in (TrialStatus.RUNNING, TrialStatus.PENDING):
-            raise StorageError(f"finish_trial needs a final status, not {status.value}")
-        prepared.append((o["trial_id"], status, {
-            "value": finite_or_none(o.get("value")),
-            "value_std": finite_or_none(o.get("value_std")), "error": o.get("error"),
-            "metrics_json": dump_json(o.get("metrics")), "duration": o.get("duration"),
-            "device": _short(o.get("device")), "spans_json": dump_spans(o.get("spans"))},
-            o.get("fold_values") or (), o.get("fold_metrics") or (), o.get("intermediate") or {}))
-    return prepared

@@ -18,38 +18,41 @@ between tries (`meanwhile`) instead of leaving them unreceived.
 A run that ends without giving up imports the file itself and removes it
 (`discard_written_ahead`).
 
-The recovery file is JSON lines, one write per line, flushed and fsynced as it is written.
+The recovery file is JSON lines, one record per line (mpiopt.study.kept: the format),
+flushed and fsynced as it is written; storage/recovery.py imports it.
+
+Every method of the contract is written out here: reads and writes that nothing journals
+go through the retry alone; finish_trial(s), finish_and_create, add_intermediate and
+interrupt_running also name the records that stand for them in the file (interrupt_running
+too: a job that ends in order during an outage could not mark its running trials
+INTERRUPTED, and the resume counted each a lost attempt, which after `max_attempts` such
+endings FAILED a good parameter set). The finishing ones are written ahead at their first
+failed try.
 """
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import time
 from pathlib import Path
 
-from mpiopt.errors import StorageError, StorageUnavailable
-from mpiopt.study.kept import lines as _lines
-from mpiopt.storage._stall import hurry_when
-
-# (interrupt_running too: a job that ends in order during an outage could not mark its
-# running trials INTERRUPTED, and the resume counted each a lost attempt, which after
-# `max_attempts` such endings FAILED a good parameter set)
-JOURNALED = ("finish_trial", "finish_trials", "finish_and_create", "add_intermediate",
-             "interrupt_running")
-FINISHING = JOURNALED[:3]    # written ahead at their first failed try
+from mpiopt.errors import DatabaseGone, StorageError, StorageUnavailable
+from mpiopt.storage._base import BaseStorage
+from mpiopt.storage.recovery import import_recovery
+from mpiopt.study.kept import lines as _lines, record
 
 
-class Resilient:
+class Resilient(BaseStorage):
     """A storage whose calls survive outages up to `limit_s` (see the module docstring).
 
     `say(line)` tells the user once per outage; `should_stop()` (a signal arrived) ends
-    the waiting early. Attributes that are not methods pass straight through.
+    the waiting early. With no outage it keeps the contract as the storage it wraps.
     """
 
-    def __init__(self, storage, limit_s: float, places: list[Path], say=print,
+    def __init__(self, storage: BaseStorage, limit_s: float, places: list[Path], say=print,
                  should_stop=lambda: False, clock=time.monotonic, sleep=time.sleep,
                  study_id: int | None = None):
+        super().__init__(storage.location)
         # the recovery file's places, in order: the first one that can be written is used
         # (a spec in a read-only folder, an Apptainer image's, lost the results of an
         # outage: the job ended on "Read-only file system" with its finished trials RUNNING)
@@ -57,9 +60,9 @@ class Resilient:
         self.storage, self.limit_s, self.recovery = storage, float(limit_s), self.places[0]
         self.say, self.should_stop, self.clock, self._sleep = say, should_stop, clock, sleep
         self.study_id = study_id             # (whose trials a file written ahead holds)
-        self.db_key = key_of(storage)        # (and in which database: see import_recovery)
+        self.db_key = storage.location.key   # (and in which database: see import_recovery)
         # a call that waits on a server that stopped answering ends sooner once stopping
-        hurry_when(getattr(storage, "engine", None), should_stop)
+        storage.stop_waiting_when(should_stop)
         self.given_up: str | None = None     # why, once an outage outlasted the limit
         self.journaled = 0
         self.written_ahead = 0
@@ -74,33 +77,144 @@ class Resilient:
         # outage (the coordinator receives what groups finish meanwhile): written ahead
         self.meanwhile = None
 
-    def __getattr__(self, name):
-        attr = getattr(self.storage, name)
-        if not callable(attr) or name.startswith("_") or name == "close":
-            return attr
+    # ---- the contract, method by method ----------------------------------------------
+    def close(self) -> None:
+        self.storage.close()
 
-        def call(*args, **kwargs):
-            return self._call(name, attr, args, kwargs)
+    def stop_waiting_when(self, should_stop) -> None:
+        self.storage.stop_waiting_when(should_stop)
 
-        call.__name__ = name
-        return call
+    def create_study(self, *args, **kwargs) -> int:
+        return self._call(lambda: self.storage.create_study(*args, **kwargs))
 
-    def _call(self, name, method, args, kwargs):
+    def get_study(self, name: str):
+        return self._call(lambda: self.storage.get_study(name))
+
+    def list_studies(self) -> list:
+        return self._call(self.storage.list_studies)
+
+    def study_name(self, study_id: int) -> str | None:
+        return self._call(lambda: self.storage.study_name(study_id))
+
+    def set_study_status(self, study_id, status) -> None:
+        return self._call(lambda: self.storage.set_study_status(study_id, status))
+
+    def update_study_spec(self, study_id, spec_text) -> None:
+        return self._call(lambda: self.storage.update_study_spec(study_id, spec_text))
+
+    def set_study_artifacts(self, study_id, folder) -> None:
+        return self._call(lambda: self.storage.set_study_artifacts(study_id, folder))
+
+    def set_study_recovery(self, study_id, places) -> None:
+        return self._call(lambda: self.storage.set_study_recovery(study_id, places))
+
+    def delete_study(self, study_id: int) -> int:
+        return self._call(lambda: self.storage.delete_study(study_id))
+
+    def rename_study(self, study_id, new_name, spec_text) -> None:
+        return self._call(lambda: self.storage.rename_study(study_id, new_name, spec_text))
+
+    def dump_study(self, study_id: int) -> dict:
+        return self._call(lambda: self.storage.dump_study(study_id))
+
+    def load_study_dump(self, dump, name, spec_text) -> int:
+        return self._call(lambda: self.storage.load_study_dump(dump, name, spec_text))
+
+    def enqueue_trials(self, study_id, params_list):
+        return self._call(lambda: self.storage.enqueue_trials(study_id, params_list))
+
+    def pending_trials(self, study_id, limit=None):
+        return self._call(lambda: self.storage.pending_trials(study_id, limit))
+
+    def take_pending(self, requests):
+        return self._call(lambda: self.storage.take_pending(requests))
+
+    def retry_failed(self, study_id):
+        return self._call(lambda: self.storage.retry_failed(study_id))
+
+    def acquire_lease(self, *args, **kwargs) -> str:
+        return self._call(lambda: self.storage.acquire_lease(*args, **kwargs))
+
+    def heartbeat(self, study_id, token) -> None:
+        return self._call(lambda: self.storage.heartbeat(study_id, token))
+
+    def release_lease(self, study_id, token) -> None:
+        return self._call(lambda: self.storage.release_lease(study_id, token))
+
+    def create_trials(self, study_id, requests):
+        return self._call(lambda: self.storage.create_trials(study_id, requests))
+
+    def restart_trial(self, trial_id, group, host=None, rank=None, keep_intermediate=False):
+        return self._call(lambda: self.storage.restart_trial(
+            trial_id, group, host=host, rank=rank, keep_intermediate=keep_intermediate))
+
+    def finish_trial(self, trial_id, status, **fields):
+        """Journaled: after the give-up it returns None (the result is in the file)."""
+        kept = [record("finish", trial_id=trial_id, status=status, **fields)]
+        return self._call(lambda: self.storage.finish_trial(trial_id, status, **fields),
+                          kept, finishing=True)
+
+    def finish_trials(self, outcomes, started=()):
+        call = (lambda: self.storage.finish_trials(outcomes, started)) if started else \
+            (lambda: self.storage.finish_trials(outcomes))
+        return self._call(call, _finished(outcomes), finishing=True)
+
+    def finish_and_create(self, outcomes, study_id, requests, started=()):
+        return self._call(lambda: self.storage.finish_and_create(outcomes, study_id, requests,
+                                                                 started),
+                          _finished(outcomes), finishing=True)
+
+    def add_intermediate(self, trial_id, epoch, value) -> None:
+        kept = [record("intermediate", trial_id=trial_id, epoch=epoch, value=value)]
+        return self._call(lambda: self.storage.add_intermediate(trial_id, epoch, value), kept)
+
+    def interrupt_running(self, study_id, keep=()) -> int:
+        kept = [record("interrupt", study_id=study_id, keep=sorted(keep))]
+        return self._call(lambda: self.storage.interrupt_running(study_id, keep=keep), kept)
+
+    def note_lost_attempts(self, study_id):
+        return self._call(lambda: self.storage.note_lost_attempts(study_id))
+
+    def get_trials(self, study_id, statuses=None, order_by="number", limit=None,
+                   descending=False):
+        return self._call(lambda: self.storage.get_trials(study_id, statuses, order_by, limit,
+                                                          descending))
+
+    def get_trial(self, study_id, number):
+        return self._call(lambda: self.storage.get_trial(study_id, number))
+
+    def get_trial_by_id(self, trial_id):
+        return self._call(lambda: self.storage.get_trial_by_id(trial_id))
+
+    def study_direction(self, study_id) -> str:
+        return self._call(lambda: self.storage.study_direction(study_id))
+
+    def count_trials(self, study_id):
+        return self._call(lambda: self.storage.count_trials(study_id))
+
+    def group_activity(self, study_id):
+        return self._call(lambda: self.storage.group_activity(study_id))
+
+    # ---- the retry, the file --------------------------------------------------------
+    def _call(self, call, kept: list[dict] | None = None, finishing: bool = False):
+        """call() retried through an outage (see the module docstring). `kept`: the
+        records that stand for a journaled write in the recovery file (None: a call that
+        is not journaled); `finishing`: they are finished results, written ahead."""
         if self.given_up is not None:
-            if name in JOURNALED:
-                return self._journal(name, args, kwargs)
+            if kept is not None:
+                return self._journal(kept)
             raise StorageUnavailable(self.given_up)
         start, pause, tries, ahead = self.clock(), 0.5, 0, False
         while True:
             try:
-                result = method(*args, **kwargs)
+                result = call()
             except StorageUnavailable as exc:
                 tries += 1
                 if tries == 1:
-                    ahead = self._write_ahead(name, args, kwargs)
+                    ahead = self._write_ahead(kept if finishing else [])
                 waited = self.clock() - start
                 if waited >= self.limit_s or self.should_stop():
-                    return self._give_up(name, args, kwargs, exc, waited, ahead)
+                    return self._give_up(kept, exc, waited, ahead)
                 if tries == 1:
                     self.say(f"database unavailable ({_first_line(exc)}); retrying for up "
                              f"to {_minutes(self.limit_s)} (storage.retry_timeout), results "
@@ -108,8 +222,12 @@ class Resilient:
                 self._pause(min(pause, max(0.0, self.limit_s - waited)))
                 pause = min(pause * 2, 15.0)
                 continue
+            except DatabaseGone as exc:     # (no retry can bring the file back: kept at once)
+                if not tries:
+                    ahead = self._write_ahead(kept if finishing else [])
+                return self._give_up(kept, exc, self.clock() - start, ahead)
             except StorageError as exc:
-                if tries and name.startswith("finish_") and "already" in str(exc):
+                if tries and finishing and "already" in str(exc):
                     return None      # the try that lost its connection did commit (for
                     # finish_and_create the caller then has no trial ids: see the Scheduler)
                 raise
@@ -136,7 +254,7 @@ class Resilient:
         killed during the outage loses none of them."""
         outcomes = self.meanwhile() if self.meanwhile is not None else []
         if outcomes:
-            self._append_entries(_entries("finish_trials", (outcomes,), {}))
+            self._append_entries(_finished(outcomes))
 
     def kept_in(self):
         """The recovery file, where this run wrote results to one; else None."""
@@ -155,15 +273,31 @@ class Resilient:
                 pass
             self.written_ahead = 0
 
-    def _give_up(self, name, args, kwargs, exc, waited, ahead=False):
+    def _give_up(self, kept, exc, waited, ahead=False):
         outage = f"the database was unavailable for {waited:.0f}s ({_first_line(exc)})"
-        if name in JOURNALED and not ahead:
-            self._append_entries(_entries(name, args, kwargs), journaled=True)
+        if isinstance(exc, DatabaseGone):
+            outage = _first_line(exc)
+            self._append_entries(self._rescued())
+        if kept is not None and not ahead:
+            self._append_entries(kept, journaled=True)
         else:
             self._append_entries([])          # (those held unwritten, and finds the place)
         self._unkept = _trials(self._unwritten)
         self.given_up = f"{outage}; {self._kept()}"
         raise StorageUnavailable(self.given_up) from exc
+
+    def _rescued(self) -> list[dict]:
+        """The study as this job last saw it, read through its connections to the file
+        that is gone (storage/recovery.py's restore_study makes it again from the file):
+        its trials' ids are the ones the file's other records name. Nothing where it
+        cannot be read."""
+        if self.study_id is None:
+            return []
+        try:
+            dump = self.storage.dump_study(self.study_id)
+        except Exception:
+            return []
+        return [record("study", name=dump["study"]["name"], dump=dump)]
 
     def _kept(self) -> str:
         """What the closing line says of the finished results: where they are kept, and
@@ -220,20 +354,18 @@ class Resilient:
         finally:
             self._held.pop(id(outcomes), None)
 
-    def _write_ahead(self, name, args, kwargs) -> bool:
-        """The call's results, and those held (`holding`), in the file before the call's
-        retries (see the module docstring). Whether the call had results of its own (in
-        the file now, or waiting for a place that takes them)."""
-        own = _entries(name, args, kwargs) if name in FINISHING else []
-        held = [e for outcomes in self._held.values()
-                for e in _entries("finish_trials", (outcomes,), {})]
+    def _write_ahead(self, own: list[dict]) -> bool:
+        """The call's results (`own`), and those held (`holding`), in the file before the
+        call's retries (see the module docstring). Whether the call had results of its
+        own (in the file now, or waiting for a place that takes them)."""
+        held = [e for outcomes in self._held.values() for e in _finished(outcomes)]
         self._held.clear()                              # (each written ahead once)
         if own or held:           # (where no place takes them they wait in _unwritten, and
             self._append_entries(held + own)           # go with the next write)
         return bool(own)
 
-    def _journal(self, name, args, kwargs) -> None:
-        if not self._append_entries(_entries(name, args, kwargs), journaled=True):
+    def _journal(self, kept: list[dict]) -> None:
+        if not self._append_entries(kept, journaled=True):
             raise StorageUnavailable(self.given_up or f"cannot write {self.recovery}")
         return None
 
@@ -264,90 +396,15 @@ class Resilient:
         return False
 
 
-def import_recovery(storage, path: Path, study_id: int | None = None,
-                    foreign: list | None = None) -> int:
-    """Write what a recovery file kept into the database (first thing on resume), then
-    remove the file. Writes that the database already holds are skipped. Returns how
-    many were written.
-
-    With `study_id`, a write for a trial that is not that study's (the file was written
-    for another database, or another study's file was named) is not made: the trial ids
-    of one database mean other trials in another, and one could have been given another
-    study's result. Lines carry their database's key too (a study of the same name in
-    another database, run from the same folder, writes to the same file, and its trial
-    ids can be this study's as well). Such lines stay in the file (counted in `foreign`)
-    for the resume they belong to."""
-    path = Path(path)
-    if not path.is_file():
-        return 0
-    written, left, key = 0, [], key_of(storage)
-    for line in path.read_text(encoding="utf-8").splitlines():
-        if not line.strip():
-            continue
-        try:
-            entry = json.loads(line)
-        except json.JSONDecodeError:
-            continue          # a line cut short by the crash that ended the job
-        if entry.get("db", key) != key or \
-                study_id is not None and not _belongs(storage, entry, study_id):
-            left.append(line)
-            continue
-        try:      # (a status comes back as its text, which finish_trial takes as well)
-            getattr(storage, entry["op"])(*entry.get("args", []), **entry.get("kwargs", {}))
-            written += 1
-        except StorageUnavailable:
-            raise
-        except StorageError:
-            pass              # already there (or the trial is gone): nothing to redo
-    if left:
-        path.write_text("".join(line + "\n" for line in left), encoding="utf-8")
-        if foreign is not None:
-            foreign.append(len(left))
-    else:
-        path.unlink()
-    return written
-
-
-def _belongs(storage, entry: dict, study_id: int) -> bool:
-    """Whether a recovery line writes to this study (its trial, or the study itself)."""
-    args, kwargs = entry.get("args", []), entry.get("kwargs", {})
-    if entry.get("op") == "interrupt_running":
-        return (args[0] if args else kwargs.get("study_id")) == study_id
-    trial_id = args[0] if args else kwargs.get("trial_id")
-    try:
-        return storage.get_trial_by_id(int(trial_id)).study_id == study_id
-    except StorageUnavailable:
-        raise
-    except (StorageError, TypeError, ValueError):
-        return False
-
-
-def _entries(name, args, kwargs) -> list[dict]:
-    if name in ("finish_trials", "finish_and_create"):   # one line per result: on import,
-        # one already written must not hide the rest; trials not yet created are not
-        # kept (they never left rank 0)
-        outcomes = args[0] if args else kwargs["outcomes"]
-        return [{"op": "finish_trial", "args": [], "kwargs": dict(o)} for o in outcomes]
-    listed = {k: sorted(v) if isinstance(v, (set, frozenset)) else v for k, v in kwargs.items()}
-    return [{"op": name, "args": list(args), "kwargs": listed}]
+def _finished(outcomes) -> list[dict]:
+    """One record per result: on import, one already written must not hide the rest;
+    trials a batch creates are not kept (they never left rank 0)."""
+    return [record("finish", **dict(o)) for o in outcomes]
 
 
 def _trials(entries: list[dict]) -> set:
     """The trials whose finished results the entries hold (not curves or status changes)."""
-    found = set()
-    for e in entries:
-        if e["op"] == "finish_trial":
-            args, kwargs = e.get("args", []), e.get("kwargs", {})
-            found.add(args[0] if args else kwargs.get("trial_id"))
-    return found
-
-
-def key_of(storage) -> str | None:
-    """The database key (storage/_urls.database_key) of a storage; None for a stand-in."""
-    from mpiopt.storage._urls import database_key
-
-    url = getattr(storage, "shown_url", None)
-    return database_key(url) if isinstance(url, str) else None
+    return {e["trial_id"] for e in entries if e["kind"] == "finish"}
 
 
 def _first_line(exc) -> str:

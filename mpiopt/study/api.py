@@ -351,13 +351,12 @@ def load_study(study_name: str | None = None, storage: str | None = None, *,
     without one, $MPIOPT_STORAGE, else sqlite:///mpiopt.db, as the commands do. Without a
     name, the database's only study (as Optuna does). Optuna's sampler= and pruner= are
     accepted and ignored: a loaded study is read, not searched."""
-    import os
+    from mpiopt.storage import StorageURL
 
     unknown = set(optuna_only) - {"sampler", "pruner"}
     if unknown:
         raise TypeError(f"load_study() got an unexpected keyword argument {sorted(unknown)[0]!r}")
-    storage = storage or os.environ.get("MPIOPT_STORAGE") or "sqlite:///mpiopt.db"
-    store = open_storage(storage)
+    store = open_storage(StorageURL.default(storage))
     try:
         return Study(store, store.get_study(study_name or name or _only_study(store)))
     except BaseException:

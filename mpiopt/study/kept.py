@@ -13,6 +13,27 @@ the resume imports those files with the recovery file (study_run), skipping what
 database already holds. The file is written, not synced: it outlives the process, not
 the machine (a node lost loses its trials anyway).
 
+The records: both files are JSON lines, one record per line, in one versioned format
+(FORMAT_VERSION; `record`, `lines`, `read_line`): {"v": 1, "kind": KIND, "db": KEY,
+...fields}, KIND one of KINDS, each the one storage call it stands for
+(storage/recovery.py's table), never a storage method's name, so that renaming a method
+leaves the files on users' disks readable:
+
+    finish        a trial's outcome: finish_trial's fields (trial_id, status, value, ...)
+    intermediate  a per-epoch value: trial_id, epoch, value (add_intermediate)
+    interrupt     a job's running trials INTERRUPTED: study_id, keep (interrupt_running)
+    study         the whole study as the job last saw it: name, dump (dump_study), written
+                  when its SQLite file was deleted or replaced under the job; a resume
+                  makes the study again from it (load_study_dump), and the file's other
+                  records name its trial ids
+
+"db" is the database's key (StorageURL.key): trial ids mean other trials in another
+database. Lines of the unversioned format before it ({"op": METHOD, "args": [...],
+"kwargs": {...}, "db": KEY}, METHOD one of finish_trial, add_intermediate,
+interrupt_running) are read as the same records (tests/data/records-v0). A line of a
+newer version or an unknown kind stops the import, naming the file and line, before
+anything is written: it is never dropped, nor misread.
+
 The files are in a folder beside the recovery file, STUDY.mpiopt-kept/KEY.rankN.jsonl.
 A leader's file holds its last KEEP_LAST records (rewritten every REWRITE_EVERY, so it
 stays small): a leader gets a trial only after rank 0 took in its result before last
@@ -66,10 +87,69 @@ def remove_if_empty(folder: Path) -> None:
         folder.rmdir()
 
 
-def lines(entries: list[dict], db_key: str | None = None) -> str:
-    """Recovery lines: one JSON object per write, tagged with the database key."""
-    tagged = ({**e, "db": db_key} if db_key else e for e in entries)
-    return "".join(json.dumps(e, default=_json_default) + "\n" for e in tagged)
+FORMAT_VERSION = 1
+FINISH_FIELDS = ("trial_id", "status", "value", "value_std", "fold_values", "metrics", "error",
+                 "duration", "intermediate", "fold_metrics", "device", "spans")
+KINDS = {"finish": FINISH_FIELDS, "intermediate": ("trial_id", "epoch", "value"),
+         "interrupt": ("study_id", "keep"), "study": ("name", "dump")}
+# the unversioned format's storage methods, with their positional parameters then
+_V0_OPS = {"finish_trial": ("finish", FINISH_FIELDS),
+           "add_intermediate": ("intermediate", KINDS["intermediate"]),
+           "interrupt_running": ("interrupt", KINDS["interrupt"])}
+_RESERVED = ("v", "kind", "db")
+
+
+def record(kind: str, **fields) -> dict:
+    """A record of `kind` (one of KINDS) with its fields; a field the kind does not have
+    is a bug, caught here rather than in a file on a user's disk."""
+    unknown = set(fields) - set(KINDS[kind])
+    if unknown:
+        raise ValueError(f"a {kind!r} record has no field(s) {sorted(unknown)}")
+    return {"kind": kind, **fields}
+
+
+def lines(records: list[dict], db_key: str | None = None) -> str:
+    """The records as lines of the file: versioned, tagged with the database key."""
+    out = []
+    for r in records:
+        head = {"v": FORMAT_VERSION, "kind": r["kind"], **({"db": db_key} if db_key else {})}
+        out.append(json.dumps({**head, **{k: v for k, v in r.items() if k != "kind"}},
+                              default=_json_default) + "\n")
+    return "".join(out)
+
+
+def read_line(text: str, where: str = "") -> dict | None:
+    """The record on one line: {"kind", "db" (when tagged), fields...}; None for a line
+    that is empty or cut short (the crash that ended the job). A line of a newer format
+    or of a kind this mpiopt does not know is a ValueError naming `where`: it must not be
+    dropped, nor read wrongly."""
+    if not text.strip():
+        return None
+    try:
+        entry = json.loads(text)
+    except json.JSONDecodeError:
+        return None
+    if not isinstance(entry, dict):
+        return None
+    if "op" in entry and "v" not in entry:
+        return _from_v0(entry, where)
+    version, kind = entry.get("v"), entry.get("kind")
+    if not isinstance(version, int) or version > FORMAT_VERSION or kind not in KINDS:
+        raise ValueError(f"{where}: a record of format version {version!r}, kind {kind!r}, "
+                         f"which this mpiopt (format {FORMAT_VERSION}: "
+                         f"{', '.join(KINDS)}) cannot read: use the mpiopt that wrote it")
+    fields = {k: v for k, v in entry.items() if k in KINDS[kind]}
+    return {"kind": kind, **({"db": entry["db"]} if "db" in entry else {}), **fields}
+
+
+def _from_v0(entry: dict, where: str) -> dict:
+    """An unversioned line: the storage method's name and its arguments."""
+    if entry["op"] not in _V0_OPS:
+        raise ValueError(f"{where}: a record of an unknown write {entry['op']!r}")
+    kind, params = _V0_OPS[entry["op"]]
+    fields = dict(zip(params, entry.get("args") or []))
+    fields.update((k, v) for k, v in (entry.get("kwargs") or {}).items() if k in params)
+    return {"kind": kind, **({"db": entry["db"]} if "db" in entry else {}), **fields}
 
 
 def _json_default(value):
@@ -96,7 +176,7 @@ class KeptResults:
         """`result` (parallel.protocol.Result) on file, where it is a finished trial's."""
         if result.trial_id < 0 or result.status.value not in ("COMPLETE", "FAILED", "PRUNED"):
             return              # (a refit has no row; a cancelled trial runs again anyway)
-        line = lines([{"op": "finish_trial", "args": [], "kwargs": result.record()}], self.db_key)
+        line = lines([record("finish", **result.record())], self.db_key)
         self.recent.append(line)
         self.count += 1
         if self.count % REWRITE_EVERY == 0 and self._rewrite():

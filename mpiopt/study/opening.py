@@ -80,22 +80,17 @@ def native_log_path(url: str, name: str) -> Path:
     """The study's log: what native libraries (TensorFlow's C++ start-up lines, absl)
     write to stderr goes here instead of the terminal. Beside a SQLite file, else in the
     current directory (a cluster job's submission directory)."""
-    from sqlalchemy.engine import make_url
+    from mpiopt.storage import StorageURL
 
-    try:
-        parsed = make_url(url)
-        folder = (Path(parsed.database).parent if parsed.get_backend_name() == "sqlite"
-                  and parsed.database and parsed.database != ":memory:" else Path.cwd())
-    except Exception:        # a URL check elsewhere says what is wrong with it
-        folder = Path.cwd()
-    return folder / f"{name}.log"
+    path = StorageURL.parse(url).sqlite_path
+    return (path.parent if path is not None else Path.cwd()) / f"{name}.log"
 
 
 def shown_url(url: str) -> str:
     """The URL with its password masked, for every line printed."""
-    from mpiopt.storage._urls import mask_url
+    from mpiopt.storage import StorageURL
 
-    return mask_url(url)
+    return StorageURL.parse(url).shown
 
 
 def stored_spec_dict(storage, name: str) -> dict:

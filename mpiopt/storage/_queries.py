@@ -1,0 +1,73 @@
+"""Read queries of Storage (storage/_rdb.py) that summarise many rows: the study list
+with counts and best values, and each group's activity. Each takes an open Session (the
+caller's one transaction)."""
+from __future__ import annotations
+
+from collections import Counter
+from datetime import timezone
+from typing import Sequence
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from mpiopt.storage._convert import StudyRecord, to_record
+from mpiopt.storage.models import StudyModel, TrialModel
+from mpiopt.trial import TrialStatus
+
+
+def list_studies(s: Session) -> list[StudyRecord]:
+    """Every study with its trial counts per status and best COMPLETE value."""
+    rows = s.scalars(select(StudyModel).order_by(StudyModel.id)).all()
+    counts = s.execute(select(TrialModel.study_id, TrialModel.status, func.count())
+                       .group_by(TrialModel.study_id, TrialModel.status)).all()
+    extremes = s.execute(
+        select(TrialModel.study_id, func.min(TrialModel.value), func.max(TrialModel.value))
+        .where(TrialModel.status == TrialStatus.COMPLETE)
+        .group_by(TrialModel.study_id)).all()
+    per_study = {r.id: zero_counts() for r in rows}
+    for study_id, status, n in counts:
+        per_study[study_id][TrialStatus(status)] = n
+    best = {sid: (lo, hi) for sid, lo, hi in extremes}
+    return [to_record(r, per_study[r.id], _pick(best.get(r.id), r.direction)) for r in rows]
+
+
+def group_activity(s: Session, study_id: int) -> list[dict]:
+    """See Storage.group_activity."""
+    last = func.max(func.coalesce(TrialModel.finished_at, TrialModel.started_at))
+    rows = s.execute(select(TrialModel.group, last, func.max(TrialModel.started_at))
+                     .where(TrialModel.study_id == study_id, TrialModel.group.is_not(None))
+                     .group_by(TrialModel.group).order_by(TrialModel.group)).all()
+    unfinished = s.execute(select(TrialModel.group, TrialModel.number,
+                                  TrialModel.started_at).where(
+        TrialModel.study_id == study_id,
+        TrialModel.status == TrialStatus.RUNNING)).all()
+    hosts = dict(s.execute(select(TrialModel.group, TrialModel.host).where(
+        TrialModel.study_id == study_id).order_by(TrialModel.started_at)).all())
+    # a RUNNING row without a start is a trial sent ahead: it waits for its group
+    running = {g: n for g, n, started in unfinished if started is not None}
+    ahead = Counter(g for g, _, started in unfinished if started is None)
+    out = []
+    for group, last_finish, last_start in rows:
+        moments = [m for m in (last_finish, last_start) if m is not None]
+        if not moments:
+            continue
+        at = max(m if m.tzinfo else m.replace(tzinfo=timezone.utc) for m in moments)
+        out.append({"group": group, "host": hosts.get(group), "last_at": at,
+                    "running": running.get(group), "ahead": ahead.get(group, 0)})
+    return out
+
+
+def zero_counts() -> dict[TrialStatus, int]:
+    return {status: 0 for status in TrialStatus}
+
+
+def _pick(extremes, direction: str) -> float | None:
+    if not extremes:
+        return None
+    return extremes[1] if direction == "maximize" else extremes[0]
+
+
+def unknown(name: str, known: Sequence[str], url: str) -> str:
+    if not known:
+        return f"unknown study '{name}': {url} holds no studies"
+    return f"unknown study '{name}'; known studies: {', '.join(known)}"
