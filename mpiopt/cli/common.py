@@ -20,11 +20,10 @@ def add_storage_option(parser) -> None:
 def storage_url(args, from_spec: str | None = None) -> str:
     """--storage, else MPIOPT_STORAGE (a URL with a password need not sit in a spec file or
     a shell history), else the spec's storage, else the default."""
-    import os
-
+    from mpiopt.knobs import STORAGE
     from mpiopt.spec._storage import expand_home
 
-    return expand_home(getattr(args, "storage", None) or os.environ.get("MPIOPT_STORAGE")
+    return expand_home(getattr(args, "storage", None) or STORAGE.get()
                        or from_spec or DEFAULT_STORAGE)
 
 

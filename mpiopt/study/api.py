@@ -126,9 +126,9 @@ class Study:
 def load_study(name: str, storage: str | None = None) -> Study:
     """Open study `name` in the database at URL `storage` (which must exist); without
     one, $MPIOPT_STORAGE, else sqlite:///mpiopt.db, as the commands do."""
-    import os
+    from mpiopt.knobs import STORAGE
 
-    storage = storage or os.environ.get("MPIOPT_STORAGE") or "sqlite:///mpiopt.db"
+    storage = storage or STORAGE.get() or "sqlite:///mpiopt.db"
     store = open_storage(storage)
     try:
         return Study(store, store.get_study(name))

@@ -1,0 +1,62 @@
+"""What rank 0 holds for one run, frozen once it is known, passed whole to every step.
+
+`Started` is what the checked start-up hands on (mpiopt.run.startup): the spec every
+rank set up with, the opened study, the stop flag already in place. `RunContext` adds
+what the coordination set up (mpiopt.run.coordinating): the layout, the scheduler, the
+progress. The ending (mpiopt.run.ending) reads the one it is given; nothing in either
+changes after it is made, so a step cannot see a half-built run.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from mpiopt.run.signals import StopFlag
+
+
+@dataclass(frozen=True)
+class Started:
+    """Rank 0 after a start-up that every rank passed: GO has gone out.
+
+    `objective`: rank 0's own (single-process mode only); `liveness`: the silence limit
+    every rank's heartbeats use, or None (single process, or MPI without threads);
+    `launch`: what goes before `mpiopt resume` in a printed line (`mpiexec -n 9 `)."""
+
+    spec: Any
+    url: str
+    opened: Any                 # mpiopt.run.study_run.StudyRun
+    flag: StopFlag
+    quiet: bool
+    launch: str = ""
+    objective: Any = None
+    liveness: float | None = None
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """One run on rank 0, from its first trial to its closing line."""
+
+    world: Any                  # COMM_WORLD
+    started: Started
+    topo: Any                   # mpiopt.parallel.topology.Topology
+    comm: Any                   # rank 0's group communicator (its own, single process)
+    hosts: Any                  # the host of each group's leader
+    progress: Any               # mpiopt.reporting.progress.Progress
+    sched: Any                  # mpiopt.parallel.scheduler.Scheduler
+    watch: Any = None           # mpiopt.parallel.liveness.Watch, or None
+
+    @property
+    def spec(self):
+        return self.started.spec
+
+    @property
+    def url(self) -> str:
+        return self.started.url
+
+    @property
+    def opened(self):
+        return self.started.opened
+
+    @property
+    def flag(self) -> StopFlag:
+        return self.started.flag
