@@ -110,10 +110,11 @@ def _main(argv: list[str] | None) -> int:
             _exit_undisturbed()
         return code
     except MpioptError as exc:
+        # (a spec's, a layout's or a variable's error is the same on every rank: said once)
         if not (isinstance(exc, (SpecError, TopologyError, knobs.KnobError))
                 and _world_rank() != 0):
-            print(f"mpiopt: error: {exc}", file=sys.stderr)   # (a spec's or a layout's error
-        return exc.exit_code                                   # is the same on every rank: said once)
+            print(f"mpiopt: error: {exc}", file=sys.stderr)
+        return exc.exit_code
     except BrokenPipeError:  # `mpiopt trials X | head`
         return 0
     except KeyboardInterrupt:  # Ctrl-C before a study started (or in a query)

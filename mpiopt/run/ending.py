@@ -79,8 +79,9 @@ def close(run, cause: str | None, interrupted: bool, stuck: str = "") -> int:
         if status is StudyStatus.FAILED and sched.stop_reason == "failures":
             # (the cause is outside the parameters: a broken objective, a data file; the
             # failed trials run again only when asked, so say how)
-            say(f"{sched.message}; "
-                f"{after_failures(spec.study.name, run.url, spec.search.algorithm, launch=run.started.launch)}")
+            again = after_failures(spec.study.name, run.url, spec.search.algorithm,
+                                   launch=run.started.launch)
+            say(f"{sched.message}; {again}")
         return 0 if status is StudyStatus.COMPLETE else EXIT_FAILED
     if taken and taken[0] == "deleted":
         say(f"study '{spec.study.name}' was deleted from {shown_url(run.url)} while this "
