@@ -66,8 +66,9 @@ class Knob:
         """The range in words, as the refusal and the README say it."""
         if self.kind is str:
             return self.unit
-        noun = "a whole number of " if self.kind is int else ""
-        return f"{noun}{self.unit} from {self.low:g} to {self.high:g}"
+        if self.kind is int:
+            return f"a whole number of {self.unit} from {self.low:d} to {self.high:d}"
+        return f"{self.unit} from {self.low:g} to {self.high:g}"
 
     def _refusal(self, raw: str, what: str) -> str:
         shown = raw if len(raw) <= 40 else raw[:37] + "..."
@@ -101,6 +102,9 @@ FATAL_WAIT_S = WIND_DOWN_S
 STAY_S = 3 * WIND_DOWN_S      # (longer than the coordinator's wind-down and its abort)
 # How long the closing line gets before MPI_Abort tears the launcher's output down.
 ABORT_PAUSE_S = 1.0
+# A rank that lost rank 0 in the start-up: rank 1 says so, the others wait this much
+# longer (rank 1 may be gone too), so that one line comes where one rank can say it.
+AFTER_RANK1_S = 10.0
 # How long past its trial_timeout a trial that did not stop may hold its group: as long
 # as the timeout, within these bounds (a Keras trial stops at its next epoch).
 STUCK_GRACE_LEAST_S, STUCK_GRACE_MOST_S = 5.0, 60.0
@@ -130,7 +134,7 @@ EXIT_GRACE = Knob(
 SQLITE_BUSY_MS = Knob(
     "MPIOPT_SQLITE_BUSY_MS", 30_000, "milliseconds",
     "how long one SQLite statement waits for a lock before it is a retried error",
-    kind=int, low=1, high=LONGEST_S * 1000)
+    kind=int, low=1, high=int(LONGEST_S * 1000))
 THREADS = Knob(
     "MPIOPT_THREADS", None, "threads",
     "a training rank's intra-op threads (default: the node's cores / its ranks)",
@@ -146,6 +150,15 @@ NATIVE_LOG = Knob(
 
 KNOBS = (STARTUP_TIMEOUT, GROUP_WAIT, SILENCE_LIMIT, LEASE_PERIOD, EXIT_GRACE, SQLITE_BUSY_MS,
          THREADS, STORAGE, NATIVE_LOG)
+
+
+def table() -> str:
+    """The variables as a Markdown table (for the README): name, default, range, why."""
+    rows = ["| variable | default | allowed | what it sets |", "|---|---|---|---|"]
+    for k in KNOBS:
+        default = "-" if k.default is None else f"{k.default:g}"
+        rows.append(f"| `{k.env}` | {default} | {k.allowed()} | {k.why} |")
+    return "\n".join(rows)
 
 
 def check_all(environ=None) -> None:
@@ -170,7 +183,7 @@ def rank0_silence_s(startup: float, rank: int) -> float:
     """How long a rank waits for rank 0's start-up message before it takes rank 0 for lost:
     rank 0 gives up on a rank after `startup` and its opening is bounded by half of it, so
     twice is late; rank 1 says so first, the others a little later (rank 1 may be gone)."""
-    return 2 * startup + (0 if rank == 1 else WIND_DOWN_S)
+    return 2 * startup + (0 if rank == 1 else AFTER_RANK1_S)
 
 
 def stuck_grace_s(timeout: float | None) -> float:

@@ -25,7 +25,7 @@ def test_a_value_a_knob_may_not_take_is_refused_naming_it_and_its_range(knob, ra
         knob.get({knob.env: raw})
     line = str(refused.value)
     assert "\n" not in line and line.startswith(f"{knob.env}={raw!r}: ")
-    assert f"from {knob.low:g} to {knob.high:g}" in line
+    assert f"allowed: {knob.allowed()}" in line and " from " in knob.allowed()
     assert refused.value.exit_code == 2
 
 
@@ -53,6 +53,12 @@ def test_the_limits_hold_their_relations():
             assert knobs.lease_wait_s(startup) < startup < knobs.rank0_silence_s(startup, rank)
     assert knobs.rank0_silence_s(600, 1) < knobs.rank0_silence_s(600, 2)
     assert [knobs.stuck_grace_s(t) for t in (None, 1, 30, 600)] == [60, 5, 30, 60]
+
+
+def test_the_table_names_every_variable_once():
+    table = knobs.table().splitlines()
+    assert len(table) == 2 + len(knobs.KNOBS)
+    assert all(f"| `{k.env}` |" in "\n".join(table) for k in knobs.KNOBS)
 
 
 def test_every_mpiopt_variable_read_is_declared_and_read_through_its_knob():
