@@ -1,6 +1,6 @@
 """What rank 0 holds for one run, frozen once it is known, passed whole to every step.
 
-`Started` is what the checked start-up hands on (mpiopt.run.startup): the spec every
+`Request` is what the command asks for; `Started` is what the checked start-up hands on (mpiopt.run.startup): the spec every
 rank set up with, the opened study, the stop flag already in place. `RunContext` adds
 what the coordination set up (mpiopt.run.coordinating): the layout, the scheduler, the
 progress. The ending (mpiopt.run.ending) reads the one it is given; nothing in either
@@ -12,6 +12,28 @@ from dataclasses import dataclass
 from typing import Any
 
 from mpiopt.run.signals import StopFlag
+
+
+@dataclass(frozen=True)
+class Request:
+    """What the command asks for (its prepare(), on rank 0): the spec, the storage URL,
+    `resume` (False, True or "auto": mpiopt.study.opening.open_study), whether FAILED
+    trials run again, recovery files to import first."""
+
+    spec: Any
+    url: str
+    resume: Any = False
+    retry_failed: bool = False
+    recovery: tuple = ()
+
+    @classmethod
+    def of(cls, prepared) -> "Request":
+        """From prepare()'s (spec, url, resume[, options]); options: {"retry_failed":
+        bool, "recovery": [files]}."""
+        spec, url, resume, *options = prepared
+        options = options[0] if options else {}
+        return cls(spec, url, resume, bool(options.get("retry_failed", False)),
+                   tuple(options.get("recovery", ())))
 
 
 @dataclass(frozen=True)

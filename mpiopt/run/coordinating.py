@@ -56,11 +56,9 @@ def _set_up_run(world, started: Started, topo, comm, hosts, watch) -> RunContext
 
     spec, opened, flag = started.spec, started.opened, started.flag
     progress = Progress(spec.search.trials, quiet=started.quiet)
-    ranks = [0] if topo.single_process else [topo.leader(g) for g in range(topo.n_groups)]
     storage = Resilient(opened.storage, spec.storage_retry, opened.recovery, say=progress_line,
                         study_id=opened.study_id)
-    sched = _scheduler(started, storage, topo.n_groups, progress, hosts, ranks,
-                       background=not topo.single_process)
+    sched = _scheduler(started, storage, topo, progress, hosts)
     # A job that is ending (a signal, a failed rank) does not wait out an outage: what
     # cannot be written goes to the recovery file at once.
     storage.should_stop = lambda: flag.is_set() or sched.stop_reason in ("interrupted", "error")
@@ -123,16 +121,18 @@ def _close_failed_loop(run: RunContext, exc: Exception) -> int:
     return close(run, cause, True)
 
 
-def _scheduler(started: Started, storage, n_groups, progress, hosts, ranks,
-               background=False):
+def _scheduler(started: Started, storage, topo, progress, hosts):
+    """The scheduler over the groups of `topo`, its searcher's fits in the background
+    under MPI (no group waits for a model fit)."""
     from mpiopt.parallel.scheduler import Scheduler
     from mpiopt.search import make_pruner, make_searcher
 
-    spec, opened = started.spec, started.opened
+    spec, opened, n_groups = started.spec, started.opened, topo.n_groups
+    ranks = [0] if topo.single_process else [topo.leader(g) for g in range(n_groups)]
     s = spec.search
     searcher = make_searcher(s.algorithm, spec.space, s.options, s.seed, budget=s.trials,
                              parallel=n_groups, vector=spec.objective.vector)
-    if background and searcher.slow:      # no group waits for a model fit (see there)
+    if not topo.single_process and searcher.slow:   # (see there)
         from mpiopt.search.background import BackgroundSearcher
 
         searcher = BackgroundSearcher(searcher, max_stock=n_groups)

@@ -37,8 +37,7 @@ def serve_rank(world) -> int:
     verdict = _from_rank0(world, "its verdict on the start-up")
     if "error" in verdict:
         return 2
-    return _serve(world, spec, objective, payload.get("liveness"), payload.get("resume", ""),
-                  verdict.get("keep"))
+    return _serve(world, spec, objective, payload, verdict)
 
 
 def _startup_limit() -> float:
@@ -67,7 +66,9 @@ def _from_rank0(world, what: str):
         abort(world, 2)
 
 
-def _serve(world, spec, objective, limit: float | None, resume: str, keep=None) -> int:
+def _serve(world, spec, objective, payload: dict, verdict: dict) -> int:
+    """This rank's group's trials until STOP, with heartbeats where rank 0 sent a silence
+    limit (`payload`: step 1's message) and kept results where it said where (`verdict`)."""
     from mpiopt.parallel.group import run_group
     from mpiopt.parallel.topology import make_topology
     from mpiopt.study.kept import KeptResults
@@ -75,8 +76,9 @@ def _serve(world, spec, objective, limit: float | None, resume: str, keep=None) 
     leave_signals_to_rank0()
     topo, comm = make_topology(world, spec.resources.group_size)
     leader_hosts(world, topo)
-    heartbeat = _heartbeat(world, world.Dup(), limit, leader=comm.Get_rank() == 0,
-                           resume=resume)
+    heartbeat = _heartbeat(world, world.Dup(), payload.get("liveness"),
+                           leader=comm.Get_rank() == 0, resume=payload.get("resume", ""))
+    keep = verdict.get("keep")
     try:
         pin_threads(spec, comm)
         keeper = KeptResults(**keep, rank=world.Get_rank()) if keep and comm.Get_rank() == 0 \

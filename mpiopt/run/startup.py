@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import os
 import socket
+from dataclasses import replace
 
 from mpiopt import knobs
 from mpiopt.errors import MpioptError
 from mpiopt.parallel.protocol import Tag
-from mpiopt.run.context import Started
+from mpiopt.run.context import Request, Started
 from mpiopt.run.ending import abort, progress_line, say
 from mpiopt.study.opening import native_log_path, resume_command
 
@@ -33,10 +34,11 @@ def start_rank0(world, prepare, quiet: bool, launch: str) -> Started:
     try:
         startup_signals.release()       # a Ctrl-C held since main: the verdict says it
         knobs.check_all()
-        spec, url, resume, *options = prepare()
-        options = options[0] if options else {}
+        request = Request.of(prepare())
+        spec, url = request.spec, request.url
         _check_start(world.Get_size(), spec, url)
         spec = _with_artifacts(spec, url)
+        request = replace(request, spec=spec)
         log = use_native_log(str(native_log_path(url, spec.study.name)))
         limit = _liveness() if multi else None      # every rank's heartbeats use rank 0's
         if multi:
@@ -49,7 +51,7 @@ def start_rank0(world, prepare, quiet: bool, launch: str) -> Started:
             _tell_every_rank(world, {"error": str(exc) or "interrupted"})
         raise
     try:
-        own, opened, flag = _start_up(world, spec, url, resume, multi, options)
+        own, opened, flag = _start_up(world, request, multi)
     except _VerdictSent:
         raise
     except KeyboardInterrupt:   # Ctrl-C while the others set up: they end on this verdict
@@ -72,14 +74,14 @@ def _tell_every_rank(world, message: dict) -> None:
         quiet_bcast(world, message, tag=Tag.SETUP)
 
 
-def _start_up(world, spec, url, resume, multi: bool, options: dict):
+def _start_up(world, request: Request, multi: bool):
     """Rank 0's part of the start-up after the spec went out: (rank 0's own set-up, the
     opened study, the installed stop flag). A failure sends the other ranks its verdict
     and raises."""
     from mpiopt.parallel.waiting import gather_ready
 
-    own = set_up(world, spec) if not multi else (None, None)
-    preloading = _preload(world, spec) if multi else None
+    own = set_up(world, request.spec) if not multi else (None, None)
+    preloading = _preload(world, request.spec) if multi else None
     errors, payloads, silent = gather_ready(world, own[1], knobs.startup_limit(),
                                             say=progress_line)
     if preloading:
@@ -91,7 +93,7 @@ def _start_up(world, spec, url, resume, multi: bool, options: dict):
         more = f" (and {len(errors) - 1} more rank(s))" if len(errors) > 1 else ""
         raise MpioptError(f"start-up failed on {errors[0]}{more}")
     isolated = all(p.get("isolated") for p in payloads) if multi else own[0].isolated
-    return own, *_open_with_flag(world, multi, spec, url, resume, isolated, options)
+    return own, *_open_with_flag(world, multi, request, isolated)
 
 
 def _end_silent_start(world, multi: bool, silent) -> None:
@@ -107,7 +109,7 @@ def _end_silent_start(world, multi: bool, silent) -> None:
     abort(world, 2)
 
 
-def _open_with_flag(world, multi: bool, spec, url, resume, isolated: bool, options: dict):
+def _open_with_flag(world, multi: bool, request: Request, isolated: bool):
     """(the opened study, the installed stop flag), as one step: a signal in between ended
     the job with "interrupted" alone and the study created (or resumed) and RUNNING; now
     it waits for the flag, and the run ends in order, with its resume line."""
@@ -119,8 +121,8 @@ def _open_with_flag(world, multi: bool, spec, url, resume, isolated: bool, optio
         with startup_signals.deferred():
             # (a holder of the lease on another host is watched for as long as the other
             # ranks' wait for the verdict allows: study_run.take_lease)
-            opened = open_run(spec, url, resume, isolated, options.get("retry_failed", False),
-                              options.get("recovery", ()),
+            opened = open_run(request.spec, request.url, request.resume, isolated,
+                              request.retry_failed, request.recovery,
                               lease_wait=knobs.lease_wait_s(knobs.startup_limit()))
             return opened, installed_stop_flag()
     except MpioptError as exc:
