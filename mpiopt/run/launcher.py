@@ -73,11 +73,14 @@ def launcher_name(start: int | None = None, proc: Path = Path("/proc")) -> str:
             argv0 = (proc / str(pid) / "cmdline").read_bytes().split(b"\0")[0].decode()
             stat = (proc / str(pid) / "stat").read_text()
         except (OSError, UnicodeDecodeError):
-            break
+            break                              # (gone, or not Linux's /proc)
         name = os.path.basename(argv0)
         if name in LAUNCHERS and " " not in argv0:
             return argv0
         if name == "slurmstepd" or stat.partition("(")[2].startswith("slurmstepd)"):
             return "srun"
-        pid = int(stat.rpartition(")")[2].split()[1])
+        try:
+            pid = int(stat.rpartition(")")[2].split()[1])     # (the parent's pid)
+        except (IndexError, ValueError):
+            break
     return USUAL_LAUNCHER
