@@ -30,6 +30,28 @@ class TrialStatus(str, enum.Enum):
         return self in (TrialStatus.COMPLETE, TrialStatus.PRUNED, TrialStatus.FAILED)
 
 
+class Direction(str, enum.Enum):
+    """Whether smaller or larger values of the objective are better. Searchers, pruners,
+    the Pareto tools and the kept models all work lower-is-better, so they are given
+    `sign * value`; the database and the spec keep the words."""
+
+    MINIMIZE = "minimize"
+    MAXIMIZE = "maximize"
+
+    @property
+    def sign(self) -> float:
+        """+1 for minimize, -1 for maximize: sign * value is lower-is-better."""
+        return -1.0 if self is Direction.MAXIMIZE else 1.0
+
+    @classmethod
+    def parse(cls, text: "str | Direction") -> "Direction":
+        """The direction a spec or a study record names; ValueError naming the choices."""
+        try:
+            return cls(text)
+        except ValueError:
+            raise ValueError(f"direction: expected minimize or maximize, got {text!r}") from None
+
+
 class StudyStatus(str, enum.Enum):
     RUNNING = "RUNNING"
     COMPLETE = "COMPLETE"

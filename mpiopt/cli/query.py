@@ -32,7 +32,8 @@ def register(subparsers) -> None:
     p.add_argument("number", type=int, help="trial number (from `mpiopt trials`)")
     p = _command(subparsers, "export", cmd_export, "all trials as CSV or JSON, or a Chrome "
                  "trace of the groups' work (open in ui.perfetto.dev)", study=True, fmt=False)
-    p.add_argument("--format", choices=("csv", "json", "chrome-trace"), default="csv")
+    p.add_argument("--format", choices=("csv", "json", "chrome-trace"), default="csv",
+                   help="csv or json: a row per trial; chrome-trace: the groups' work over time")
     p.add_argument("-o", "--output", metavar="FILE", help="write here instead of stdout")
     _command(subparsers, "status", cmd_status, "progress of a study (also while it runs)",
              study=True)

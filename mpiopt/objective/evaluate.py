@@ -62,7 +62,7 @@ class Objective:
                       *(c.metric for c in spec.objective.constraints)}
         self._told_skipped = False
         if spec.objective.function:
-            from mpiopt.objective.refs import load_callable
+            from mpiopt.refs import load_callable
 
             self._function = load_callable(spec.objective.function, spec.base_dir)
             self._accepts = _accepted_args(self._function)

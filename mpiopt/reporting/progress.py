@@ -82,7 +82,7 @@ class Progress:
         fillers = getattr(sched.searcher, "fillers", 0)
         if fillers:
             self.say(f"{fillers} trial(s) got a random point because the model was still busy "
-                     "(results came faster than it could suggest; README: 'No group waits')")
+                     "(results came faster than it could suggest; docs: 'Coordinator and groups')")
         cpu = time.process_time() - self.cpu_started
         self.say(f"coordinator: {cpu:.2f}s CPU over {wall:.2f}s wall ({100 * cpu / max(wall, 1e-9):.1f}% of a core)")
         front = _pareto(sched)

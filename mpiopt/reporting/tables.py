@@ -14,6 +14,7 @@ from typing import Any, Iterable, Sequence
 import yaml
 
 from mpiopt.durations import format_duration
+from mpiopt.search import traits
 from mpiopt.trial import FrozenTrial, TrialStatus
 
 TABLE_COLUMNS = ("number", "status", "value", "value_std", "attempt", "group", "duration", "params")
@@ -241,9 +242,10 @@ def _how_to_go_on(record, url: str | None) -> str:
         return f"; resume with: {resume_command(record.name, url)}"
     try:
         algorithm = yaml.safe_load(record.spec_text or "")["search"]["algorithm"]
+        rounds = traits(algorithm).rounds
     except Exception:               # (a stored spec of another version: no advice)
         return ""
-    what = "rounds" if algorithm == "pbt" else "trials"
+    what = "rounds" if rounds else "trials"
     return (f" (its {what} failed before any succeeded); "
             f"{after_failures(record.name, url, algorithm)}")
 

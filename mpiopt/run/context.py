@@ -65,6 +65,9 @@ class RunContext:
     hosts: Any                  # the host of each group's leader
     progress: Any               # mpiopt.reporting.progress.Progress
     sched: Any                  # mpiopt.parallel.scheduler.Scheduler
+    executor: Any               # mpiopt.parallel.scheduler.Executor: carries out its instructions
+    storage: Any                # the run's storage (mpiopt.storage.resilient.Resilient)
+    artifacts: Any = None       # the artifact store's keeper, or None
     watch: Any = None           # mpiopt.parallel.liveness.Watch, or None
 
     @property

@@ -1,12 +1,16 @@
 """Rank 0 after GO: the run set up (layout, storage, scheduler, progress) and run, under
 MPI by the coordinator's loop or in this one process by the local loop, then closed.
 
-The scheduler and the coordinator are read here through a small surface: the
-scheduler's stop_reason, message, running, finish(), interrupt(), stop(), close_searcher(),
-storage (given_up, kept_in, unkept_note, discard_written_ahead, should_stop), searcher
-(choice), untried, finished, reruns; the coordinator's run() -> Ending(cause,
-interrupted, orderly, stuck). A job that cannot end in order (a rank stuck in user code)
-is ended with MPI_Abort after its closing line.
+The scheduler, its executor and the coordinator are used here through a small surface:
+Scheduler(...) with the keywords _scheduler passes, settled_on_resume(existing),
+stop(reason, cause), interrupt() and finish() (instructions the executor runs),
+stop_reason, message, close_searcher(), searcher (.choice), untried, finished, reruns,
+and what Progress reads; Executor(storage, send, progress, artifacts, view=, holding=)
+with do() and run(); Coordinator(world, topo, sched, storage, progress, artifacts,
+stop_flag, on_tick=, watch=).run() -> Ending(cause, interrupted, orderly, stuck); and
+run_local(sched, executor, objective, comm, stopped=, give_up=, told=, keeper=) -> clean.
+A job that cannot end in order (a rank stuck in user code) is ended with MPI_Abort after
+its closing line.
 """
 from __future__ import annotations
 
@@ -51,6 +55,7 @@ def _watch(world, alive_comm, topo, limit: float | None):
 
 def _set_up_run(world, started: Started, topo, comm, hosts, watch) -> RunContext:
     """The run's storage (riding out outages), scheduler and progress, announced."""
+    from mpiopt.parallel.scheduler import Executor
     from mpiopt.reporting.progress import Progress
     from mpiopt.storage.resilient import Resilient
 
@@ -58,11 +63,17 @@ def _set_up_run(world, started: Started, topo, comm, hosts, watch) -> RunContext
     progress = Progress(spec.search.trials, quiet=started.quiet)
     storage = Resilient(opened.storage, spec.storage_retry, opened.recovery, say=progress_line,
                         study_id=opened.study_id)
-    sched = _scheduler(started, storage, topo, progress, hosts)
+    artifacts = _keeper(spec)
+    sched = _scheduler(started, topo, hosts, artifacts)
+    executor = Executor(storage, lambda action: None, progress, artifacts, view=sched,
+                        holding=storage.holding)
+    if artifacts is not None:        # what a job that died mid-way left behind
+        executor.do(sched.settled_on_resume(opened.existing))
     # A job that is ending (a signal, a failed rank) does not wait out an outage: what
     # cannot be written goes to the recovery file at once.
     storage.should_stop = lambda: flag.is_set() or sched.stop_reason in ("interrupted", "error")
-    run = RunContext(world, started, topo, comm, hosts, progress, sched, watch)
+    run = RunContext(world, started, topo, comm, hosts, progress, sched, executor, storage,
+                     artifacts, watch)
     _announce(run)
     return run
 
@@ -72,8 +83,9 @@ def _run_coordinator(run: RunContext) -> int:
     never said BYE (stuck in user code)."""
     from mpiopt.parallel.coordinator import Coordinator
 
-    ending = Coordinator(run.world, run.topo, run.sched, run.flag, on_tick=run.opened.on_tick,
-                         watch=run.watch, in_process=not run.opened.isolated).run()
+    ending = Coordinator(run.world, run.topo, run.sched, run.storage, run.progress,
+                         run.artifacts, run.flag, on_tick=run.opened.on_tick,
+                         watch=run.watch).run()
     stuck = "" if ending.orderly else (f" (rank(s) {', '.join(map(str, ending.stuck))} did not "
                                        "stop: ending the job with MPI_Abort)")
     code = close(run, ending.cause, ending.interrupted, stuck)
@@ -94,9 +106,10 @@ def _run_single(run: RunContext) -> int:
             return close(run, cause, interrupted)
 
         keeper = KeptResults(**where_to_keep(run.opened), rank=0)
-        clean = run_local(sched, run.started.objective, run.comm, stopped=run.flag.is_set,
-                          give_up=give_up, told=run.flag.set, keeper=keeper)
-        if getattr(sched.storage, "given_up", None) is None:
+        clean = run_local(sched, run.executor, run.started.objective, run.comm,
+                          stopped=run.flag.is_set, give_up=give_up, told=run.flag.set,
+                          keeper=keeper)
+        if getattr(run.storage, "given_up", None) is None:
             keeper.discard()              # (every result written: see coordinator's STOP)
     except Exception as exc:
         return _close_failed_loop(run, exc)
@@ -113,38 +126,49 @@ def _close_failed_loop(run: RunContext, exc: Exception) -> int:
         closed or f"the study's loop failed ({socket.gethostname()}): {type(exc).__name__}: "
         f"{str(exc).strip().splitlines()[0] if str(exc).strip() else ''}")
     sched.stop("interrupted" if closed else "error", cause)
-    if sched.running or getattr(sched.storage, "given_up", None):   # (coordinator.py)
-        try:
-            sched.interrupt()
-        except Exception:
-            pass          # the database is the cause; resume finds the trial RUNNING
+    try:             # (also with nothing running: the study's record says INTERRUPTED)
+        run.executor.run(sched.interrupt())
+    except Exception:
+        pass          # the database is the cause; resume finds the trial RUNNING
     return close(run, cause, True)
 
 
-def _scheduler(started: Started, storage, topo, progress, hosts):
-    """The scheduler over the groups of `topo`, its searcher's fits in the background
-    under MPI (no group waits for a model fit)."""
+def _scheduler(started: Started, topo, hosts, artifacts):
+    """The study's scheduler. Under MPI, a finished group gets its next trial before its
+    result is written and busy groups hold their next trial (send_first, ask_ahead),
+    except where trials run in the ranks' own processes (one that kills its process ends
+    the job: parallel/coordinator.py); a slow searcher works in the background, and then
+    asks nothing ahead (its suggestions would be made with one more pending point per
+    group, which costs them quality)."""
     from mpiopt.parallel.scheduler import Scheduler
     from mpiopt.search import make_pruner, make_searcher
 
     spec, opened, n_groups = started.spec, started.opened, topo.n_groups
-    ranks = [0] if topo.single_process else [topo.leader(g) for g in range(n_groups)]
+    multi = not topo.single_process
+    ranks = [topo.leader(g) for g in range(n_groups)] if multi else [0]
     s = spec.search
     searcher = make_searcher(s.algorithm, spec.space, s.options, s.seed, budget=s.trials,
                              parallel=n_groups, vector=spec.objective.vector)
-    if not topo.single_process and searcher.slow:   # (see there)
-        from mpiopt.search.background import BackgroundSearcher
+    background = multi and searcher.slow
+    if background:                        # no group waits for a model fit (see there)
+        from mpiopt.search.background import MIN_FILL_WAIT_S, BackgroundSearcher
 
-        searcher = BackgroundSearcher(searcher, max_stock=n_groups)
+        searcher = BackgroundSearcher(    # (with a time limit, a wait's every second counts)
+            searcher, max_stock=n_groups,
+            min_fill_wait_s=0.0 if s.time_limit else MIN_FILL_WAIT_S)
+    send_first = multi and opened.isolated
     return Scheduler(
-        artifacts=_keeper(spec),
-        storage=storage, study_id=opened.study_id, searcher=searcher,
+        refit_wanted=artifacts is not None and artifacts.refit_wanted(),
+        checkpoints=artifacts is not None and artifacts.checkpoints,
+        send_first=send_first, ask_ahead=send_first and not background,
+        study_id=opened.study_id, searcher=searcher,
         direction=spec.objective.direction, budget=s.trials, n_groups=n_groups, seed=s.seed,
         pruner=make_pruner(spec.training.pruning), target=s.target, time_limit=s.time_limit,
-        max_initial_failures=s.max_initial_failures, existing=opened.existing,
-        progress=progress, hosts=hosts, ranks=ranks, trial_timeout=s.trial_timeout,
-        grace=s.grace, stuck_grace=stuck_grace_s(s.trial_timeout),
-        objective=spec.objective, warm=getattr(opened, "warm", ()))
+        max_initial_failures=s.max_initial_failures,
+        max_failures_in_a_row=s.max_failures_in_a_row, existing=opened.existing,
+        hosts=hosts, ranks=ranks, trial_timeout=s.trial_timeout, grace=s.grace,
+        stuck_grace=stuck_grace_s(s.trial_timeout), objective=spec.objective,
+        warm=getattr(opened, "warm", ()))
 
 
 def _keeper(spec):

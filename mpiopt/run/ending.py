@@ -65,7 +65,7 @@ def close(run, cause: str | None, interrupted: bool, stuck: str = "") -> int:
     `run`: the mpiopt.run.context.RunContext; `stuck`: what the line adds where ranks did
     not stop (the caller aborts the job after it)."""
     sched, spec = run.sched, run.spec
-    status, cause = _record_end(sched, cause, interrupted)
+    status, cause = _record_end(run, cause, interrupted)
     sched.close_searcher()
     try:
         run.progress.summary(sched, status)
@@ -73,7 +73,7 @@ def close(run, cause: str | None, interrupted: bool, stuck: str = "") -> int:
         output_closed(exc)
     taken = run.opened.taken_away(spec.study.name) if status is not StudyStatus.COMPLETE else None
     lost = run.opened.lost      # (another job runs the study now: no resume line)
-    getattr(sched.storage, "discard_written_ahead", lambda: None)()
+    getattr(run.storage, "discard_written_ahead", lambda: None)()
     run.opened.close()
     if status is StudyStatus.COMPLETE or (status is StudyStatus.FAILED and not cause):
         if status is StudyStatus.FAILED and sched.stop_reason == "failures":
@@ -90,18 +90,20 @@ def close(run, cause: str | None, interrupted: bool, stuck: str = "") -> int:
     if lost:
         say(lost)
         return EXIT_FAILED
-    kept = getattr(sched.storage, "kept_in", lambda: None)()
-    unkept = getattr(sched.storage, "unkept_note", lambda: "")()
+    kept = getattr(run.storage, "kept_in", lambda: None)()
+    unkept = getattr(run.storage, "unkept_note", lambda: "")()
     resume = resume_command(taken[1] if taken else spec.study.name, run.url, kept,
                             launch=run.started.launch)
     say(f"{cause or sched.message or 'stopped'}{unkept}; resume with: {resume}{stuck}")
     return EXIT_INTERRUPTED if sched.stop_reason == "interrupted" else EXIT_FAILED
 
 
-def _record_end(sched, cause: str | None, interrupted: bool):
+def _record_end(run, cause: str | None, interrupted: bool):
     """(the study's status as recorded, the cause): a study whose end cannot be recorded
     is INTERRUPTED, and the line says why."""
     try:
-        return (StudyStatus.INTERRUPTED if interrupted else sched.finish()), cause
+        if interrupted:
+            return StudyStatus.INTERRUPTED, cause
+        return run.executor.run(run.sched.finish()), cause
     except Exception as exc:
         return StudyStatus.INTERRUPTED, cause or f"could not record the study's end: {exc}"

@@ -49,7 +49,7 @@ def check_launcher(size: int) -> None:
                 f"this one: mpi4py is built for another MPI than the launcher's (mpi4py's: "
                 f"{library}); start the job with the mpiexec of the MPI mpi4py was built "
                 f"with (the PyPI wheel's: .venv/bin/mpiexec), or build mpi4py against the "
-                f"system's MPI (README, \"On a cluster: use the system's MPI\")")
+                f"system's MPI (docs: \"Run on a cluster\")")
 
 
 def launch_prefix(size: int) -> str:

@@ -13,8 +13,9 @@ The update of step i and the gradient of step i+1 run as one compiled call, so a
 costs one framework dispatch plus the Allreduce. On one rank the gradient and the update
 of the same step run fused in one call (no buffer, no MPI): the same arithmetic.
 
-overlap=True gathers the next batch while the current Iallreduce is in flight (the Layered
-SGD idea); see benchmarks/training_throughput.py for whether it pays.
+The next batch is gathered after the Allreduce, not under a non-blocking one in flight:
+MPICH progresses a collective only inside MPI calls, and a gather from memory takes
+microseconds, so overlapping them gains nothing (benchmarks/RESULTS.md).
 """
 from __future__ import annotations
 
@@ -25,9 +26,8 @@ from mpiopt.training.data import batches, shard
 
 
 class AllreduceSGD(Algorithm):
-    def __init__(self, model, comm, training, overlap: bool = False):
+    def __init__(self, model, comm, training):
         super().__init__(model, comm, training)
-        self.overlap = overlap
         self.buffer = np.zeros(model.n_grad + 1, dtype=np.float32)
 
     def _parts(self, order):
@@ -49,13 +49,8 @@ class AllreduceSGD(Algorithm):
             self._gradient(batch, len(part) / n, pending)
             clock.compute()
             following = steps[i + 1][0] if i + 1 < len(steps) else None
-            if self.overlap:
-                request = self.comm.Iallreduce(MPI.IN_PLACE, self.buffer, op=MPI.SUM)
-                batch = _gather(x, y, following)
-                request.Wait()
-            else:
-                self.comm.Allreduce(MPI.IN_PLACE, self.buffer, op=MPI.SUM)
-                batch = _gather(x, y, following)
+            self.comm.Allreduce(MPI.IN_PLACE, self.buffer, op=MPI.SUM)
+            batch = _gather(x, y, following)
             clock.comm()
             loss += float(self.buffer[-1]) * n
             pending = True

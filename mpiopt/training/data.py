@@ -83,7 +83,7 @@ def check_finite(ds: Dataset) -> Dataset:
 
 def _read(data, base_dir) -> Dataset:
     if data.loader:
-        from mpiopt.objective.refs import load_callable
+        from mpiopt.refs import load_callable
 
         return from_loader(load_callable(data.loader, base_dir, field="objective.data.loader")())
     if data.npz:
