@@ -1,9 +1,10 @@
 """What rank 0 holds for one run, frozen once it is known, passed whole to every step.
 
-`Request` is what the command asks for; `Started` is what the checked start-up hands on (mpiopt.run.startup): the spec every
-rank set up with, the opened study, the stop flag already in place. `RunContext` adds
-what the coordination set up (mpiopt.run.coordinating): the layout, the scheduler, the
-progress. The ending (mpiopt.run.ending) reads the one it is given; nothing in either
+`Request` is what the command asks for (its prepare()); `Started` is what the checked
+start-up hands on (mpiopt.run.startup): the spec every rank set up with, the opened
+study, the stop flag already in place. `RunContext` adds what the coordination set up
+(mpiopt.run.coordinating): the layout, the scheduler and its executor, the storage, the
+progress. The ending (mpiopt.run.ending) reads the one it is given; nothing in them
 changes after it is made, so a step cannot see a half-built run.
 """
 from __future__ import annotations
