@@ -191,7 +191,7 @@ def _announce(run: RunContext) -> None:
                    f"rank{'s' * (topo.group_size > 1)} + coordinator")
     progress.say(f"study '{spec.study.name}': {spec.search.algorithm} search, "
                  f"{spec.search.trials} trials, {layout}; storage {shown_url(run.url)}")
-    choice = getattr(sched.searcher, "choice", None)
+    choice = sched.searcher.choice
     if choice:
         progress.say(choice)
     finite = sched.untried

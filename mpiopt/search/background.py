@@ -2,9 +2,9 @@
 
 A Gaussian-process suggestion costs tens to hundreds of milliseconds. Asked in the loop,
 every group that finishes during a fit waits for it, and with many groups a good share of
-them idles (benchmarks/RESULTS.md). Here one thread owns the searcher: it keeps a stock of
-suggestions ready, and the coordinator only takes from the stock and queues tells and
-forgets (both return at once). The stock holds about as many suggestions as results
+them idles (benchmarks/results/quality_suite.md). Here one thread owns the searcher: it
+keeps a stock of suggestions ready, and the coordinator only takes from the stock and
+queues tells and forgets (both return at once). The stock holds about as many suggestions as results
 arrive during one ask (Little's law: results per second x seconds per ask, both averaged
 as the study runs, plus one), at most one per group; every stocked suggestion is pending
 in the searcher, so the suggestions after it keep away from it as usual.
@@ -43,7 +43,7 @@ import numpy as np
 
 from mpiopt.search._registry import TRAIT_NAMES
 
-CLOSE_WAIT_S = 5.0
+CLOSE_WAIT_S = 5.0           # close() waits this long for the ask in progress, then leaves it
 SWITCH_INTERVAL_S = 0.0005   # the loop's thread gets the GIL back within 0.5 ms (default 5)
 FILL_SHARE = 0.01            # a group waits for the model if that costs under 1% of a trial
 MIN_FILL_WAIT_S = 1.0        # ... or under a second, without a time limit (module docstring)
@@ -202,7 +202,7 @@ class BackgroundSearcher:
 
 def _inner(name: str) -> property:
     return property(lambda self: getattr(self.inner, name),
-                    doc=f"The inner searcher's `{name}` (mpiopt.search._base.Searcher says what it means).")
+                    doc=f"The inner searcher's `{name}` (mpiopt.search._base.Searcher).")
 
 
 for _name in (*TRAIT_NAMES, "space"):       # a wrapped searcher has the traits of its own

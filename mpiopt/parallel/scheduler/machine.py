@@ -373,7 +373,7 @@ class Scheduler(Dispatching):
             verdict = Verdict.CANCEL if self.stop_reason == "interrupted" else Verdict.CONTINUE
             yield ins.Answer(group, Decision(report.trial_id, verdict))
             return
-        yield ins.AddIntermediate(run.trial_id, report.epoch, report.value)
+        yield ins.AddIntermediate(run.trial_id, report.epoch, report.value, run.number)
         value = self.sign * report.value
         prune = False
         if self.pruner is not None and is_number(value):

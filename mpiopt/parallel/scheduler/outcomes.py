@@ -7,13 +7,13 @@ from __future__ import annotations
 import math
 
 from mpiopt.objective.metrics import FrontTracker
-from mpiopt.trial import FrozenTrial, TrialStatus
+from mpiopt.trial import Direction, FrozenTrial, TrialStatus
 
 
 class Outcomes:
     def __init__(self, direction: str, target: float | None, max_initial_failures: int,
                  objective=None, max_failures_in_a_row: int = 10):
-        self.sign = -1.0 if direction == "maximize" else 1.0
+        self.sign = Direction.parse(direction).sign
         self.target, self.max_initial_failures = target, max_initial_failures
         self.max_failures_in_a_row = max_failures_in_a_row
         self.failures_in_a_row = 0       # in the order results were written
