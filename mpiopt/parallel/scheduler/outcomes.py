@@ -73,9 +73,9 @@ class Outcomes:
             return True
         return self.target is not None and self.sign * trial.value <= self.sign * self.target
 
-    def account(self, trial: FrozenTrial, earlier_running: bool) -> tuple[str, str] | None:
+    def account(self, trial: FrozenTrial, earlier_running) -> tuple[str, str] | None:
         """Count a written result; returns the stop it calls for, as (reason, message).
-        `earlier_running`: a trial numbered before this one still runs."""
+        `earlier_running(number)`: whether a trial numbered before it still runs."""
         if trial.status is not TrialStatus.FAILED:
             self.any_success = True
             self.failures_in_a_row = 0
@@ -96,7 +96,8 @@ class Outcomes:
                 # a trial started earlier and still running may yet succeed (settings that
                 # fail in seconds, as an out-of-memory batch size, report before those that
                 # train): wait for it; a broken objective fails them all soon enough
-                if self.initial_failures >= self.max_initial_failures and not earlier_running:
+                if (self.initial_failures >= self.max_initial_failures
+                        and not earlier_running(trial.number)):
                     return "failures", (f"stopping: the first {self.initial_failures} trials "
                                         f"all failed (search.max_initial_failures); last error: "
                                         f"{self.last_error}")
