@@ -1,3 +1,3 @@
-from mpiopt.run.leftover_threads import run
+from mpiopt.cli.main import run
 
 run()

@@ -14,6 +14,12 @@ EXAMPLES = ROOT / "examples"
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/pgserver.py
 
 
+def resume_with(np: int | None = None) -> str:
+    """How the resume command in a closing line begins for a job these helpers started on
+    `np` ranks: the launcher as it was run, and the count (mpiopt.run.launcher)."""
+    return f"{BIN / 'mpiexec'} -n {np} mpiopt resume" if np and np > 1 else "mpiopt resume"
+
+
 def subprocess_env() -> dict:
     env = dict(os.environ)
     env.update(PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", TF_CPP_MIN_LOG_LEVEL="3",

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import BIN, ROOT, mpiopt, subprocess_env
+from conftest import BIN, ROOT, mpiopt, resume_with, subprocess_env
 from mpiopt.objective.processes import descendants
 from mpiopt.trial import StudyStatus, TrialStatus
 
@@ -255,7 +255,7 @@ def test_a_rank_that_stops_answering_ends_the_job_and_counts_a_lost_attempt(tmp_
     proc, wall = run(tmp_path, url, spec, 3)
     assert proc.returncode != 0
     line = closing_line(proc)
-    assert f"sent no heartbeat for {limit}s" in line and "resume with: mpiopt resume c" in line
+    assert f"sent no heartbeat for {limit}s" in line and f"resume with: {resume_with(3)} c" in line
     assert wall < START_S + limit + 15
     _, trials = study_state(url)
     running = [t for t in trials if t.status is TrialStatus.RUNNING]
@@ -279,7 +279,7 @@ def test_a_silent_coordinator_ends_the_job_from_the_groups(tmp_path, url, monkey
     finished = {t.number: t.value for t in before if t.status.is_finished()}
     lines, err = _stop_rank0_until_the_job_ends(job, limit + 30)
     assert lines and all("the coordinator (rank 0) has been silent for" in ln and
-                         "resume with: mpiopt resume c" in ln for ln in lines), err
+                         f"resume with: {resume_with(3)} c" in ln for ln in lines), err
     time.sleep(3.5)                           # the stopped job's lease goes stale
     proc, _ = run(tmp_path, url, spec, 3, "--resume")
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -443,16 +443,16 @@ def test_a_trial_deaf_to_its_timeout_ends_the_job_and_is_not_run_again(tmp_path,
     proc, wall = run(tmp_path, url, spec, np)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     line = closing_line(proc)
-    assert "did not stop" in line and "resume with: mpiopt resume c --storage" in line
+    assert "did not stop" in line and f"resume with: {resume_with(np)} c --storage" in line
     _, trials = assert_settled(url)
     deaf = [t for t in trials if t.status is TrialStatus.FAILED]
     assert len(deaf) == 1 and "timed out after 1s" in deaf[0].error
     assert wall < START_S + 1 + 5 + 10 + 10
     # the stuck group's BYE is not waited for (it would never come): the study ends at the
     # timeout + grace, not WIND_DOWN_S later (it took 16 s when it was waited for)
-    from mpiopt.parallel.coordinator import WIND_DOWN_S
+    from mpiopt.knobs import WIND_DOWN_S
 
-    took = re.search(r"^study interrupted: .* in ([0-9.]+)s$", proc.stdout, re.M)
+    took = re.search(r"^study interrupted: .* in ([0-9.]+)s(, .*)?$", proc.stdout, re.M)
     assert took and float(took.group(1)) < 1 + 5 + WIND_DOWN_S, proc.stdout
 
 
@@ -612,7 +612,7 @@ def test_a_rank_whose_part_fails_ends_a_group_left_in_a_collective(tmp_path, mon
     assert proc.returncode != 0, proc.stdout + proc.stderr
     assert wall < START_S + 3 + 10 + 10, wall
     line = closing_line(proc)
-    assert "did not end their part within 3s" in line and "resume with: mpiopt resume c" in line
+    assert "did not end their part within 3s" in line and f"resume with: {resume_with(5)} c" in line
     _, trials = assert_settled(url)
     broken = [t for t in trials if t.status is TrialStatus.FAILED]
     assert broken and all(t.params["x"] > 0 for t in broken)
@@ -791,7 +791,7 @@ def test_signals_end_cleanly_with_130_and_one_line(tmp_path, url, np, sig):
     assert time.monotonic() - sent < 15
     assert job.returncode == 130, out + err
     lines = [ln for ln in err.splitlines() if ln.startswith("mpiopt:")]
-    assert len(lines) == 1 and "resume with: mpiopt resume c" in lines[0], err
+    assert len(lines) == 1 and f"resume with: {resume_with(np)} c" in lines[0], err
     assert "MPI_Abort" not in out + err and "Traceback" not in err
     study, trials = assert_settled(url)
     assert study.status is StudyStatus.INTERRUPTED
@@ -859,13 +859,12 @@ def test_ctrl_c_in_the_first_half_second_never_hangs_the_job(tmp_path):
 _INTERRUPTED_BEFORE_THE_HOLD = """
 import os, sys
 import mpiopt.cli.main as cli
-from mpiopt.run import leftover_threads
 if os.environ.get("PMI_RANK") == "1":
     def main():
         raise KeyboardInterrupt
     cli.main = main
 sys.argv[0] = "mpiopt"
-leftover_threads.run()
+cli.run()
 """
 
 
@@ -912,7 +911,7 @@ def test_a_signal_while_the_study_is_opened_ends_in_order_with_the_resume_line(t
     out, err = _ended(job, START_S, "the job went on after a SIGTERM while opening the study")
     lines = [ln for ln in err.splitlines() if ln.startswith("mpiopt:")]
     assert job.returncode == 130 and len(lines) == 1, out + err
-    assert lines[0].startswith("mpiopt: interrupted") and f"resume with: mpiopt resume c " \
+    assert lines[0].startswith("mpiopt: interrupted") and f"resume with: {resume_with(np)} c " \
         f"--storage sqlite:///{db}" in lines[0], lines
     study, trials = assert_settled(url)
     assert study.status is StudyStatus.INTERRUPTED and len(trials) == 2

@@ -13,7 +13,7 @@ import time
 import pytest
 import yaml
 
-from conftest import BIN, mpiopt, subprocess_env
+from conftest import BIN, mpiopt, resume_with, subprocess_env
 from test_chaos import _kill
 from mpiopt.trial import TrialStatus
 
@@ -106,7 +106,7 @@ def test_an_artifact_store_that_fails_mid_study_under_mpiexec_ends_in_order(tmp_
     assert proc.returncode == 1, proc.stdout + proc.stderr
     lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("mpiopt:")]
     assert len(lines) == 1 and "storage.artifacts: cannot write" in lines[0], proc.stderr
-    assert lines[0].endswith(f"resume with: mpiopt resume tiny --storage {url}")
+    assert lines[0].endswith(f"resume with: {resume_with(3)} tiny --storage {url}")
     assert "BAD TERMINATION" not in proc.stdout + proc.stderr
     [trial] = _trial(url)
     assert trial.status is TrialStatus.INTERRUPTED and "cannot write" in trial.error

@@ -20,7 +20,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from conftest import BIN, mpiopt, subprocess_env  # noqa: E402
+from conftest import BIN, mpiopt, resume_with, subprocess_env  # noqa: E402
 from test_training import MODEL_SOURCE  # noqa: E402
 
 pytest.importorskip("tensorflow")
@@ -103,7 +103,7 @@ def test_a_data_file_study_runs_under_mpiexec_is_interrupted_and_resumes(tmp_pat
     if job.returncode == 0:  # the budget finished before the signal arrived: nothing to resume
         pytest.fail(f"the study finished before it could be interrupted:\n{out}")
     assert job.returncode == 130, out + err
-    assert f"resume with: mpiopt resume {form} --storage" in err
+    assert f"resume with: {resume_with(3)} {form} --storage" in err
     study, before = trials_of(url, form)
     assert study.status is StudyStatus.INTERRUPTED
     assert not [t for t in before if t.status is TrialStatus.RUNNING]

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import BIN, ROOT, mpiopt, subprocess_env
+from conftest import BIN, ROOT, mpiopt, resume_with, subprocess_env
 from mpiopt.study.kept import read_line
 from mpiopt.trial import StudyStatus, TrialStatus
 
@@ -237,7 +237,7 @@ def test_an_outage_past_the_retry_limit_keeps_every_result_for_the_resume(tmp_pa
             job.kill()
     assert job.returncode == 1, out + err
     closing = [ln for ln in err.splitlines() if ln.startswith("mpiopt:")]
-    assert len(closing) == 1 and "unavailable" in closing[0] and "resume with: mpiopt resume o" in closing[0]
+    assert len(closing) == 1 and "unavailable" in closing[0] and f"resume with: {resume_with(np)} o" in closing[0]
     recovery = tmp_path / "o.mpiopt-recovery.jsonl"
     assert recovery.is_file() and str(recovery) in closing[0]
     kept = [r for r in map(read_line, recovery.read_text().splitlines()) if r["kind"] == "finish"]

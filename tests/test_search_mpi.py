@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import BIN, ROOT, mpiopt, subprocess_env
+from conftest import BIN, ROOT, mpiopt, resume_with, subprocess_env
 from mpiopt.trial import StudyStatus, TrialStatus
 
 FUNCTIONS = ROOT / "tests" / "objectives" / "functions.py"
@@ -109,7 +109,7 @@ def test_study_whose_first_trials_all_fail_stops(tmp_path):
     assert said and int(said.group(1)) >= 4 and "physics" in proc.stdout, proc.stdout
     closing = [ln for ln in proc.stderr.splitlines() if ln.startswith("mpiopt:")]
     assert len(closing) == 1 and said.group(0) in closing[0], proc.stderr
-    assert closing[0].endswith(f"run them again with: mpiopt resume t --storage "
+    assert closing[0].endswith(f"run them again with: {resume_with(3)} t --storage "
                                f"{db_url(tmp_path)} --retry-failed")
     status = mpiopt("status", "t", "--storage", db_url(tmp_path), "--format", "json")
     assert json.loads(status.stdout)["state"].endswith(
@@ -253,7 +253,7 @@ def test_sigint_marks_interrupted_and_exits_nonzero(tmp_path, monkeypatch):
     os.killpg(job.pid, signal.SIGINT)
     out, err = job.communicate(timeout=60)
     assert job.returncode == 130, out + err
-    assert "resume with: mpiopt resume t" in err, out + err
+    assert f"resume with: {resume_with(3)} t" in err, out + err
     assert "MPI_Abort" not in out + err           # the groups answered: nothing to abort
     study, trials = trials_of(tmp_path)
     assert study.status == StudyStatus.INTERRUPTED

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import BIN, ROOT, mpiopt, subprocess_env
+from conftest import BIN, ROOT, mpiopt, resume_with, subprocess_env
 from mpiopt.objective.processes import descendants
 from mpiopt.storage import open_storage
 from mpiopt.trial import TrialStatus
@@ -138,7 +138,7 @@ def test_a_study_deleted_or_renamed_under_its_job_ends_it_with_a_true_closing_li
         assert "resume with" not in err
     else:
         assert job.returncode == 130, out + err
-        assert closing[0].endswith(f"resume with: mpiopt resume t --storage {url}")
+        assert closing[0].endswith(f"resume with: {resume_with(np)} t --storage {url}")
 
 
 def _finished(url) -> int:

@@ -46,6 +46,27 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def run() -> None:
+    """The `mpiopt` program (its console entry): main(), then an exit that no thread or
+    exit function a trial left can hold up (mpiopt.run.leftover_threads)."""
+    import traceback
+
+    try:
+        code = main()
+    except SystemExit as exc:          # (argparse's usage errors, --help, --version)
+        code = exc.code
+    except KeyboardInterrupt:          # (before main could hold signals: see die_of_sigint)
+        from mpiopt.run.leftover_threads import die_of_sigint
+
+        die_of_sigint()
+    except BaseException:              # (a bug of mpiopt's: its traceback, then the same
+        traceback.print_exc()          # bounded exit, not Python's unbounded join)
+        code = 1
+    from mpiopt.run.leftover_threads import exit_bounded
+
+    exit_bounded(code)
+
+
 def main(argv: list[str] | None = None) -> int:
     from mpiopt.run import startup_signals
 
@@ -67,29 +88,34 @@ def _tolerant_output() -> None:
 
 
 def _main(argv: list[str] | None) -> int:
-    from mpiopt.run import startup_signals
+    from mpiopt import knobs
     from mpiopt.errors import MpioptError, SpecError, TopologyError
+    from mpiopt.run import startup_signals
 
     _tolerant_output()
     try:
         parser = build_parser()
         args = parser.parse_args(argv)
         if not getattr(args, "starts_a_run", False):
-            startup_signals.release()      # (a run's ranks release them: parallel.launch)
+            startup_signals.release()      # (a run's ranks release them: mpiopt.run.launch)
     except KeyboardInterrupt:
         return _interrupted()
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
     try:
+        if not getattr(args, "starts_a_run", False):
+            knobs.check_all()       # (a run checks them in its start-up, on every rank)
         code = int(args.func(args) or 0)
         if getattr(args, "starts_a_run", False):
             _exit_undisturbed()
         return code
     except MpioptError as exc:
-        if not (isinstance(exc, (SpecError, TopologyError)) and _world_rank() != 0):
-            print(f"mpiopt: error: {exc}", file=sys.stderr)   # (a spec's or a layout's error
-        return exc.exit_code                                   # is the same on every rank: said once)
+        # (a spec's, a layout's or a variable's error is the same on every rank: said once)
+        if not (isinstance(exc, (SpecError, TopologyError, knobs.KnobError))
+                and _world_rank() != 0):
+            print(f"mpiopt: error: {exc}", file=sys.stderr)
+        return exc.exit_code
     except BrokenPipeError:  # `mpiopt trials X | head`
         return 0
     except KeyboardInterrupt:  # Ctrl-C before a study started (or in a query)
@@ -97,7 +123,7 @@ def _main(argv: list[str] | None) -> int:
 
 
 # A run's start-up opens the study with signals held and installs its stop flag in the same
-# breath (mpiopt.run.launch), so an interruption that reaches here came before the
+# breath (mpiopt.run.startup), so an interruption that reaches here came before the
 # study was opened: a line that said "interrupted" alone left the user to guess whether to
 # resume (a --resume of a study never created is refused)
 _BEFORE_THE_STUDY = ("interrupted during the start-up, before the study was opened: nothing "
@@ -130,9 +156,6 @@ def _exit_undisturbed() -> None:
 
 def _world_rank() -> int:
     """This process's MPI rank from the launcher's environment (no MPI import)."""
-    import os
+    from mpiopt.run.launcher import world_rank
 
-    for name in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID"):
-        if os.environ.get(name, "").isdigit():
-            return int(os.environ[name])
-    return 0
+    return world_rank()

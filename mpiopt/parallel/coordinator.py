@@ -35,41 +35,14 @@ from mpiopt.parallel.protocol import Decision, Tag, Verdict
 from mpiopt.parallel.scheduler import Answer, Dispatch, Executor, StopGroup, Withdraw
 from mpiopt.backoff import Backoff
 from mpiopt.errors import LeaseLost, StorageUnavailable
-from mpiopt.objective.processes import STOP_SIGNALS
 from mpiopt.parallel.waiting import probe
 
-WIND_DOWN_S = 10.0
+from mpiopt.knobs import WIND_DOWN_S
 # The loop's longest sleep between probes: a result waits at most this long to be seen.
 # Shorter sleeps see results sooner but cost CPU: at 1-2 ms (two probes per wake-up) the
 # coordinator used 6-6.5% of a core while every group trained, 3-4% at 5 ms
 # (tests/test_search_mpi.py holds it under 8%; a rank spinning in MPICH uses 100%).
 POLL_LIMIT_S = 5e-3
-
-
-class StopFlag:
-    """Set by SIGINT/SIGTERM/SIGUSR1; the loop looks at it between messages. SIGUSR1 is
-    the batch system's "walltime is near" (Slurm `--signal=USR1@300`, examples/slurm/):
-    a clean stop like SIGTERM, where USR1's default action would kill the process."""
-
-    def __init__(self):
-        self.event = threading.Event()
-        self.signum: int | None = None
-
-    def install(self) -> None:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)   # (a blocked mask is inherited)
-        for sig in STOP_SIGNALS:
-            signal.signal(sig, self._handler)
-
-    def _handler(self, signum, frame) -> None:
-        self.set(signum)
-
-    def set(self, signum: int) -> None:
-        """As if `signum` had come (single-process mode's own handler passes it on)."""
-        self.signum = self.signum or signum
-        self.event.set()
-
-    def is_set(self) -> bool:
-        return self.event.is_set()
 
 
 @dataclass
@@ -89,13 +62,12 @@ class Coordinator:
     wrapper, storage/resilient.py), progress printer and artifact store."""
 
     def __init__(self, world, topology, scheduler, storage, progress=None, artifacts=None,
-                 stop_flag: StopFlag | None = None, on_tick=None, clock=time.monotonic,
-                 watch=None):
+                 stop_flag=None, on_tick=None, clock=time.monotonic, watch=None):
         self.world, self.topo, self.sched = world, topology, scheduler
         self.storage = storage
         self.executor = Executor(storage, self._message, progress, artifacts, view=scheduler,
                                  holding=getattr(storage, "holding", None))
-        self.stop_flag = stop_flag or StopFlag()
+        self.stop_flag = stop_flag   # is_set(), signum: mpiopt.run.signals.StopFlag
         self.on_tick = on_tick or (lambda: None)
         self.clock = clock
         self.handlers = {

@@ -22,8 +22,7 @@ from mpiopt.trial import TrialStatus
 from mpiopt.backoff import Backoff
 from mpiopt.parallel.waiting import probe, wait_message
 
-FATAL_WAIT_S = 10.0
-STAY_S = 30.0
+from mpiopt.knobs import FATAL_WAIT_S, STAY_S
 REPLY_DUE_S = 0.05
 
 

@@ -20,21 +20,17 @@ thread that waits for the GIL (a C extension holding it) from being taken for de
 """
 from __future__ import annotations
 
-import os
 import threading
 import time
 
 from mpiopt.parallel.protocol import Tag
 
-DEFAULT_LIMIT_S = 60.0
+from mpiopt.knobs import SILENCE_LIMIT
 
 
 def silence_limit() -> float:
     """Seconds without a heartbeat after which a rank is taken for dead."""
-    try:
-        return max(1.0, float(os.environ.get("MPIOPT_SILENCE_LIMIT", DEFAULT_LIMIT_S)))
-    except ValueError:
-        return DEFAULT_LIMIT_S
+    return SILENCE_LIMIT.get()
 
 
 def period_for(limit: float) -> float:

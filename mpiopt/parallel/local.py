@@ -50,10 +50,10 @@ class _Stop:
 WATCH_S = 0.5
 # How long a trial in this process may go on after a stop signal (one that catches every
 # exception, or sits in a long C call), as the coordinator's WIND_DOWN_S for its groups
-STOP_WAIT_S = 10.0
+from mpiopt.knobs import STOP_WAIT_S
 # After a trial's limit, how long the watch has to give the trial up before faulthandler
 # ends the process instead (_Watch.backstop_s)
-BACKSTOP_S = 10.0
+from mpiopt.knobs import TRIAL_BACKSTOP_S as BACKSTOP_S
 
 
 class _Watch:

@@ -23,7 +23,6 @@ mpiopt's own), and every rank ends its part of a trial with a non-blocking all-r
 """
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import replace
 
@@ -36,7 +35,7 @@ from mpiopt.durations import format_duration
 from mpiopt.parallel.protocol import Result, Tag, Trial
 from mpiopt.trial import TrialStatus
 
-DEFAULT_WAIT_S = 60.0
+from mpiopt.knobs import GROUP_WAIT
 
 
 class GroupBroken(RuntimeError):
@@ -45,7 +44,7 @@ class GroupBroken(RuntimeError):
 
 def wait_limit() -> float:
     """MPIOPT_GROUP_WAIT: how long a rank whose part failed waits for the others."""
-    return max(1.0, float(os.environ.get("MPIOPT_GROUP_WAIT", DEFAULT_WAIT_S)))
+    return GROUP_WAIT.get()
 
 
 def _failed(result: Result) -> bool:

@@ -15,8 +15,8 @@ The rest of the exit is bounded too: an objective's atexit function that blocks 
 experiment tracker's final upload to a server it cannot reach) held the rank, and the
 job, the same way after a COMPLETE study (`atexit.register(time.sleep, 3600)` in an
 `isolate: false` objective: still running at 40 s). So every exit runs under a watchdog:
-if the atexit functions have not returned within EXIT_GRACE_S (MPIOPT_EXIT_GRACE), one line says so and the
-process ends with the study's status all the same. A second watchdog in C
+if the atexit functions have not returned within EXIT_GRACE_S (MPIOPT_EXIT_GRACE), one
+line says so and the process ends with the study's status all the same. A second watchdog in C
 (faulthandler's) ends it a little later where the first cannot run (a call that never
 releases the interpreter's lock), with a traceback of where, and an alarm (SIGALRM's
 default action) later still, in Python's finalization, where neither runs and mpi4py
@@ -25,8 +25,8 @@ the exit is otherwise Python's own (measured: a Ctrl-C in the ranks' start-up, 0
 in, ended 30 of 30 jobs of 3 ranks with status 130 that way, but 27 of 30 through the
 atexit-MPI_Finalize-exit() sequence below, the other 3 killed by mpiexec's proxy).
 
-Only the `mpiopt` program does this (`run`, its console entry): tests call `main()` in
-their own process, which must not end.
+Only the `mpiopt` program does this (mpiopt.cli.main.run, its console entry, calls
+`exit_bounded`): tests call `main()` in their own process, which must not end.
 """
 from __future__ import annotations
 
@@ -40,29 +40,16 @@ import time
 import traceback
 from collections import Counter
 
-GRACE_S = 10.0   # as long as the coordinator waits for the ranks' goodbyes
-# The rest of the exit (atexit functions, MPI_Finalize): longer than GRACE_S, because
-# MPICH's MPI_Finalize waits for the other ranks' and one may be waiting GRACE_S for its
-# threads (the coordinator's watchdog fired in 1 of 2 such jobs at 10 s)
-# (MPIOPT_EXIT_GRACE sets it: a site whose exit handlers upload more, or a test)
-EXIT_GRACE_S = 30.0
-BACKSTOP_S = 5.0  # after EXIT_GRACE_S more: faulthandler's watchdog, where ours cannot run
+from mpiopt.knobs import EXIT_BACKSTOP_S as BACKSTOP_S
+from mpiopt.knobs import EXIT_GRACE, GRACE_S, KnobError
+from mpiopt.run.launcher import world_rank
+
+EXIT_GRACE_S = EXIT_GRACE.default
 
 
-def run() -> None:
-    """The `mpiopt` program: main(), then an exit that no thread or exit function can
-    hold up."""
-    from mpiopt.cli.main import main
-
-    try:
-        code = main()
-    except SystemExit as exc:          # (argparse's usage errors, --help, --version)
-        code = exc.code
-    except KeyboardInterrupt:          # (before main could hold signals: see _die_of_sigint)
-        _die_of_sigint()
-    except BaseException:              # (a bug of mpiopt's: its traceback, then the same
-        traceback.print_exc()          # bounded exit, not Python's unbounded join)
-        code = 1
+def exit_bounded(code) -> None:
+    """End the process with SystemExit(code)'s status, by an exit that no thread or exit
+    function the objective left can hold up. Never returns."""
     code = _status(code)
     left = wait_for_threads(GRACE_S)
     if left:
@@ -72,7 +59,7 @@ def run() -> None:
     raise SystemExit(code)   # (Python's own exit: atexit functions, then MPI_Finalize)
 
 
-def _die_of_sigint() -> None:
+def die_of_sigint() -> None:
     """End as Python ends on a Ctrl-C nobody caught: the traceback, then killed by SIGINT.
 
     A KeyboardInterrupt reaches here from main's first lines, before it holds the stop
@@ -132,12 +119,10 @@ def _foreign_threads() -> list[threading.Thread]:
 
 
 def _say(left: list[threading.Thread]) -> None:
-    from mpiopt.cli.main import _world_rank
-
     counts = Counter(t.name for t in left)
     names = ", ".join(name + (f" x{n}" if n > 1 else "") for name, n in counts.most_common(3))
     names += ", ..." if len(counts) > 3 else ""
-    print(f"mpiopt: rank {_world_rank()} on {socket.gethostname()}: {len(left)} thread(s) "
+    print(f"mpiopt: rank {world_rank()} on {socket.gethostname()}: {len(left)} thread(s) "
           f"the objective started ({names}) still running {GRACE_S:g}s after the end; "
           "not waiting for them (make them daemon threads, or join them in the objective)",
           file=sys.stderr, flush=True)
@@ -180,19 +165,19 @@ def _c_exit(code: int) -> None:
 
 
 def exit_grace_s() -> float:
-    """EXIT_GRACE_S, or MPIOPT_EXIT_GRACE's seconds (never below GRACE_S + 1: a peer's
-    MPI_Finalize may wait that long for a rank that waits GRACE_S for its threads)."""
+    """MPIOPT_EXIT_GRACE's seconds, else EXIT_GRACE_S (mpiopt.knobs: never below GRACE_S
+    + 1, as a peer's MPI_Finalize may wait that long for a rank that waits GRACE_S for its
+    threads). A value it may not take was refused when the command started; at the exit
+    it is the default all the same (an exit must not fail)."""
     try:
-        return max(GRACE_S + 1.0, float(os.environ["MPIOPT_EXIT_GRACE"]))
-    except (KeyError, ValueError):
+        return EXIT_GRACE.get() if EXIT_GRACE.given() else EXIT_GRACE_S
+    except KnobError:
         return EXIT_GRACE_S
 
 
 def _watch(code: int) -> None:
     """End the process with `code` if the exit has not, exit_grace_s() from now."""
-    from mpiopt.cli.main import _world_rank
-
-    where = f"rank {_world_rank()} on {socket.gethostname()}"
+    where = f"rank {world_rank()} on {socket.gethostname()}"
     grace = exit_grace_s()
 
     def expire():

@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 from mpiopt.errors import LeaseLost, StorageError, StudyBusyError
+from mpiopt.knobs import LEASE_PERIOD
 from mpiopt.search import traits
 from mpiopt.trial import TrialStatus
 
@@ -30,10 +31,7 @@ from mpiopt.trial import TrialStatus
 def lease_period_s() -> float:
     """Seconds between the lease's heartbeats (MPIOPT_LEASE_PERIOD, default 30): a job
     silent for three periods has died, and a resume may take its study over."""
-    try:
-        return max(0.2, float(os.environ.get("MPIOPT_LEASE_PERIOD", "30")))
-    except ValueError:
-        return 30.0
+    return LEASE_PERIOD.get()
 
 
 class StudyRun:

@@ -24,10 +24,9 @@ from mpiopt.storage._urls import StorageURL, mask_url
 def _busy_timeout_ms() -> int:
     """How long one SQLite statement waits for a lock before it is a (transient) error that
     storage/resilient.py retries: MPIOPT_SQLITE_BUSY_MS, default 30 s."""
-    try:
-        return max(1, int(os.environ.get("MPIOPT_SQLITE_BUSY_MS", "30000")))
-    except ValueError:
-        return 30_000
+    from mpiopt.knobs import SQLITE_BUSY_MS
+
+    return SQLITE_BUSY_MS.get()
 
 
 BUSY_TIMEOUT_MS = _busy_timeout_ms()

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,7 +23,7 @@ from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 from mpiopt.errors import StorageError
 
 DEFAULT_URL = "sqlite:///mpiopt.db"
-ENV_VAR = "MPIOPT_STORAGE"
+
 
 # The Python package behind each driver name, and what to install to get it.
 _DRIVERS = {
@@ -66,7 +65,9 @@ class StorageURL:
         """`given` (--storage), else $MPIOPT_STORAGE (a URL with a password need not sit
         in a spec file or a shell history), else `fallback` (the spec's storage), else
         sqlite:///mpiopt.db in the working directory."""
-        return cls.parse(given or os.environ.get(ENV_VAR) or fallback or DEFAULT_URL)
+        from mpiopt.knobs import STORAGE
+
+        return cls.parse(given or STORAGE.get() or fallback or DEFAULT_URL)
 
     def __str__(self) -> str:
         return self.text

@@ -13,6 +13,7 @@ from pathlib import Path
 import yaml
 
 from mpiopt.errors import DuplicateStudyError, ResumeError, UnknownStudyError
+from mpiopt.knobs import NATIVE_LOG
 from mpiopt.search import ALGORITHMS, traits
 from mpiopt.trial import FrozenTrial, StudyStatus
 
@@ -52,28 +53,30 @@ def spec_text(spec) -> str:
     return yaml.safe_dump(data, sort_keys=False)
 
 
-def resume_command(name: str, url: str, recovery=None) -> str:
+def resume_command(name: str, url: str, recovery=None, launch: str = "") -> str:
     """The exact command that continues a study, as every closing line prints it; with the
     recovery file an outage left (`recovery`), named so that it is imported even where the
-    database's record of it is lost with the job's last writes (study_run.open_run)."""
+    database's record of it is lost with the job's last writes (study_run.open_run);
+    `launch` goes first (`mpiexec -n 9 `: the same layout again, mpiopt.run.launcher)."""
     shown = shown_url(url)
     hint = "" if shown == url else " (with the password: set MPIOPT_STORAGE to the full URL)"
     kept = f" --recovery {shlex.quote(str(recovery))}" if recovery else ""
     # (quoted for the shell: a folder with a space in it made a command that fails pasted)
-    return f"mpiopt resume {name} --storage {shlex.quote(shown)}{kept}{hint}"
+    return f"{launch}mpiopt resume {name} --storage {shlex.quote(shown)}{kept}{hint}"
 
 
-def after_failures(name: str, url: str, algorithm: str | None) -> str:
+def after_failures(name: str, url: str, algorithm: str | None, launch: str = "") -> str:
     """What to do once the cause of a study's failed trials is mended: the closing line of
     the job they stopped and `mpiopt status` both say it."""
     if algorithm in ALGORITHMS and traits(algorithm).rounds:   # (--retry-failed is refused there)
         return ("a pbt study's failed rounds do not run again: once that is mended, start it "
                 f"under a new study.name, or delete this one (mpiopt study delete {name} "
                 f"--storage {shlex.quote(shown_url(url))})")
-    return f"once that is mended, run them again with: {resume_command(name, url)} --retry-failed"
+    return ("once that is mended, run them again with: "
+            f"{resume_command(name, url, launch=launch)} --retry-failed")
 
 
-NATIVE_LOG_ENV = "MPIOPT_NATIVE_LOG"
+NATIVE_LOG_ENV = NATIVE_LOG.env
 
 
 def native_log_path(url: str, name: str) -> Path:

@@ -55,7 +55,9 @@ def _native_stderr_to_log() -> None:
     import os
     import sys
 
-    path = os.environ.get("MPIOPT_NATIVE_LOG")
+    from mpiopt.knobs import NATIVE_LOG
+
+    path = NATIVE_LOG.get()
     if not path:
         return
     try:

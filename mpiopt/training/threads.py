@@ -19,6 +19,8 @@ from __future__ import annotations
 import glob
 import os
 
+from mpiopt.knobs import THREADS
+
 _LOCAL_SIZE_VARS = ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE")
 _LOCAL_RANK_VARS = ("MPI_LOCALRANKID", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID")
 
@@ -78,7 +80,7 @@ def pin_threads(comm=None) -> dict:
         return _pinned
     defaults()
     local_rank, local_size = node_layout(comm)
-    threads = int(os.environ.get("MPIOPT_THREADS") or max(1, usable_cores() // max(1, local_size)))
+    threads = THREADS.get() or max(1, usable_cores() // max(1, local_size))
     for var in ("TF_NUM_INTRAOP_THREADS", "OMP_NUM_THREADS"):
         os.environ[var] = str(threads)
     os.environ["TF_NUM_INTEROP_THREADS"] = "1"

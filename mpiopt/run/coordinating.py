@@ -1,0 +1,207 @@
+"""Rank 0 after GO: the run set up (layout, storage, scheduler, progress) and run, under
+MPI by the coordinator's loop or in this one process by the local loop, then closed.
+
+The scheduler, its executor and the coordinator are used here through a small surface:
+Scheduler(...) with the keywords _scheduler passes, settled_on_resume(existing),
+stop(reason, cause), interrupt() and finish() (instructions the executor runs),
+stop_reason, message, close_searcher(), searcher (.choice), untried, finished, reruns,
+and what Progress reads; Executor(storage, send, progress, artifacts, view=, holding=)
+with do() and run(); Coordinator(world, topo, sched, storage, progress, artifacts,
+stop_flag, on_tick=, watch=).run() -> Ending(cause, interrupted, orderly, stuck); and
+run_local(sched, executor, objective, comm, stopped=, give_up=, told=, keeper=) -> clean.
+A job that cannot end in order (a rank stuck in user code) is ended with MPI_Abort after
+its closing line.
+"""
+from __future__ import annotations
+
+import socket
+
+from mpiopt.errors import LeaseLost, StorageUnavailable
+from mpiopt.knobs import NATIVE_LOG, stuck_grace_s
+from mpiopt.run.context import RunContext, Started
+from mpiopt.run.ending import abort, close, output_closed, progress_line
+from mpiopt.run.serving import leader_hosts, pin_threads
+from mpiopt.run.startup import where_to_keep
+from mpiopt.study.opening import shown_url
+
+
+def coordinate(world, started: Started) -> int:
+    """The run on rank 0, from its layout to its exit status."""
+    from mpiopt.parallel.topology import make_topology
+
+    topo, comm = make_topology(world, started.spec.resources.group_size)
+    hosts = leader_hosts(world, topo)
+    watch = None if topo.single_process else _watch(world, world.Dup(), topo, started.liveness)
+    try:
+        run = _set_up_run(world, started, topo, comm, hosts, watch)
+        run.progress.start()
+        if topo.single_process:
+            return _run_single(run)
+        return _run_coordinator(run)
+    finally:
+        if watch:
+            watch.stop()
+
+
+def _watch(world, alive_comm, topo, limit: float | None):
+    """Rank 0's heartbeats and its view of every rank's (mpiopt.parallel.liveness)."""
+    if not limit:
+        return None
+    from mpiopt.parallel.liveness import Watch
+
+    leaders = [topo.leader(g) for g in range(topo.n_groups)]
+    return Watch(alive_comm, leaders, world.Get_size(), limit).start()
+
+
+def _set_up_run(world, started: Started, topo, comm, hosts, watch) -> RunContext:
+    """The run's storage (riding out outages), scheduler and progress, announced."""
+    from mpiopt.parallel.scheduler import Executor
+    from mpiopt.reporting.progress import Progress
+    from mpiopt.storage.resilient import Resilient
+
+    spec, opened, flag = started.spec, started.opened, started.flag
+    progress = Progress(spec.search.trials, quiet=started.quiet)
+    storage = Resilient(opened.storage, spec.storage_retry, opened.recovery, say=progress_line,
+                        study_id=opened.study_id)
+    artifacts = _keeper(spec)
+    sched = _scheduler(started, topo, hosts, artifacts)
+    executor = Executor(storage, lambda action: None, progress, artifacts, view=sched,
+                        holding=storage.holding)
+    if artifacts is not None:        # what a job that died mid-way left behind
+        executor.do(sched.settled_on_resume(opened.existing))
+    # A job that is ending (a signal, a failed rank) does not wait out an outage: what
+    # cannot be written goes to the recovery file at once.
+    storage.should_stop = lambda: flag.is_set() or sched.stop_reason in ("interrupted", "error")
+    run = RunContext(world, started, topo, comm, hosts, progress, sched, executor, storage,
+                     artifacts, watch)
+    _announce(run)
+    return run
+
+
+def _run_coordinator(run: RunContext) -> int:
+    """The coordinator's loop over the groups, then the closing; MPI_Abort where a rank
+    never said BYE (stuck in user code)."""
+    from mpiopt.parallel.coordinator import Coordinator
+
+    ending = Coordinator(run.world, run.topo, run.sched, run.storage, run.progress,
+                         run.artifacts, run.flag, on_tick=run.opened.on_tick,
+                         watch=run.watch).run()
+    stuck = "" if ending.orderly else (f" (rank(s) {', '.join(map(str, ending.stuck))} did not "
+                                       "stop: ending the job with MPI_Abort)")
+    code = close(run, ending.cause, ending.interrupted, stuck)
+    if not ending.orderly:
+        abort(run.world, code)
+    return code
+
+
+def _run_single(run: RunContext) -> int:
+    """Single-process mode: the local loop runs the trials here, then the closing."""
+    from mpiopt.parallel.local import run_local
+    from mpiopt.study.kept import KeptResults
+
+    sched = run.sched
+    pin_threads(run.spec, run.comm)
+    try:
+        def give_up(cause, interrupted):     # (a trial stuck in this process: local._Watch)
+            return close(run, cause, interrupted)
+
+        keeper = KeptResults(**where_to_keep(run.opened), rank=0)
+        clean = run_local(sched, run.executor, run.started.objective, run.comm,
+                          stopped=run.flag.is_set, give_up=give_up, told=run.flag.set,
+                          keeper=keeper)
+        if run.storage.given_up is None:     # (the run's storage is a Resilient)
+            keeper.discard()              # (every result written: see coordinator's STOP)
+    except Exception as exc:
+        return _close_failed_loop(run, exc)
+    return close(run, None if clean else sched.message, not clean)
+
+
+def _close_failed_loop(run: RunContext, exc: Exception) -> int:
+    """As the coordinator's own failure (an outage past retry_timeout, a study deleted
+    under the job): a closing line with the resume, not "error:", and the running trials
+    recorded INTERRUPTED where the database lets them be."""
+    sched = run.sched
+    closed = output_closed(exc)
+    cause = str(exc) if isinstance(exc, (StorageUnavailable, LeaseLost)) else (
+        closed or f"the study's loop failed ({socket.gethostname()}): {type(exc).__name__}: "
+        f"{str(exc).strip().splitlines()[0] if str(exc).strip() else ''}")
+    sched.stop("interrupted" if closed else "error", cause)
+    try:             # (also with nothing running: the study's record says INTERRUPTED)
+        run.executor.run(sched.interrupt())
+    except Exception:
+        pass          # the database is the cause; resume finds the trial RUNNING
+    return close(run, cause, True)
+
+
+def _scheduler(started: Started, topo, hosts, artifacts):
+    """The study's scheduler. Under MPI, a finished group gets its next trial before its
+    result is written and busy groups hold their next trial (send_first, ask_ahead),
+    except where trials run in the ranks' own processes (one that kills its process ends
+    the job: parallel/coordinator.py); a slow searcher works in the background, and then
+    asks nothing ahead (its suggestions would be made with one more pending point per
+    group, which costs them quality)."""
+    from mpiopt.parallel.scheduler import Scheduler
+    from mpiopt.search import make_pruner, make_searcher
+
+    spec, opened, n_groups = started.spec, started.opened, topo.n_groups
+    multi = not topo.single_process
+    ranks = [topo.leader(g) for g in range(n_groups)] if multi else [0]
+    s = spec.search
+    searcher = make_searcher(s.algorithm, spec.space, s.options, s.seed, budget=s.trials,
+                             parallel=n_groups, vector=spec.objective.vector)
+    background = multi and searcher.slow
+    if background:                        # no group waits for a model fit (see there)
+        from mpiopt.search.background import MIN_FILL_WAIT_S, BackgroundSearcher
+
+        searcher = BackgroundSearcher(    # (with a time limit, a wait's every second counts)
+            searcher, max_stock=n_groups,
+            min_fill_wait_s=0.0 if s.time_limit else MIN_FILL_WAIT_S)
+    send_first = multi and opened.isolated
+    return Scheduler(
+        refit_wanted=artifacts is not None and artifacts.refit_wanted(),
+        checkpoints=artifacts is not None and artifacts.checkpoints,
+        send_first=send_first, ask_ahead=send_first and not background,
+        study_id=opened.study_id, searcher=searcher,
+        direction=spec.objective.direction, budget=s.trials, n_groups=n_groups, seed=s.seed,
+        pruner=make_pruner(spec.training.pruning), target=s.target, time_limit=s.time_limit,
+        max_initial_failures=s.max_initial_failures,
+        max_failures_in_a_row=s.max_failures_in_a_row, existing=opened.existing,
+        hosts=hosts, ranks=ranks, trial_timeout=s.trial_timeout, grace=s.grace,
+        stuck_grace=stuck_grace_s(s.trial_timeout), objective=spec.objective,
+        warm=getattr(opened, "warm", ()))
+
+
+def _keeper(spec):
+    """The coordinator's side of the artifact store: ranks kept models, removes the
+    checkpoints of finished trials (None for plain-function studies)."""
+    if not spec.artifacts:
+        return None
+    from mpiopt.artifacts.keeper import Keeper
+
+    return Keeper(spec.artifacts, spec.search.keep_models, spec.objective.direction,
+                  say=progress_line, checkpoints=spec.training.checkpoint_every > 0,
+                  refit=spec.training.refit)
+
+
+def _announce(run: RunContext) -> None:
+    """The run's first lines: what is searched, on what layout, into which database."""
+    spec, topo, sched, progress = run.spec, run.topo, run.sched, run.progress
+    layout = ("single process" if topo.single_process
+              else f"{topo.n_groups} group{'s' * (topo.n_groups > 1)} x {topo.group_size} "
+                   f"rank{'s' * (topo.group_size > 1)} + coordinator")
+    progress.say(f"study '{spec.study.name}': {spec.search.algorithm} search, "
+                 f"{spec.search.trials} trials, {layout}; storage {shown_url(run.url)}")
+    choice = sched.searcher.choice
+    if choice:
+        progress.say(choice)
+    finite = sched.untried
+    if finite is not None and finite.size < spec.search.trials:
+        progress.say(f"the search space has {finite.size} parameter sets, fewer than "
+                     f"search.trials ({spec.search.trials}): each runs once, then the study ends")
+    if run.opened.resumed:
+        progress.say(f"resuming: {sched.finished} finished trials kept, "
+                     f"{len(sched.reruns)} to run again")
+    for line in getattr(run.opened, "notes", ()):
+        progress.say(line)
+    if spec.objective.model and NATIVE_LOG.get():
+        progress.say(f"TensorFlow's start-up messages go to {NATIVE_LOG.get()}")
