@@ -9,6 +9,7 @@ import sys
 import time
 
 from mpiopt.durations import format_duration
+from mpiopt.errors import first_line
 from mpiopt.trial import FrozenTrial, TrialStatus
 
 
@@ -58,7 +59,7 @@ class Progress:
         line += f"  running={len(sched.running)} failed={counts[TrialStatus.FAILED]}"
         self.say(line)
         if trial.status is TrialStatus.FAILED and trial.error:
-            self.say(f"    error: {trial.error.splitlines()[0]}")
+            self.say(f"    error: {first_line(trial.error)}")
         if front is not None:
             if any(t.number == trial.number for t, _ in front.front):
                 self.say(f"    on the front: {format_params(trial.params)}")

@@ -14,6 +14,7 @@ from typing import Any, Iterable, Sequence
 import yaml
 
 from mpiopt.durations import format_duration
+from mpiopt.errors import cut
 from mpiopt.search import traits
 from mpiopt.trial import FrozenTrial, TrialStatus
 
@@ -47,7 +48,7 @@ def table_columns(trials) -> tuple:
 def trial_dict(trial: FrozenTrial) -> dict[str, Any]:
     """Every field of a trial, JSON-ready (timestamps as ISO 8601, epochs as strings)."""
     out = {c: getattr(trial, c) for c in BASE_COLUMNS}
-    out["status"] = trial.status.value
+    out["status"], out["error"] = trial.status.value, cut(trial.error)
     out["started_at"], out["finished_at"] = _iso(trial.started_at), _iso(trial.finished_at)
     out.update(params=dict(trial.params), metrics=dict(trial.metrics),
                fold_values=list(trial.fold_values),
@@ -82,7 +83,7 @@ def front_rows(trials, tracker, top: int) -> tuple[list[dict], list[str], str]:
 def flat_row(trial: FrozenTrial) -> dict[str, Any]:
     """A spreadsheet row: params_*, metrics_* and fold_* become their own columns."""
     row = {c: getattr(trial, c) for c in BASE_COLUMNS}
-    row["status"] = trial.status.value
+    row["status"], row["error"] = trial.status.value, cut(trial.error)
     row["started_at"], row["finished_at"] = _iso(trial.started_at), _iso(trial.finished_at)
     if trial.round is not None:          # a pbt round's lineage
         row.update(member=trial.member, round=trial.round, parent=trial.parent)
@@ -193,7 +194,7 @@ def show_lines(trial: FrozenTrial, study_name: str, metric: str, direction: str,
         lines += ["  " + line for line in ascii_curve(values)]
         lines += _epoch_rows(epochs, values)
     if trial.error:
-        lines += ["error:"] + ["  " + line for line in trial.error.rstrip().splitlines()]
+        lines += ["error:"] + ["  " + line for line in cut(trial.error).rstrip().splitlines()]
     return lines
 
 

@@ -19,7 +19,7 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, selectinload, sessionmaker
 
-from mpiopt.errors import (DuplicateStudyError, LeaseLost, StorageError, StudyBusyError,
+from mpiopt.errors import (DuplicateStudyError, cut, LeaseLost, StorageError, StudyBusyError,
                            UnknownStudyError)
 from mpiopt.storage import _studies, _writes
 from mpiopt.storage._convert import (StudyRecord, dump_json, dump_spans, finite_or_none,
@@ -558,7 +558,7 @@ def _prepared(outcomes: Sequence[dict]) -> list[tuple]:
             raise StorageError(f"finish_trial needs a final status, not {status.value}")
         prepared.append((o["trial_id"], status, {
             "value": finite_or_none(o.get("value")),
-            "value_std": finite_or_none(o.get("value_std")), "error": o.get("error"),
+            "value_std": finite_or_none(o.get("value_std")), "error": cut(o.get("error")),
             "metrics_json": dump_json(o.get("metrics")), "duration": o.get("duration"),
             "device": _short(o.get("device")), "spans_json": dump_spans(o.get("spans"))},
             o.get("fold_values") or (), o.get("fold_metrics") or (), o.get("intermediate") or {}))
