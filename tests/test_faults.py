@@ -6,6 +6,7 @@ import os
 import sqlite3
 from pathlib import Path
 
+import pytest
 import yaml
 
 from conftest import mpiopt
@@ -44,3 +45,66 @@ def test_a_20_mb_error_is_cut_where_it_is_stored_printed_and_rendered(tmp_path):
     assert (tmp_path / "f.html").stat().st_size < 10_000_000
     shown = mpiopt("show", "f", "0", "--storage", f"sqlite:///{db}", cwd=tmp_path, timeout=60)
     assert len(shown.stdout) < 20_000 and "characters cut" in shown.stdout, shown.stderr
+
+
+# ---------------------------------------------------------------- YAML alias bombs (item 3)
+def _bomb(mapping: bool) -> str:
+    """Nine levels of ten aliases each: 10**9 entries once expanded, 100 lines written."""
+    if mapping:
+        levels = ["&l0 {" + ", ".join(f"k{i}: boom" for i in range(10)) + "}"]
+        levels += [f"&l{n} {{" + ", ".join(f"k{i}: *l{n - 1}" for i in range(10)) + "}"
+                   for n in range(1, 9)]
+        return "{" + ", ".join(f"z{n}: {lvl}" for n, lvl in enumerate(levels)) + "}"
+    levels = ["&l0 [" + ", ".join(["boom"] * 10) + "]"]
+    levels += [f"&l{n} [" + ", ".join([f"*l{n - 1}"] * 10) + "]" for n in range(1, 9)]
+    return "[" + ", ".join(levels) + "]"
+
+
+BOMB_SPEC = """\
+study: {{name: bomb}}
+objective: {{function: "obj.py:f", direction: minimize{objective}}}
+search_space:
+  x: {{type: real, low: 0.0, high: 1.0}}
+  c: {{type: categorical, choices: {choices}}}
+search: {{algorithm: random, trials: 3, initial_trials: [{{x: {x}}}]{search}}}
+"""
+
+
+@pytest.mark.parametrize("where", ["initial_trials[0].x", "choices", "pbt.perturb",
+                                   "objective mapping", "search mapping", "--set"])
+def test_an_alias_bomb_in_any_field_is_one_line_before_anything_is_built(tmp_path, where):
+    fields = {"x": "0.5", "choices": "[a, b]", "objective": "", "search": ""}
+    if where == "initial_trials[0].x":
+        fields["x"] = _bomb(False)
+    elif where == "choices":
+        fields["choices"] = _bomb(False)
+    elif where == "pbt.perturb":
+        fields["search"] = f", pbt: {{perturb: {_bomb(False)}}}"
+    elif where == "objective mapping":
+        fields["objective"] = f", metrics: {_bomb(True)}"
+    elif where == "search mapping":
+        fields["search"] = f", options: {_bomb(True)}"
+    spec = tmp_path / "bomb.yaml"
+    spec.write_text(BOMB_SPEC.format(**fields))
+    (tmp_path / "obj.py").write_text("def f(p):\n    return p['x']\n")
+    extra = ["--set", f"search.pbt.perturb={_bomb(False)}"] if where == "--set" else []
+    proc = mpiopt("validate", spec, *extra, cwd=tmp_path, timeout=60)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "aliases (*name) expand to more than" in lines[0], lines[-3:]
+    assert len(proc.stderr) < 500
+
+
+def test_a_value_that_holds_itself_is_one_line(tmp_path):
+    spec = tmp_path / "loop.yaml"
+    spec.write_text(BOMB_SPEC.format(x="&me [1, *me]", choices="[a, b]", objective="", search=""))
+    proc = mpiopt("validate", spec, cwd=tmp_path, timeout=60)
+    assert proc.returncode == 2 and "cannot contain itself" in proc.stderr, proc.stderr[-2000:]
+
+
+def test_a_parameter_set_twice_is_refused_with_one_line(tmp_path):
+    spec = write_spec(tmp_path, "f", "def f(p):\n    return p['x']\n")
+    proc = mpiopt("validate", spec, "--set", "search.trials=4", "--set", "search.trials=5",
+                  cwd=tmp_path, timeout=60)
+    assert proc.returncode == 2, proc.stdout
+    assert proc.stderr.strip() == "mpiopt: error: --set search.trials: given twice (which one is meant?); give it once"
