@@ -2,14 +2,18 @@
 spaces, detached children, a frozen coordinator. Each case runs the real command."""
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import sqlite3
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
 import yaml
 
-from conftest import mpiopt
+from conftest import BIN, mpiopt, subprocess_env
 
 BIG = 20 * 2**20       # a 20 MB exception message
 
@@ -108,3 +112,56 @@ def test_a_parameter_set_twice_is_refused_with_one_line(tmp_path):
                   cwd=tmp_path, timeout=60)
     assert proc.returncode == 2, proc.stdout
     assert proc.stderr.strip() == "mpiopt: error: --set search.trials: given twice (which one is meant?); give it once"
+
+
+# ---------------------------------------------------------------- long names (item 2)
+def _complete(db: Path) -> int:
+    if not db.exists():          # (connecting would make an empty file)
+        return 0
+    try:
+        with sqlite3.connect(db, timeout=5) as con:
+            return con.execute("select count(*) from trials where status = 'COMPLETE'").fetchone()[0]
+    except sqlite3.Error:
+        return 0
+
+
+def test_a_255_byte_name_runs_is_killed_resumes_reports_and_is_deleted(tmp_path):
+    """A name of 255 bytes in UTF-8 (127 characters: two-byte letters) ran, and every
+    resume crashed on its recovery and kept-result file names (Errno 36)."""
+    name = "λ" * 100 + "é" * 27 + "a"
+    assert len(name.encode()) == 255
+    spec = write_spec(tmp_path, "slow", "import time\ndef slow(p):\n    time.sleep(1.5)\n"
+                      "    return p['x']\n", trials=10, name=name)
+    db = tmp_path / "r.db"
+    url = f"sqlite:///{db}"
+    job = subprocess.Popen([str(BIN / "mpiexec"), "-n", "3", str(BIN / "mpiopt"), "search",
+                            str(spec), "--storage", url], cwd=tmp_path, env=subprocess_env(),
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        end = time.monotonic() + 120
+        while _complete(db) < 2 and job.poll() is None and time.monotonic() < end:
+            time.sleep(0.2)
+        assert job.poll() is None, job.communicate()
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(job.pid, signal.SIGKILL)
+        job.communicate()
+    done = _complete(db)
+    assert 2 <= done < 10
+    proc = mpiopt("resume", name, "--storage", url, np=3, cwd=tmp_path, timeout=180)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert _complete(db) == 10
+    report = mpiopt("report", name, "--storage", url, cwd=tmp_path, timeout=120)
+    assert report.returncode == 0, report.stderr
+    assert [p for p in tmp_path.glob("*.html")], "the report was written"
+    gone = mpiopt("study", "delete", name, "--yes", "--storage", url, cwd=tmp_path, timeout=60)
+    assert gone.returncode == 0, gone.stderr
+    assert _complete(db) == 0
+
+
+def test_a_256_byte_name_is_refused_with_one_line(tmp_path):
+    name = "é" * 128
+    spec = write_spec(tmp_path, "f", "def f(p):\n    return p['x']\n", name=name)
+    proc = mpiopt("validate", spec, cwd=tmp_path, timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "256 bytes long in UTF-8; at most 255" in proc.stderr

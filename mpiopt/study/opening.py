@@ -14,6 +14,7 @@ import yaml
 
 from mpiopt.errors import DuplicateStudyError, ResumeError, UnknownStudyError
 from mpiopt.search import ALGORITHMS, traits
+from mpiopt.study.names import file_stem
 from mpiopt.trial import FrozenTrial, StudyStatus
 
 # Keys that may change when a study is resumed: they decide how long it runs, not what
@@ -88,7 +89,7 @@ def native_log_path(url: str, name: str) -> Path:
                   and parsed.database and parsed.database != ":memory:" else Path.cwd())
     except Exception:        # a URL check elsewhere says what is wrong with it
         folder = Path.cwd()
-    return folder / f"{name}.log"
+    return folder / f"{file_stem(name)}.log"
 
 
 def shown_url(url: str) -> str:
