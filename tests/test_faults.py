@@ -182,3 +182,41 @@ def test_100_000_choices_are_validated_and_a_late_duplicate_is_still_found(tmp_p
     proc = mpiopt("validate", spec, cwd=tmp_path, timeout=90)
     assert proc.returncode == 2
     assert "search_space.c.choices[100001]: duplicate choice 1.0 (same as choice 100000, 1)" in proc.stderr
+
+
+# ---------------------------------------------------------------- detached children (item 8)
+DETACHING = """\
+import os, subprocess, sys
+def detach(p):
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"],
+                             start_new_session=True)
+    with open(os.environ["PIDS_FILE"], "a") as f:
+        f.write(f"{child.pid}\\n")
+    return p["x"]
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_a_child_detached_with_setsid_ends_with_its_trial(tmp_path):
+    """The child holds the job's output open: mpiexec waited for it (300 s here) after the
+    study had finished. Now it ends as its trial ends, and the job with its study."""
+    spec = write_spec(tmp_path, "detach", DETACHING, trials=4)
+    env = subprocess_env()
+    env["PIDS_FILE"] = str(tmp_path / "pids")
+    try:
+        proc = mpiopt("search", spec, "--storage", f"sqlite:///{tmp_path / 'r.db'}", np=3,
+                      cwd=tmp_path, timeout=90, env=env)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+    finally:
+        pids = [int(p) for p in (tmp_path / "pids").read_text().split()]
+        alive = [pid for pid in pids if _alive(pid)]
+        for pid in alive:
+            os.kill(pid, signal.SIGKILL)
+    assert len(pids) == 4 and not alive
