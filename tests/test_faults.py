@@ -220,3 +220,50 @@ def test_a_child_detached_with_setsid_ends_with_its_trial(tmp_path):
         for pid in alive:
             os.kill(pid, signal.SIGKILL)
     assert len(pids) == 4 and not alive
+
+
+# ---------------------------------------------------------------- a frozen coordinator (item 4)
+def _rank0(job) -> int:
+    from mpiopt.objective.processes import descendants
+
+    for pid in sorted(descendants(job.pid)):
+        try:
+            env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"PMI_RANK=0" in env and b"mpiopt" in Path(f"/proc/{pid}/cmdline").read_bytes():
+            return pid
+    raise AssertionError("no rank 0 found")
+
+
+def test_a_coordinator_stopped_past_the_silence_limit_and_continued_goes_on(tmp_path):
+    """SIGSTOP of rank 0 for twice the silence limit, then SIGCONT (a suspended VM, a
+    swapped node): the coordinator that woke blamed the groups for its own silence and
+    ended a healthy job. Now it sees the jump of its own clock, the leaders see it stopped,
+    and the study finishes with every trial."""
+    limit = 3
+    spec = write_spec(tmp_path, "slow", "import time\ndef slow(p):\n    time.sleep(0.5)\n"
+                      "    return p['x']\n", trials=16)
+    db = tmp_path / "r.db"
+    env = subprocess_env()
+    env["MPIOPT_SILENCE_LIMIT"] = str(limit)
+    job = subprocess.Popen([str(BIN / "mpiexec"), "-n", "3", str(BIN / "mpiopt"), "search",
+                            str(spec), "--storage", f"sqlite:///{db}"], cwd=tmp_path, env=env,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           start_new_session=True)
+    try:
+        end = time.monotonic() + 120
+        while _complete(db) < 2 and job.poll() is None and time.monotonic() < end:
+            time.sleep(0.1)
+        assert job.poll() is None, job.communicate()
+        rank0 = _rank0(job)
+        os.kill(rank0, signal.SIGSTOP)
+        time.sleep(2 * limit + 1)
+        os.kill(rank0, signal.SIGCONT)
+        out, err = job.communicate(timeout=90)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(job.pid, signal.SIGKILL)
+    assert job.returncode == 0, err[-3000:]
+    assert "heartbeat" not in err and "silent" not in err, err[-3000:]
+    assert _complete(db) == 16
