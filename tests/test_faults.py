@@ -267,3 +267,48 @@ def test_a_coordinator_stopped_past_the_silence_limit_and_continued_goes_on(tmp_
     assert job.returncode == 0, err[-3000:]
     assert "heartbeat" not in err and "silent" not in err, err[-3000:]
     assert _complete(db) == 16
+
+
+# ---------------------------------------------------------------- after a storage outage (item 9)
+def test_after_an_outage_the_summary_counts_every_finished_trial_and_status_names_the_file(tmp_path):
+    """The closing summary counted 16 trials where 18 had finished (those whose write
+    failed for good were left out), and `mpiopt status` gave a resume line without the
+    recovery file (`mpiopt resume` from another folder would not find it)."""
+    import json
+
+    db = tmp_path / "o.db"
+    url = f"sqlite:///{db}"
+    spec = write_spec(tmp_path, "slow", "import time\ndef slow(p):\n    time.sleep(0.4)\n"
+                      "    return p['x']\n", trials=14, name="o")
+    spec.write_text(spec.read_text() + "storage: {retry_timeout: 3s}\n")
+    env = {**subprocess_env(), "MPIOPT_SQLITE_BUSY_MS": "300", "MPIOPT_LEASE_PERIOD": "1"}
+    job = subprocess.Popen([str(BIN / "mpiexec"), "-n", "3", str(BIN / "mpiopt"), "search",
+                            str(spec), "--storage", url], cwd=tmp_path, env=env, text=True,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    lock = None
+    try:
+        end = time.monotonic() + 120
+        while _complete(db) < 3 and job.poll() is None and time.monotonic() < end:
+            time.sleep(0.05)
+        lock = sqlite3.connect(db, isolation_level=None, timeout=30)
+        lock.execute("BEGIN EXCLUSIVE")           # the database away until the job ended
+        out, err = job.communicate(timeout=120)
+    finally:
+        if lock is not None:
+            lock.close()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(job.pid, signal.SIGKILL)
+    assert job.returncode == 1, err[-2000:]
+    recovery = tmp_path / "o.mpiopt-recovery.jsonl"
+    kept = {json.loads(line)["kwargs"]["trial_id"] for line in recovery.read_text().splitlines()
+            if '"finish_trial"' in line}
+    with sqlite3.connect(db) as con:
+        written = {i for (i,) in con.execute("select id from trials where status = 'COMPLETE'")}
+    summary = [ln for ln in out.splitlines() if ln.startswith("study interrupted:")]
+    assert summary == [f"study interrupted: {len(kept | written)} trials "
+                       f"({len(kept | written)} complete)" + summary[0].rsplit(")", 1)[1]], out
+    time.sleep(3)                                 # the job's lease goes stale
+    (tmp_path / "elsewhere").mkdir()
+    status = mpiopt("status", "o", "--storage", url, cwd=tmp_path / "elsewhere", timeout=60)
+    state = [ln for ln in status.stdout.splitlines() if ln.startswith("state")]
+    assert state and f"--recovery {recovery}" in state[0] and "host ?" not in state[0], status.stdout

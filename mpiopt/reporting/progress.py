@@ -31,6 +31,7 @@ class Progress:
     def __init__(self, budget: int, out=None, quiet: bool = False):
         self.budget, self.quiet = budget, quiet
         self.out = out or sys.stdout
+        self.shown: set[int] = set()      # ids of the trials the scheduler counted
         self.start()
 
     def start(self) -> None:
@@ -43,6 +44,7 @@ class Progress:
             print(text, file=self.out, flush=True)
 
     def trial_finished(self, trial: FrozenTrial, sched) -> None:
+        self.shown.add(trial.id)
         if self.quiet:
             return
         counts = sched.counts
@@ -66,13 +68,22 @@ class Progress:
         elif sched.best is not None and sched.best.number == trial.number:
             self.say(f"    new best: {format_params(sched.best.params)}")
 
-    def summary(self, sched, status) -> None:
+    def summary(self, sched, status, kept: dict | None = None) -> None:
+        """`kept`: {trial id: status} of the results a storage outage left in the recovery
+        file (storage.resilient.Resilient.kept_results); those the scheduler never counted
+        (their write failed for good) are finished too, and counted here."""
         if self.quiet:
             return
-        c = sched.counts
+        c = dict(sched.counts)
+        finished = sched.finished
+        for trial_id, state in (kept or {}).items():
+            if trial_id not in self.shown:
+                state = TrialStatus(state)
+                c[state] += 1
+                finished += state.counts()
         parts = [f"{c[s]} {s.value.lower()}" for s in TrialStatus if c[s] and s.is_finished()]
         wall = time.monotonic() - self.started
-        self.say(f"study {status.value.lower()}: {sched.finished} trials ({', '.join(parts) or 'none'}) "
+        self.say(f"study {status.value.lower()}: {finished} trials ({', '.join(parts) or 'none'}) "
                  f"in {format_duration(wall)}")
         if sched.message:
             self.say(sched.message)

@@ -240,7 +240,7 @@ def _how_to_go_on(record, url: str | None) -> str:
     if url is None or record.status.value not in ("INTERRUPTED", "FAILED"):
         return ""
     if record.status.value == "INTERRUPTED":
-        return f"; resume with: {resume_command(record.name, url)}"
+        return f"; resume with: {_resume_command(record, url)}"
     try:
         algorithm = yaml.safe_load(record.spec_text or "")["search"]["algorithm"]
         rounds = traits(algorithm).rounds
@@ -264,14 +264,27 @@ def liveness(record, url: str | None, now: datetime | None = None) -> tuple[str,
         text = (f"running (host {lease.host}, pid {lease.pid}, last heartbeat "
                 f"{_seconds(lease.age_s(now))} ago)")
         return "running", text
+    last = lease.beat_at if lease is not None else record.updated_at
+    ago = _seconds((now - last).total_seconds())
+    if lease is not None and lease.host:
+        return (f"stopped ({ago} ago, {lease.host})",
+                f"stopped without a word (last heartbeat {ago} ago, host {lease.host}); "
+                f"resume with: {_resume_command(record, url)}")
+    return (f"stopped ({ago} ago)", f"stopped without a word (last update {ago} ago); "
+            f"resume with: {_resume_command(record, url)}")
+
+
+def _resume_command(record, url: str | None) -> str:
+    """The resume line, naming the recovery file the last job left (an outage's results
+    wait there; `mpiopt resume` run from another folder would not find it)."""
+    from pathlib import Path
+
     from mpiopt.study.opening import resume_command
 
-    last = lease.beat_at if lease is not None else record.updated_at
-    host = lease.host if lease is not None else "?"
-    ago = _seconds((now - last).total_seconds())
-    return (f"stopped ({ago} ago, {host})",
-            f"stopped without a word (last heartbeat {ago} ago, host {host}); resume with: "
-            f"{resume_command(record.name, url) if url else 'mpiopt resume NAME'}")
+    if not url:
+        return "mpiopt resume NAME"
+    kept = next((p for p in getattr(record, "recovery", ()) or () if Path(p).is_file()), None)
+    return resume_command(record.name, url, kept)
 
 
 def status_summary(record, counts: dict, best: FrozenTrial | None, groups=(),

@@ -557,7 +557,7 @@ def _close(spec, url, opened, sched, executor, progress, cause, interrupted,
         status, cause = StudyStatus.INTERRUPTED, cause or f"could not record the study's end: {exc}"
     sched.close_searcher()
     try:
-        progress.summary(sched, status)
+        progress.summary(sched, status, getattr(executor.storage, "kept_results", None))
     except OSError as exc:      # (the output closed during the summary: as in _run_single)
         _output_closed(exc)
     taken = opened.taken_away(spec.study.name) if status is not StudyStatus.COMPLETE else None

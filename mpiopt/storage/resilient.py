@@ -70,6 +70,7 @@ class Resilient:
         self._unkept: set = set()            # trials whose results the closing line counts
         self.unkept_after = 0                # of those, ones that came after the give-up
         self._held: dict[int, list[dict]] = {}   # results not yet written (see `holding`)
+        self.kept_results: dict = {}         # {trial id: status} in the recovery file
         # callable -> records of results the caller took in while a call waits out an
         # outage (the coordinator receives what groups finish meanwhile): written ahead
         self.meanwhile = None
@@ -203,6 +204,7 @@ class Resilient:
                 self.unkept_after += len(new)
             self._unwritten = lines
             return False
+        self.kept_results.update(_finished(lines))
         if journaled:
             self.journaled += len(entries)
         self.written_ahead += len(lines) - (len(entries) if journaled else 0)
@@ -340,6 +342,12 @@ def _trials(entries: list[dict]) -> set:
             args, kwargs = e.get("args", []), e.get("kwargs", {})
             found.add(args[0] if args else kwargs.get("trial_id"))
     return found
+
+
+def _finished(entries: list[dict]) -> dict:
+    """{trial id: status} of the finished results the entries hold."""
+    return {e["kwargs"].get("trial_id"): e["kwargs"].get("status") for e in entries
+            if e["op"] == "finish_trial" and not e.get("args") and "status" in e["kwargs"]}
 
 
 def key_of(storage) -> str | None:
