@@ -312,3 +312,58 @@ def test_after_an_outage_the_summary_counts_every_finished_trial_and_status_name
     status = mpiopt("status", "o", "--storage", url, cwd=tmp_path / "elsewhere", timeout=60)
     state = [ln for ln in status.stdout.splitlines() if ln.startswith("state")]
     assert state and f"--recovery {recovery}" in state[0] and "host ?" not in state[0], status.stdout
+
+
+# ---------------------------------------------------------------- a model file that imports keras
+MODEL = """\
+import os, time
+import keras                       # at the top, as most model files do
+os.write(2, b"NATIVE-START-UP-LINE\\n")   # what TensorFlow's C++ writes to fd 2
+with open(os.environ["IMPORTED_AT"], "a") as f:
+    f.write(f"{time.time()}\\n")
+
+
+def build_model(params):
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(int(params["width"])),
+                              keras.layers.Dense(1)])
+    model.compile(optimizer="adam", loss="mse")
+    return model
+"""
+
+DATA = """\
+import numpy as np
+
+
+def load():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(64, 4)).astype(np.float32)
+    return x, x.sum(axis=1, keepdims=True)
+"""
+
+
+def test_a_model_file_importing_keras_is_imported_at_set_up_with_its_native_lines_in_the_log(tmp_path):
+    """TensorFlow's start-up lines reached the terminal (the native log was put in place
+    by the first trial's import of TensorFlow, after the model file's own), and the first
+    trial's duration held the import."""
+    (tmp_path / "model.py").write_text(MODEL)
+    (tmp_path / "data.py").write_text(DATA)
+    spec = {"study": {"name": "k"},
+            "objective": {"model": "model.py:build_model", "data": {"loader": "data.py:load"},
+                          "metric": "val_loss", "direction": "minimize"},
+            "search_space": {"width": {"type": "integer", "low": 2, "high": 4}},
+            "search": {"algorithm": "random", "trials": 2, "seed": 1},
+            "training": {"epochs": 1, "batch_size": 16, "kfold": 2}}
+    (tmp_path / "k.yaml").write_text(yaml.safe_dump(spec))
+    env = {**subprocess_env(), "IMPORTED_AT": str(tmp_path / "imported")}
+    db = tmp_path / "k.db"
+    proc = mpiopt("search", tmp_path / "k.yaml", "--storage", f"sqlite:///{db}", np=2,
+                  cwd=tmp_path, timeout=240, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "NATIVE-START-UP-LINE" not in proc.stdout + proc.stderr
+    assert "NATIVE-START-UP-LINE" in (tmp_path / "k.log").read_text()
+    imported = [float(t) for t in (tmp_path / "imported").read_text().split()]
+    with sqlite3.connect(db) as con:
+        first = min(s for (s,) in con.execute("select started_at from trials"))
+    from datetime import datetime, timezone
+    started = datetime.fromisoformat(str(first)).replace(tzinfo=timezone.utc).timestamp()
+    assert len(imported) == 1 and imported[0] < started   # imported before any trial began
