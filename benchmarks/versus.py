@@ -31,7 +31,8 @@ HERE = Path(__file__).resolve().parent
 
 def parse_tables(text: str) -> dict[tuple, dict[str, float]]:
     """{(table index, row key): {column: value}} for the numeric cells of every Markdown
-    table in `text`; a row's key is its non-numeric cells."""
+    table in `text`; a row's key is its first cell and its other non-numeric cells (and,
+    where that repeats in a table, its place among the rows that share it)."""
     out, index, header = {}, -1, None
     for line in text.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")] if line.startswith("|") else None
@@ -43,12 +44,15 @@ def parse_tables(text: str) -> dict[tuple, dict[str, float]]:
             continue
         if all(set(c) <= {"-", ":"} for c in cells):
             continue
-        numbers, key = {}, [index]
-        for column, cell in zip(header, cells):
+        numbers, key = {}, [index, cells[0]]
+        for i, (column, cell) in enumerate(zip(header, cells)):
             try:
                 numbers[column] = float(cell.rstrip("%x"))
             except ValueError:
-                key.append(cell)
+                if i:
+                    key.append(cell)
+        while tuple(key) in out:
+            key.append("again")
         out[tuple(key)] = numbers
     return out
 

@@ -54,6 +54,30 @@ class Direction(str, enum.Enum):
             raise ValueError(f"direction: expected minimize or maximize, got {text!r}") from None
 
 
+StudyDirection = Direction   # Optuna's name (the Python API's study.direction, directions)
+
+
+class TrialState(enum.Enum):
+    """Optuna's TrialState names over mpiopt's statuses (the value), for the Python API's
+    trial.state: FAIL is FAILED, WAITING is PENDING (queued). INTERRUPTED (its job ended;
+    it runs again on resume) and RETRIED (a failed trial queued again) are mpiopt's own."""
+
+    RUNNING = "RUNNING"
+    COMPLETE = "COMPLETE"
+    PRUNED = "PRUNED"
+    FAIL = "FAILED"
+    WAITING = "PENDING"
+    INTERRUPTED = "INTERRUPTED"
+    RETRIED = "RETRIED"
+
+    def is_finished(self) -> bool:
+        return TrialStatus(self.value).is_finished()
+
+    @classmethod
+    def of(cls, status: TrialStatus) -> "TrialState":
+        return cls(TrialStatus(status).value)
+
+
 class StudyStatus(str, enum.Enum):
     RUNNING = "RUNNING"
     COMPLETE = "COMPLETE"

@@ -354,7 +354,7 @@ def test_groups_get_work_while_the_searcher_is_stuck_in_a_fit():
 
     inner = BlockingSearcher(free=3)
     storage = Records()
-    searcher = BackgroundSearcher(inner, max_stock=2)
+    searcher = BackgroundSearcher(inner, max_stock=2, min_fill_wait_s=0.0)   # (a time limit)
     sched = scheduler(storage=storage, study_id=1, searcher=searcher, direction="minimize",
                       budget=8, n_groups=2)
     dispatched = _until(lambda: sched.start() or sched.tick(), "a first dispatch")
@@ -407,7 +407,11 @@ def test_the_stock_follows_results_per_ask():
     # a group waits for the model when that costs under 1% of a trial (0.1 s x 16 groups)
     searcher._ask_s = 0.005
     assert not searcher._waiting_costs_too_much()
-    searcher._ask_s = 0.05
+    searcher._ask_s = 0.05                                # with a time limit, that is
+    assert not searcher._waiting_costs_too_much()         # too much; without, it is not
+    searcher.min_fill_wait_s = 0.0
+    assert searcher._waiting_costs_too_much()
+    searcher.min_fill_wait_s, searcher._ask_s = 1.0, 2.0  # a wait of seconds is too much
     assert searcher._waiting_costs_too_much()
 
 

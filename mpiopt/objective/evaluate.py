@@ -267,7 +267,7 @@ def stopped_result(trial: Trial, exc: TrialStopped, where: str) -> Result:
     status = TrialStatus(exc.status)
     error = None if status is TrialStatus.PRUNED else f"{exc.reason} ({where})"
     return Result(trial.trial_id, status, value=exc.value if status is TrialStatus.PRUNED else None,
-                  error=error)
+                  error=error, spans=list(getattr(exc, "spans", None) or []))
 
 
 def _failed_or_stopped(trial: Trial, error: str) -> Result:

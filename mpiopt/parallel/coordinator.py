@@ -170,6 +170,8 @@ class Coordinator:
             elif not self.sched.prefetch():
                 self.execute(self.sched.tick())
                 self.on_tick()
+                if self.executor.progress is not None:
+                    self.executor.progress.tick()     # the status line of running trials
                 backoff.sleep(at_most=self.sched.forecast.sleep_s(
                     self.sched.clock(), self.sched.waits_for_dispatch, backoff.delay))
         return None

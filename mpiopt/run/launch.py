@@ -72,7 +72,7 @@ def _check_launcher(size: int) -> None:
                 f"this one: mpi4py is built for another MPI than the launcher's (mpi4py's: "
                 f"{library}); start the job with the mpiexec of the MPI mpi4py was built "
                 f"with (the PyPI wheel's: .venv/bin/mpiexec), or build mpi4py against the "
-                f"system's MPI (README, \"On a cluster: use the system's MPI\")")
+                f"system's MPI (docs: \"Run on a cluster\")")
 
 
 # ---- rank 0 -------------------------------------------------------------------------------
@@ -629,9 +629,10 @@ def _scheduler(spec, opened, n_groups, hosts, ranks, artifacts, multi: bool):
                              parallel=n_groups, vector=spec.objective.vector)
     background = multi and searcher.slow
     if background:                        # no group waits for a model fit (see there)
-        from mpiopt.search.background import BackgroundSearcher
+        from mpiopt.search.background import MIN_FILL_WAIT_S, BackgroundSearcher
 
-        searcher = BackgroundSearcher(searcher, max_stock=n_groups)
+        searcher = BackgroundSearcher(    # (with a time limit, a wait's every second counts)
+            searcher, max_stock=n_groups, min_fill_wait_s=0.0 if s.time_limit else MIN_FILL_WAIT_S)
     send_first = multi and opened.isolated
     return Scheduler(
         refit_wanted=artifacts is not None and artifacts.refit_wanted(),
@@ -673,7 +674,7 @@ def _announce(progress, spec, url, topo, opened, sched) -> None:
     shown = shown_url(url)
     progress.say(f"study '{spec.study.name}': {spec.search.algorithm} search, "
                  f"{spec.search.trials} trials, {layout}; storage {shown}")
-    choice = getattr(sched.searcher, "choice", None)
+    choice = sched.searcher.choice
     if choice:
         progress.say(choice)
     finite = sched.untried

@@ -102,11 +102,6 @@ class Searcher(abc.ABC):
         for name in TRAIT_NAMES:
             setattr(cls, name, getattr(row.traits, name))
 
-    @property
-    def ask_ahead(self) -> bool:
-        """`asks_ahead` under the name mpiopt.parallel.scheduler reads today."""
-        return self.asks_ahead
-
     def __init__(self, space, options: dict | None = None, seed: int = 0):
         self.space = space
         self.names = list(space.names)

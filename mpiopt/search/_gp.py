@@ -2,10 +2,11 @@
 
 Why not skopt's GP: it re-optimises the kernel hyperparameters (with restarts) on every
 tell and predicts the spread with an einsum over the full inverse, so one suggestion
-costs seconds at a few hundred points (benchmarks/RESULTS.md). Here the expensive part (maximising the marginal
-likelihood with scikit-learn) runs only on a schedule and on a capped subset; in between,
-the fitted kernel is reused and a posterior is one Cholesky factorisation, so adding
-constant-liar points for pending suggestions costs milliseconds.
+costs seconds at a few hundred points (benchmarks/results/quality_suite.md). Here the
+expensive part (maximising the marginal likelihood with scikit-learn) runs only on a
+schedule and on a capped subset; in between, the fitted kernel is reused and a posterior
+is one Cholesky factorisation, so adding constant-liar points for pending suggestions
+costs milliseconds.
 """
 from __future__ import annotations
 
@@ -20,11 +21,11 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.gaussian_process import GaussianProcessRegressor
 from sklearn.gaussian_process.kernels import ConstantKernel, Matern, WhiteKernel
 
-_JITTER = 1e-10
+_JITTER = 1e-10     # added to the kernel's diagonal: a Cholesky of near-duplicate points holds
 # The length scales' log-normal prior (median, log-sd), in units of the unit range: a median
 # of half the range keeps a few points in several dimensions from a spiky or a blind model
 # (see _length_scale_prior); the dimension-scaled prior of Hvarfner et al. 2024 lost on the
-# quality suite (benchmarks/RESULTS.md).
+# quality suite (benchmarks/results/quality_suite.md).
 LS_PRIOR_MEDIAN = 0.5
 LS_PRIOR_SIGMA = 1.0
 NOISE_MIN = 1e-8    # the white noise's lower bound: a noise-free objective may be fitted exactly

@@ -26,7 +26,7 @@ The rule, and why (benchmarks/quality_suite.py; README "Choosing a searcher"):
 - several objectives, or constraints: `bayesian` (ParEGO) up to 250 trials, `evolutionary`
   (NSGA-II) beyond (see VECTOR_MODEL_BUDGET).
 
-The figures: benchmarks/RESULTS.md, quality_suite.py.
+The figures: benchmarks/results/quality_suite.md, quality_suite.py.
 """
 from __future__ import annotations
 

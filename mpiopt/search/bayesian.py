@@ -27,7 +27,7 @@ suggestions refits everything. Here:
   objective's units as in skopt.
 
 Tree surrogates (RF, ET, GBRT) come from skopt and are refitted at every suggestion.
-Figures for these choices, and the variants that lost: benchmarks/RESULTS.md.
+Figures for these choices, and the variants that lost: benchmarks/results/quality_suite.md.
 """
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ _TOLD_MIN_DISTANCE = 1e-9  # only exact repeats of a told point are refused
 _RESTARTS = 2              # random restarts of a full kernel fit (the likelihood is multimodal)
 _RESTART_UNTIL = 100       # full fits only while the study is this small (then warm starts)
 # Every 2nd suggestion a Thompson sample (0: never): some groups probe other basins while
-# the others refine (figures: benchmarks/RESULTS.md, quality_suite.py notes)
+# the others refine (figures: benchmarks/results/quality_suite.md)
 _EXPLORE_EVERY = 2
 _THOMPSON_CANDIDATES = 1000   # random candidates a posterior sample is minimised over
 _DESIGN_SIZE = 64          # points of the initial Sobol design (a power of two)
@@ -322,7 +322,7 @@ def _warp(y: np.ndarray) -> np.ndarray:
     orders of magnitude (a narrow valley's walls, a loss that explodes for bad settings)
     otherwise let a few huge values set the GP's scale and hide the region that matters.
     Monotone, so the best point stays the best. (Other transforms lost on the quality
-    suite: benchmarks/RESULTS.md.)"""
+    suite: benchmarks/results/quality_suite.md.)"""
     from scipy import stats
 
     if len(y) < 3 or np.ptp(y) == 0:

@@ -15,7 +15,7 @@ Writing them again would only add bugs.
   groups leaves too few generations in a tuning budget. Real and integer dimensions;
   CMA-ES has no distribution for a categorical one, which is sampled on its own by
   univariate TPE (Optuna's independent sampler, random by default: Optuna's own advice
-  for categorical parameters is TPE). Figures for both: benchmarks/RESULTS.md.
+  for categorical parameters is TPE). Figures for both: benchmarks/results/quality_suite.md.
 
 Conditional spaces: Optuna's own define-by-run. A trial asks only the active parameters,
 parents first (`trial.suggest_*` in Space.order); TPE then models each parameter on the

@@ -22,7 +22,7 @@ would move the shares on a few early results.
 Here the GP makes no Thompson draws (on its own, every second suggestion is one, to probe
 other basins): the partner's turns already explore, and every GP turn goes to refining.
 
-Figures for both rules, and the variants that lost to them: benchmarks/RESULTS.md.
+Figures for both rules, and the variants that lost to them: benchmarks/results/quality_suite.md.
 """
 from __future__ import annotations
 

@@ -2,12 +2,13 @@
 
 A space of integer and categorical parameters only has so many parameter sets (two
 optimizers x three depths: six). Searchers repeat points there (random draws collide,
-models return to the best set found; benchmarks/RESULTS.md). A repeat of a deterministic
-objective is a wasted trial on an allocation paid by the hour, so the coordinator keeps
-the keys of every parameter set the study has tried, runs or has queued. A suggestion
-that repeats one is replaced by an untried set, drawn at random (keyed by the trial
-number, so a resumed study draws the same); once none is left the study ends COMPLETE
-and says so, as Optuna's BruteForceSampler stops its study once the grid is covered.
+models return to the best set found; benchmarks/results/quality_suite.md). A repeat of a
+deterministic objective is a wasted trial on an allocation paid by the hour, so the
+coordinator keeps the keys of every parameter set the study has tried, runs or has
+queued. A suggestion that repeats one is replaced by an untried set, drawn at random
+(keyed by the trial number, so a resumed study draws the same); once none is left the
+study ends COMPLETE and says so, as Optuna's BruteForceSampler stops its study once the
+grid is covered.
 
 A failed set counts as tried: an error that depends on the parameters (an out-of-memory
 batch size) fails again. Where a set's value varies from run to run, a Keras study

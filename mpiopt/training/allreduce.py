@@ -15,7 +15,8 @@ of the same step run fused in one call (no buffer, no MPI): the same arithmetic.
 
 The next batch is gathered after the Allreduce, not under a non-blocking one in flight:
 MPICH progresses a collective only inside MPI calls, and a gather from memory takes
-microseconds, so overlapping them gains nothing (benchmarks/RESULTS.md).
+microseconds, so overlapping them gains nothing
+(benchmarks/results/training_throughput.md).
 """
 from __future__ import annotations
 

@@ -43,12 +43,12 @@ class Executor:
         self.holding = holding
         self._holds: list = []
         self._table = {
-            **{kind: lambda i: self.send(i) for kind in ins.MESSAGES},
+            **{kind: self._message for kind in ins.MESSAGES},
             ins.CreateTrials: self._create, ins.ReadQueue: self._read_queue,
             ins.TakeQueued: lambda i: storage.take_pending(list(i.requests)),
             ins.RestartTrial: self._restart, ins.WriteResults: self._write,
             ins.WriteResultsAndCreate: self._write_and_create,
-            ins.AddIntermediate: lambda i: storage.add_intermediate(i.trial_id, i.epoch, i.value),
+            ins.AddIntermediate: self._intermediate,
             ins.InterruptRunning: lambda i: storage.interrupt_running(i.study_id, keep=set(i.keep)),
             ins.SetStudyStatus: lambda i: storage.set_study_status(i.study_id, i.status),
             ins.Say: self._say, ins.TrialDone: self._trial_done,
@@ -68,6 +68,17 @@ class Executor:
 
     def do(self, instruction):
         return self._table[type(instruction)](instruction)
+
+    def _message(self, i):
+        """To the group; the status line learns what each group runs."""
+        self.send(i)
+        if isinstance(i, ins.Dispatch) and self.progress is not None and not i.trial.refit:
+            self.progress.trial_started(i.trial.number, i.group)
+
+    def _intermediate(self, i: ins.AddIntermediate):
+        self.storage.add_intermediate(i.trial_id, i.epoch, i.value)
+        if self.progress is not None:
+            self.progress.epoch(i.number, i.epoch, i.value)
 
     def _hold(self, i: ins.Hold):
         held = self.holding(list(i.outcomes)) if self.holding else nullcontext()

@@ -105,9 +105,11 @@ class WriteResultsAndCreate:
 
 @dataclass(frozen=True)
 class AddIntermediate:
+    """A per-epoch value (trial `number`, for the status line)."""
     trial_id: int
     epoch: int
     value: float
+    number: int
 
 
 @dataclass(frozen=True)

@@ -269,11 +269,15 @@ class Scheduler(Dispatching):
         """Written: the budget counts the results, the progress line shows each."""
         for trial in done:
             self.outcomes.count(trial.status)
-            earlier = any(r.number < trial.number for r in self.running.values() if not r.refit)
-            stop = self.outcomes.account(trial, earlier_running=earlier)
+            stop = self.outcomes.account(trial, earlier_running=self._earlier_running)
             if stop is not None:
                 self.limits.stop(*stop)
             yield ins.TrialDone(trial)
+
+    def _earlier_running(self, number: int) -> bool:
+        """Whether a trial numbered before `number` still runs (a scan of every group: asked
+        only of the first failures)."""
+        return any(r.number < number for r in self.running.values() if not r.refit)
 
     def _all_busy(self, done: list[FrozenTrial], freed: dict[int, bool]) -> bool:
         """Whether every group of the batch already runs the trial sent ahead to it (results
@@ -373,7 +377,7 @@ class Scheduler(Dispatching):
             verdict = Verdict.CANCEL if self.stop_reason == "interrupted" else Verdict.CONTINUE
             yield ins.Answer(group, Decision(report.trial_id, verdict))
             return
-        yield ins.AddIntermediate(run.trial_id, report.epoch, report.value)
+        yield ins.AddIntermediate(run.trial_id, report.epoch, report.value, run.number)
         value = self.sign * report.value
         prune = False
         if self.pruner is not None and is_number(value):

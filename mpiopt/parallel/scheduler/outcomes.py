@@ -7,13 +7,13 @@ from __future__ import annotations
 import math
 
 from mpiopt.objective.metrics import FrontTracker
-from mpiopt.trial import FrozenTrial, TrialStatus
+from mpiopt.trial import Direction, FrozenTrial, TrialStatus
 
 
 class Outcomes:
     def __init__(self, direction: str, target: float | None, max_initial_failures: int,
                  objective=None, max_failures_in_a_row: int = 10):
-        self.sign = -1.0 if direction == "maximize" else 1.0
+        self.sign = Direction.parse(direction).sign
         self.target, self.max_initial_failures = target, max_initial_failures
         self.max_failures_in_a_row = max_failures_in_a_row
         self.failures_in_a_row = 0       # in the order results were written
@@ -73,9 +73,9 @@ class Outcomes:
             return True
         return self.target is not None and self.sign * trial.value <= self.sign * self.target
 
-    def account(self, trial: FrozenTrial, earlier_running: bool) -> tuple[str, str] | None:
+    def account(self, trial: FrozenTrial, earlier_running) -> tuple[str, str] | None:
         """Count a written result; returns the stop it calls for, as (reason, message).
-        `earlier_running`: a trial numbered before this one still runs."""
+        `earlier_running(number)`: whether a trial numbered before it still runs."""
         if trial.status is not TrialStatus.FAILED:
             self.any_success = True
             self.failures_in_a_row = 0
@@ -96,7 +96,8 @@ class Outcomes:
                 # a trial started earlier and still running may yet succeed (settings that
                 # fail in seconds, as an out-of-memory batch size, report before those that
                 # train): wait for it; a broken objective fails them all soon enough
-                if self.initial_failures >= self.max_initial_failures and not earlier_running:
+                if (self.initial_failures >= self.max_initial_failures
+                        and not earlier_running(trial.number)):
                     return "failures", (f"stopping: the first {self.initial_failures} trials "
                                         f"all failed (search.max_initial_failures); last error: "
                                         f"{self.last_error}")
