@@ -1,4 +1,5 @@
 """Errors a user can cause. Each carries a one-line message; the CLI prints it and exits 2."""
+import reprlib
 
 
 class MpioptError(Exception):
@@ -140,3 +141,42 @@ class ArtifactStoreError(MpioptError):
 # What a rank of a training communicator says when another rank's part failed (its own
 # error is the cause to record: mpiopt.parallel.together prefers it).
 OTHERS_FAILED = "other rank(s) of the training communicator failed"
+
+
+# --------------------------------------------------------------------------- bounded texts
+ERROR_TEXT_LIMIT = 4000
+"""The most characters of an error's text that is stored, printed or rendered: a trial's
+exception can carry megabytes (a whole array in its message), and one such text per
+failure fills the log, the database and the report. `cut` keeps the head (the message)
+and the tail (the innermost frames), which are what a reader looks at."""
+
+
+def cut(text, limit: int = ERROR_TEXT_LIMIT):
+    """`text` at most about `limit` characters: its head and its tail around a note that
+    says how much was cut. None stays None; a short text is returned unchanged."""
+    if text is None or len(text) <= limit:
+        return text
+    half = limit // 2
+    return f"{text[:half]} ... [{len(text) - 2 * half} characters cut] ... {text[-half:]}"
+
+
+def first_line(text) -> str:
+    """The first line of an error text, cut like the whole (a one-line message can be
+    megabytes long too): what progress lines and summaries print."""
+    if not text:
+        return ""
+    text = text.lstrip("\n")
+    end = text.find("\n")
+    return cut(text if end < 0 else text[:end])
+
+
+_SHOWN = reprlib.Repr()
+_SHOWN.maxstring, _SHOWN.maxother, _SHOWN.maxlevel = 80, 80, 3
+_SHOWN.maxlist = _SHOWN.maxtuple = _SHOWN.maxdict = _SHOWN.maxset = 8
+
+
+def shown(value) -> str:
+    """A user's value as it appears in a message: its repr, cut to about 80 characters and
+    8 items per level without building the whole (a value from a spec can be as big as a
+    YAML file makes it)."""
+    return _SHOWN.repr(value)

@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from mpiopt.errors import ERROR_TEXT_LIMIT, cut
+
 
 class TrialStatus(str, enum.Enum):
     PENDING = "PENDING"
@@ -178,6 +180,12 @@ class Result:
     unread: list[str] = field(default_factory=list)  # params build_model never read
     halt: bool = False   # INTERRUPTED by what is not the trial's fault (the artifact store
                          # failed): the study stops in order, the trial runs again on resume
+
+    def __post_init__(self):
+        # cut where it is made: it travels to rank 0, into the kept and recovery files,
+        # the database, the log and the report (mpiopt.errors.cut)
+        if self.error is not None and len(self.error) > ERROR_TEXT_LIMIT:
+            object.__setattr__(self, "error", cut(self.error))
 
     def record(self) -> dict:
         """Its record for Storage.finish_trial(s) (the coordinator's write, and the line a

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import mpiopt, subprocess_env
+from conftest import resume_with, mpiopt, subprocess_env
 from test_outage import assert_complete, spec_file, start, wait_finished
 
 from mpiopt.storage import open_storage
@@ -56,8 +56,8 @@ def kept_in(recovery: Path) -> tuple[dict, dict]:
 def resume_printed(line: str, tmp_path: Path):
     """The resume the closing line printed, under mpiexec -n 3."""
     command = shlex.split(line.split("resume with: ", 1)[1])
-    assert command[:3] == ["mpiopt", "resume", "o"] and "--recovery" in command, line
-    proc = mpiopt(*command[1:], np=3, cwd=tmp_path, timeout=240,
+    assert command[:6] == [*resume_with(3).split(), "o"] and "--recovery" in command, line
+    proc = mpiopt(*command[4:], np=3, cwd=tmp_path, timeout=240,
                   env={**subprocess_env(), "MPIOPT_TEST_SLEEP": "0.05"})
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc

@@ -11,21 +11,46 @@ class Clock:
         return self.now
 
 
+def awake(clock, live, seconds):
+    """Time passing for a rank 0 that runs: its heartbeat thread looks every beat."""
+    step = period_for(live.limit)
+    end = clock.now + seconds
+    while clock.now + step < end:
+        clock.now += step
+        live.look()
+    clock.now = end
+
+
 def test_a_rank_is_silent_only_past_the_limit_and_a_beat_or_bye_clears_it():
     clock = Clock()
     live = Liveness([1, 2, 3], limit=10.0, clock=clock)
-    clock.now += 9.0
+    awake(clock, live, 9.0)
     assert live.silent() == []
     live.heard(2)
     live.forget(3)                  # said BYE: no longer watched
-    clock.now += 2.0
+    awake(clock, live, 2.0)
     assert live.silent() == [1]
     live.heard(1)
     live.heard(7)                   # a rank not watched is ignored
-    clock.now += 0.5
+    awake(clock, live, 0.5)
     assert live.silent() == []      # looked at once a second at most: not yet again
-    clock.now += 9.0
+    awake(clock, live, 9.0)
     assert live.silent() == [2]
+
+
+def test_a_silence_that_was_rank_0s_own_gives_every_rank_a_fresh_limit():
+    """Rank 0 stopped for a minute (SIGSTOP, a suspended VM) and continued: neither its
+    thread nor its loop looked meanwhile, so the ranks' silence was its own."""
+    clock = Clock()
+    live = Liveness([1, 2], limit=10.0, clock=clock)
+    awake(clock, live, 5.0)
+    live.heard(1)
+    clock.now += 60.0               # frozen: no look at all
+    assert live.silent() == []
+    awake(clock, live, 9.0)
+    assert live.silent() == []
+    awake(clock, live, 2.0)         # awake past the limit: silent for real now
+    assert live.silent() == [1, 2]
 
 
 def test_many_beats_fit_in_the_limit():

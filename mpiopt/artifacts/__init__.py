@@ -34,11 +34,12 @@ __all__ = ["ArtifactStoreError", "TrialArtifacts", "default_root", "resolve", "c
 def default_root(url: str, study: str) -> Path:
     """Beside a SQLite file: <stem>-artifacts/<study>; for a server: ./mpiopt-artifacts."""
     from mpiopt.storage import StorageURL
+    from mpiopt.study.names import file_stem
 
     path = StorageURL.parse(url).sqlite_path
     if path is not None:
-        return Path(path).resolve().parent / f"{Path(path).stem}-artifacts" / study
-    return Path.cwd().resolve() / "mpiopt-artifacts" / study
+        return Path(path).resolve().parent / f"{Path(path).stem}-artifacts" / file_stem(study)
+    return Path.cwd().resolve() / "mpiopt-artifacts" / file_stem(study)
 
 
 def resolve(spec, url: str):

@@ -53,3 +53,31 @@ def _cell(value: Any) -> str:
     if isinstance(value, dict):
         return " ".join(f"{k}={_cell(v)}" for k, v in value.items())
     return str(value)
+
+
+SLOW_START_S = 5.0     # a step of the start-up that takes longer is named on stderr
+
+
+def read_spec(path, overrides=None):
+    """load_spec, saying on stderr what it is doing when that takes over SLOW_START_S (a
+    spec of 600,000 choices took minutes without a word: it looked hung)."""
+    import os
+    import threading
+
+    from mpiopt.spec import load_spec
+
+    def note():
+        try:
+            size = f" ({os.path.getsize(path) / 1e6:.1f} MB)"
+        except OSError:
+            size = ""
+        print(f"mpiopt: reading and checking {path}{size} takes a while...", file=sys.stderr,
+              flush=True)
+
+    timer = threading.Timer(SLOW_START_S, note)
+    timer.daemon = True
+    timer.start()
+    try:
+        return load_spec(path, overrides)
+    finally:
+        timer.cancel()

@@ -14,6 +14,7 @@ from pathlib import Path
 from mpiopt.cli.common import add_storage_option, storage_url
 from mpiopt.errors import MpioptError
 from mpiopt.reporting.figures import KINDS, MULTI_KINDS, PBT_KINDS   # no plotting library
+from mpiopt.study.names import file_stem
 
 PLOT_KINDS = KINDS + MULTI_KINDS + PBT_KINDS
 from mpiopt.reporting.static import FORMATS as PLOT_FORMATS
@@ -49,7 +50,7 @@ def load_view(args):
 
 
 def cmd_report(args) -> int:
-    out = Path(args.output or f"{args.study}.html")
+    out = Path(args.output or f"{file_stem(args.study)}.html")
     if out.suffix.lower() not in (".html", ".htm"):
         raise MpioptError(f"report output {out}: expected a .html file")
     _check_folder(out)

@@ -48,14 +48,14 @@ def _overrides(args) -> dict:
 
 def cmd_search(args) -> int:
     def prepare():
-        from mpiopt.spec import load_spec
+        from mpiopt.cli.common import read_spec
 
         if args.retry_failed and not (args.resume or args.resume_or_start):
             raise MpioptError("--retry-failed needs --resume (or --resume-or-start): it "
                               "retries the failed trials of an existing study")
         if args.resume and args.resume_or_start:
             raise MpioptError("give --resume or --resume-or-start, not both")
-        spec = load_spec(args.spec, overrides=_overrides(args))
+        spec = read_spec(args.spec, overrides=_overrides(args))
         url = storage_url(args, spec.storage)
         resume = "auto" if args.resume_or_start else args.resume
         return spec, url, resume, {"retry_failed": args.retry_failed}

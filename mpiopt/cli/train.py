@@ -149,9 +149,10 @@ def _native_log(name: str) -> None:
     import os
     from pathlib import Path
 
+    from mpiopt.study.names import file_stem
     from mpiopt.study.opening import NATIVE_LOG_ENV
 
-    os.environ.setdefault(NATIVE_LOG_ENV, str(Path.cwd() / f"{name}.train.log"))
+    os.environ.setdefault(NATIVE_LOG_ENV, str(Path.cwd() / f"{file_stem(name)}.train.log"))
 
 
 def _show(params: dict) -> str:

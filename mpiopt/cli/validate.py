@@ -23,9 +23,10 @@ def register(subparsers) -> None:
 
 def run(args) -> int:
     from mpiopt.refs import load_callable
-    from mpiopt.spec import load_spec, parse_overrides
+    from mpiopt.cli.common import read_spec
+    from mpiopt.spec import parse_overrides
 
-    spec = load_spec(args.spec, parse_overrides(args.overrides))
+    spec = read_spec(args.spec, parse_overrides(args.overrides))
     if spec.objective.function:
         load_callable(spec.objective.function, spec.base_dir, spec.source, "objective.function")
     print(spec.to_yaml(), end="")

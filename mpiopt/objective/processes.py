@@ -58,6 +58,45 @@ def end_started_since(before: set[int]) -> int:
     return ended
 
 
+def follow_orphans() -> bool:
+    """Make this process a child subreaper (Linux's PR_SET_CHILD_SUBREAPER): a process
+    below it whose parent dies is adopted by it, not by init, and so stays among its
+    `descendants`. Without it a program a trial started with a session of its own
+    (`setsid`, `start_new_session=True`) whose parent then exited was no longer below the
+    rank: it outlived the job, which mpiexec kept waiting for its output. True if set."""
+    prctl = _libc_prctl()
+    return prctl is not None and prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+
+
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+def end_detached() -> int:
+    """SIGKILL (and reap) this process's descendants that left its process group: those
+    that started a session or a group of their own, which a kill of the group misses.
+    The sandbox's worker calls it as each trial ends (mpiopt.objective.sandbox): what a
+    trial started and detached ends with the trial. How many there were."""
+    group, ended = os.getpgrp(), []
+    for pid in descendants():
+        with contextlib.suppress(OSError):
+            if os.getpgid(pid) != group:
+                os.kill(pid, signal.SIGKILL)
+                ended.append(pid)
+    for pid in ended:
+        with contextlib.suppress(OSError):        # only our own children can be reaped
+            os.waitpid(pid, 0)
+    return len(ended)
+
+
+def _libc_prctl():
+    try:
+        import ctypes
+
+        return ctypes.CDLL("libc.so.6", use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
 def ignore(signals) -> None:
     """Ignore `signals` in this process, but not in the programs it starts nor in the
     processes it forks.

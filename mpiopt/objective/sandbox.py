@@ -24,7 +24,9 @@ killed trial's `subprocess.run(["sleep", "100"])` (102 s, measured). So the work
 process group of its own, which the rank kills whole where it kills the worker, and a
 keeper process in that group kills the group when the worker dies for any reason (its
 trial's os._exit, the end of the study, the rank's own death). A process that starts a
-session of its own (setsid, start_new_session) leaves the group and is not followed.
+session of its own (setsid, start_new_session) leaves the group: the worker is a child
+subreaper, so such a program stays below it even when its parent exits, and the worker
+ends it as the trial ends (the job's launcher waited for it for as long as it ran).
 """
 from __future__ import annotations
 
@@ -37,7 +39,8 @@ from mpiopt.errors import TrialStopped
 from mpiopt.durations import format_duration
 from mpiopt.trial import Result, Trial
 from mpiopt.objective.world_guard import guard_worker
-from mpiopt.objective.processes import STOP_SIGNALS, forget_signals, ignore, own_fork
+from mpiopt.objective.processes import (STOP_SIGNALS, end_detached, follow_orphans,
+                                       forget_signals, ignore, own_fork)
 from mpiopt.trial import TrialStatus
 
 POLL_S = 0.05        # how often a waiting rank looks at the coordinator's cancel
@@ -99,6 +102,8 @@ class Sandbox:
         parent, child = self._ctx.Pipe(duplex=True)
         self._proc = self._ctx.Process(target=_serve, args=(self.objective, child), daemon=True,
                                        name="mpiopt-trial")
+        follow_orphans()   # what the worker leaves when killed stays below the rank, which
+                           # ends it as it exits (mpiopt.objective.processes)
         with own_fork():                 # (it ignores the stop signals from its first line)
             self._proc.start()
         child.close()
@@ -177,6 +182,7 @@ def _serve(objective, conn) -> None:
     ignore(STOP_SIGNALS)
     forget_signals()                       # (the rank's record of signals is the rank's)
     _lead_a_group_with_a_keeper()
+    follow_orphans()                       # a detached program stays below us (end_detached)
     guard_worker(objective.namespace)      # MPI here would run on the rank's copied state
     try:
         while True:
@@ -188,7 +194,9 @@ def _serve(objective, conn) -> None:
                 break
             report = _remote_report(conn) if wants_report else None
             trial = _without_timeout(trial)      # the parent keeps the deadline
-            conn.send(("done", objective.run_here(trial, None, report)))
+            result = objective.run_here(trial, None, report)
+            end_detached()                       # what the trial started and detached
+            conn.send(("done", result))
     finally:
         os._exit(0)
 

@@ -17,15 +17,30 @@ A thread sends because the main thread may be inside user code for hours; it nee
 MPI_THREAD_MULTIPLE (mpi4py's default). Where the MPI library gives less, there are no
 heartbeats and the launcher alone ends the job. A limit well above the period keeps a
 thread that waits for the GIL (a C extension holding it) from being taken for dead.
+
+A silence can be the watcher's own: a rank stopped (SIGSTOP, a suspended VM, a swapped
+node) and continued finds every peer "silent" for as long as it was itself frozen. A
+healthy job was ended that way, its coordinator blaming the groups. So a watcher that
+notices a jump of its own clock between two of its looks (more than FROZEN_PERIODS beats:
+its own thread did not run) takes the silence for its own and gives every peer a fresh
+limit. And a leader that finds the coordinator silent, but stopped on its own host
+(state T in /proc: a Ctrl-Z, a scheduler's suspend, someone's decision that a SIGCONT
+will likely follow), waits for it up to STOPPED_LIMITS times the limit before it ends the
+job; a coordinator that died, or is stuck while running, still ends it after the limit.
 """
 from __future__ import annotations
 
+import os
+import socket
 import threading
 import time
 
 from mpiopt.parallel.protocol import Tag
 
 from mpiopt.knobs import SILENCE_LIMIT
+
+FROZEN_PERIODS = 3      # a watcher that did not look for this many beats was frozen itself
+STOPPED_LIMITS = 5      # how many limits a leader waits for a coordinator stopped on its host
 
 
 def silence_limit() -> float:
@@ -55,7 +70,19 @@ class Liveness:
         now = clock()
         self.last = {r: now for r in ranks}
         self.next_check = now + min(1.0, limit)
+        self.looked = now                     # when rank 0 last looked (thread or loop)
+        self.frozen_after = FROZEN_PERIODS * period_for(limit)
         self._lock = threading.Lock()
+
+    def look(self) -> None:
+        """Rank 0 is awake now (its heartbeat thread calls this every beat, its loop at
+        each silent()): after a gap past frozen_after, rank 0 itself was frozen, and
+        every rank gets a fresh limit from now."""
+        now = self.clock()
+        with self._lock:
+            if now - self.looked > self.frozen_after:
+                self.last = dict.fromkeys(self.last, now)
+            self.looked = now
 
     def heard(self, rank: int) -> None:
         with self._lock:
@@ -69,6 +96,7 @@ class Liveness:
 
     def silent(self) -> list[int]:
         """Ranks silent past the limit (looked at about once a second)."""
+        self.look()
         now = self.clock()
         if now < self.next_check:
             return []
@@ -88,9 +116,12 @@ class Heartbeat:
     thread watches rank 0: silent past `limit`, it calls on_silent(seconds) and ends."""
 
     def __init__(self, comm, targets, period: float, heard=None, lock=None,
-                 limit: float | None = None, on_silent=None):
+                 limit: float | None = None, on_silent=None, look=None):
         self.comm, self.targets, self.period = comm, targets, period
         self.heard = heard or (lambda source: None)
+        self.look = look or (lambda: None)
+        self.me = (socket.gethostname(), os.getpid())     # each beat says who sends it
+        self.coordinator = None                           # rank 0's (host, pid), once heard
         self.lock = lock or threading.Lock()
         self.limit, self.on_silent = limit, on_silent
         self.last_from_0 = time.monotonic()
@@ -109,7 +140,13 @@ class Heartbeat:
             self._thread.join(timeout=5.0)
 
     def _run(self) -> None:
+        looked = time.monotonic()
         while not self._stop.wait(self.period):
+            self.look()
+            now = time.monotonic()
+            if now - looked > FROZEN_PERIODS * self.period:
+                self.last_from_0 = now               # the silence was this rank's own
+            looked = now
             with self.lock:
                 if self._stop.is_set():
                     return
@@ -117,6 +154,8 @@ class Heartbeat:
             self._listen()
             silent = time.monotonic() - self.last_from_0
             if self.on_silent is not None and silent > self.limit:
+                if silent <= STOPPED_LIMITS * self.limit and _stopped_here(self.coordinator):
+                    continue                         # someone stopped it: SIGCONT may follow
                 self.on_silent(silent)
                 return
 
@@ -124,7 +163,7 @@ class Heartbeat:
         for rank in self.targets():
             req = self._inflight.get(rank)
             if req is None or req.Test():
-                self._inflight[rank] = self.comm.isend(None, dest=rank, tag=Tag.ALIVE)
+                self._inflight[rank] = self.comm.isend(self.me, dest=rank, tag=Tag.ALIVE)
 
     def _listen(self) -> None:
         """Every ALIVE already here (a matched probe: the receive takes exactly the message
@@ -133,10 +172,11 @@ class Heartbeat:
 
         status = MPI.Status()
         while (message := self.comm.improbe(tag=Tag.ALIVE, status=status)) is not None:
-            message.recv()
+            sender = message.recv()
             source = status.Get_source()
             if source == 0:
                 self.last_from_0 = time.monotonic()
+                self.coordinator = sender
             self.heard(source)
 
 
@@ -150,7 +190,8 @@ class Watch:
         self.stopped: set[int] = set()
         self.liveness = Liveness(range(1, size), limit)
         self.heartbeat = Heartbeat(comm, lambda: [r for r in leaders if r not in self.stopped],
-                                   period_for(limit), heard=self.liveness.heard, lock=self.lock)
+                                   period_for(limit), heard=self.liveness.heard, lock=self.lock,
+                                   look=self.liveness.look)
 
     def start(self) -> "Watch":
         self.heartbeat.start()
@@ -158,3 +199,17 @@ class Watch:
 
     def stop(self) -> None:
         self.heartbeat.stop()
+
+
+def _stopped_here(peer) -> bool:
+    """Whether `peer` ((host, pid) from its beats) is a process on this host that is
+    stopped (state T or t in /proc). Any doubt (another host, another pid namespace, no
+    /proc) is False: the silence then counts as it always did."""
+    if not peer or peer[0] != socket.gethostname():
+        return False
+    try:
+        with open(f"/proc/{int(peer[1])}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError, ValueError, TypeError):
+        return False
+    return state in ("T", "t")

@@ -8,6 +8,7 @@ disagree about what a study looks like.
 """
 from __future__ import annotations
 
+from mpiopt.errors import cut
 from mpiopt.reporting import importance as imp
 from mpiopt.reporting.timeline import timeline
 from mpiopt.reporting.view import Panel, StudyView, finite
@@ -344,7 +345,7 @@ def lineage(view: StudyView) -> Panel:
 def failures(view: StudyView) -> Panel:
     """rows: [{number, group, host, attempt, error}] of FAILED trials."""
     rows = [{"number": t.number, "group": t.group, "host": t.host, "attempt": t.attempt,
-             "error": t.error or "(no error text)"}
+             "error": cut(t.error) or "(no error text)"}
             for t in view.trials if t.status == TrialStatus.FAILED]
     title = f"Failures ({len(rows)})"
     if not rows:

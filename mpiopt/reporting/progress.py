@@ -23,9 +23,11 @@ import functools
 import sys
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass
 
 from mpiopt.durations import format_duration
+from mpiopt.errors import first_line
 from mpiopt.reporting.terminal import terminal_path, width
 from mpiopt.trial import FrozenTrial, TrialStatus
 
@@ -113,6 +115,7 @@ class Progress:
         self.finished_here = 0          # trials finished in this job (the rate's count)
         self.shown = ""                 # the status line now on the terminal
         self.keep_time = self.terminal if keep_time is None else keep_time
+        self.counted: set[int] = set()  # ids of the trials the scheduler counted
         self.start()
 
     def start(self) -> None:
@@ -268,6 +271,7 @@ class Progress:
     @_locked
     def trial_finished(self, trial: FrozenTrial, sched) -> None:
         self._finished(trial)
+        self.counted.add(trial.id)
         if self.quiet:
             return
         counts = sched.counts
@@ -285,7 +289,7 @@ class Progress:
         line += f"  {self.pace(done)}"
         self.say(line)
         if trial.status is TrialStatus.FAILED and trial.error:
-            self.say(f"    error: {trial.error.splitlines()[0]}")
+            self.say(f"    error: {first_line(trial.error)}")
         if front is not None:
             if any(t.number == trial.number for t, _ in front.front):
                 self.say(f"    on the front: {format_params(trial.params)}")
@@ -293,18 +297,21 @@ class Progress:
             self.say(f"    new best: {format_params(sched.best.params)}")
 
     @_locked
-    def summary(self, sched, status) -> None:
+    def summary(self, sched, status, kept: dict | None = None) -> None:
+        """`kept`: {trial id: status} of the results a storage outage left in the recovery
+        file (storage.resilient.Resilient.kept_results); those the scheduler never counted
+        (their write failed for good) are finished too, and counted here."""
         self.stop_ticking()
         if self.quiet:
             return
         self.runs.clear()
         self._clear()
-        c = sched.counts
+        c, finished = _with_kept(sched, kept or {}, self.counted)
         parts = [f"{c[s]} {s.value.lower()}" for s in TrialStatus if c[s] and s.is_finished()]
         wall = self.clock() - self.started
         rate = (f", {_rate(60 * self.finished_here / wall)} trials/min"
                 if self.finished_here and wall > 0 else "")
-        self.say(f"study {status.value.lower()}: {sched.finished} trials ({', '.join(parts) or 'none'}) "
+        self.say(f"study {status.value.lower()}: {finished} trials ({', '.join(parts) or 'none'}) "
                  f"in {format_duration(wall)}{rate}")
         if sched.message:
             self.say(sched.message)
@@ -326,3 +333,15 @@ class Progress:
         elif sched.best is not None:
             self.say(f"best value {sched.best.value:.6g} (trial {sched.best.number}): "
                      f"{format_params(sched.best.params)}")
+
+
+def _with_kept(sched, kept: dict, counted: set) -> tuple[dict, int]:
+    """(counts by status, finished trials) of the scheduler, with the kept results it
+    never counted added."""
+    counts, finished = Counter(sched.counts), sched.finished
+    for trial_id, state in kept.items():
+        if trial_id not in counted:
+            state = TrialStatus(state)
+            counts[state] += 1
+            finished += state.counts()
+    return counts, finished

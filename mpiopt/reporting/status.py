@@ -44,7 +44,7 @@ def _how_to_go_on(record, url: str | None) -> str:
     if url is None or record.status.value not in ("INTERRUPTED", "FAILED"):
         return ""
     if record.status.value == "INTERRUPTED":
-        return f"; resume with: {resume_command(record.name, url)}"
+        return f"; resume with: {_resume_command(record, url)}"
     try:
         algorithm = yaml.safe_load(record.spec_text or "")["search"]["algorithm"]
         rounds = traits(algorithm).rounds
@@ -73,16 +73,29 @@ def liveness(record, url: str | None, now: datetime | None = None) -> tuple[str,
                 f"{_seconds(lease.age_s(now))} ago; it beats every {_seconds(lease.period_s)}, "
                 f"and {_seconds(3 * lease.period_s)} without one means the job died)")
         return "running", text
+    last = lease.beat_at if lease is not None else record.updated_at
+    ago = _seconds((now - last).total_seconds())
+    if lease is None or not lease.host:        # (no lease names a host: none is made up)
+        return (f"stopped ({ago} ago)", f"stopped without a word (last update {ago} ago); "
+                f"resume with: {_resume_command(record, url)}")
+    why = (f"its process {lease.pid} is gone" if _dead_here(lease)
+           else f"last heartbeat {ago} ago")
+    return (f"stopped ({ago} ago, {lease.host})",
+            f"stopped without a word ({why}, host {lease.host}); resume with: "
+            f"{_resume_command(record, url)}")
+
+
+def _resume_command(record, url: str | None) -> str:
+    """The resume line, naming the recovery file the last job left (an outage's results
+    wait there; `mpiopt resume` run from another folder would not find it)."""
+    from pathlib import Path
+
     from mpiopt.study.opening import resume_command
 
-    last = lease.beat_at if lease is not None else record.updated_at
-    host = lease.host if lease is not None else "?"
-    ago = _seconds((now - last).total_seconds())
-    why = (f"its process {lease.pid} is gone" if lease is not None and _dead_here(lease)
-           else f"last heartbeat {ago} ago")
-    return (f"stopped ({ago} ago, {host})",
-            f"stopped without a word ({why}, host {host}); resume with: "
-            f"{resume_command(record.name, url) if url else 'mpiopt resume NAME'}")
+    if not url:
+        return "mpiopt resume NAME"
+    kept = next((p for p in getattr(record, "recovery", ()) or () if Path(p).is_file()), None)
+    return resume_command(record.name, url, kept)
 
 
 def _dead_here(lease) -> bool:

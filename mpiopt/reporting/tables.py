@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Any, Iterable, Sequence
 
 from mpiopt.durations import format_duration
+from mpiopt.errors import cut
 from mpiopt.trial import FrozenTrial, TrialStatus
 
 TABLE_COLUMNS = ("number", "status", "value", "value_std", "attempt", "group", "duration", "params")
@@ -44,7 +45,7 @@ def trial_row(trial: FrozenTrial, human: bool = False, front=None) -> dict[str, 
         row.update(member=trial.member, round=trial.round, parent=trial.parent)
     row["metrics"] = dict(trial.metrics)
     if trial.error:
-        row["error"] = _first_line(trial.error) if human else trial.error
+        row["error"] = _first_line(trial.error) if human else cut(trial.error)
     row["params"] = dict(trial.params)
     return row
 
@@ -84,7 +85,7 @@ def trial_dict(trial: FrozenTrial, front=None) -> dict[str, Any]:
     """Every field of a trial, JSON-ready (timestamps as ISO 8601, epochs as strings);
     `feasible` in a constrained study."""
     out = {c: getattr(trial, c) for c in BASE_COLUMNS}
-    out["status"] = trial.status.value
+    out["status"], out["error"] = trial.status.value, cut(trial.error)
     out["value_std"] = spread(trial)
     feasible = _feasible(front, trial)
     if front is not None and front.constrained:
@@ -120,7 +121,7 @@ def flat_row(trial: FrozenTrial, front=None) -> dict[str, Any]:
     """A spreadsheet row: params_*, metrics_* and fold_* become their own columns;
     `feasible` (yes/no) in a constrained study."""
     row = {c: getattr(trial, c) for c in BASE_COLUMNS}
-    row["status"] = trial.status.value
+    row["status"], row["error"] = trial.status.value, cut(trial.error)
     row["value_std"] = spread(trial)
     if front is not None and front.constrained:
         row["feasible"] = _feasible(front, trial)
@@ -239,7 +240,7 @@ def show_lines(trial: FrozenTrial, study_name: str, metric: str, direction: str,
         lines += ["  " + line for line in ascii_curve(values)]
         lines += _epoch_rows(epochs, values)
     if trial.error:
-        lines += ["error:"] + ["  " + line for line in trial.error.rstrip().splitlines()]
+        lines += ["error:"] + ["  " + line for line in cut(trial.error).rstrip().splitlines()]
     return lines
 
 

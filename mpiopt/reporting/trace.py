@@ -23,6 +23,7 @@ import json
 from datetime import timedelta
 from typing import Iterable
 
+from mpiopt.errors import first_line
 from mpiopt.reporting.timeline import intervals
 from mpiopt.reporting.view import StudyView
 
@@ -122,7 +123,7 @@ def _args(trial) -> dict:
     if device:
         args["device"] = device
     if trial.error:
-        args["error"] = trial.error.splitlines()[0]
+        args["error"] = first_line(trial.error)
     return args
 
 

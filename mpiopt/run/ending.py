@@ -68,7 +68,7 @@ def close(run, cause: str | None, interrupted: bool, stuck: str = "") -> int:
     status, cause = _record_end(run, cause, interrupted)
     sched.close_searcher()
     try:
-        run.progress.summary(sched, status)
+        run.progress.summary(sched, status, run.storage.kept_results)
     except OSError as exc:      # (the output closed during the summary: as in the loop)
         output_closed(exc)
     taken = run.opened.taken_away(spec.study.name) if status is not StudyStatus.COMPLETE else None

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from mpiopt.errors import SpaceError
+from mpiopt.errors import SpaceError, shown
 
 _OPS = {">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le,
         "==": operator.eq, "!=": operator.ne}
@@ -83,7 +83,7 @@ def parse_when(name: str, when: Any, dims: dict) -> tuple:
     """`when` of parameter `name` -> Conditions; SpaceError naming `name.when.PARENT`."""
     if not isinstance(when, dict) or not when:
         raise SpaceError(f"{name}.when", "expected a mapping of parameter -> value(s) or "
-                         f"comparison (e.g. {{optimizer: adam}}), got {when!r}")
+                         f"comparison (e.g. {{optimizer: adam}}), got {shown(when)}")
     return tuple(parse_condition(name, parent, test, dims) for parent, test in when.items())
 
 
@@ -92,14 +92,14 @@ def parse_condition(name: str, parent: Any, test: Any, dims: dict) -> Condition:
     if parent not in dims:
         hint = difflib.get_close_matches(str(parent), [str(n) for n in dims], n=1)
         tip = f"; did you mean '{hint[0]}'?" if hint else ""
-        raise SpaceError(where, f"unknown parameter {parent!r}{tip}")
+        raise SpaceError(where, f"unknown parameter {shown(parent)}{tip}")
     dim = dims[parent]
     kind = type(dim).__name__
     if kind != "Categorical" and isinstance(test, str):
         return _comparison(where, parent, test, dim)
     if kind == "Real":
         raise SpaceError(where, f"a real parameter is tested with a comparison such as "
-                         f"\"> 0.5\", got {test!r}")
+                         f"\"> 0.5\", got {shown(test)}")
     values = test if isinstance(test, list) else [test]
     if not values:
         raise SpaceError(where, "expected a value or a non-empty list of values, got []")
@@ -107,7 +107,7 @@ def parse_condition(name: str, parent: Any, test: Any, dims: dict) -> Condition:
         try:
             dim.validate(value)
         except SpaceError:
-            raise SpaceError(where, f"{value!r} is a value {parent} cannot take "
+            raise SpaceError(where, f"{shown(value)} is a value {parent} cannot take "
                              f"({_range(dim)})") from None
     return Condition(str(parent), values=tuple(dim.native(v) for v in values))
 
@@ -116,7 +116,7 @@ def _comparison(where: str, parent: str, test: str, dim) -> Condition:
     match = _COMPARISON.match(test)
     if not match:
         raise SpaceError(where, f"expected a value, a list of values or a comparison such as "
-                         f"\">= 3\", got {test!r}")
+                         f"\">= 3\", got {shown(test)}")
     op, number = match.group(1), float(match.group(2))
     cond = Condition(parent, op=op, number=number)
     if not _possible(cond, dim):
@@ -138,7 +138,7 @@ def _possible(cond: Condition, dim) -> bool:
 
 def _range(dim) -> str:
     if type(dim).__name__ == "Categorical":
-        return f"one of {list(dim.choices)!r}"
+        return f"one of {shown(list(dim.choices))}"
     return f"an integer in [{dim.low}, {dim.high}]"
 
 
@@ -170,7 +170,7 @@ def expand_for(name: str, spec_for: Any, dims: dict) -> tuple[str, str, list[tup
     k in 0 .. PARENT.high - 1. SpaceError naming `name.for...` when it cannot be expanded."""
     if not isinstance(spec_for, dict) or len(spec_for) != 1:
         raise SpaceError(f"{name}.for", f"expected one index and the integer parameter that "
-                         f"counts it (e.g. {{i: depth}}), got {spec_for!r}")
+                         f"counts it (e.g. {{i: depth}}), got {shown(spec_for)}")
     (var, parent), = spec_for.items()
     where = f"{name}.for.{var}"
     if not isinstance(var, str) or "{" + var + "}" not in name:
@@ -178,7 +178,7 @@ def expand_for(name: str, spec_for: Any, dims: dict) -> tuple[str, str, list[tup
     if parent not in dims:
         hint = difflib.get_close_matches(str(parent), [str(n) for n in dims], n=1)
         tip = f"; did you mean '{hint[0]}'?" if hint else ""
-        raise SpaceError(where, f"unknown parameter {parent!r}{tip}")
+        raise SpaceError(where, f"unknown parameter {shown(parent)}{tip}")
     dim = dims[parent]
     if type(dim).__name__ != "Integer":
         raise SpaceError(where, f"expected an integer parameter, '{parent}' is "
@@ -190,6 +190,6 @@ def expand_for(name: str, spec_for: Any, dims: dict) -> tuple[str, str, list[tup
     for k in range(dim.high):
         child = name.replace("{" + var + "}", str(k))
         if not child.isidentifier():
-            raise SpaceError(name, f"expands to {child!r}, which is not an identifier")
+            raise SpaceError(name, f"expands to {shown(child)}, which is not an identifier")
         out.append((child, Condition(parent, op=">", number=float(k))))
     return var, parent, out

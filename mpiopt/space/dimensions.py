@@ -42,7 +42,7 @@ from typing import Any, Iterable, Sequence, Union
 import numpy as np
 
 from mpiopt.space.conditions import dependency_order, parse_when
-from mpiopt.errors import SpaceError  # noqa: F401  (raised here; importable from here too)
+from mpiopt.errors import SpaceError, shown  # noqa: F401  (raised here; importable from here too)
 
 PRIORS = ("uniform", "log-uniform")
 NEUTRAL = 0.5   # the gene (and encoded column) of an absent parameter: see the docstring
@@ -86,11 +86,11 @@ def _check_bounds(name: str, low: Any, high: Any, prior: str, integer: bool) -> 
     what = "an integer" if integer else "a number"
     for key, value in (("low", low), ("high", high)):
         if not ok(value):
-            raise SpaceError(f"{name}.{key}", f"expected {what}, got {value!r}")
+            raise SpaceError(f"{name}.{key}", f"expected {what}, got {shown(value)}")
         if not math.isfinite(value):
-            raise SpaceError(f"{name}.{key}", f"expected a finite number, got {value!r}")
+            raise SpaceError(f"{name}.{key}", f"expected a finite number, got {shown(value)}")
     if prior not in PRIORS:
-        raise SpaceError(f"{name}.prior", f"expected one of {', '.join(PRIORS)}, got {prior!r}")
+        raise SpaceError(f"{name}.prior", f"expected one of {', '.join(PRIORS)}, got {shown(prior)}")
     if low >= high:
         raise SpaceError(f"{name}.low", f"low ({low}) must be less than high ({high})")
     if prior == "log-uniform" and low <= 0:
@@ -132,9 +132,9 @@ class Real:
 
     def validate(self, value: Any) -> None:
         if not _is_real(value):
-            raise SpaceError(self.name, f"expected a number, got {value!r}")
+            raise SpaceError(self.name, f"expected a number, got {shown(value)}")
         if not self.low <= value <= self.high:
-            raise SpaceError(self.name, f"{value!r} is outside [{self.low}, {self.high}]")
+            raise SpaceError(self.name, f"{shown(value)} is outside [{self.low}, {self.high}]")
 
     def native(self, value: Any) -> float:
         return float(value)
@@ -185,9 +185,9 @@ class Integer:
 
     def validate(self, value: Any) -> None:
         if not _is_integer(value):
-            raise SpaceError(self.name, f"expected an integer, got {value!r}")
+            raise SpaceError(self.name, f"expected an integer, got {shown(value)}")
         if not self.low <= value <= self.high:
-            raise SpaceError(self.name, f"{value!r} is outside [{self.low}, {self.high}]")
+            raise SpaceError(self.name, f"{shown(value)} is outside [{self.low}, {self.high}]")
 
     def native(self, value: Any) -> int:
         return int(value)
@@ -206,7 +206,9 @@ class Categorical:
     """One of a list of choices (str, int, float or bool), in the given order.
 
     Choices that compare equal in Python (``1``, ``1.0`` and ``True``) are refused as
-    duplicates: scikit-optimize and dict lookups cannot tell them apart.
+    duplicates: scikit-optimize and dict lookups cannot tell them apart. Checking and
+    looking up go through a dict of the choices, so a space of 100,000 choices is read
+    in linear time (each choice compared with those before it took 34 s for 40,000).
     """
 
     name: str
@@ -215,31 +217,37 @@ class Categorical:
     def __post_init__(self):
         choices = self.choices
         if not isinstance(choices, (list, tuple)):
-            raise SpaceError(f"{self.name}.choices", f"expected a list, got {choices!r}")
+            raise SpaceError(f"{self.name}.choices", f"expected a list, got {shown(choices)}")
         if not choices:
             raise SpaceError(f"{self.name}.choices", "expected at least one choice, got none")
+        positions: dict = {}
         for i, choice in enumerate(choices):
             if not isinstance(choice, CHOICE_TYPES):
                 raise SpaceError(f"{self.name}.choices[{i}]",
-                                 f"expected a string, number or boolean, got {choice!r}")
+                                 f"expected a string, number or boolean, got {shown(choice)}")
             if isinstance(choice, float) and not math.isfinite(choice):
-                raise SpaceError(f"{self.name}.choices[{i}]", f"expected a finite number, got {choice!r}")
-            for j in range(i):
-                if choices[j] == choice:
-                    raise SpaceError(f"{self.name}.choices[{i}]",
-                                     f"duplicate choice {choice!r} (same as choice {j}, {choices[j]!r})")
+                raise SpaceError(f"{self.name}.choices[{i}]", f"expected a finite number, got {shown(choice)}")
+            j = positions.setdefault(choice, i)
+            if j != i:
+                raise SpaceError(f"{self.name}.choices[{i}]",
+                                 f"duplicate choice {shown(choice)} (same as choice {j}, {shown(choices[j])})")
         object.__setattr__(self, "choices", tuple(choices))
+        object.__setattr__(self, "_positions", positions)
 
     def index(self, value: Any) -> int:
-        """Position of value among the choices; exact type first, so 1 never finds 1.0."""
+        """Position of value among the choices. The choices hold no two equal values, so
+        at most one can match; it does when its type is the value's, or when neither or
+        both are booleans (1 finds 1.0, True never finds 1)."""
         value = _native(value)
-        for i, choice in enumerate(self.choices):
-            if type(choice) is type(value) and choice == value:
+        try:
+            i = self._positions.get(value)
+        except TypeError:                 # unhashable: a list, a dict
+            i = None
+        if i is not None:
+            choice = self.choices[i]
+            if type(choice) is type(value) or isinstance(choice, bool) == isinstance(value, bool):
                 return i
-        for i, choice in enumerate(self.choices):
-            if choice == value and isinstance(choice, bool) == isinstance(value, bool):
-                return i
-        raise SpaceError(self.name, f"{value!r} is not one of {list(self.choices)!r}")
+        raise SpaceError(self.name, f"{shown(value)} is not one of {shown(list(self.choices))}")
 
     def encode(self, value: Any) -> float:
         return (self.index(value) + 0.5) / len(self.choices)
@@ -268,13 +276,13 @@ Dimension = Union[Real, Integer, Categorical]
 def dimension_from_dict(name: str, entry: dict) -> Dimension:
     """Build one dimension from its description (the YAML/`to_dict` shape)."""
     if not isinstance(entry, dict):
-        raise SpaceError(name, f"expected a mapping with a 'type', got {entry!r}")
+        raise SpaceError(name, f"expected a mapping with a 'type', got {shown(entry)}")
     kind = entry.get("type")
     if kind == "categorical":
         return Categorical(name, entry.get("choices"))
     cls = {"real": Real, "integer": Integer}.get(kind)
     if cls is None:
-        raise SpaceError(f"{name}.type", f"expected real, integer or categorical, got {kind!r}")
+        raise SpaceError(f"{name}.type", f"expected real, integer or categorical, got {shown(kind)}")
     return cls(name, entry.get("low"), entry.get("high"), entry.get("prior", "uniform"))
 
 
@@ -300,7 +308,7 @@ class Space:
                 raise SpaceError(name, "a condition for an unknown parameter")
             for cond in conds:
                 if cond.parent not in self._by_name:
-                    raise SpaceError(f"{name}.when.{cond.parent}", f"unknown parameter {cond.parent!r}")
+                    raise SpaceError(f"{name}.when.{cond.parent}", f"unknown parameter {shown(cond.parent)}")
         self.order: list[str] = dependency_order(self.names, self.conditions)
 
     @property
@@ -361,7 +369,7 @@ class Space:
     def check(self, params: dict) -> None:
         """Raise SpaceError (a ValueError) naming the first wrong, missing or extra parameter."""
         if not isinstance(params, dict):
-            raise SpaceError("params", f"expected a mapping, got {params!r}")
+            raise SpaceError("params", f"expected a mapping, got {shown(params)}")
         if self.conditions:
             return self._check_conditional(params)
         for d in self.dimensions:
@@ -395,7 +403,7 @@ class Space:
         space's order and native types; else SpaceError naming the first wrong one. No
         parameter is filled in: a queued set runs exactly as written."""
         if not isinstance(given, dict):
-            raise SpaceError("params", f"expected a mapping of parameters, got {given!r}")
+            raise SpaceError("params", f"expected a mapping of parameters, got {shown(given)}")
         for name in given:
             if name not in self._by_name:
                 raise SpaceError(str(name), "not a parameter of this search space (it has: "
@@ -439,7 +447,7 @@ class Space:
     @classmethod
     def from_dict(cls, description: dict) -> "Space":
         if not isinstance(description, dict):
-            raise SpaceError("search_space", f"expected a mapping, got {description!r}")
+            raise SpaceError("search_space", f"expected a mapping, got {shown(description)}")
         dims = [dimension_from_dict(name, entry) for name, entry in description.items()]
         by_name = {d.name: d for d in dims}
         conditions = {name: parse_when(name, entry["when"], by_name)

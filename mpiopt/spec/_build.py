@@ -11,7 +11,7 @@ import yaml
 from mpiopt.errors import SpecError
 from mpiopt.spec._includes import _expand_includes
 from mpiopt.spec._pbt import check_pbt
-from mpiopt.spec._reader import _Loader, _Section, _parse_yaml
+from mpiopt.spec._reader import _load, _Section, _parse_yaml
 from mpiopt.spec._search import _search
 from mpiopt.spec._sections import _check_objectives, _objective, _resources, _study
 from mpiopt.spec._space import _space
@@ -49,17 +49,21 @@ def load_spec(path: str | Path, overrides: dict | None = None) -> Spec:
 
 def parse_overrides(items: list[str] | None) -> dict:
     """``["search.trials=10", "study.name=x"]`` -> ``{"search.trials": 10, ...}``; each value
-    is read as a YAML scalar, so numbers, booleans and ``[a, b]`` lists keep their type."""
+    is read as a YAML scalar, so numbers, booleans and ``[a, b]`` lists keep their type. A
+    name given twice is refused: the shell history shows both, and neither is surely meant."""
     result = {}
     for item in items or ():
         name, sep, text = item.partition("=")
         if not sep or not name.strip():
             raise SpecError(f"--set: expected NAME=VALUE (e.g. search.trials=10), got {item!r}")
+        name = name.strip()
+        if name in result:
+            raise SpecError(f"--set {name}: given twice (which one is meant?); give it once")
         try:
-            value = yaml.load(text, Loader=_Loader) if text.strip() else ""
+            value = _load(text, f"--set {name}") if text.strip() else ""
         except yaml.YAMLError:
             value = text
-        result[name.strip()] = value
+        result[name] = value
     return result
 
 

@@ -9,7 +9,7 @@ branches of a trained network.
 """
 from __future__ import annotations
 
-from mpiopt.errors import SpecError
+from mpiopt.errors import SpecError, shown
 
 
 def read_lists(sec, declared) -> dict:
@@ -20,15 +20,15 @@ def read_lists(sec, declared) -> dict:
         raw = sec.raw(name, declared[name].default)
         items = [raw] if isinstance(raw, (str, int, float)) and not isinstance(raw, bool) else raw
         if not isinstance(items, (list, tuple)):
-            sec.fail(name, f"expected a list, got {raw!r}")
+            sec.fail(name, f"expected a list, got {shown(raw)}")
         if kind == "names":
             if not all(isinstance(v, str) and v for v in items):
-                sec.fail(name, f"expected a list of search_space names, got {raw!r}")
+                sec.fail(name, f"expected a list of search_space names, got {shown(raw)}")
             out[name] = list(items)
         else:
             if not items or not all(isinstance(v, (int, float)) and not isinstance(v, bool)
                                     and v > 0 for v in items):
-                sec.fail(name, f"expected a list of positive numbers, got {raw!r}")
+                sec.fail(name, f"expected a list of positive numbers, got {shown(raw)}")
             out[name] = [float(v) for v in items]
     return out
 

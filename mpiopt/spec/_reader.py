@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from mpiopt.errors import SpecError
+from mpiopt.errors import SpecError, shown
 from mpiopt.field import REQUIRED
 
 # --------------------------------------------------------------------------- YAML
@@ -52,9 +52,31 @@ _Dumper.add_representer(list, lambda d, v: d.represent_sequence(
     "tag:yaml.org,2002:seq", v, flow_style=all(not isinstance(x, (dict, list)) for x in v)))
 
 
+ALIAS_ENTRIES_LIMIT = 100_000
+"""How many entries a spec's aliases (`*name`) may add beyond those written out. Each
+alias repeats its anchor's whole value, so nine lines of aliases to aliases expand to
+10**9 entries (an alias bomb: gigabytes, then a MemoryError after a minute). Checked on
+the composed YAML, before any value is built or any field looked at; a spec that writes
+out 600,000 choices is not concerned, one that shares a block under a few names neither."""
+
+
+def _load(text: str, source: str) -> Any:
+    """The YAML document in `text`, its aliases bounded (a yaml.YAMLError when it is not
+    YAML; a SpecError naming `source` when its aliases expand too far)."""
+    loader = _Loader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _check_aliases(node, source)
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
 def _parse_yaml(text: str, source: str) -> Any:
     try:
-        return yaml.load(text, Loader=_Loader)
+        return _load(text, source)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "YAML"
@@ -64,6 +86,44 @@ def _parse_yaml(text: str, source: str) -> Any:
         raise SpecError(f"{source}: {where}: invalid YAML: {' '.join(message.split())}") from None
 
 
+def _check_aliases(root: yaml.Node, source: str) -> None:
+    """Refuse a document whose aliases expand past ALIAS_ENTRIES_LIMIT extra entries, or
+    that holds itself. Counts each node's expanded size once (a node an alias names again
+    is the same object), so the check is linear in the written nodes."""
+    sizes: dict[int, int] = {}
+    ancestors: set[int] = set()
+    stack = [(root, False)]
+    while stack:
+        node, finished = stack.pop()
+        key = id(node)
+        children = _children(node)
+        if finished:
+            ancestors.discard(key)
+            sizes[key] = 1 + sum(sizes[id(child)] for child in children)
+            continue
+        if key in sizes:
+            continue
+        if key in ancestors:
+            raise SpecError(f"{source}: line {node.start_mark.line + 1}: an alias refers to "
+                            "the value that holds it (a value cannot contain itself)")
+        ancestors.add(key)
+        stack.append((node, True))
+        stack.extend((child, False) for child in children if id(child) not in sizes)
+    extra = sizes[id(root)] - len(sizes)
+    if extra > ALIAS_ENTRIES_LIMIT:
+        raise SpecError(f"{source}: its aliases (*name) expand to more than "
+                        f"{ALIAS_ENTRIES_LIMIT:,} entries beyond those written out; write the "
+                        "values out, or use fewer aliases")
+
+
+def _children(node: yaml.Node) -> list:
+    if isinstance(node, yaml.SequenceNode):
+        return node.value
+    if isinstance(node, yaml.MappingNode):
+        return [part for pair in node.value for part in pair]
+    return []
+
+
 # --------------------------------------------------------------------------- reading helpers
 def _show(value: Any) -> str:
     kinds = {bool: "a boolean", dict: "a mapping", list: "a list", type(None): "null"}
@@ -71,7 +131,7 @@ def _show(value: Any) -> str:
         return kinds[type(value)]
     if isinstance(value, bool):
         return f"{str(value).lower()} (a boolean)"
-    return f"{value!r}"
+    return f"{shown(value)}"
 
 
 class _Section:
@@ -111,7 +171,7 @@ class _Section:
         if not isinstance(value, str):
             self.fail(key, f"expected a string, got {_show(value)}")
         if choices and value not in choices:
-            self.fail(key, f"expected one of {', '.join(choices)}, got {value!r}")
+            self.fail(key, f"expected one of {', '.join(choices)}, got {shown(value)}")
         if not choices and not value.strip() and default is REQUIRED:
             self.fail(key, "must not be empty")
         return value
@@ -155,7 +215,7 @@ class _Section:
             text = value.replace(" ", "")
             parts = list(_DURATION.finditer(text))
             if not text or "".join(p.group(0) for p in parts) != text:
-                self.fail(key, f"expected seconds or a duration like '90s', '10m', '2h', '1h30m', got {value!r}")
+                self.fail(key, f"expected seconds or a duration like '90s', '10m', '2h', '1h30m', got {shown(value)}")
             value = sum(float(p.group(1)) * _UNITS[p.group(2)] for p in parts)
         elif isinstance(value, bool) or not isinstance(value, (int, float)):
             self.fail(key, f"expected seconds or a duration like '10m', got {_show(value)}")

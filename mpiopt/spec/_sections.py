@@ -6,7 +6,7 @@ import math
 from pathlib import Path
 
 
-from mpiopt.errors import SpecError
+from mpiopt.errors import SpecError, shown
 from mpiopt.field import REQUIRED, Field, Fields
 from mpiopt.objective.metrics import DIRECTIONS, parse_constraint
 from mpiopt.refs import check_ref
@@ -59,7 +59,7 @@ def _study(top: _Section) -> StudySpec:
     given = STUDY.read(section)
     problem = name_problem(given["name"])
     if problem:
-        section.fail("name", f"{given['name']!r} {problem}")
+        section.fail("name", f"{shown(given['name'])} {problem}")
     return StudySpec(**given)
 
 
@@ -215,7 +215,7 @@ def _paths(sec: _Section, key: str, base_dir: Path, check_files: bool) -> list:
         path = Path(item).expanduser()
         path = path if path.is_absolute() else base_dir / path
         if check_files and not glob.glob(str(path)):
-            sec.fail(key, f"no file matches {item!r} (looked for {path})")
+            sec.fail(key, f"no file matches {shown(item)} (looked for {path})")
         result.append(str(path))
     return result
 

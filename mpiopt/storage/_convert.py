@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Sequence
 
-from mpiopt.errors import StorageError
+from mpiopt.errors import StorageError, cut
 from mpiopt.storage.models import NAME_LEN, StudyModel, TrialModel
 from mpiopt.trial import FrozenTrial, StudyStatus, TrialStatus
 
@@ -155,7 +155,7 @@ def prepared_outcomes(outcomes: Sequence[dict]) -> list[tuple]:
             raise StorageError(f"finish_trial needs a final status, not {status.value}")
         prepared.append((o["trial_id"], status, {
             "value": finite_or_none(o.get("value")),
-            "value_std": finite_or_none(o.get("value_std")), "error": o.get("error"),
+            "value_std": finite_or_none(o.get("value_std")), "error": cut(o.get("error")),
             "metrics_json": dump_json(o.get("metrics")), "duration": o.get("duration"),
             "device": _short(o.get("device")), "spans_json": dump_spans(o.get("spans"))},
             o.get("fold_values") or (), o.get("fold_metrics") or (), o.get("intermediate") or {}))

@@ -73,6 +73,7 @@ class Resilient(BaseStorage):
         self._unkept: set = set()            # trials whose results the closing line counts
         self.unkept_after = 0                # of those, ones that came after the give-up
         self._held: dict[int, list[dict]] = {}   # results not yet written (see `holding`)
+        self.kept_results: dict = {}         # {trial id: status} in the recovery file
         # callable -> records of results the caller took in while a call waits out an
         # outage (the coordinator receives what groups finish meanwhile): written ahead
         self.meanwhile = None
@@ -337,6 +338,7 @@ class Resilient(BaseStorage):
                 self.unkept_after += len(new)
             self._unwritten = lines
             return False
+        self.kept_results.update(_statuses(lines))
         if journaled:
             self.journaled += len(entries)
         self.written_ahead += len(lines) - (len(entries) if journaled else 0)
@@ -400,6 +402,11 @@ def _finished(outcomes) -> list[dict]:
     """One record per result: on import, one already written must not hide the rest;
     trials a batch creates are not kept (they never left rank 0)."""
     return [record("finish", **dict(o)) for o in outcomes]
+
+
+def _statuses(entries: list[dict]) -> dict:
+    """{trial id: status} of the finished results the entries hold."""
+    return {e["trial_id"]: e.get("status") for e in entries if e["kind"] == "finish"}
 
 
 def _trials(entries: list[dict]) -> set:

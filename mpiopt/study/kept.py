@@ -52,13 +52,15 @@ import os
 from collections import deque
 from pathlib import Path
 
+from mpiopt.study.names import file_stem
+
 RECOVERY_SUFFIX = ".mpiopt-recovery.jsonl"
 KEEP_LAST = 4
 REWRITE_EVERY = 16
 
 
 def recovery_file(folder: Path, study: str) -> Path:
-    return Path(folder) / f"{study}{RECOVERY_SUFFIX}"
+    return Path(folder) / f"{file_stem(study)}{RECOVERY_SUFFIX}"
 
 
 def kept_folder(place: Path) -> Path:

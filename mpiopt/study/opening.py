@@ -15,6 +15,7 @@ import yaml
 from mpiopt.errors import DuplicateStudyError, ResumeError, UnknownStudyError
 from mpiopt.knobs import NATIVE_LOG
 from mpiopt.search import ALGORITHMS, traits
+from mpiopt.study.names import file_stem
 from mpiopt.trial import FrozenTrial, StudyStatus
 
 # Keys that may change when a study is resumed: they decide how long it runs, not what
@@ -86,7 +87,7 @@ def native_log_path(url: str, name: str) -> Path:
     from mpiopt.storage import StorageURL
 
     path = StorageURL.parse(url).sqlite_path
-    return (path.parent if path is not None else Path.cwd()) / f"{name}.log"
+    return (path.parent if path is not None else Path.cwd()) / f"{file_stem(name)}.log"
 
 
 def shown_url(url: str) -> str:

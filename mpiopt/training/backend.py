@@ -46,6 +46,30 @@ def import_tf():
     return _tf
 
 
+def preload(ref: str, base_dir) -> None:
+    """Import the user's model module during the rank's set-up (mpiopt.objective).
+
+    Most model files import keras at their top: imported at the first trial, TensorFlow's
+    native start-up lines reached the terminal (its log was not yet in place) and its
+    seconds counted in the first trial's duration. Here threads are pinned, native stderr
+    goes to the study's log, then the module is imported. Where the layout needs a
+    communicator (threads.layout_known) it is left to the first trial, as is a module that
+    fails to import (the trial records its error)."""
+    if not threads.layout_known():
+        return
+    threads.pin_threads()
+    _native_stderr_to_log()
+    from mpiopt.refs import load_callable
+
+    try:
+        load_callable(ref, base_dir, field="objective.model")
+    except (Exception, SystemExit):
+        return
+
+
+_redirected = False
+
+
 def _native_stderr_to_log() -> None:
     """TensorFlow's C++ start-up lines (oneDNN, CPU features, absl, CUDA factories; 3-4 per
     rank, not all stopped by TF_CPP_MIN_LOG_LEVEL) are written to file descriptor 2. Point
@@ -55,15 +79,17 @@ def _native_stderr_to_log() -> None:
     import os
     import sys
 
+    global _redirected
     from mpiopt.knobs import NATIVE_LOG
 
     path = NATIVE_LOG.get()
-    if not path:
+    if not path or _redirected:
         return
     try:
         log = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     except OSError:
         return
+    _redirected = True
     sys.stderr.flush()
     terminal = os.dup(2)
     os.dup2(log, 2)

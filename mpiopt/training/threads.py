@@ -41,6 +41,14 @@ def _env_int(names) -> int | None:
     return None
 
 
+def layout_known() -> bool:
+    """Whether node_layout() needs no communicator: the launcher says the layout, or there
+    is no launcher (one process)."""
+    launched = any(os.environ.get(v) for v in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE"))
+    return not launched or (_env_int(_LOCAL_SIZE_VARS) is not None
+                            and _env_int(_LOCAL_RANK_VARS) is not None)
+
+
 def node_layout(comm=None) -> tuple[int, int]:
     """(node-local rank, ranks on this node)."""
     size, rank = _env_int(_LOCAL_SIZE_VARS), _env_int(_LOCAL_RANK_VARS)
