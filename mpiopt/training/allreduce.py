@@ -45,7 +45,7 @@ class AllreduceSGD(Algorithm):
 
         clock, loss, pending = Clock(stats), 0.0, False
         steps = list(self._parts(order))
-        reader = prefetched(x, y, [part for part, _ in steps])
+        reader = prefetched(x, y, [part for part, _ in steps], failures=self.read_failures)
         batch = next(reader)
         for i, (part, n) in enumerate(steps):
             self._gradient(batch, len(part) / n, pending)

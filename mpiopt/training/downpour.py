@@ -87,7 +87,9 @@ class Downpour(Algorithm):
         every = max(1, self.training.sync_every)
         total, count, fresh = np.zeros_like(self.grad), 0, False
         parts = [mine[b] for b in batches(len(mine), local_batch)]
-        for xb, yb in prefetched(x, y, parts):
+        for xb, yb in prefetched(x, y, parts, failures=self.read_failures):
+            if not len(xb):        # a failed read: the epoch ends with a DONE, as usual
+                continue
             if fresh:  # continue from the master's weights, set in the same compiled call
                 self.model.set_weights_and_gradient(self.weights, xb, yb, 1.0, self.grad)
             else:

@@ -46,7 +46,7 @@ class EASGD(Algorithm):
         clock, losses = Clock(stats), []
         parts = [order[b][shard(b.stop - b.start, self.size, self.rank)]
                  for b in batches(len(order), self.training.batch_size)]
-        for xb, yb in prefetched(x, y, parts):
+        for xb, yb in prefetched(x, y, parts, failures=self.read_failures):
             if len(xb):
                 losses.append((self.model.train_step(xb, yb), len(xb)))
             self.local_steps += 1

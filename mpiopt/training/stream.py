@@ -171,14 +171,50 @@ def window_order(n: int, seed: int, epoch: int, window: int) -> np.ndarray:
 _DONE = object()
 
 
-def prefetched(x, y, parts, depth: int = PREFETCH):
-    """(x[p], y[p]) for each index array p in parts. For streamed features a daemon thread
+def prefetched(x, y, parts, depth: int = PREFETCH, failures: list | None = None):
+    """(x[p], y[p]) for each index array p in parts.
+
+    failures: a read that fails is appended there and the remaining batches come empty,
+    so that this rank stays in step with its communicator's collectives until the epoch's
+    end, where `raise_together` fails the trial on every rank at once (a rank that raised
+    in the middle of an epoch would leave the others waiting inside an Allreduce).
+    Without it, the failure is raised at once. For streamed features a daemon thread
     reads up to `depth` batches ahead into a bounded queue. The thread can neither keep
     the process alive (daemon) nor outlive its consumer by more than one read: when the
     consumer stops (the epoch ends, an exception, a prune) it sets `stop`, and the thread
     checks it between reads and while its queue is full. A failed read is raised in the
     consumer, where the batch was wanted."""
     parts = list(parts)
+    batches = _read_ahead(x, y, parts, depth)
+    if failures is None:
+        yield from batches
+        return
+    done = 0
+    try:
+        for item in batches:
+            done += 1
+            yield item
+    except Exception as exc:  # handed on through `failures`, raised at the epoch's end
+        failures.append(exc)
+        empty = (np.empty((0,) + tuple(x.shape[1:]), x.dtype), y[:0])
+        for _ in range(len(parts) - done):
+            yield empty
+
+
+def raise_together(comm, failures: list) -> None:
+    """After an epoch: if a read failed on any rank, every rank raises here (the rank
+    that failed its own error, the others one that says so)."""
+    from mpiopt.errors import OTHERS_FAILED
+
+    failed = comm.allreduce(1 if failures else 0) if comm.Get_size() > 1 else len(failures)
+    if failures:
+        error, failures[:] = failures[0], []
+        raise error
+    if failed:
+        raise RuntimeError(f"{failed} {OTHERS_FAILED}")
+
+
+def _read_ahead(x, y, parts, depth):
     if not streamed(x) or len(parts) < 2:
         for p in parts:
             yield x[p], y[p]

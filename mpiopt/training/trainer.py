@@ -21,7 +21,7 @@ import numpy as np
 from mpiopt.errors import OTHERS_FAILED
 from mpiopt.training import resume, threads
 from mpiopt.training.data import epoch_order, load_data, shard
-from mpiopt.training.stream import streamed, take
+from mpiopt.training.stream import raise_together, streamed, take
 from mpiopt.training.folds import Splits, fold_plan, make_splits, run_folds
 from mpiopt.training.tracking import ReadTracker
 
@@ -167,10 +167,18 @@ def validate(model, comm, x, y, batch_size: int) -> dict:
 
     part = shard(len(x), comm.Get_size(), comm.Get_rank())
     size = max(256, batch_size)
-    if part.stop > part.start:
-        state = model.metric_state(take(x, part), y[part], size)   # streamed: read by batch
-    else:
-        state = model.zero_metric_state(x[:1], y[:1], size)
+    failures: list = []
+    try:
+        if part.stop > part.start:
+            state = model.metric_state(take(x, part), y[part], size)   # streamed: read by batch
+        else:
+            state = model.zero_metric_state(x[:1], y[:1], size)
+    except Exception as exc:   # a failed read: raised on every rank together, below
+        if comm.Get_size() == 1:
+            raise
+        failures.append(exc)
+        state = None
+    raise_together(comm, failures)      # every rank raises here, before the Allreduce
     comm.Allreduce(MPI.IN_PLACE, state, op=MPI.SUM)
     return {f"val_{k}": v for k, v in model.metric_results(state).items()}
 
@@ -230,6 +238,7 @@ class FoldTrainer:
         began = self._since_t0()
         start = time.perf_counter()
         stats = self.algorithm.train_epoch(self.x, self.y, order)
+        raise_together(self.comm, self.algorithm.read_failures)
         stats.wall_s = time.perf_counter() - start
         self.algorithm.before_validation()
         metrics = validate(self.model, self.comm, self.x_val, self.y_val, self.training.batch_size)
