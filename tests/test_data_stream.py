@@ -244,3 +244,32 @@ def test_a_stale_cache_lock_of_a_dead_copier_is_taken_over(tmp_path, monkeypatch
     lock.write_text("elsewhere 1\n")
     os.utime(lock, (time.time() - 2 * C.STALE_S,) * 2)
     assert C.local_copy(src, tmp_path / "c").read_bytes() == b"abc"
+
+
+@pytest.mark.parametrize("variant", ["root", "stream"])
+def test_the_jets_example_variants_train(tmp_path, variant):
+    """root.yaml and stream.yaml, on data their generator writes (small here)."""
+    pytest.importorskip("tensorflow")
+    import importlib.util
+    import shutil
+
+    from conftest import EXAMPLES, mpiopt
+
+    jets = EXAMPLES / "jets"
+    for name in ("model.py", f"{variant}.yaml"):
+        shutil.copy(jets / name, tmp_path / name)
+    spec = importlib.util.spec_from_file_location("jets_generate", jets / "generate.py")
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    gen.DATA, gen.JETS_PER_FILE = tmp_path / "data", 100
+    if variant == "root":
+        pytest.importorskip("uproot")
+        assert len(gen.ensure_root()) == 4
+    else:
+        assert len(gen.ensure_big(0.002, part_jets=500)) == 4
+    params = ["filters=4", "kernel_size=3", "dense_units=8", "learning_rate=0.003",
+              "dropout=0.1", "training.epochs=1"]
+    proc = mpiopt("train", tmp_path / f"{variant}.yaml", *[a for p in params for a in ("--set", p)],
+                  cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "figure of merit: val_auc" in proc.stdout
