@@ -54,6 +54,7 @@ def build(params):
     return model
 '''
 PART_JETS = 50_000          # 49 MiB a part
+ROOT_BASKET = 10_000        # entries per basket: 10 MB, near ROOT's default 30 MB clusters
 
 
 # ----------------------------------------------------------------------- one mpiexec job
@@ -118,6 +119,7 @@ def run_job(tmp: Path, name: str, parts: str, ranks: int, in_memory, limit: int 
                       "data": {"npy": parts, "features": "images", "labels": "labels",
                                "in_memory": in_memory}},
         "search_space": {"u": {"type": "real", "low": 0.0, "high": 1.0}},
+        "search": {"algorithm": "random", "trials": 1},
         "training": {"epochs": epochs, "batch_size": batch, "holdout": 0.1},
     }))
     out = tmp / f"{name}.json"
@@ -157,8 +159,9 @@ def read_speeds(tmp: Path, jets: int, batch: int = 512, window: int = 65536) -> 
         opts = {} if compression else {"compression": None}
         with uproot.recreate(path, **opts) as f:
             f.mktree("Events", {"images": (np.float32, (256,)), "labels": np.int64})
-            for s in range(0, jets, 100_000):
-                f["Events"].extend({"images": flat[s:s + 100_000], "labels": y[s:s + 100_000]})
+            for s in range(0, jets, ROOT_BASKET):     # one basket per branch and extend
+                f["Events"].extend({"images": flat[s:s + ROOT_BASKET],
+                                    "labels": y[s:s + ROOT_BASKET]})
         files[label] = ({"root": [str(path)], "features": ["images"]}, path)
     rows = []
     order = window_order(jets, 0, 0, window)

@@ -203,8 +203,10 @@ def test_npz_files_whose_shapes_differ_are_named_in_memory_too(tmp_path):
         D.read_npz([str(tmp_path / "p*.npz")])
 
 
-def test_a_file_changed_during_a_study_is_detected(tmp_path):
-    data = DataSpec(**write_parts(tmp_path, "hdf5", [arrays(20)]), in_memory=False)
+@pytest.mark.parametrize("cache", [False, True])
+def test_a_file_changed_during_a_study_is_detected(tmp_path, cache):
+    data = DataSpec(**write_parts(tmp_path, "hdf5", [arrays(20)]), in_memory=False,
+                    cache=str(tmp_path / "node-local") if cache else None)
     D.load_data(data)
     time.sleep(0.01)
     with h5py.File(tmp_path / "p0.h5", "a") as h5:

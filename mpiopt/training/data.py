@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import errno
 import glob
+import os
 import zipfile
 import zlib
 from contextlib import contextmanager
@@ -32,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from mpiopt.errors import DataError, SpecError
-from mpiopt.training.sources import open_source, stamp
+from mpiopt.training.sources import open_source
 from mpiopt.training.stream import FileArray, streamed, window_order
 
 
@@ -61,8 +62,9 @@ class Dataset:
         return Dataset(x, np.concatenate([self.y, self.y_val]))
 
 
-_cache: dict = {}
+_cache: dict = {}       # data section -> (Dataset, the files it was read from)
 _opened: dict = {}      # (kind, path, features, labels, tree) -> Source, per process
+_seen: dict = {}        # file -> (size, mtime_ns) when this process first saw it
 KINDS = ("npz", "npy", "hdf5", "root")
 MEMORY_SHARE = 0.25
 
@@ -71,24 +73,28 @@ def load_data(data, base_dir=None) -> Dataset:
     """The Dataset described by a DataSpec (loader or file lists, optional val_* files)."""
     key = repr(data), str(base_dir)
     if key in _cache:
-        check_unchanged(_opened.values())
-        return _cache[key]
+        dataset, files = _cache[key]
+        check_unchanged(files)
+        return dataset
     _cache.clear()  # one study's data at a time
-    _cache[key] = _read(data, base_dir)
-    return _cache[key]
+    files: list = []
+    _cache[key] = _read(data, base_dir, files), files
+    return _cache[key][0]
 
 
-def check_unchanged(sources) -> None:
-    """Every file as it was when first opened (size and mtime), or a DataError naming it."""
-    for src in sources:
-        path = src.extra.get("stamped", src.file)
+def check_unchanged(files) -> None:
+    """Every file as this process first saw it (size and mtime), or a DataError naming it.
+    A node-local copy (data.cache) is checked through its original."""
+    for file in files:
         try:
-            now = stamp(path)
+            st = os.stat(file)
         except OSError:
-            raise DataError(f"{path}: removed since the study started reading it") from None
-        if now != src.stamp:
-            raise DataError(f"{path}: changed since the study started reading it (size "
-                            f"{src.stamp[0]} -> {now[0]} bytes, or its modification time); a "
+            raise DataError(f"{file}: removed since the study started reading it") from None
+        now = st.st_size, st.st_mtime_ns
+        first = _seen.setdefault(file, now)
+        if now != first:
+            raise DataError(f"{file}: changed since the study started reading it (size "
+                            f"{first[0]} -> {now[0]} bytes, or its modification time); a "
                             f"study does not mix two versions of its data")
 
 
@@ -121,14 +127,14 @@ def check_finite(ds: Dataset) -> Dataset:
     return ds
 
 
-def _read(data, base_dir) -> Dataset:
+def _read(data, base_dir, files: list) -> Dataset:
     if data.loader:
         from mpiopt.objective.refs import load_callable
 
         loaded = load_callable(data.loader, base_dir, field="objective.data.loader")()
         return check_finite(from_loader(loaded))
-    train = catalog(data, base_dir)
-    val = catalog(data, base_dir, prefix="val_")
+    train = catalog(data, base_dir, files=files)
+    val = catalog(data, base_dir, prefix="val_", files=files)
     nbytes = sum(s.n * s.sample_bytes + s.labels.nbytes for s in train + val)
     stream = not in_memory(data.in_memory, nbytes)
     x, y = _features(train, stream), _labels(train)
@@ -138,10 +144,10 @@ def _read(data, base_dir) -> Dataset:
     return check_finite(Dataset(x, y, xv, yv, groups=groups))
 
 
-def catalog(data, base_dir=None, prefix: str = "") -> list:
+def catalog(data, base_dir=None, prefix: str = "", files: list | None = None) -> list:
     """The Sources of the files of the spec's (training or val_) file list; each file is
     opened once per process (its header and labels: every check that can be made before
-    training, made here)."""
+    training, made here). `files` gets the files watched for changes."""
     from mpiopt.training.cache import local_copy
 
     for kind in KINDS:
@@ -154,14 +160,16 @@ def catalog(data, base_dir=None, prefix: str = "") -> list:
     if kind == "root" and isinstance(features, str):
         features = [features]
     sources = []
+    watched = [] if files is None else files
     for path in expand(patterns, base_dir, directories=kind == "npy"):
+        watched.append(str(path / f"{data.features}.npy") if kind == "npy" else str(path))
+        check_unchanged(watched[-1:])
         if getattr(data, "cache", None):
             path = local_copy(path, data.cache)
         key = kind, str(path), repr(features), data.labels, getattr(data, "tree", "Events")
         if key not in _opened:
             _opened[key] = open_source(kind, str(path), features, data.labels, key[4])
         sources.append(_opened[key])
-    check_unchanged(sources)
     FileArray(sources)             # the files' sample shapes agree, or one line says which
     return sources
 
@@ -192,7 +200,6 @@ def in_memory(setting, nbytes: int) -> bool:
 def memory_per_rank() -> float:
     """Bytes one rank may use: node (or cgroup) memory / ranks on the node, capped by the
     process's RLIMIT_AS and RLIMIT_DATA."""
-    import os
     import resource
 
     from mpiopt.training.threads import node_layout
@@ -303,7 +310,6 @@ def _concat(xs, ys):
 
 def write_hdf5(file, x, y, features="features", labels="labels") -> None:
     """Write one HDF5 file atomically (several ranks may generate the same file at once)."""
-    import os
 
     import h5py
 

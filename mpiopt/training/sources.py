@@ -36,10 +36,22 @@ class Source:
     sample_shape: tuple
     dtype: np.dtype
     labels: np.ndarray
-    stamp: tuple                      # (size, mtime_ns) when opened: a change is detected
     mapped: np.ndarray | None = None  # the features, memory-mapped, when the format allows
     reader: object = None             # read(start, stop) -> ndarray, for the others
     extra: dict = field(default_factory=dict)
+    # the others: where their blocks start (the format's own: HDF5 chunks, ROOT clusters,
+    # merged up to at least `BLOCK` samples), and n at the end
+    bounds: np.ndarray | None = None
+
+    def blocks(self, block: int) -> np.ndarray:
+        """Block boundaries for reads by range: the format's own, at least `block` apart."""
+        natural = self.bounds if self.bounds is not None else np.arange(0, self.n, block)
+        out, last = [0], 0
+        for b in natural[1:]:
+            if b - last >= block and b < self.n:
+                out.append(int(b))
+                last = b
+        return np.array(out + [self.n])
 
     @property
     def sample_bytes(self) -> int:
@@ -58,11 +70,6 @@ class Source:
             return self.mapped[local]
         lo, hi = int(local[0]), int(local[-1]) + 1
         return self.read(lo, hi)[local - lo]
-
-
-def stamp(file) -> tuple:
-    st = os.stat(file)
-    return st.st_size, st.st_mtime_ns
 
 
 class named:
@@ -104,7 +111,7 @@ def _check_labels(src: Source, labels: str) -> None:
 
 def _made(file, mapped, labels, **kw) -> Source:
     return Source(file, len(mapped), tuple(mapped.shape[1:]), mapped.dtype,
-                  np.asarray(labels), stamp(file), mapped=mapped, **kw)
+                  np.asarray(labels), mapped=mapped, **kw)
 
 
 def _npy(directory, features, labels, tree) -> Source:
@@ -117,10 +124,7 @@ def _npy(directory, features, labels, tree) -> Source:
         x = np.load(paths["features"], mmap_mode="r")
     with named(paths["labels"], "labels"):
         y = np.load(paths["labels"])
-    src = _made(directory, x, y)
-    src.stamp = stamp(paths["features"])
-    src.extra["stamped"] = paths["features"]
-    return src
+    return _made(directory, x, y)
 
 
 def _npz(file, features, labels, tree) -> Source:
@@ -153,8 +157,7 @@ def _npz(file, features, labels, tree) -> Source:
         with np.load(file) as npz:
             return npz[features][lo:hi]
 
-    return Source(file, shape[0], tuple(shape[1:]), dtype, np.asarray(y), stamp(file),
-                  reader=read, extra={"compressed": True})
+    return Source(file, shape[0], tuple(shape[1:]), dtype, np.asarray(y), reader=read, extra={"compressed": True})
 
 
 def _hdf5(file, features, labels, tree) -> Source:
@@ -168,7 +171,7 @@ def _hdf5(file, features, labels, tree) -> Source:
         y = h5[labels][()]
         offset = ds.id.get_offset()
         plain = ds.chunks is None and offset is not None and not ds.compression
-        shape, dtype = ds.shape, ds.dtype
+        shape, dtype, ds_chunks = ds.shape, ds.dtype, ds.chunks
     if plain:
         return _made(file, np.memmap(file, dtype=dtype, mode="r", offset=offset, shape=shape), y)
     handle: dict = {}
@@ -178,8 +181,8 @@ def _hdf5(file, features, labels, tree) -> Source:
             handle["ds"] = h5py.File(file, "r")[features]
         return handle["ds"][start:stop]
 
-    return Source(file, shape[0], tuple(shape[1:]), np.dtype(dtype), np.asarray(y), stamp(file),
-                  reader=read)
+    rows = chunks[0] if (chunks := ds_chunks) else 1
+    return Source(file, shape[0], tuple(shape[1:]), np.dtype(dtype), np.asarray(y), reader=read, bounds=np.arange(0, shape[0], rows))
 
 
 def _root(file, features, labels, tree) -> Source:
@@ -208,8 +211,12 @@ def _root(file, features, labels, tree) -> Source:
             handle["tree"] = _tree(uproot.open(file), file, tree)
         return _columns(handle["tree"], branches, start, stop)
 
+    try:      # a TTree's clusters: the entry ranges its baskets share
+        bounds = np.asarray(t.common_entry_offsets(), dtype=np.int64)
+    except AttributeError:
+        bounds = None
     return Source(file, int(t.num_entries), tuple(first.shape[1:]), first.dtype, y,
-                  stamp(file), reader=read)
+                  reader=read, bounds=bounds)
 
 
 def _tree(root_file, file, name):

@@ -26,7 +26,7 @@ import numpy as np
 
 from mpiopt.errors import DataError
 
-BLOCK = 4096                 # samples read at a time from a file that is not memory-mapped
+BLOCK = 4096                 # samples read at least at a time from a file not memory-mapped
 BLOCK_CACHE_BYTES = 1 << 27  # per process: those blocks kept for the next batches (128 MiB)
 PREFETCH = 4                 # batches read ahead by the prefetch thread
 
@@ -49,6 +49,7 @@ class FileArray:
         self.ndim = len(self.shape)
         self.nbytes = int(self.starts[-1]) * first.sample_bytes
         self._blocks: OrderedDict = OrderedDict()
+        self._bounds: dict = {}
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
@@ -83,22 +84,28 @@ class FileArray:
             if local[-1] - local[0] + 1 == len(local):     # contiguous: one slice
                 return src.read(int(local[0]), int(local[-1]) + 1)
             return src.mapped[local]
-        blocks = local // BLOCK
+        edges = self._edges(f)
+        blocks = np.searchsorted(edges, local, side="right") - 1
         parts = []
         for b in np.unique(blocks):
-            rows = self._block(f, int(b))
-            parts.append(rows[local[blocks == b] - b * BLOCK])
+            rows = self._block(f, int(b), edges)
+            parts.append(rows[local[blocks == b] - edges[b]])
         return np.concatenate(parts)
 
-    def _block(self, f: int, b: int) -> np.ndarray:
-        """Samples [b*BLOCK, (b+1)*BLOCK) of file f, kept in a small LRU cache (the
-        prefetch thread and validation may both read)."""
+    def _edges(self, f: int) -> np.ndarray:
+        if f not in self._bounds:
+            self._bounds[f] = self.sources[f].blocks(BLOCK)
+        return self._bounds[f]
+
+    def _block(self, f: int, b: int, edges) -> np.ndarray:
+        """Block b of file f (whole HDF5 chunks or ROOT clusters: a range read decompresses
+        them whole anyway), kept in a small LRU cache (the prefetch thread and validation
+        may both read)."""
         with self._lock:
             if (f, b) in self._blocks:
                 self._blocks.move_to_end((f, b))
                 return self._blocks[(f, b)]
-        src = self.sources[f]
-        rows = src.read(b * BLOCK, min(src.n, (b + 1) * BLOCK))
+        rows = self.sources[f].read(int(edges[b]), int(edges[b + 1]))
         with self._lock:
             self._blocks[(f, b)] = rows
             while (len(self._blocks) > 1
