@@ -75,13 +75,16 @@ def worker(config: dict) -> None:
     data = load_data(spec.objective.data, spec.base_dir)
     result = run_training(spec, {"u": 1.0}, comm, seed=1)
     peak.stop()
-    ranks = comm.gather({"base": base, "peak": peak.value}, root=0)
+    comm.Barrier()         # every rank still maps its files: their pages' sharers are all here
+    mapped = mapped_pss(config["folder"])
+    ranks = comm.gather({"base": base, "peak": peak.value, "mapped": mapped}, root=0)
     if comm.Get_rank() == 0:
         t = result["timing"]
         Path(config["out"]).write_text(json.dumps({
             "samples_s": t["samples"] / t["train_s"], "streamed": streamed(data.x),
             "pss_mb": sum(r["peak"] for r in ranks) / 2**20,
             "data_mb": sum(r["peak"] - r["base"] for r in ranks) / 2**20,
+            "mapped_mb": sum(r["mapped"] for r in ranks) / 2**20,
             "value": result["value"]}))
 
 
@@ -91,6 +94,18 @@ def pss() -> int:
         if line.startswith("Pss:"):
             return int(line.split()[1]) * 1024
     return 0
+
+
+def mapped_pss(folder: str) -> int:
+    """PSS in bytes of this process's mappings of files under folder (the data files)."""
+    total, inside = 0, False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        head = line.split()
+        if head and "-" in head[0] and len(head) >= 5 and not head[0].endswith(":"):
+            inside = len(head) >= 6 and head[5].startswith(folder)
+        elif inside and line.startswith("Pss:"):
+            total += int(head[1]) * 1024
+    return total
 
 
 class Peak:
@@ -124,7 +139,7 @@ def run_job(tmp: Path, name: str, parts: str, ranks: int, in_memory, limit: int 
     }))
     out = tmp / f"{name}.json"
     cmd = [str(BIN / "mpiexec"), "-n", str(ranks), sys.executable, __file__, "--worker",
-           json.dumps({"spec": str(spec), "out": str(out)})]
+           json.dumps({"spec": str(spec), "out": str(out), "folder": str(tmp)})]
     if limit:
         cmd = ["prlimit", f"--data={limit}", *cmd]
     start = time.monotonic()
@@ -194,6 +209,7 @@ def main(argv=None) -> int:
     ap.add_argument("--pss-ranks", default="1,2,3,4")
     ap.add_argument("--read-jets", type=int, default=400_000)
     ap.add_argument("--batch", type=int, default=512)
+    ap.add_argument("--repeat", type=int, default=3, help="runs of each throughput case")
     ap.add_argument("--tmp", default=None, help="where the data is written (removed after)")
     args = ap.parse_args(argv)
     if args.worker:
@@ -219,13 +235,18 @@ def _run(args, tmp: Path) -> int:
     print(f"{machine()}; {len(parts)} parts, {size / 2**30:.2f} GiB in {tmp} "
           f"({time.monotonic() - t0:.0f} s to write)", flush=True)
 
+    runs = {True: [], False: []}
+    for _ in range(args.repeat):   # alternated, the best of each: a shared machine's load
+        for mode in (True, False):
+            runs[mode].append(run_job(tmp, f"fit{int(mode)}", fit_glob, args.ranks, mode,
+                                      None, 2, args.batch))
     rows = []
     for mode in (True, False):
-        r = run_job(tmp, f"fit{int(mode)}", fit_glob, args.ranks, mode, None, 2, args.batch)
+        r = max(runs[mode], key=lambda r: r.get("samples_s", 0))
         rows.append({"data": f"{fit * PART_JETS * 1024 / 2**30:.2f} GiB",
                      "path": "in memory" if mode else "streamed", "ranks": args.ranks,
                      "RLIMIT_DATA": "-", **_cells(r)})
-        print(rows[-1], flush=True)
+        print(rows[-1], [round(x.get("samples_s", 0)) for x in runs[mode]], flush=True)
     limit = int(args.limit_gb * 2**30)
     r = run_job(tmp, "all", str(tmp / "big" / "part_*"), args.ranks, "auto", limit, 1, args.batch)
     rows.append({"data": f"{size / 2**30:.2f} GiB", "path": "auto", "ranks": args.ranks,
@@ -240,12 +261,12 @@ def _run(args, tmp: Path) -> int:
         for mode in (True, False):
             r = run_job(tmp, f"pss{ranks}{int(mode)}", fit_glob, ranks, mode, None, 1, args.batch)
             memory.append({"path": "in memory" if mode else "streamed", "ranks": ranks,
-                           **_cells(r, ("pss_mb", "data_mb"))})
+                           **_cells(r, ("pss_mb", "data_mb", "mapped_mb"))})
             print(memory[-1], flush=True)
     for row in memory:
         one = next(m for m in memory if m["path"] == row["path"] and m["ranks"] == 1)
-        for key in ("PSS MB", "data MB"):
-            if key in row and key in one:
+        for key in ("PSS MB", "data MB", "mapped MB"):
+            if key in row and key in one and one[key] > 1:
                 row[f"{key} / 1 rank"] = row[key] / one[key]
 
     reads = read_speeds(tmp, args.read_jets, args.batch)
@@ -259,7 +280,8 @@ def _run(args, tmp: Path) -> int:
 def _cells(r: dict, keys=("samples_s", "pss_mb")) -> dict:
     if "error" in r:
         return {"error": " ".join(r["error"])[:120]}
-    names = {"samples_s": "samples/s", "pss_mb": "PSS MB", "data_mb": "data MB"}
+    names = {"samples_s": "samples/s", "pss_mb": "PSS MB", "data_mb": "data MB",
+             "mapped_mb": "mapped MB"}
     out = {names[k]: r[k] for k in keys}
     if "streamed" in r:
         out["streamed"] = r["streamed"]
