@@ -275,3 +275,22 @@ def test_the_jets_example_variants_train(tmp_path, variant):
                   cwd=tmp_path, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "figure of merit: val_auc" in proc.stdout
+
+
+def test_memory_per_rank_sees_the_rlimit_and_the_ranks_on_the_node():
+    import resource
+
+    code = "from mpiopt.training.data import memory_per_rank; print(int(memory_per_rank()))"
+    limit = 3 << 30
+
+    def limited():
+        resource.setrlimit(resource.RLIMIT_DATA, (limit, resource.getrlimit(resource.RLIMIT_DATA)[1]))
+
+    out = subprocess.run([sys.executable, "-c", code], preexec_fn=limited, capture_output=True,
+                         text=True, check=True).stdout
+    assert int(out) <= limit
+    env = dict(os.environ, MPI_LOCALNRANKS="1000", MPI_LOCALRANKID="0")
+    many = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          check=True).stdout
+    node = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    assert int(many) <= node / 1000 + 1

@@ -14,6 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from conftest import mpiopt  # noqa: E402
 from test_data_mpi import trials_of  # noqa: E402
+from test_data_stream import BAD, _bad  # noqa: E402
 from test_training import MODEL_SOURCE  # noqa: E402
 
 pytest.importorskip("tensorflow")
@@ -81,12 +82,19 @@ def test_windowed_shuffle_split_by_file_through_the_cache(tmp_path):
     # one copy per file, made once by the two ranks starting together; no temp or lock left
 
 
-def test_bad_data_seen_up_front_stops_the_job_with_exit_2_before_any_trial(tmp_path):
-    spec = write_study(tmp_path, "bad", {"labels": "targets"})
+@pytest.mark.parametrize("case", BAD)
+def test_bad_data_seen_up_front_stops_the_job_with_exit_2_before_any_trial(tmp_path, case):
+    if case in ("no branch", "jagged branch"):
+        pytest.importorskip("uproot")
+    data, named = _bad(tmp_path, case)
+    spec = write_study(tmp_path, "bad", {})
+    raw = yaml.safe_load(spec.read_text())
+    raw["objective"]["data"] = data
+    spec.write_text(yaml.safe_dump(raw))
     proc, url = search(tmp_path, spec, "bad")
     assert proc.returncode == 2, proc.stdout + proc.stderr[-3000:]
-    lines = [line for line in proc.stderr.splitlines() if "no targets.npy" in line]
-    assert lines and "p0" in lines[0]
+    lines = [line for line in proc.stderr.splitlines() if named in line]
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
     assert not (tmp_path / "bad.db").exists()
 
 

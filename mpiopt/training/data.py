@@ -140,7 +140,7 @@ def _read(data, base_dir, files: list) -> Dataset:
     x, y = _features(train, stream), _labels(train)
     xv, yv = (_features(val, stream), _labels(val)) if val else (None, None)
     groups = np.repeat(np.arange(len(train)), [s.n for s in train]) \
-        if getattr(data, "split_by", "sample") == "file" else None
+        if data.split_by == "file" else None
     return check_finite(Dataset(x, y, xv, yv, groups=groups))
 
 
@@ -151,7 +151,7 @@ def catalog(data, base_dir=None, prefix: str = "", files: list | None = None) ->
     from mpiopt.training.cache import local_copy
 
     for kind in KINDS:
-        patterns = getattr(data, prefix + kind, None) or []
+        patterns = getattr(data, prefix + kind)
         if patterns:
             break
     else:
@@ -164,9 +164,9 @@ def catalog(data, base_dir=None, prefix: str = "", files: list | None = None) ->
     for path in expand(patterns, base_dir, directories=kind == "npy"):
         watched.append(str(path / f"{data.features}.npy") if kind == "npy" else str(path))
         check_unchanged(watched[-1:])
-        if getattr(data, "cache", None):
+        if data.cache:
             path = local_copy(path, data.cache)
-        key = kind, str(path), repr(features), data.labels, getattr(data, "tree", "Events")
+        key = kind, str(path), repr(features), data.labels, data.tree
         if key not in _opened:
             _opened[key] = open_source(kind, str(path), features, data.labels, key[4])
         sources.append(_opened[key])

@@ -64,13 +64,6 @@ class Source:
         with named(self.file, "features"):
             return self.reader(start, stop)
 
-    def take(self, local: np.ndarray) -> np.ndarray:
-        """Features of the samples at sorted local indices."""
-        if self.mapped is not None:
-            return self.mapped[local]
-        lo, hi = int(local[0]), int(local[-1]) + 1
-        return self.read(lo, hi)[local - lo]
-
 
 class named:
     """Any failure inside, as a DataError naming the file and the field."""
