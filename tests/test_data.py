@@ -4,7 +4,6 @@ from __future__ import annotations
 import select
 import subprocess
 import sys
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
