@@ -7,14 +7,14 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.mpiopt-installed
 DEMO_DB := build/demo.db
 
-.PHONY: demo test bench venv clean
+.PHONY: demo test bench docs venv clean
 
 venv: $(STAMP)
 
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e ".[tensorflow,mpich,postgresql,report,root,dev]"
+	$(BIN)/python -m pip install -q -e ".[tensorflow,mpich,postgresql,report,docs,root,dev]"
 	touch $(STAMP)
 
 # The demo study's database is build/demo.db; it is recreated on every `make demo`.
@@ -31,11 +31,19 @@ demo: $(STAMP)
 # TEST_WORKERS=0 runs them one after another in this process.
 TEST_WORKERS ?= 2
 
+# The docs build strictly first (a broken link or a page missing from the nav fails it);
+# tests/test_docs*.py check what the pages say against the code.
 test: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 	.ci/ensure-postgresql
 	.ci/ensure-chromium
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -q --durations=30 \
 		-n $(TEST_WORKERS) --dist loadfile tests
+
+# The documentation site, built into build/site/ (open build/site/index.html as a file);
+# `.venv/bin/mkdocs serve` serves it while you write.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 bench: $(STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python benchmarks/run_all.py

@@ -12,6 +12,8 @@ import yaml
 BIN = Path(sys.executable).parent
 ROOT = Path(__file__).resolve().parent.parent
 OBJECTIVES = Path(__file__).resolve().parent / "objectives.py"
+# the `mpiopt` command the jobs run (benchmarks/versus.py points it at a tree of its choice)
+COMMAND = os.environ.get("MPIOPT_COMMAND", str(BIN / "mpiopt"))
 
 
 def env(**extra) -> dict:
@@ -27,7 +29,7 @@ def write_spec(path: Path, **sections) -> Path:
 
 
 def mpiopt(args, np: int | None = None, cwd=None, timeout=900, **envs) -> subprocess.CompletedProcess:
-    cmd = [str(BIN / "mpiopt"), *map(str, args)]
+    cmd = [COMMAND, *map(str, args)]
     if np is not None and np > 1:
         cmd = [str(BIN / "mpiexec"), "-n", str(np), *cmd]
     return subprocess.run(cmd, cwd=cwd, env=env(**envs), capture_output=True, text=True, timeout=timeout)

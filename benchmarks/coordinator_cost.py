@@ -63,7 +63,7 @@ def branin(p):
 
 def measure(algorithm: str, points: list[int], tmp: Path) -> list[dict]:
     from mpiopt.parallel.protocol import Result
-    from mpiopt.parallel.scheduler import Dispatch, Scheduler
+    from mpiopt.parallel.scheduler import Dispatch, Executor, Scheduler
     from mpiopt.search import make_searcher
     from mpiopt.space import Real, Space
     from mpiopt.storage import open_storage
@@ -74,9 +74,13 @@ def measure(algorithm: str, points: list[int], tmp: Path) -> list[dict]:
     storage = Timed(raw, [n for n in WRITES if hasattr(raw, n)])
     searcher = Timed(make_searcher(algorithm, space, {}, 0), ["ask", "tell"])
     budget = max(points) + WINDOW + 4          # 4 still running when the last window closes
-    sched = Scheduler(storage=storage, study_id=study, searcher=searcher, direction="minimize",
-                      budget=budget, n_groups=4)
-    running = {a.group: a.trial for a in sched.start() if isinstance(a, Dispatch)}
+    sched = Scheduler(study_id=study, searcher=searcher, direction="minimize", budget=budget,
+                      n_groups=4)
+    executor = Executor(storage, send=None, view=sched)
+
+
+    running = {a.group: a.trial for a in executor.collect(sched.start())
+               if isinstance(a, Dispatch)}
     sched.prefetch()
     rows, acc, group = [], [], 0
     for n in range(1, max(points) + WINDOW):
@@ -84,7 +88,8 @@ def measure(algorithm: str, points: list[int], tmp: Path) -> list[dict]:
         trial = running.pop(group)
         storage.lap(), searcher.lap()
         t0 = time.perf_counter()
-        actions = sched.on_result(group, Result(trial.trial_id, "COMPLETE", branin(trial.params)))
+        result = Result(trial.trial_id, "COMPLETE", branin(trial.params))
+        actions = executor.collect(sched.on_result(group, result))
         total = time.perf_counter() - t0
         db, s = storage.lap(), searcher.lap()
         t1 = time.perf_counter()

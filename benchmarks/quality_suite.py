@@ -398,6 +398,8 @@ def main(argv=None) -> int:
     for text in args.patch:
         target, value = text.split("=", 1)
         module, attr = target.split(":")
+        if not hasattr(importlib.import_module(module), attr):   # (a dropped variant's name)
+            ap.error(f"--patch {text}: {module} has no constant {attr}")
         setattr(importlib.import_module(module), attr, json.loads(value))
     for text in args.variant:
         name, rest = text.split("=", 1)

@@ -1,15 +1,17 @@
-"""`make bench`: run every benchmark at its default size and write benchmarks/RESULTS.md.
+"""`make bench`: run every benchmark at its default size and write its results file,
+benchmarks/results/SCRIPT.md (one per script; benchmarks/RESULTS.md is the index, and
+docs/benchmarks.md the headline table, written by hand from these files).
 
 Each script measures what it compares side by side in one run and prints ratios; this
-collects their reports under the machine description. Run one script alone with its own
-options to go bigger on a cluster.
+writes each one's report under the machine description and the command. Run one script
+alone with its own options to go bigger on a cluster.
 
-What people wrote by hand survives a run: a section's text between `<!-- notes -->` and
-`<!-- /notes -->` (the figures a change replaced, what a table means) is carried over
-from the old RESULTS.md, under the new report of the same script.
+What people wrote by hand survives a run: a file's text between `<!-- notes -->` and
+`<!-- /notes -->` (what a table means, the figures a change replaced) is carried over
+from the old file, under the new report.
 
     make bench                                  # everything (about an hour on 2 cores)
-    python benchmarks/run_all.py simulate.py    # some scripts; the others' sections stay
+    python benchmarks/run_all.py simulate.py    # some scripts; the others' files stay
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results"
 SCRIPTS = ["scheduling.py", "coordinator_cost.py", "searcher_cost.py", "training_throughput.py",
            "quality_suite.py", "pruning.py", "trial_overhead.py", "startup.py", "multiobjective.py",
            "storage.py", "simulate.py", "checkpoint_overhead.py", "conditional.py", "pbt.py",
@@ -37,48 +40,44 @@ def final_report(stdout: str) -> str:
 NOTES = re.compile(r"<!-- notes -->.*?<!-- /notes -->", re.S)
 
 
-def old_sections(text: str) -> dict[str, str]:
-    """{script: its section} of an existing RESULTS.md."""
-    parts = re.split(r"^## (\S+\.py)\n", text, flags=re.M)
-    return {name: body.strip() for name, body in zip(parts[1::2], parts[2::2])}
+def results_file(script: str) -> Path:
+    """benchmarks/results/SCRIPT.md: where a script's report and notes live."""
+    return RESULTS / (Path(script).stem + ".md")
 
 
 def notes_of(section: str) -> str:
     return "\n\n".join(NOTES.findall(section))
 
 
+def run_one(script: str, now: str, machine: str) -> bool:
+    """Run `script`, write its results file (keeping its notes); False if it failed."""
+    print(f"== {script}", flush=True)
+    from _common import env
+
+    proc = subprocess.run([sys.executable, str(HERE / script)], cwd=HERE, env=env(),
+                          capture_output=True, text=True)
+    print(proc.stdout[-4000:], proc.stderr[-2000:] if proc.returncode else "", flush=True)
+    if proc.returncode != 0:                   # the last good results stay as they were
+        print(f"{script} failed with exit status {proc.returncode}:\n{proc.stderr[-2000:]}")
+        return False
+    out = results_file(script)
+    notes = notes_of(out.read_text()) if out.exists() else ""
+    out.write_text(f"# {script}\n\nMachine: {machine}\n\n`python benchmarks/{script}` ({now})\n\n"
+                   f"{final_report(proc.stdout)}\n" + (f"\n{notes}\n" if notes else ""))
+    print(f"wrote {out}", flush=True)
+    return True
+
+
 def main() -> int:
     sys.path.insert(0, str(HERE))
-    from _common import env, machine
+    from _common import machine
 
     now = datetime.datetime.now().isoformat(timespec='minutes')
-    chosen = sys.argv[1:] or SCRIPTS
-    scope = "" if chosen == SCRIPTS else (f" for {', '.join(chosen)} (the other sections are "
-                                          "from earlier runs)")
-    parts = [f"# Benchmark results\n\nWritten by `make bench` on {now}{scope}.\n"
-             f"Machine: {machine()}\n"]
-    failed = []
-    results = HERE / "RESULTS.md"
-    old = old_sections(results.read_text()) if results.exists() else {}
-    for script in SCRIPTS + [s for s in chosen if s not in SCRIPTS]:
-        if script not in chosen:                 # not run this time: its section stays
-            if script in old:
-                parts.append(f"## {script}\n\n{old[script]}\n")
-            continue
-        print(f"== {script}", flush=True)
-        proc = subprocess.run([sys.executable, str(HERE / script)], cwd=HERE, env=env(),
-                              capture_output=True, text=True)
-        print(proc.stdout[-4000:], proc.stderr[-2000:] if proc.returncode else "", flush=True)
-        if proc.returncode != 0:
-            failed.append(script)
-            parts.append(f"## {script}\n\nfailed with exit status {proc.returncode}:\n\n```\n{proc.stderr[-2000:]}\n```\n")
-            continue
-        notes = notes_of(old.get(script, ""))
-        parts.append(f"## {script}\n\n`python benchmarks/{script}` ({now})\n\n"
-                     f"{final_report(proc.stdout)}\n"
-                     + (f"\n{notes}\n" if notes else ""))
-    results.write_text("\n".join(parts))
-    print(f"wrote {results}" + (f"; failed: {', '.join(failed)}" if failed else ""))
+    RESULTS.mkdir(exist_ok=True)
+    failed = [s for s in (sys.argv[1:] or SCRIPTS) if not run_one(s, now, machine())]
+    if failed:
+        print(f"failed: {', '.join(failed)}")
+    print("where a headline figure moved: update docs/benchmarks.md, then run benchmarks/plots.py")
     return 1 if failed else 0
 
 

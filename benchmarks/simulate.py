@@ -69,7 +69,7 @@ def simulate(url: str, algorithm: str, groups: int, trials: int, mean_s: float,
     the MPI loop runs a searcher that answers at once, each busy group holds its next
     trial and starts it the moment its current one ends."""
     from mpiopt.parallel.protocol import Result
-    from mpiopt.parallel.scheduler import Dispatch, Scheduler
+    from mpiopt.parallel.scheduler import Dispatch, Executor, Scheduler
     from mpiopt.search import make_searcher
     from mpiopt.storage import open_storage
     from mpiopt.trial import TrialStatus
@@ -80,11 +80,10 @@ def simulate(url: str, algorithm: str, groups: int, trials: int, mean_s: float,
     with open_storage(url, create=True) as st:
         name = f"{algorithm}-{groups}-{mean_s:g}-{trials}"
         sid = st.create_study(name, "minimize", "value", "sim", "0" * 64, "{}")
-        sched = Scheduler(storage=st, study_id=sid,
-                          searcher=make_searcher(algorithm, _space(), {}, seed),
+        sched = Scheduler(study_id=sid, searcher=make_searcher(algorithm, _space(), {}, seed),
                           direction="minimize", budget=trials, n_groups=groups, seed=seed,
-                          clock=lambda: now["t"])
-        sched.ask_ahead = ahead and not sched.background
+                          clock=lambda: now["t"], send_first=True, ask_ahead=ahead)
+        executor = Executor(st, send=None, view=sched)
         commits, wrote = [], [False]     # write transactions (reads commit too)
 
         def statement(conn, cursor, text, *rest):
@@ -119,7 +118,7 @@ def simulate(url: str, algorithm: str, groups: int, trials: int, mean_s: float,
                         launch(a.group, at)
 
         t0 = time.perf_counter()
-        start(sched.start(), 0.0)
+        start(executor.collect(sched.start()), 0.0)
         free = time.perf_counter() - t0                 # the coordinator is busy until then
         busy_s += free
         while events:
@@ -136,7 +135,7 @@ def simulate(url: str, algorithm: str, groups: int, trials: int, mean_s: float,
             before = sched.finished
             batches += 1
             t0 = time.perf_counter()
-            actions = sched.on_results(batch)
+            actions = executor.collect(sched.on_results(batch))
             spent = time.perf_counter() - t0
             busy_s += spent
             for mark in marks:
@@ -144,7 +143,7 @@ def simulate(url: str, algorithm: str, groups: int, trials: int, mean_s: float,
                     cost_at.setdefault(mark, []).append(spent / len(batch))
             free = now["t"] + spent
             start(actions, free)
-        sched.finish()
+        executor.collect(sched.finish())
     mean_gap = statistics.fmean(gaps) if gaps else 0.0
     return {"completions/s": trials / busy_s, "busy %": 100 * mean_s / (mean_s + mean_gap),
             "mean gap ms": 1e3 * mean_gap, "cost per trial ms": 1e3 * busy_s / trials,

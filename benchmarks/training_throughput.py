@@ -5,8 +5,7 @@ For the digits and the jets example models, in the same run:
                       at every step, which the trainer does not)
   fit, loss only      model.fit of the same model compiled without metrics
   trainer 1           the mpiopt trainer on 1 rank
-  allreduce 2         synchronous data parallel on 2 ranks (and with the next batch gathered
-                      under the in-flight Iallreduce: "overlap")
+  allreduce 2         synchronous data parallel on 2 ranks
   allreduce 3         the same on 3 ranks, to compare with downpour at equal rank count
   downpour 3          master + 2 workers
   easgd 3             3 elastic-averaging workers
@@ -47,7 +46,7 @@ MODELS = {
 # (name, mode, ranks, threads per rank: None = the total divided among the ranks)
 CONFIGS = [("fit", "fit", 1, None), ("fit, loss only", "fit-loss", 1, None),
            ("trainer 1", "allreduce", 1, None), ("trainer 1, 1 thread", "allreduce", 1, 1),
-           ("allreduce 2", "allreduce", 2, None), ("allreduce 2 overlap", "overlap", 2, None),
+           ("allreduce 2", "allreduce", 2, None),
            ("allreduce 3", "allreduce", 3, None), ("downpour 3", "downpour", 3, None),
            ("easgd 3", "easgd", 3, None)]
 
@@ -60,7 +59,7 @@ def worker(model_name: str, mode: str, epochs: int, out: Path) -> None:
 
     comm = MPI.COMM_WORLD
     threads.pin_threads(comm)
-    from mpiopt.objective.refs import load_callable
+    from mpiopt.refs import load_callable
     from mpiopt.training import backend
 
     cfg = MODELS[model_name]
@@ -103,10 +102,9 @@ def _trainer(model, comm, mode, x, y, batch, epochs) -> dict:
 
     from mpiopt.training.trainer import make_algorithm
 
-    training = SimpleNamespace(batch_size=batch, mode="allreduce" if mode == "overlap" else mode,
-                               sync_every=1, easgd_alpha=0.5, easgd_period=4)
+    training = SimpleNamespace(batch_size=batch, mode=mode, sync_every=1, easgd_alpha=0.5,
+                               easgd_period=4)
     algorithm = make_algorithm(model, comm, training)
-    algorithm.overlap = mode == "overlap"
     algorithm.start()
     order = lambda e: np.random.default_rng(e).permutation(len(x))  # noqa: E731
     algorithm.train_epoch(x, y, order(0))

@@ -1,23 +1,13 @@
-"""A trial's fixed cost: what a digits trial spends beyond its epochs, and what each cut saves.
+"""A trial's fixed cost: what a digits trial spends beyond its epochs, and where it goes.
 
 Fixed cost = a trial's wall time minus epochs x its median epoch (the first epoch's extra
-time is tracing, so it counts as fixed). Trials run in this one process on one rank
-(MPI.COMM_SELF), the same parameter sets in every configuration, configurations
-interleaved trial by trial so that machine noise hits them alike:
-
-- before:     gc.collect() in Keras's clear_session before each build, and every step
-              function traced again for the last, smaller batch (the code before the cuts)
-- one trace:  each step function traced once per trial (a signature whose batch
-              dimension is free)
-- no collect: and no gc.collect() before each build
-- after:      and the fused pairs of a multi-rank step (apply + gradient) call the
-              pieces' traced functions instead of tracing their graphs again (the shipped
-              default; on one rank the step is one function, so it equals `no collect`)
+time is tracing, so it counts as fixed). Trials run in this one process (MPI.COMM_SELF on
+one rank), on random parameter sets of the digits space. The goal: at most 0.5 s a trial.
 
 For each --ranks N (default 1 and 2) one report: with N > 1 the trials run data-parallel
-on N ranks, as a group of N ranks trains them (the script starts itself under mpiexec). On one rank it also breaks the fixed cost
-down for the default: building the model, wrapping it in flat buffers, the first
-training step (tracing), the first validation (tracing).
+on N ranks, as a group of N ranks trains them (the script starts itself under mpiexec).
+On one rank it also breaks the fixed cost down: building the model, wrapping it in flat
+buffers, the first training step (tracing), the first validation (tracing).
 
     python benchmarks/trial_overhead.py --trials 8              # on 1 rank, then on 2
     python benchmarks/trial_overhead.py --trials 8 --ranks 4
@@ -33,11 +23,6 @@ import numpy as np
 
 from _common import BIN, ROOT, env, machine, table
 
-CONFIGS = {"before": dict(TRACE_ONCE=False, COLLECT_ON_BUILD=True, SHARED_PIECES=False),
-           "one trace": dict(TRACE_ONCE=True, COLLECT_ON_BUILD=True, SHARED_PIECES=False),
-           "no collect": dict(TRACE_ONCE=True, COLLECT_ON_BUILD=False, SHARED_PIECES=False),
-           "after": dict(TRACE_ONCE=True, COLLECT_ON_BUILD=False, SHARED_PIECES=True)}
-
 
 def one_trial(spec, params, seed, comm) -> tuple[float, float]:
     """(wall s, fixed s) of one trial on the ranks of comm (rank 0's figures)."""
@@ -52,8 +37,8 @@ def one_trial(spec, params, seed, comm) -> tuple[float, float]:
 
 
 def breakdown(spec, params, seed) -> dict:
-    """Seconds of each fixed part of one trial (the shipped default)."""
-    from mpiopt.objective.refs import load_callable
+    """Seconds of each fixed part of one trial."""
+    from mpiopt.refs import load_callable
     from mpiopt.training import backend
     from mpiopt.training.data import load_data
 
@@ -80,7 +65,7 @@ def breakdown(spec, params, seed) -> dict:
 
 def main(argv=None) -> str:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--trials", type=int, default=8, help="trials per configuration")
+    ap.add_argument("--trials", type=int, default=8, help="trials measured")
     ap.add_argument("--ranks", type=int, nargs="+", default=[1, 2],
                     help="ranks that train each trial (one report each)")
     args = ap.parse_args(argv)
@@ -103,42 +88,30 @@ def main(argv=None) -> str:
     return "\n\n".join(reports)
 
 
-def measure(trials_per_config: int, comm) -> str:
+def measure(trials_n: int, comm) -> str:
     """The report for trials trained on the ranks of comm (printed on its rank 0)."""
     from mpiopt.spec import load_spec
-    from mpiopt.training import backend
 
     spec = load_spec(ROOT / "examples" / "digits" / "spec.yaml")
     rng = np.random.default_rng(7)
-    trials = [spec.space.sample(rng) for _ in range(trials_per_config + 1)]
+    trials = [spec.space.sample(rng) for _ in range(trials_n + 1)]
     one_trial(spec, trials[0], 0, comm)    # TensorFlow's import and first use: not a trial's
-    runs = {name: [] for name in CONFIGS}
-    for i, params in enumerate(trials[1:], 1):
-        for name, flags in CONFIGS.items():
-            for flag, value in flags.items():
-                setattr(backend, flag, value)
-            runs[name].append(one_trial(spec, params, i, comm))
+    got = [one_trial(spec, params, i, comm) for i, params in enumerate(trials[1:], 1)]
     if comm.Get_rank() != 0:
         return ""
-    rows = []
-    for name, got in runs.items():
-        walls, fixed = np.array(got).T
-        rows.append({"configuration": name, "trial s (median)": float(np.median(walls)),
-                     "fixed s (median)": float(np.median(fixed)),
-                     "fixed s (p90)": float(np.quantile(fixed, 0.9))})
-    base = rows[0]["fixed s (median)"]
-    for r in rows:
-        r["fixed vs before"] = r["fixed s (median)"] / base
+    walls, fixed = np.array(got).T
+    rows = [{"trial s (median)": float(np.median(walls)), "fixed s (median)": float(np.median(fixed)),
+             "fixed s (p90)": float(np.quantile(fixed, 0.9))}]
     ranks = comm.Get_size()
     where = "one rank" if ranks == 1 else f"{ranks} ranks, allreduce"
-    report = (f"### A digits trial's fixed cost ({where}, {trials_per_config} trials per "
-              f"configuration, 3 folds x up to {spec.training.epochs} epochs)\n\n{machine()}\n\n"
-              f"`python benchmarks/trial_overhead.py --trials {trials_per_config} --ranks {ranks}`"
+    report = (f"### A digits trial's fixed cost ({where}, {trials_n} trials, "
+              f"3 folds x up to {spec.training.epochs} epochs)\n\n{machine()}\n\n"
+              f"`python benchmarks/trial_overhead.py --trials {trials_n} --ranks {ranks}`"
               f"\n\n{table(rows)}\n")
     if ranks == 1:
         parts = [breakdown(spec, p, i) for i, p in enumerate(trials[1:4])]
         split = {k: float(np.median([p[k] for p in parts])) for k in parts[0]}
-        report += f"\nWhere the default's fixed cost goes (median of 3 trials):\n\n{table([split])}\n"
+        report += f"\nWhere the fixed cost goes (median of 3 trials):\n\n{table([split])}\n"
     print(report)
     return report
 

@@ -1,19 +1,33 @@
 """mpiopt: distributed hyperparameter optimization for neural networks under MPI.
 
 Importing mpiopt imports neither mpi4py nor TensorFlow: the query commands and the
-coordinator never pay for them.
+coordinator never pay for them. Reading a study from Python uses Optuna's names where
+the concept is the same (docs/optuna-migration.md):
+
+    study = mpiopt.load_study(study_name="branin", storage="sqlite:///mpiopt.db")
 """
-from mpiopt.trial import FrozenTrial, StudyStatus, TrialStatus
+from mpiopt import study, trial   # mpiopt.study.StudyDirection, mpiopt.trial.TrialState: Optuna's places
+from mpiopt.trial import FrozenTrial, StudyDirection, StudyStatus, TrialState, TrialStatus
 
 __version__ = "0.1.0"
 
 
-def load_study(name: str, storage: str | None = None):
+def load_study(study_name: str | None = None, storage: str | None = None, **kwargs):
     """Open a recorded study for reading: trials, best trials and values, a DataFrame.
-    `storage` defaults to $MPIOPT_STORAGE, else sqlite:///mpiopt.db."""
+    `storage` defaults to $MPIOPT_STORAGE, else sqlite:///mpiopt.db; without a name, the
+    database's only study. Optuna's keywords (study_name=, storage=, sampler=, pruner=)
+    work; so does the name as the first argument."""
     from mpiopt.study.api import load_study as _load
 
-    return _load(name, storage=storage)
+    return _load(study_name, storage=storage, **kwargs)
 
 
-__all__ = ["FrozenTrial", "StudyStatus", "TrialStatus", "load_study", "__version__"]
+def get_all_study_names(storage: str) -> list[str]:
+    """Every study's name in the database at URL `storage`."""
+    from mpiopt.study.api import get_all_study_names as _names
+
+    return _names(storage)
+
+
+__all__ = ["FrozenTrial", "StudyDirection", "StudyStatus", "TrialState", "TrialStatus",
+           "get_all_study_names", "load_study", "study", "trial", "__version__"]

@@ -1,8 +1,8 @@
 """A setting declared once: name, type, default, range and one line of documentation.
 
 The spec reader checks a field from its declaration, the searchers take their defaults
-from it, and README's tables are generated from it (`python -m mpiopt.spec.doc`), so the
-three cannot drift apart::
+from it, and the spec reference's tables (docs/reference/spec.md) are generated from it
+(`python -m mpiopt.spec.doc`), so the three cannot drift apart::
 
     EPOCHS = Field("epochs", 10, "integer", "Epochs per trial (per fold).", low=1)
     EPOCHS.read(section)     # section: mpiopt.spec._Section; a SpecError names the field
@@ -30,13 +30,13 @@ class Field:
     name: str
     default: Any                    # REQUIRED, or the value taken when the field is absent
     kind: str                       # one of PLAIN, or of STRUCTURED
-    doc: str                        # one line, Markdown: README's "meaning" cell
+    doc: str                        # one line, Markdown: the reference's "meaning" cell
     choices: tuple | None = None
     low: float | None = None        # integers: the minimum; numbers: the range
     high: float | None = None
     open_low: bool = False          # numbers: low itself is refused
     open_high: bool = False
-    shown: str | None = None        # README's default cell, where the default says too little
+    shown: str | None = None        # the reference's default cell, where the value says too little
 
     def __post_init__(self):
         if self.kind not in _TYPES:

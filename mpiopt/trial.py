@@ -30,6 +30,52 @@ class TrialStatus(str, enum.Enum):
         return self in (TrialStatus.COMPLETE, TrialStatus.PRUNED, TrialStatus.FAILED)
 
 
+class Direction(str, enum.Enum):
+    """Whether smaller or larger values of the objective are better. Searchers, pruners,
+    the Pareto tools and the kept models all work lower-is-better, so they are given
+    `sign * value`; the database and the spec keep the words."""
+
+    MINIMIZE = "minimize"
+    MAXIMIZE = "maximize"
+
+    @property
+    def sign(self) -> float:
+        """+1 for minimize, -1 for maximize: sign * value is lower-is-better."""
+        return -1.0 if self is Direction.MAXIMIZE else 1.0
+
+    @classmethod
+    def parse(cls, text: "str | Direction") -> "Direction":
+        """The direction a spec or a study record names; ValueError naming the choices."""
+        try:
+            return cls(text)
+        except ValueError:
+            raise ValueError(f"direction: expected minimize or maximize, got {text!r}") from None
+
+
+StudyDirection = Direction   # Optuna's name (the Python API's study.direction, directions)
+
+
+class TrialState(enum.Enum):
+    """Optuna's TrialState names over mpiopt's statuses (the value), for the Python API's
+    trial.state: FAIL is FAILED, WAITING is PENDING (queued). INTERRUPTED (its job ended;
+    it runs again on resume) and RETRIED (a failed trial queued again) are mpiopt's own."""
+
+    RUNNING = "RUNNING"
+    COMPLETE = "COMPLETE"
+    PRUNED = "PRUNED"
+    FAIL = "FAILED"
+    WAITING = "PENDING"
+    INTERRUPTED = "INTERRUPTED"
+    RETRIED = "RETRIED"
+
+    def is_finished(self) -> bool:
+        return TrialStatus(self.value).is_finished()
+
+    @classmethod
+    def of(cls, status: TrialStatus) -> "TrialState":
+        return cls(TrialStatus(status).value)
+
+
 class StudyStatus(str, enum.Enum):
     RUNNING = "RUNNING"
     COMPLETE = "COMPLETE"

@@ -1,4 +1,4 @@
-"""mpiopt.field (a setting declared once) and the README generator mpiopt.spec.doc."""
+"""mpiopt.field (a setting declared once) and the spec reference generator mpiopt.spec.doc."""
 from __future__ import annotations
 
 import dataclasses
@@ -91,8 +91,8 @@ def doc(*args):
 def test_the_doc_command_prints_and_checks_the_tables(tmp_path):
     proc = doc("resources")
     assert proc.returncode == 0 and proc.stdout.startswith("`resources`:\n\n| field |")
-    assert doc("--check", "README.md").returncode == 0
-    copy = tmp_path / "README.md"
+    assert doc("--check", "docs/reference/spec.md").returncode == 0
+    copy = tmp_path / "spec.md"
     copy.write_text("<!-- fields: study -->\n<!-- end fields -->\n")
     assert doc("--check", str(copy)).returncode == 1
     assert doc("--write", str(copy)).returncode == 0 and "| `name` | string | required |" in copy.read_text()

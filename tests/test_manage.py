@@ -156,7 +156,8 @@ def test_trials_dataframe_best_params_and_value(tmp_path, monkeypatch):
         frame = study.trials_dataframe()
         assert list(frame["params_x"]) == [1.5, -4.0, 3.0, 0.0]
         assert list(frame["params_act"]) == ["relu", "tanh", "relu", "tanh"]
-        assert frame["metrics_acc"][0] == 0.75 and str(frame["started_at"].dtype).startswith("datetime64")
+        assert frame["user_attrs_acc"][0] == 0.75    # Optuna's names (docs/optuna-migration.md)
+        assert str(frame["datetime_start"].dtype).startswith("datetime64")
         assert study.best_params == {"x": 1.5, "k": 2, "act": "relu"} and study.best_value == 0.5
     with open_storage(url) as st:
         new_study(st, "empty")

@@ -227,14 +227,15 @@ class RecordingKeeper:
 def _run(storage, sid, existing=(), budget=12, values=None, stop_after=None):
     """Two groups, population 3: results told as they come (values by member)."""
     from mpiopt.parallel.protocol import Result
-    from mpiopt.parallel.scheduler import Dispatch, Scheduler
+    from mpiopt.parallel.scheduler import Dispatch
     from mpiopt.trial import TrialStatus
+    from scheduling import scheduler
 
     keeper = RecordingKeeper()
-    sched = Scheduler(storage=storage, study_id=sid, searcher=make_searcher(
+    sched = scheduler(storage=storage, study_id=sid, searcher=make_searcher(
         "pbt", SPACE, {"population": 3, "interval": 2}, seed=1), direction="minimize",
-        budget=budget, n_groups=2, existing=list(existing), artifacts=keeper)
-    sched.ask_ahead = True          # as the MPI loop sets it: pbt must still never go ahead
+        budget=budget, n_groups=2, existing=list(existing), artifacts=keeper,
+        ask_ahead=True, send_first=True)   # as under MPI: pbt must still never go ahead
     queue = [a for a in sched.start() if isinstance(a, Dispatch)]
     done = 0
     while queue and (stop_after is None or done < stop_after):
@@ -243,7 +244,7 @@ def _run(storage, sid, existing=(), budget=12, values=None, stop_after=None):
         queue += [a for a in sched.on_result(d.group, Result(d.trial.trial_id, TrialStatus.COMPLETE,
                                                               value=value))
                   if isinstance(a, Dispatch)]
-        assert not sched.ahead and sched.prefetch() is False
+        assert not sched.ahead.trials and sched.prefetch() is False
         done += 1
     return sched, keeper, queue
 
@@ -317,13 +318,14 @@ def test_the_report_draws_the_population_and_tabulates_its_lineage(tmp_path):
 
 def test_groups_beyond_the_population_wait_and_the_study_still_ends(tmp_path):
     from mpiopt.parallel.protocol import Result
-    from mpiopt.parallel.scheduler import Dispatch, Scheduler, StopGroup
+    from mpiopt.parallel.scheduler import Dispatch, StopGroup
     from mpiopt.storage import open_storage
     from mpiopt.trial import TrialStatus
+    from scheduling import scheduler
 
     with open_storage(f"sqlite:///{tmp_path / 'p.db'}", create=True) as st:
         sid = st.create_study("p", "minimize", "v", "s", "0" * 64, "{}")
-        sched = Scheduler(storage=st, study_id=sid, searcher=make_searcher(
+        sched = scheduler(storage=st, study_id=sid, searcher=make_searcher(
             "pbt", SPACE, {"population": 2}, seed=1), direction="minimize", budget=6,
             n_groups=3, artifacts=RecordingKeeper())
         actions = sched.start()

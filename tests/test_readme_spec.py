@@ -1,11 +1,11 @@
-"""README's spec tables say what the reader does: the fields each section accepts, with
-their declared type, default and doc line.
+"""The spec reference's tables (docs/reference/spec.md) say what the reader does: the
+fields each section accepts, with their declared type, default and doc line.
 
 Two checks per section. The reader: every section is read by a `_Section` that refuses
 unknown keys; the keys it was given while a spec with every section loads must be the
-section's declared fields (mpiopt.spec.fields). The README: the table between the
-section's markers must list the same fields with the same type, default and meaning.
-A difference fails naming the field; `python -m mpiopt.spec.doc --write README.md`
+section's declared fields (mpiopt.spec.fields). The page: the table between the section's
+markers must list the same fields with the same type, default and meaning. A difference
+fails naming the field; `python -m mpiopt.spec.doc --write docs/reference/spec.md`
 regenerates the tables from the declarations.
 """
 from __future__ import annotations
@@ -18,8 +18,9 @@ import yaml
 from conftest import ROOT
 from mpiopt.spec.fields import SECTIONS, marked, markdown_table
 
-README = (ROOT / "README.md").read_text(encoding="utf-8")
-FIX = "regenerate with: python -m mpiopt.spec.doc --write README.md"
+PAGE = "docs/reference/spec.md"
+PAGE_TEXT = (ROOT / PAGE).read_text(encoding="utf-8")
+FIX = f"regenerate with: python -m mpiopt.spec.doc --write {PAGE}"
 
 # every section present, so that each is read once
 FULL_SPEC = {
@@ -62,14 +63,14 @@ def accepted(tmp_path_factory) -> dict[str, tuple]:
 
 
 def documented(section: str) -> dict[str, tuple[str, str, str]]:
-    """{field: (type, default, meaning)} from the README table between the section's markers."""
-    body = marked(README).get(section)
-    assert body is not None, f"README has no <!-- fields: {section} --> table; {FIX}"
+    """{field: (type, default, meaning)} from the page's table between the section's markers."""
+    body = marked(PAGE_TEXT).get(section)
+    assert body is not None, f"{PAGE} has no <!-- fields: {section} --> table; {FIX}"
     rows = [line for line in body.splitlines() if line.startswith("|")][2:]  # past header, rule
     out = {}
     for row in rows:
         cells = [c.strip() for c in row.strip().strip("|").split(" | ")]
-        assert len(cells) == 4, f"README's {section} table: a row without 4 cells: {row}"
+        assert len(cells) == 4, f"{PAGE}'s {section} table: a row without 4 cells: {row}"
         for name in re.findall(r"`([a-z_0-9]+)`", cells[0]):
             out[name] = tuple(cells[1:])
     return out
@@ -86,24 +87,24 @@ def test_the_reader_accepts_exactly_the_declared_fields(accepted, section):
 
 
 @pytest.mark.parametrize("section", SECTIONS)
-def test_readme_table_matches_the_declared_fields(section):
+def test_reference_table_matches_the_declared_fields(section):
     rows = documented(section)
     declared = {f.name: f for f in SECTIONS[section]}
     missing, extra = declared.keys() - rows.keys(), rows.keys() - declared.keys()
-    assert not missing, f"README's {section} table lacks {sorted(missing)}; {FIX}"
-    assert not extra, f"README's {section} table lists {sorted(extra)}, which {section} refuses"
+    assert not missing, f"{PAGE}'s {section} table lacks {sorted(missing)}; {FIX}"
+    assert not extra, f"{PAGE}'s {section} table lists {sorted(extra)}, which {section} refuses"
     differ = []
     for name, field in declared.items():
         kind, default, doc = rows[name]
         for what, theirs, ours in (("default", default, field.default_cell()),
                                    ("meaning", doc, field.doc), ("type", kind, field.type_cell())):
             if theirs != ours:
-                differ.append(f"README's {section}.{name}: {what} {theirs!r}, declared {ours!r}")
+                differ.append(f"{PAGE}'s {section}.{name}: {what} {theirs!r}, declared {ours!r}")
     assert not differ, "\n".join(differ + [FIX])
-    assert marked(README)[section] == markdown_table(section), \
-        f"README's {section} table is not in its generated form (order, rows); {FIX}"
+    assert marked(PAGE_TEXT)[section] == markdown_table(section), \
+        f"{PAGE}'s {section} table is not in its generated form (order, rows); {FIX}"
 
 
-def test_readme_marks_no_unknown_section():
-    unknown = set(marked(README)) - set(SECTIONS)
-    assert not unknown, f"README marks tables of sections that do not exist: {sorted(unknown)}"
+def test_reference_marks_no_unknown_section():
+    unknown = set(marked(PAGE_TEXT)) - set(SECTIONS)
+    assert not unknown, f"{PAGE} marks tables of sections that do not exist: {sorted(unknown)}"

@@ -1,4 +1,5 @@
-"""The coordinator's decisions without MPI: events in, actions out, with a fake storage."""
+"""The coordinator's decisions without MPI or a database: events in, instructions out
+(tests/scheduling.py runs the handlers and reads their instructions)."""
 from __future__ import annotations
 
 import itertools
@@ -6,75 +7,16 @@ import itertools
 import pytest
 
 from mpiopt.parallel.protocol import Decision, Report, Result
-from mpiopt.parallel.scheduler import Answer, Dispatch, Scheduler, StopGroup, Withdraw, trial_seed
+from mpiopt.parallel.scheduler import Answer, Dispatch, StopGroup, Withdraw, trial_seed
+from mpiopt.parallel.scheduler.instructions import CreateTrials
+from scheduling import Records, scheduler
 from mpiopt.trial import FrozenTrial, StudyStatus, TrialStatus
-
-
-class FakeStorage:
-    """Implements the slice of the storage API the scheduler uses, and logs every write."""
-
-    def __init__(self):
-        self.trials: dict[int, dict] = {}
-        self.log: list[tuple] = []
-        self.status = None
-        self.intermediate = []
-
-    def create_trial(self, study_id, params, seed, group, host=None):
-        tid = len(self.trials) + 1
-        self.trials[tid] = dict(number=tid - 1, params=params, seed=seed, status="RUNNING", attempt=0)
-        self.log.append(("create", tid))
-        return self._frozen(tid)
-
-    def restart_trial(self, trial_id, group, host=None):
-        self.trials[trial_id].update(status="RUNNING", attempt=self.trials[trial_id]["attempt"] + 1)
-        self.log.append(("restart", trial_id))
-        return self._frozen(trial_id)
-
-    def finish_trial(self, trial_id, status, **kw):
-        self.trials[trial_id].update(status=TrialStatus(status).value, **kw)
-        self.log.append(("finish", trial_id))
-
-    def create_trials(self, study_id, requests):
-        made = [self.create_trial(study_id, r["params"], r["seed"], r["group"], r.get("host"))
-                for r in requests]
-        for r, t in zip(requests, made):
-            self.trials[t.id]["started"] = r.get("started", True)
-        return made
-
-    def finish_trials(self, outcomes, started=()):
-        self.log.append(("batch", len(outcomes)))
-        for tid in started:
-            self.trials[tid]["started"] = True
-            self.log.append(("started", tid))
-        for o in outcomes:
-            o = dict(o)
-            self.finish_trial(o.pop("trial_id"), o.pop("status"), **o)
-
-    def finish_and_create(self, outcomes, study_id, requests, started=()):
-        self.log.append(("one commit", len(outcomes), len(requests)))
-        return self.finish_trials(outcomes, started), self.create_trials(study_id, requests)
-
-    def add_intermediate(self, trial_id, epoch, value):
-        self.intermediate.append((trial_id, epoch, value))
-
-    def interrupt_running(self, study_id, keep=()):
-        n = 0
-        for tid, t in self.trials.items():
-            if t["status"] == "RUNNING" and tid not in keep:
-                t["status"], n = "INTERRUPTED", n + 1
-        return n
-
-    def set_study_status(self, study_id, status):
-        self.status = status
-
-    def _frozen(self, tid):
-        t = self.trials[tid]
-        return FrozenTrial(id=tid, study_id=1, number=t["number"], status=TrialStatus(t["status"]),
-                           params=t["params"], seed=t["seed"], attempt=t["attempt"])
 
 
 class CountingSearcher:
     """Suggests x = 0, 1, 2, ...; remembers what it was told, in order."""
+
+    numbered, asks_ahead, space = False, True, None     # (the searchers' traits)
 
     def __init__(self):
         self.counter = itertools.count()
@@ -102,10 +44,15 @@ class CountingSearcher:
 
 
 def make(n_groups=2, budget=4, **kw):
-    storage, searcher = FakeStorage(), CountingSearcher()
-    sched = Scheduler(storage=storage, study_id=1, searcher=searcher, direction=kw.pop("direction", "minimize"),
-                      budget=budget, n_groups=n_groups, **kw)
+    storage, searcher = Records(), CountingSearcher()
+    sched = scheduler(storage=storage, study_id=1, searcher=searcher,
+                      direction=kw.pop("direction", "minimize"), budget=budget, n_groups=n_groups, **kw)
     return sched, storage, searcher
+
+
+def writes(storage) -> list[tuple]:
+    """The log without the reads of the (empty) queue."""
+    return [entry for entry in storage.log if entry[0] != "read queue"]
 
 
 def done(trial_id, value=1.0, status="COMPLETE", error=None):
@@ -134,32 +81,41 @@ def test_finished_group_gets_prefetched_work_before_searcher_is_told():
 
 
 def test_the_next_trial_is_sent_before_the_result_is_written_but_committed_first():
+    sched, storage, _ = make(n_groups=2, budget=5, send_first=True)
+    first = sched.start()
+    del storage.log[:]
+    actions = sched.on_result(0, done(first[0].trial.trial_id, 3.0))
+    assert [a.group for a in actions if isinstance(a, Dispatch)] == [0]
+    # RUNNING before it left, and it left before the result was written
+    assert writes(storage)[:3] == [("create", 3), ("send", 0), ("batch", 1)]
+    assert ("finish", 1) in storage.log
+    assert sched.finished == 1 and len(sched.running) == 2
+
+
+def test_without_send_first_the_result_is_written_before_the_next_trial_is_made():
+    """Trials in the ranks' own processes (one may kill the job): the next trial is made
+    and sent only once the result that freed the group is written."""
     sched, storage, _ = make(n_groups=2, budget=5)
     first = sched.start()
-    sent = []
-    sched.send_now = lambda actions: sent.append((list(actions), list(storage.log)))
-    actions = sched.on_result(0, done(first[0].trial.trial_id, 3.0))
-    assert not [a for a in actions if isinstance(a, Dispatch)]
-    (dispatched, log_then), = sent
-    assert dispatched[0].group == 0 and ("create", 3) in log_then     # RUNNING before it left
-    assert ("finish", 1) not in log_then and ("finish", 1) in storage.log
-    assert sched.finished == 1 and len(sched.running) == 2
+    del storage.log[:]
+    sched.on_result(0, done(first[0].trial.trial_id, 3.0))
+    assert writes(storage)[:4] == [("batch", 1), ("finish", 1), ("create", 3), ("send", 0)]
 
 
 @pytest.mark.parametrize("result", [done(1, None, "FAILED", "boom"), done(1, 0.5)])
 def test_a_result_that_may_stop_the_study_is_written_before_the_next_trial(result):
-    sched, storage, _ = make(n_groups=1, budget=5, target=1.0, max_initial_failures=1)
+    sched, storage, _ = make(n_groups=1, budget=5, target=1.0, max_initial_failures=1,
+                             send_first=True)
     sched.start()
-    sched.send_now = lambda actions: pytest.fail("sent before the result was written")
+    del storage.log[:]
     actions = sched.on_result(0, result)
-    assert storage.log[-1] == ("finish", 1) and sched.stop_reason is not None
+    assert writes(storage)[:2] == [("batch", 1), ("finish", 1)] and sched.stop_reason is not None
     assert actions == [StopGroup(0)]
 
 
 def test_the_budget_counts_a_result_still_being_written():
-    sched, storage, _ = make(n_groups=2, budget=2)
+    sched, storage, _ = make(n_groups=2, budget=2, send_first=True)
     first = sched.start()
-    sched.send_now = lambda actions: pytest.fail(f"budget exceeded: {actions}")
     actions = sched.on_result(0, done(first[0].trial.trial_id, 3.0))
     assert actions == [StopGroup(0)] and len(storage.trials) == 2
 
@@ -220,6 +176,28 @@ def test_initial_failures_stop_the_study():
     assert actions == [StopGroup(0)] and sched.done
     assert sched.finish() is StudyStatus.FAILED
     assert "first 3 trials all failed" in sched.message and "ImportError" in sched.message
+
+
+def test_failures_in_a_row_after_a_success_stop_the_study():
+    sched, storage, _ = make(n_groups=1, budget=50, max_failures_in_a_row=3)
+    actions = sched.start()
+    actions = sched.on_result(0, done(actions[0].trial.trial_id, 1.0))
+    for i in range(3):
+        assert sched.stop_reason is None
+        actions = sched.on_result(0, done(actions[0].trial.trial_id, None, "FAILED", "OSError: gone"))
+    assert actions == [StopGroup(0)] and sched.done and sched.finished == 4
+    assert sched.finish() is StudyStatus.FAILED
+    assert sched.message == ("stopping: the last 3 trials all failed "
+                             "(search.max_failures_in_a_row); last error: OSError: gone")
+
+
+def test_a_success_between_failures_starts_the_count_again():
+    sched, _, _ = make(n_groups=1, budget=9, max_failures_in_a_row=3)
+    actions = sched.start()
+    for value in (1.0, None, None, 2.0, None, None, 3.0, None, None):
+        status, error = ("COMPLETE", None) if value else ("FAILED", "e")
+        actions = sched.on_result(0, done(actions[0].trial.trial_id, value, status, error))
+    assert sched.stop_reason is None and sched.finished == 9
 
 
 def test_a_budget_below_the_failure_limit_that_all_failed_is_a_failed_study():
@@ -292,11 +270,11 @@ def test_resume_replays_finished_and_reruns_unfinished_first():
         FrozenTrial(id=2, study_id=1, number=1, status=TrialStatus.RUNNING, params={"x": 11}),
         FrozenTrial(id=3, study_id=1, number=2, status=TrialStatus.FAILED, params={"x": 12}, error="e"),
     ]
-    storage, searcher = FakeStorage(), CountingSearcher()
+    storage, searcher = Records(), CountingSearcher()
     storage.trials = {1: dict(number=0, params={"x": 10}, seed=1, status="COMPLETE", attempt=0),
                       2: dict(number=1, params={"x": 11}, seed=2, status="RUNNING", attempt=0),
                       3: dict(number=2, params={"x": 12}, seed=3, status="FAILED", attempt=0)}
-    sched = Scheduler(storage=storage, study_id=1, searcher=searcher, direction="minimize",
+    sched = scheduler(storage=storage, study_id=1, searcher=searcher, direction="minimize",
                       budget=4, n_groups=2, existing=existing)
     assert searcher.replayed == [({"x": 10}, 2.0), ({"x": 12}, None)]
     assert searcher.rerun == [{"x": 11}] and searcher.next_number == 3  # pending from the start
@@ -375,9 +353,9 @@ def test_groups_get_work_while_the_searcher_is_stuck_in_a_fit():
     from mpiopt.search.background import BackgroundSearcher
 
     inner = BlockingSearcher(free=3)
-    storage = FakeStorage()
-    searcher = BackgroundSearcher(inner, max_stock=2)
-    sched = Scheduler(storage=storage, study_id=1, searcher=searcher, direction="minimize",
+    storage = Records()
+    searcher = BackgroundSearcher(inner, max_stock=2, min_fill_wait_s=0.0)   # (a time limit)
+    sched = scheduler(storage=storage, study_id=1, searcher=searcher, direction="minimize",
                       budget=8, n_groups=2)
     dispatched = _until(lambda: sched.start() or sched.tick(), "a first dispatch")
     dispatched += _until(lambda: sched.tick(), "a second dispatch") if len(dispatched) < 2 else []
@@ -410,7 +388,7 @@ def test_a_failing_background_searcher_ends_the_study_with_its_error():
         def ask(self, number=None):
             raise ValueError("singular matrix")
 
-    sched = Scheduler(storage=FakeStorage(), study_id=1, searcher=BackgroundSearcher(Broken(), 2),
+    sched = scheduler(storage=Records(), study_id=1, searcher=BackgroundSearcher(Broken(), 2),
                       direction="minimize", budget=4, n_groups=1)
     with pytest.raises(RuntimeError, match="searcher failed: ValueError: singular matrix"):
         _until(lambda: sched.start() or sched.tick(), "the error")
@@ -429,7 +407,11 @@ def test_the_stock_follows_results_per_ask():
     # a group waits for the model when that costs under 1% of a trial (0.1 s x 16 groups)
     searcher._ask_s = 0.005
     assert not searcher._waiting_costs_too_much()
-    searcher._ask_s = 0.05
+    searcher._ask_s = 0.05                                # with a time limit, that is
+    assert not searcher._waiting_costs_too_much()         # too much; without, it is not
+    searcher.min_fill_wait_s = 0.0
+    assert searcher._waiting_costs_too_much()
+    searcher.min_fill_wait_s, searcher._ask_s = 1.0, 2.0  # a wait of seconds is too much
     assert searcher._waiting_costs_too_much()
 
 
@@ -439,42 +421,16 @@ def test_results_are_kept_when_the_next_trial_cannot_be_created():
     sched, storage, _ = make(n_groups=2, budget=6)
     first = sched.start()
 
-    def down(study_id, requests):
-        raise StorageUnavailable("db: connection refused")
-
-    storage.create_trials = down
+    storage.failing[CreateTrials] = StorageUnavailable("db: connection refused")
     with pytest.raises(StorageUnavailable):
         sched.on_result(0, done(first[0].trial.trial_id, 3.0))
     assert storage.trials[1]["status"] == "COMPLETE" and 0 in sched.idle
 
 
-class QueueStorage(FakeStorage):
-    """FakeStorage with the database's queue of PENDING parameter sets."""
-
-    def enqueue(self, params):
-        tid = len(self.trials) + 1
-        self.trials[tid] = dict(number=tid - 1, params=params, seed=None, status="PENDING", attempt=0)
-        return tid
-
-    def pending_trials(self, study_id, limit=None):
-        queued = [tid for tid, t in sorted(self.trials.items()) if t["status"] == "PENDING"]
-        self.log.append(("read queue", len(queued)))
-        return [self._frozen(tid) for tid in queued[:limit]]
-
-    def take_pending(self, requests):
-        for r in requests:
-            self.trials[r["trial_id"]].update(status="RUNNING", seed=r["seed"], group=r["group"])
-            self.log.append(("take", r["trial_id"]))
-        return [FrozenTrial(id=r["trial_id"], study_id=1, status=TrialStatus.RUNNING,
-                            number=self.trials[r["trial_id"]]["number"], group=r["group"],
-                            params=self.trials[r["trial_id"]]["params"], seed=r["seed"])
-                for r in requests]
-
-
 def test_queued_sets_run_before_suggestions_are_told_and_count_toward_the_budget():
-    storage, searcher = QueueStorage(), CountingSearcher()
+    storage, searcher = Records(), CountingSearcher()
     storage.enqueue({"x": 100})
-    sched = Scheduler(storage=storage, study_id=1, searcher=searcher, direction="minimize",
+    sched = scheduler(storage=storage, study_id=1, searcher=searcher, direction="minimize",
                       budget=3, n_groups=1)
     first = sched.start()
     assert first[0].trial.params == {"x": 100} and first[0].trial.seed == trial_seed(0, 0)
@@ -491,8 +447,8 @@ def test_queued_sets_run_before_suggestions_are_told_and_count_toward_the_budget
 
 def test_an_empty_queue_is_read_on_dispatch_but_not_on_every_tick():
     clock = [0.0]
-    storage = QueueStorage()
-    sched = Scheduler(storage=storage, study_id=1, searcher=CountingSearcher(),
+    storage = Records()
+    sched = scheduler(storage=storage, study_id=1, searcher=CountingSearcher(),
                       direction="minimize", budget=10, n_groups=1, clock=lambda: clock[0])
     sched.start()                        # read the (empty) queue, then asked the searcher
     sched.running.clear()
@@ -515,7 +471,7 @@ def test_retried_and_pending_trials_are_neither_replayed_nor_counted():
         FrozenTrial(id=3, study_id=1, number=2, status=TrialStatus.PENDING, params={"x": 1}),
     ]
     searcher = CountingSearcher()
-    sched = Scheduler(storage=QueueStorage(), study_id=1, searcher=searcher, direction="minimize",
+    sched = scheduler(storage=Records(), study_id=1, searcher=searcher, direction="minimize",
                       budget=4, n_groups=1, existing=existing, warm=[({"x": 7}, 3.0)])
     assert searcher.replayed == [({"x": 7}, 3.0), ({"x": 2}, 1.0)]   # warm start first
     assert sched.reruns == [] and sched.finished == 1 and sched.next_number == 3
@@ -524,22 +480,23 @@ def test_retried_and_pending_trials_are_neither_replayed_nor_counted():
 # ---- asking ahead (the MPI loop's mode for searchers that answer at once) ---------------
 def _ahead(n_groups, budget, **kw):
     """A scheduler that asks ahead, as for a study that already has a success."""
-    sched, storage, searcher = make(n_groups=n_groups, budget=budget, **kw)
-    sched.ask_ahead = sched.any_success = True
+    sched, storage, searcher = make(n_groups=n_groups, budget=budget, ask_ahead=True,
+                                    send_first=True, **kw)
+    sched.outcomes.any_success = True
     return sched, storage, searcher
 
 
 def test_nothing_is_sent_ahead_before_a_trial_succeeds():
-    sched, storage, _ = make(n_groups=2, budget=10, max_initial_failures=2)
-    sched.ask_ahead = True
+    sched, storage, _ = make(n_groups=2, budget=10, max_initial_failures=2, ask_ahead=True,
+                             send_first=True)
     first = sched.start()
     assert [a.group for a in first] == [0, 1]
     failed = sched.on_result(0, done(first[0].trial.trial_id, None, "FAILED", "bug"))
-    assert [a.group for a in failed if isinstance(a, Dispatch)] == [0] and not sched.ahead
+    assert [a.group for a in failed if isinstance(a, Dispatch)] == [0] and not sched.ahead.trials
     second = sched.on_result(1, done(first[1].trial.trial_id, 2.0))   # a success (recorded
-    assert not sched.ahead                      # after this dispatch): from the next result on,
+    assert not sched.ahead.trials                      # after this dispatch): from the next result on,
     sched.on_result(0, done(failed[0].trial.trial_id, 1.0))        # one ahead per group
-    assert set(sched.ahead) == {0, 1} and second
+    assert set(sched.ahead.trials) == {0, 1} and second
 
 
 def test_each_busy_group_holds_its_next_trial_and_starts_it_without_a_dispatch():
@@ -554,7 +511,7 @@ def test_each_busy_group_holds_its_next_trial_and_starts_it_without_a_dispatch()
     assert ("one commit", 1, 1) in storage.log      # result, start and next trial together
     assert searcher.calls == ["tell", "ask"]        # nobody waits: told before the ask
     assert [(a.group, a.trial.number) for a in actions if isinstance(a, Dispatch)] == [(0, 4)]
-    assert 0 not in sched.idle and sched.ahead[0].number == 4
+    assert 0 not in sched.idle and sched.ahead.trials[0].number == 4
 
 
 def test_the_last_wave_is_not_queued_behind_busy_groups():
@@ -563,7 +520,7 @@ def test_the_last_wave_is_not_queued_behind_busy_groups():
     assert [a.group for a in first] == [0, 1, 0]     # 5 - 3 = 2 left: not more than groups
     actions = sched.on_result(1, done(first[1].trial.trial_id))
     assert [a.group for a in actions if isinstance(a, Dispatch)] == [1]   # idle: a fresh one
-    assert not sched.ahead or set(sched.ahead) == {0}
+    assert not sched.ahead.trials or set(sched.ahead.trials) == {0}
     assert sum(1 for _ in storage.trials) == 4
 
 
@@ -629,3 +586,40 @@ def test_the_recorded_error_is_the_failing_ranks_own_not_an_echo():
     assert _cause([echo, own]) == own
     assert _cause([echo]) == echo
     assert _cause([own, "ValueError: x (world rank 4 on n1)"]) == own
+
+
+def test_a_handler_is_its_instructions_in_order_and_does_no_io_itself():
+    """The scheduler asks; the test answers each instruction by hand: nothing happens
+    between the yields, and the trial is sent only once its row exists."""
+    from mpiopt.parallel.scheduler import Scheduler
+    from mpiopt.parallel.scheduler import instructions as ins
+
+    searcher = CountingSearcher()
+    sched = Scheduler(study_id=7, searcher=searcher, direction="minimize", budget=3, n_groups=1)
+    steps = sched.start()
+    read = next(steps)
+    assert read == ins.ReadQueue(7, 1)
+    create = steps.send([])                          # an empty queue: the searcher is asked
+    assert isinstance(create, ins.CreateTrials) and create.study_id == 7
+    assert [r["params"] for r in create.requests] == [{"x": 0}] and not sched.running
+    row = FrozenTrial(id=41, study_id=7, number=0, status=TrialStatus.RUNNING, params={"x": 0})
+    sent = steps.send([row])
+    assert sent == Dispatch(0, sent.trial) and sent.trial.trial_id == 41
+    assert sched.running[0].trial_id == 41
+    with pytest.raises(StopIteration):
+        steps.send(None)
+    steps = sched.on_result(0, done(41, 2.5))
+    write = next(steps)
+    assert isinstance(write, ins.WriteResults) and write.outcomes[0]["trial_id"] == 41
+    assert searcher.told == [] and sched.finished == 0      # told and counted once written
+    answers = {ins.ReadQueue: [], ins.CreateTrials: [FrozenTrial(
+        id=42, study_id=7, number=1, status=TrialStatus.RUNNING, params={"x": 1})]}
+    rest = [steps.send(None)]
+    while True:
+        try:
+            rest.append(steps.send(answers.get(type(rest[-1]))))
+        except StopIteration:
+            break
+    kinds = [type(i).__name__ for i in rest]
+    assert kinds[:2] == ["TrialDone", "TrialsSettled"] and searcher.told == [(0, 2.5)]
+    assert kinds[-3:] == ["ReadQueue", "CreateTrials", "Dispatch"] and sched.finished == 1

@@ -120,6 +120,27 @@ def test_study_whose_first_trials_all_fail_stops(tmp_path):
     assert failed <= len(trials) <= failed + 1 and all(t.status == TrialStatus.FAILED for t in trials)
 
 
+@pytest.mark.parametrize("np", [None, 3])
+def test_failures_in_a_row_after_a_success_stop_the_study(tmp_path, np):
+    """One trial succeeds, then the objective breaks for good: the study stops once
+    search.max_failures_in_a_row have failed in a row (it burned the whole budget, exit 0,
+    without a word), with the line that says how to run them again."""
+    spec = write_spec(tmp_path, function="breaks_after_one", trials=40, max_failures_in_a_row=4)
+    env = dict(subprocess_env(), MPIOPT_TEST_BROKEN=str(tmp_path / "broken"))
+    proc = mpiopt("search", spec, "--storage", db_url(tmp_path), np=np, cwd=tmp_path, env=env)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    closing = [ln for ln in proc.stderr.splitlines() if ln.startswith("mpiopt:")]
+    assert len(closing) == 1 and "trials all failed (search.max_failures_in_a_row)" in closing[0]
+    assert "events.h5" in closing[0] and closing[0].endswith("--retry-failed"), closing
+    study, trials = trials_of(tmp_path)
+    statuses = [t.status for t in sorted(trials, key=lambda t: t.number)]
+    assert statuses.count(TrialStatus.COMPLETE) == 1 and study.status == StudyStatus.FAILED
+    # four in a row; with two groups, a trial that failed before the success and ones
+    # running or sent ahead when the study stopped (INTERRUPTED: they run on resume)
+    finished = [s for s in statuses if s is not TrialStatus.INTERRUPTED]
+    assert 5 <= len(finished) <= (5 if np is None else 8), statuses
+
+
 def test_uneven_rank_count_is_refused_with_counts_that_work(tmp_path):
     spec = write_spec(tmp_path, group_size=2)
     proc = search(tmp_path, spec, 4)

@@ -230,6 +230,54 @@ def test_make_searcher_names_and_errors():
         make_searcher("evolutionary", MIXED, {"cma": True}, 0)
 
 
+def test_every_algorithm_is_declared_once_with_its_traits():
+    """The registry names each algorithm, its class and its traits; the spec's choices,
+    the options' sections and each class's traits all come from it."""
+    import subprocess
+    import sys
+
+    from mpiopt.search import ALGORITHMS, VECTOR_ALGORITHMS, traits
+    from mpiopt.search._registry import REGISTRY, TRAIT_NAMES
+    from mpiopt.search.options import OPTIONS
+    from mpiopt.spec import ALGORITHMS as SPEC_ALGORITHMS
+
+    assert SPEC_ALGORITHMS == ALGORITHMS == tuple(sorted(OPTIONS))
+    assert VECTOR_ALGORITHMS == ("auto", "bayesian", "evolutionary", "random")
+    assert traits("pbt").numbered and traits("pbt").rounds and not traits("pbt").asks_ahead
+    assert traits("bayesian").slow and not traits("random").slow and not traits("tpe").rounds
+    with pytest.raises(SpecError, match="grid"):
+        traits("grid")
+    for name in ALGORITHMS:
+        if name == "auto":
+            continue
+        built = make_searcher(name, SQUARE, {}, 0)
+        assert type(built).__name__ == REGISTRY[name].cls
+        assert {t: getattr(built, t) for t in TRAIT_NAMES} == vars(traits(name))
+    portfolio = make_searcher("auto", Space([Real(f"x{i}", 0.0, 1.0) for i in range(3)]), {}, 0)
+    assert portfolio.slow and portfolio.algorithm == "portfolio" and not portfolio.numbered
+    # asking an algorithm's traits imports no strategy (scikit-learn, Optuna: seconds a rank)
+    code = ("import sys; from mpiopt.search import traits; traits('bayesian').slow; "
+            "print(sorted(m for m in sys.modules if m.startswith(('sklearn', 'optuna', 'skopt'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_a_registered_class_that_sets_a_trait_itself_is_refused():
+    with pytest.raises(TypeError, match="_registry"):
+        class Twice(RandomSearcher):        # noqa: F841
+            algorithm = "random"
+            slow = True
+
+
+def test_a_direction_gives_the_sign_searchers_are_told_with():
+    from mpiopt.trial import Direction
+
+    assert Direction.parse("minimize").sign == 1.0 and Direction.parse("maximize").sign == -1.0
+    assert Direction.parse(Direction.MAXIMIZE) is Direction.MAXIMIZE == "maximize"
+    with pytest.raises(ValueError, match="minimize or maximize, got 'max'"):
+        Direction.parse("max")
+
+
 def test_search_modules_import_neither_mpi_nor_sqlalchemy():
     import ast
     import pathlib
@@ -372,27 +420,6 @@ def test_gp_posterior_interpolates_and_samples():
     assert 0 < np.isfinite(wide).sum() <= _gp._SAMPLE_ROWS
     best_mean = np.argmin(post.predict(many)[0])
     assert np.isfinite(wide[best_mean])
-
-
-def test_warped_kernel_is_the_matern_at_no_warp_and_its_gradient_is_exact():
-    from sklearn.gaussian_process.kernels import Matern
-
-    from mpiopt.search import _gp
-
-    rng = np.random.default_rng(1)
-    X = rng.random((12, 3))
-    warped = _gp.WarpedMatern(length_scale=np.array([0.3, 0.7, 1.2]), warp_cols=[0, 2])
-    plain = Matern(length_scale=np.array([0.3, 0.7, 1.2]), nu=2.5)
-    assert np.allclose(warped(X), plain(X))            # a = b = 1: no warping
-    bent = warped.clone_with_theta(warped.theta + rng.normal(0.0, 0.4, len(warped.theta)))
-    assert not np.allclose(bent(X), plain(X))
-    K, grad = bent(X, eval_gradient=True)
-    eps, numeric = 1e-6, []
-    for e in np.eye(len(bent.theta)):
-        up, down = bent.clone_with_theta(bent.theta + eps * e), bent.clone_with_theta(bent.theta - eps * e)
-        numeric.append((up(X) - down(X)) / (2 * eps))
-    assert grad.shape == (12, 12, 3 + 2 + 2)
-    assert np.allclose(grad, np.stack(numeric, axis=-1), atol=1e-6)
 
 
 def test_in_place_matern_gives_scikit_learns_numbers_exactly():

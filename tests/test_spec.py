@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from mpiopt.errors import SpecError
-from mpiopt.objective.refs import check_ref, load_callable
+from mpiopt.refs import check_ref, load_callable
 from mpiopt.spec import Spec, load_spec, parse_overrides, shipped_searchspaces
 
 ROOT = Path(__file__).resolve().parent.parent

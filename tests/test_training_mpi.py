@@ -29,7 +29,7 @@ PARAMS = {"width": 8, "lr": 0.02}
 def allreduce_weights(comm, folder: Path) -> np.ndarray:
     """Weights after two epochs of allreduce steps over fixed global batches of 25 samples
     (110 samples: every batch splits unevenly over 2 ranks, the last one is short)."""
-    from mpiopt.objective.refs import load_callable
+    from mpiopt.refs import load_callable
     from mpiopt.training import backend
     from mpiopt.training.allreduce import AllreduceSGD
 

@@ -75,3 +75,5 @@ def test_keras_study_with_pruning_on_five_ranks(tmp_path):
             assert t.metrics["val_accuracy"] == pytest.approx(t.value)
         else:
             assert t.value == pytest.approx(curve[max(curve)])
+            # a pruned trial keeps the spans of what it ran (its leader's fold: concurrent)
+            assert [s["epoch"] for s in t.spans if s["kind"] == "epoch"] == sorted(curve), t.spans

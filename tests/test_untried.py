@@ -9,13 +9,14 @@ import yaml
 
 from conftest import ROOT, mpiopt
 from mpiopt.space.conditions import Condition
-from mpiopt.parallel.scheduler import Dispatch, Scheduler
+from mpiopt.parallel.scheduler import Dispatch
 from mpiopt.search import make_searcher
 from mpiopt.search.background import BackgroundSearcher
 from mpiopt.search.untried import LIST_MAX, Untried, space_size
 from mpiopt.space import Categorical, Integer, Real, Space
 from mpiopt.trial import FrozenTrial, StudyStatus, TrialStatus
-from test_scheduler import FakeStorage, done
+from scheduling import Records, scheduler
+from test_scheduler import done
 from test_search_mpi import db_url, search, trials_of
 
 GRID = Space([Categorical("opt", ["adam", "sgd"]), Integer("layers", 1, 3)])
@@ -69,11 +70,10 @@ def drive(sched, evaluate=value, max_steps=200):
                                        "cmaes"])
 @pytest.mark.parametrize("ahead", [False, True])
 def test_each_set_runs_once_and_the_study_ends_complete(algorithm, ahead):
-    storage = FakeStorage()
+    storage = Records()
     searcher = make_searcher(algorithm, GRID, {}, 0, budget=20, parallel=2)
-    sched = Scheduler(storage=storage, study_id=1, searcher=searcher, direction="minimize",
-                      budget=20, n_groups=2)
-    sched.ask_ahead = ahead
+    sched = scheduler(storage=storage, study_id=1, searcher=searcher, direction="minimize",
+                      budget=20, n_groups=2, ask_ahead=ahead, send_first=ahead)
     assert drive(sched) is StudyStatus.COMPLETE
     keys = [(t["params"]["opt"], t["params"]["layers"]) for t in storage.trials.values()]
     assert sorted(keys) == sorted({(o, n) for o in ("adam", "sgd") for n in (1, 2, 3)})
@@ -86,10 +86,10 @@ def test_auto_s_pair_holds_the_replacements_in_both_members(categorical):
     categorical one); a replacement is pending in both, and each set still runs once."""
     dims = [Integer(n, 0, 2) for n in "abc"] + ([Categorical("k", ["p", "q"])] if categorical else [])
     space = Space(dims)
-    storage = FakeStorage()
+    storage = Records()
     searcher = make_searcher("auto", space, {}, 0, budget=80, parallel=3)
     assert searcher.algorithm == "portfolio"
-    sched = Scheduler(storage=storage, study_id=1, searcher=searcher, direction="minimize",
+    sched = scheduler(storage=storage, study_id=1, searcher=searcher, direction="minimize",
                       budget=80, n_groups=3)
     assert drive(sched, evaluate=lambda p: (p["a"] - 1) ** 2 + p["b"] + (p.get("k") == "q")) \
         is StudyStatus.COMPLETE
@@ -101,9 +101,9 @@ def test_auto_s_pair_holds_the_replacements_in_both_members(categorical):
 
 def test_a_background_searcher_gets_the_replacement_too():
     """The GP asked beside the loop (its stock may repeat a told set): still each set once."""
-    storage = FakeStorage()
+    storage = Records()
     searcher = BackgroundSearcher(make_searcher("bayesian", GRID, {}, 0), max_stock=2)
-    sched = Scheduler(storage=storage, study_id=1, searcher=searcher, direction="minimize",
+    sched = scheduler(storage=storage, study_id=1, searcher=searcher, direction="minimize",
                       budget=20, n_groups=2)
     try:
         queue = list(sched.start())
@@ -134,12 +134,12 @@ def test_a_resumed_study_runs_only_the_sets_it_has_not_tried():
     existing = [FrozenTrial(id=i + 1, study_id=1, number=i, status=s, params=p,
                             value=value(p) if s is TrialStatus.COMPLETE else None)
                 for i, (p, s) in enumerate(zip(sets, statuses))]
-    storage = FakeStorage()
+    storage = Records()
     for t in existing:
         storage.trials[t.id] = dict(number=t.number, params=t.params, seed=0,
                                     status=t.status.value, attempt=0)
     searcher = make_searcher("random", GRID, {}, 0)
-    sched = Scheduler(storage=storage, study_id=1, searcher=searcher, direction="minimize",
+    sched = scheduler(storage=storage, study_id=1, searcher=searcher, direction="minimize",
                       budget=20, n_groups=1, existing=existing)
     assert sched.untried.left() == 2
     assert drive(sched) is StudyStatus.COMPLETE
@@ -149,7 +149,7 @@ def test_a_resumed_study_runs_only_the_sets_it_has_not_tried():
 
 def test_an_infinite_space_is_left_alone():
     space = Space([Categorical("opt", ["adam", "sgd"]), Real("x", 0.0, 1.0)])
-    sched = Scheduler(storage=FakeStorage(), study_id=1, direction="minimize", budget=5,
+    sched = scheduler(storage=Records(), study_id=1, direction="minimize", budget=5,
                       searcher=make_searcher("random", space, {}, 0), n_groups=1)
     assert sched.untried is None
 

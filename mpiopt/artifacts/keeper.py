@@ -18,7 +18,7 @@ import shutil
 from pathlib import Path
 
 from mpiopt.artifacts import checkpoint_dir, models_dir, write_json
-from mpiopt.trial import TrialStatus
+from mpiopt.trial import Direction, TrialStatus
 
 
 class Keeper:
@@ -27,7 +27,7 @@ class Keeper:
         self.root, self.keep = Path(root), int(keep)
         self.refit = refit                # training.refit
         self.checkpoints = checkpoints    # reruns continue: their per-epoch rows are kept
-        self.sign = -1.0 if direction == "maximize" else 1.0
+        self.sign = Direction.parse(direction).sign
         self.say = say or (lambda line: None)
         self.kept = kept_models(self.root)          # {number: value}
         self.held: set[int] = set()       # finished trials whose checkpoints stay (pbt)

@@ -7,6 +7,7 @@ from pathlib import Path
 from mpiopt.artifacts import models_dir
 from mpiopt.artifacts.keeper import kept_models
 from mpiopt.errors import MpioptError
+from mpiopt.trial import Direction
 
 
 def store_of(record) -> Path:
@@ -20,7 +21,7 @@ def store_of(record) -> Path:
 def listing(record) -> list[dict]:
     """One row per kept model, best first; the refit model (training.refit) first of all."""
     root = store_of(record)
-    sign = -1.0 if record.direction == "maximize" else 1.0
+    sign = Direction.parse(record.direction).sign
     rows = []
     refit = root / "refit.keras"
     if refit.is_file():

@@ -29,7 +29,8 @@ def storage_url(args, from_spec: str | None = None) -> str:
 
 
 def add_format_option(parser) -> None:
-    parser.add_argument("--format", choices=("table", "json"), default="table")
+    parser.add_argument("--format", choices=("table", "json"), default="table",
+                        help="table: aligned columns for people; json: for scripts")
 
 
 def print_rows(rows: Sequence[dict[str, Any]], fmt: str, columns: Sequence[str] | None = None,

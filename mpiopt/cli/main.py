@@ -18,6 +18,7 @@ COMMAND_MODULES = (
     "mpiopt.cli.db",
     "mpiopt.cli.study",
     "mpiopt.cli.model",
+    "mpiopt.cli.dashboard",
 )
 
 

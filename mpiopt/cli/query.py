@@ -15,7 +15,7 @@ from mpiopt.errors import MpioptError
 from mpiopt.trial import TrialStatus
 
 STUDY_COLUMNS = ("name", "state", "direction", "metric", "trials", "complete", "running",
-                 "failed", "best", "created")
+                 "failed", "pruned", "best", "created")
 
 
 def register(subparsers) -> None:
@@ -27,12 +27,14 @@ def register(subparsers) -> None:
                    help="by trial number, or by value best first (the study's direction)")
     p.add_argument("--limit", type=_positive, metavar="N", help="at most N trials")
     p = _command(subparsers, "best", cmd_best, "the best complete trials", study=True)
-    p.add_argument("--top", type=_positive, default=1, metavar="K", help="how many (default 1)")
+    p.add_argument("--top", type=_positive, default=None, metavar="K",
+                   help="how many (default 1; with several objectives the whole Pareto front)")
     p = _command(subparsers, "show", cmd_show, "one trial in full", study=True)
     p.add_argument("number", type=int, help="trial number (from `mpiopt trials`)")
     p = _command(subparsers, "export", cmd_export, "all trials as CSV or JSON, or a Chrome "
                  "trace of the groups' work (open in ui.perfetto.dev)", study=True, fmt=False)
-    p.add_argument("--format", choices=("csv", "json", "chrome-trace"), default="csv")
+    p.add_argument("--format", choices=("csv", "json", "chrome-trace"), default="csv",
+                   help="csv or json: a row per trial; chrome-trace: the groups' work over time")
     p.add_argument("-o", "--output", metavar="FILE", help="write here instead of stdout")
     _command(subparsers, "status", cmd_status, "progress of a study (also while it runs)",
              study=True)
@@ -71,19 +73,48 @@ def _opened(args, study: bool = True):
 
 
 def cmd_studies(args) -> int:
-    with _opened(args, study=False) as (storage, _):
-        records = storage.list_studies()
     from mpiopt.reporting.tables import liveness
 
     url = storage_url(args)
-    rows = [{"name": r.name, "status": r.status.value,
-             "state": liveness(r, url)[0], "direction": r.direction,
-             "metric": r.metric, "trials": sum(r.counts.values()),
-             "complete": r.counts[TrialStatus.COMPLETE], "running": r.counts[TrialStatus.RUNNING],
-             "failed": r.counts[TrialStatus.FAILED], "best": r.best_value,
-             "created": r.created_at.isoformat(timespec="seconds")} for r in records]
+    with _opened(args, study=False) as (storage, _):
+        records = storage.list_studies()
+        rows = [{"name": r.name, "status": r.status.value,
+                 "state": liveness(r, url)[0], "direction": r.direction,
+                 "metric": r.metric, "trials": sum(r.counts.values()),
+                 "complete": r.counts[TrialStatus.COMPLETE],
+                 "running": r.counts[TrialStatus.RUNNING],
+                 "failed": r.counts[TrialStatus.FAILED], "pruned": r.counts[TrialStatus.PRUNED],
+                 **_best_of_study(storage, r, args.format == "table"),
+                 "created": r.created_at.isoformat(timespec="seconds")} for r in records]
     print_rows(rows, args.format, STUDY_COLUMNS)
     return 0
+
+
+def _best_of_study(storage, record, human: bool) -> dict:
+    """The study's best value; with constraints the best feasible one; with several
+    objectives no single value but the front's size ("front": N; the table says so)."""
+    front = _front(storage, record)
+    if front is None:
+        return {"best": record.best_value}
+    if not front.multi:
+        return {"best": None if front.best is None else front.best.value}
+    size = len(front.trials)
+    return {"best": f"front of {size}" if human else None, "front": size,
+            "hypervolume": front.hypervolume}
+
+
+def _front(storage, record, trials=None):
+    """The best trials (mpiopt.reporting.front) of a study with several objectives or
+    constraints, from its COMPLETE trials; None for one objective without constraints
+    (the store's order by value says it all)."""
+    from mpiopt.objective.metrics import from_stored
+    from mpiopt.reporting.front import Front
+
+    if from_stored(record.spec_text) is None:
+        return None
+    if trials is None:
+        trials = storage.get_trials(record.id, statuses=[TrialStatus.COMPLETE.value])
+    return Front.of(record, trials)
 
 
 def cmd_trials(args) -> int:
@@ -93,21 +124,21 @@ def cmd_trials(args) -> int:
         trials = storage.get_trials(record.id, statuses=args.status, order_by=args.sort,
                                     limit=args.limit,
                                     descending=args.sort == "value" and record.direction == "maximize")
-    print_rows([trial_row(t, args.format == "table") for t in trials], args.format,
-               table_columns(trials))
+        front = _front(storage, record)
+    human = args.format == "table"
+    print_rows([trial_row(t, human, front) for t in trials], args.format,
+               table_columns(trials, front))
     return 0
 
 
 def cmd_best(args) -> int:
-    from mpiopt.objective.metrics import from_stored
     from mpiopt.reporting.tables import table_columns, trial_row
 
     with _opened(args) as (storage, record):     # one opening, whichever kind of study
-        objective = from_stored(record.spec_text)
-        if objective is not None:
-            trials = storage.get_trials(record.id, statuses=[TrialStatus.COMPLETE.value])
-            return _best_of_vector(args, objective, record, trials)
-        trials = storage.best_trials(record.id, args.top)
+        front = _front(storage, record)
+        if front is not None:
+            return _best_of_vector(args, record, front)
+        trials = storage.best_trials(record.id, args.top or 1)
     if not trials and args.format == "table":
         print(f"study '{record.name}' has no complete trial yet")
         return 0
@@ -116,14 +147,13 @@ def cmd_best(args) -> int:
     return 0
 
 
-def _best_of_vector(args, objective, record, trials) -> int:
-    """Several objectives: the Pareto front of the feasible complete trials, by the first
-    objective; one objective with constraints: the best feasible trials."""
-    from mpiopt.objective.metrics import FrontTracker
+def _best_of_vector(args, record, front) -> int:
+    """Several objectives: the first --top trials of the Pareto front of the feasible
+    complete trials, by the first objective (the title says how many there are); one
+    objective with constraints: the best feasible trials."""
     from mpiopt.reporting.tables import front_rows
 
-    tracker = FrontTracker(objective)
-    rows, columns, title = front_rows(trials, tracker, args.top)
+    rows, columns, title = front_rows(front, args.top or (len(front.trials) if front.multi else 1))
     if not rows and args.format == "table":
         print(f"study '{record.name}' has no feasible complete trial yet")
         return 0
@@ -139,11 +169,12 @@ def cmd_show(args) -> int:
     with _opened(args) as (storage, record):
         trial = storage.get_trial(record.id, args.number)
         parent = None if trial.parent is None else storage.get_trial(record.id, trial.parent)
+        front = _front(storage, record)
     if args.format == "json":
-        print(json.dumps(trial_dict(trial), indent=2))
+        print(json.dumps(trial_dict(trial, front), indent=2))
         return 0
     for line in show_lines(trial, record.name, record.metric, record.direction,
-                           unicode_ok=_can_encode("▁█"), parent=parent):
+                           unicode_ok=_can_encode("▁█"), parent=parent, front=front):
         print(line)
     return 0
 
@@ -153,7 +184,9 @@ def cmd_export(args) -> int:
 
     with _opened(args) as (storage, record):
         trials = storage.get_trials(record.id)
-    write = write_csv if args.format == "csv" else write_json
+    front = _front(storage, record, [t for t in trials if t.status == TrialStatus.COMPLETE])
+    writer = write_csv if args.format == "csv" else write_json
+    write = lambda trials, out: writer(trials, out, front)    # noqa: E731
     if args.format == "chrome-trace":
         write = _trace_writer(record)
     if not args.output:
@@ -182,8 +215,9 @@ def cmd_status(args) -> int:
         counts = storage.count_trials(record.id)
         best = storage.best_trials(record.id, 1)
         groups = storage.group_activity(record.id)
+        front = _front(storage, record)
     summary = status_summary(record, counts, best[0] if best else None, groups,
-                             storage_url(args))
+                             storage_url(args), front)
     if args.format == "json":
         print(json.dumps(summary, indent=2))
     else:

@@ -13,9 +13,9 @@ from pathlib import Path
 
 from mpiopt.cli.common import add_storage_option, storage_url
 from mpiopt.errors import MpioptError
-from mpiopt.reporting.figures import KINDS, PBT_KINDS   # no plotting library imported
+from mpiopt.reporting.figures import KINDS, MULTI_KINDS, PBT_KINDS   # no plotting library
 
-PLOT_KINDS = KINDS + PBT_KINDS
+PLOT_KINDS = KINDS + MULTI_KINDS + PBT_KINDS
 from mpiopt.reporting.static import FORMATS as PLOT_FORMATS
 
 
@@ -82,8 +82,8 @@ def cmd_plot(args) -> int:
         raise MpioptError(f"cannot write {out}: {exc.strerror}") from exc
     finally:
         tmp.unlink(missing_ok=True)
-    if shown.note:
-        print(f"mpiopt: note: {args.kind}: {shown.note}", file=sys.stderr)
+    if shown.note or shown.caption:
+        print(f"mpiopt: note: {args.kind}: {shown.note or shown.caption}", file=sys.stderr)
     print(f"wrote {out}", file=sys.stderr)
     return 0
 

@@ -22,7 +22,7 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from mpiopt.objective.refs import load_callable
+    from mpiopt.refs import load_callable
     from mpiopt.spec import load_spec, parse_overrides
 
     spec = load_spec(args.spec, parse_overrides(args.overrides))

@@ -62,7 +62,7 @@ class Objective:
                       *(c.metric for c in spec.objective.constraints)}
         self._told_skipped = False
         if spec.objective.function:
-            from mpiopt.objective.refs import load_callable
+            from mpiopt.refs import load_callable
 
             self._function = load_callable(spec.objective.function, spec.base_dir)
             self._accepts = _accepted_args(self._function)
@@ -263,7 +263,7 @@ def stopped_result(trial: Trial, exc: TrialStopped, where: str) -> Result:
     status = TrialStatus(exc.status)
     error = None if status is TrialStatus.PRUNED else f"{exc.reason} ({where})"
     return Result(trial.trial_id, status, value=exc.value if status is TrialStatus.PRUNED else None,
-                  error=error)
+                  error=error, spans=list(getattr(exc, "spans", None) or []))
 
 
 def _failed_or_stopped(trial: Trial, error: str) -> Result:

@@ -16,7 +16,9 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
-DIRECTIONS = ("minimize", "maximize")
+from mpiopt.trial import Direction
+
+DIRECTIONS = tuple(d.value for d in Direction)
 _CONSTRAINT = re.compile(r"^\s*([A-Za-z_][\w.]*)\s*(<=|>=|<|>)\s*([-+0-9.eE]+)\s*$")
 
 
@@ -65,7 +67,7 @@ def signed(objectives, metrics: dict) -> tuple[float, ...] | None:
         value = metrics.get(name)
         if value is None or not math.isfinite(float(value)):
             return None
-        out.append(-float(value) if direction == "maximize" else float(value))
+        out.append(Direction.parse(direction).sign * float(value))
     return tuple(out)
 
 
@@ -82,7 +84,7 @@ class FrontTracker:
         self.constraints = tuple(objective.constraints)
         self.primary = objective.metric
         ref = dict(objective.reference)
-        self.reference = (tuple(-ref[n] if d == "maximize" else ref[n] for n, d in self.objectives)
+        self.reference = (tuple(Direction.parse(d).sign * ref[n] for n, d in self.objectives)
                           if ref else None)
         self.front: list[tuple[Any, tuple]] = []     # (trial, signed values)
         self.worst: list[float] | None = None

@@ -15,14 +15,13 @@ rank's FATAL and the coordinator's own error all end the whole job in bounded ti
 whose heartbeats stop (mpiopt.parallel.liveness: dead, and the launcher did not notice)
 ends it too; its group's trial stays RUNNING, so the resume counts a lost attempt.
 
-Where trials run in the ranks' own processes (`in_process`: Keras models, functions taking
-`comm`, `objective.isolate: false`), one that kills its process takes the whole job down
-at once (the launcher kills every rank, rank 0 too). A group's next trial then leaves only
-once its last result is written, neither before the write nor sent ahead: else a good
-trial's result, received but not yet committed when the next trial killed the job, was
-lost, and the good trial ran again and was charged the poison one's lost attempts (on
-PostgreSQL 2 of 6 three-trial studies FAILED a good trial as "killed its process 2
-times"). It costs such a group one write and a round trip per trial.
+Where trials run in the ranks' own processes (Keras models, functions taking `comm`,
+`objective.isolate: false`), one that kills its process takes the whole job down at once
+(the launcher kills every rank, rank 0 too). There the run builds the scheduler without
+`send_first` and `ask_ahead` (mpiopt/run/launch.py): a group's next trial leaves only once
+its last result is written, else a good trial's result, received but not yet committed
+when the next trial killed the job, was lost, and the good trial ran again and was charged
+the poison one's lost attempts. It costs such a group one write and a round trip per trial.
 """
 from __future__ import annotations
 
@@ -33,7 +32,7 @@ import time
 from dataclasses import dataclass
 
 from mpiopt.parallel.protocol import Decision, Tag, Verdict
-from mpiopt.parallel.scheduler import Answer, Dispatch, StopGroup, Withdraw
+from mpiopt.parallel.scheduler import Answer, Dispatch, Executor, StopGroup, Withdraw
 from mpiopt.backoff import Backoff
 from mpiopt.errors import LeaseLost, StorageUnavailable
 from mpiopt.objective.processes import STOP_SIGNALS
@@ -85,15 +84,23 @@ class Ending:
 
 
 class Coordinator:
-    def __init__(self, world, topology, scheduler, stop_flag: StopFlag | None = None,
-                 on_tick=None, clock=time.monotonic, watch=None, in_process: bool = False):
+    """The MPI shell around the Scheduler: receives, sends, and carries out its
+    instructions (parallel/scheduler/executor.py) with the run's storage (the outage
+    wrapper, storage/resilient.py), progress printer and artifact store."""
+
+    def __init__(self, world, topology, scheduler, storage, progress=None, artifacts=None,
+                 stop_flag: StopFlag | None = None, on_tick=None, clock=time.monotonic,
+                 watch=None):
         self.world, self.topo, self.sched = world, topology, scheduler
+        self.storage = storage
+        self.executor = Executor(storage, self._message, progress, artifacts, view=scheduler,
+                                 holding=getattr(storage, "holding", None))
         self.stop_flag = stop_flag or StopFlag()
         self.on_tick = on_tick or (lambda: None)
         self.clock = clock
         self.handlers = {
             Tag.RESULT: self._on_result,
-            Tag.REPORT: self.sched.on_report,
+            Tag.REPORT: lambda group, report: self.sched.on_report(group, report),
         }
         self.byes: set[int] = set()
         self.watch = watch                   # mpiopt.parallel.liveness.Watch, or None
@@ -106,20 +113,14 @@ class Coordinator:
         # the resume: mpiopt.study.kept); False after a failed write or the coordinator's
         # own failure
         self.all_written = True
-        storage = getattr(scheduler, "storage", None)
         if hasattr(storage, "meanwhile"):      # (storage/resilient.py)
             storage.meanwhile = self._take_in_results
-        if not in_process:   # (else a trial that can end the job starts only once its
-            # group's last result is written: see the module docstring)
-            scheduler.send_now = self.execute   # a finished group's next trial goes first
-            scheduler.ask_ahead = not scheduler.background   # a slow searcher's suggestions
-            # would be made with one more pending point per group, which costs them quality
 
     def run(self) -> Ending:
         """Run until the study is done or must end; always returns after wind_down."""
         try:
             if not self.stop_flag.is_set():   # (a signal while the study was being opened:
-                self.execute(self.sched.start())   # no trial is started only to be stopped)
+                self.execute(self.sched.start())    # no trial is started only to be stopped)
             cause = self._loop()
         except (StorageUnavailable, LeaseLost) as exc:   # an outage past retry_timeout,
             cause = str(exc)                               # another job took the study over
@@ -144,7 +145,7 @@ class Coordinator:
                 # ended in time, whatever the timeouts below would say of them now)
                 self.execute(self.sched.on_results(self._take_received()))
                 continue
-            late = self.sched.overdue()
+            late = self.execute(self.sched.overdue())
             if late is not None:
                 return late
             silent = self.liveness.silent() if self.liveness else ()
@@ -169,6 +170,8 @@ class Coordinator:
             elif not self.sched.prefetch():
                 self.execute(self.sched.tick())
                 self.on_tick()
+                if self.executor.progress is not None:
+                    self.executor.progress.tick()     # the status line of running trials
                 backoff.sleep(at_most=self.sched.forecast.sleep_s(
                     self.sched.clock(), self.sched.waits_for_dispatch, backoff.delay))
         return None
@@ -206,9 +209,9 @@ class Coordinator:
         for group, result in self._take_received():   # (taken in during an outage)
             self._record_quietly(group, result)
         for group, run in list(self.sched.running.items()):
-            nxt = self.sched.ahead.get(group)      # one message: the leader knows both at once
+            nxt = self.sched.ahead.trials.get(group)   # one message: the leader knows both
             ids = (run.trial_id,) if nxt is None else (run.trial_id, nxt.trial_id)
-            self.sched.withdrawn.update(ids[1:])
+            self.sched.ahead.withdrawn.update(ids[1:])
             self._send(ids, self.topo.leader(group), Tag.CANCEL)
         self.execute(self.sched.stop_all())
         gone = self.dead | self._given_up_ranks()        # they never answer: not waited for
@@ -261,11 +264,11 @@ class Coordinator:
         # (after an outage given up, always: the write that failed may have committed all
         # the same, a trial created RUNNING that this job never heard of; journaled, the
         # interrupt reaches it on resume instead of counting it a lost attempt)
-        if not self.sched.running and not self.sched.ahead and \
-                self.sched.stop_reason != "interrupted" and not _gave_up(self.sched.storage):
+        if not self.sched.running and not self.sched.ahead.trials and \
+                self.sched.stop_reason != "interrupted" and not _gave_up(self.storage):
             return False
         try:
-            self.sched.interrupt()
+            self.execute(self.sched.interrupt())
         except Exception:
             pass          # the database is the cause; resume finds these trials RUNNING
         return True
@@ -285,7 +288,7 @@ class Coordinator:
                 self.stopped_ranks.add(rank)
                 # (True: every result reached the database, the leader's kept file can go;
                 # after an outage given up some are only in files: mpiopt.study.kept)
-                written = self.all_written and not _gave_up(self.sched.storage)
+                written = self.all_written and not _gave_up(self.storage)
                 self._send(written, rank, Tag.STOP)
 
     def _send(self, obj, dest: int, tag: Tag) -> None:
@@ -309,17 +312,21 @@ class Coordinator:
         self.sched.stop("error", cause)
         return cause
 
-    def execute(self, actions) -> None:
-        for action in actions:
-            leader = self.topo.leader(action.group)
-            if isinstance(action, Dispatch):
-                self._send(action.trial, leader, Tag.TRIAL)
-            elif isinstance(action, Answer):
-                self._send(action.decision, leader, Tag.DECISION)
-            elif isinstance(action, StopGroup):
-                self._stop_rank(leader)
-            elif isinstance(action, Withdraw):
-                self._send((action.trial_id,), leader, Tag.CANCEL)
+    def execute(self, steps):
+        """Carry out one of the scheduler's handlers; returns what it returns."""
+        return self.executor.run(steps)
+
+    def _message(self, action) -> None:
+        """An instruction for a group, sent to its leader."""
+        leader = self.topo.leader(action.group)
+        if isinstance(action, Dispatch):
+            self._send(action.trial, leader, Tag.TRIAL)
+        elif isinstance(action, Answer):
+            self._send(action.decision, leader, Tag.DECISION)
+        elif isinstance(action, StopGroup):
+            self._stop_rank(leader)
+        elif isinstance(action, Withdraw):
+            self._send((action.trial_id,), leader, Tag.CANCEL)
 
 
 def _gave_up(storage) -> bool:

@@ -19,7 +19,7 @@ from contextlib import nullcontext
 
 from mpiopt.errors import StopRequested, TrialCancelled
 from mpiopt.parallel.protocol import Report
-from mpiopt.parallel.scheduler import Dispatch, StopGroup
+from mpiopt.parallel.scheduler import Answer, Dispatch, drive
 from mpiopt.objective.processes import (STOP_SIGNALS, forget_signals, note_signals, stop_signal_seen,
                               usual_signals_in_forks)
 
@@ -70,8 +70,9 @@ class _Watch:
     The scheduler is not thread-safe: the main thread holds `lock` except while user code
     runs, and takes it for each report the trial makes."""
 
-    def __init__(self, scheduler, give_up, stop: _Stop):
-        self.scheduler, self.give_up, self.signals = scheduler, give_up, stop
+    def __init__(self, scheduler, executor, give_up, stop: _Stop):
+        self.scheduler, self.executor = scheduler, executor
+        self.give_up, self.signals = give_up, stop
         self.lock = threading.Lock()
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="mpiopt-watch", daemon=True)
@@ -110,7 +111,8 @@ class _Watch:
             with self.lock:
                 if self._done.is_set():
                     return
-                late = self.scheduler.overdue()      # (it records a trial past its timeout)
+                late = self.executor.run(self.scheduler.overdue())   # (it records a trial
+                # past its timeout)
                 interrupted = self.scheduler.stop_reason == "interrupted"
                 if late is None:
                     late, interrupted = self._deaf_to_the_stop(), True
@@ -119,7 +121,7 @@ class _Watch:
                 faulthandler.cancel_dump_traceback_later()   # (this thread runs: no backstop)
                 try:
                     if interrupted:
-                        self.scheduler.interrupt()
+                        self.executor.run(self.scheduler.interrupt())
                     code = self.give_up(late, interrupted)
                 except BaseException as exc:    # the database: the resume settles the rest
                     print(f"mpiopt: {late}; (recording the end failed: {exc})", file=sys.stderr)
@@ -129,9 +131,11 @@ class _Watch:
                 os._exit(code)
 
 
-def run_local(scheduler, objective, comm, stopped=lambda: False, give_up=None,
+def run_local(scheduler, executor, objective, comm, stopped=lambda: False, give_up=None,
               told=lambda signum: None, keeper=None) -> bool:
-    """Run the study to its end. Returns False when interrupted (signal, hard time limit;
+    """Run the study to its end, the scheduler's instructions carried out by `executor`
+    (parallel/scheduler/executor.py; its messages for the group come back to this loop).
+    Returns False when interrupted (signal, hard time limit;
     `stopped()`: whether a signal came since the study was opened, before this took over;
     `told(signum)`: called for each stop signal, as the launcher's flag would have been:
     a retried database write ends its wait on it).
@@ -149,22 +153,23 @@ def run_local(scheduler, objective, comm, stopped=lambda: False, give_up=None,
     stop.set = stop.set or stopped()   # (asked once this handler is in place: none is lost)
     note_signals()       # (a trial that puts its own SIGINT handler back: objective.py)
     usual_signals_in_forks()     # (not the flag in a trial's Pool workers)
-    watch = _Watch(scheduler, give_up, stop) if give_up is not None and not objective.isolated \
-        else None
+    watch = _Watch(scheduler, executor, give_up, stop) \
+        if give_up is not None and not objective.isolated else None
+    queue = deque()                    # the Dispatches the scheduler gave (one group)
+    executor.send = lambda action: queue.append(action) if isinstance(action, Dispatch) else None
     try:
         if watch is not None:
             watch.start()
-        queue = deque() if stop.set else deque(scheduler.start())
+        if not stop.set:
+            executor.run(scheduler.start())
         while queue and not stop.set:
             action = queue.popleft()
-            if isinstance(action, StopGroup):
-                continue
-            assert isinstance(action, Dispatch)
-            result = _evaluate(scheduler, objective, comm, action, stop, watch)
+            result = _evaluate(scheduler, executor, objective, comm, action, stop, watch)
             if keeper is not None:
                 keeper.keep(result)
-            queue.extend(scheduler.on_result(action.group, result))
-            if result.status.value == "INTERRUPTED" or scheduler.overdue() is not None:
+            executor.run(scheduler.on_result(action.group, result))
+            if result.status.value == "INTERRUPTED" or \
+                    executor.run(scheduler.overdue()) is not None:
                 raise KeyboardInterrupt
         if stop.set:
             raise KeyboardInterrupt
@@ -173,7 +178,7 @@ def run_local(scheduler, objective, comm, stopped=lambda: False, give_up=None,
         if stop.first is not None:    # (the same closing line as under mpiexec)
             scheduler.stop("interrupted", f"interrupted by {signal.Signals(stop.first[0]).name}"
                            ": running trials are recorded INTERRUPTED and run again on resume")
-        scheduler.interrupt()
+        executor.run(scheduler.interrupt())
         return False
     finally:
         if watch is not None:
@@ -184,7 +189,7 @@ def run_local(scheduler, objective, comm, stopped=lambda: False, give_up=None,
         objective.close()
 
 
-def _evaluate(scheduler, objective, comm, action: Dispatch, stop: _Stop, watch=None):
+def _evaluate(scheduler, executor, objective, comm, action: Dispatch, stop: _Stop, watch=None):
     trial = action.trial
 
     def past_hard_edge() -> bool:
@@ -194,10 +199,11 @@ def _evaluate(scheduler, objective, comm, action: Dispatch, stop: _Stop, watch=N
     def report(epoch, value):
         if past_hard_edge():
             return TrialCancelled("cancelled: the study is stopping")
+        answers = []
         with watch.lock if watch is not None else nullcontext():
-            answer = scheduler.on_report(action.group,
-                                         Report(trial.trial_id, int(epoch), float(value)))
-        return not (answer and answer[0].decision.prune)
+            drive(scheduler.on_report(action.group, Report(trial.trial_id, int(epoch), float(value))),
+                  lambda i: answers.append(i) if isinstance(i, Answer) else executor.do(i))
+        return not (answers and answers[0].decision.prune)
 
     backstop = watch.backstop_s() if watch is not None else None
     if backstop is not None:

@@ -15,6 +15,7 @@ from mpiopt.trial import TrialStatus
 
 KINDS = ("history", "parallel", "importance", "slice", "contour", "curves", "folds", "timeline")
 PBT_KINDS = ("lineage",)    # drawn for pbt studies only (the report adds it when it has data)
+MULTI_KINDS = ("pareto", "hypervolume")    # several objectives (the report adds them then)
 MIN_MODEL_TRIALS = 4       # a forest fitted to fewer points says nothing
 CONTOUR_GRID = 24
 # Points a learning curve keeps in the report: a function reporting every batch (20,000
@@ -28,36 +29,122 @@ def panel(kind: str, view: StudyView) -> Panel:
 
 
 def history(view: StudyView) -> Panel:
-    """points: [{number, value, status}] (COMPLETE and PRUNED with a value);
-    best: [[number, best so far]] over COMPLETE trials in trial order."""
+    """points: [{number, value, status, feasible}] (COMPLETE and PRUNED with a value;
+    feasible: False for a trial that breaks a constraint, else None/True); best:
+    [[number, best so far]] over feasible COMPLETE trials in trial order; metric: the
+    y-axis' name."""
     title = f"Optimization history ({view.metric}, {view.direction})"
-    points = [{"number": t.number, "value": t.value, "status": t.status.value}
+    front = view.front
+    points = [{"number": t.number, "value": t.value, "status": t.status.value,
+               "feasible": front.feasible(t)}
               for t in view.trials
               if t.status in (TrialStatus.COMPLETE, TrialStatus.PRUNED) and finite(t.value)]
     if not points:
         return Panel("history", title, _no_finished(view))
     best, out = None, []
     for t in view.complete():
+        if front.feasible(t) is False:
+            continue
         if best is None or (t.value > best if view.maximize else t.value < best):
             best = t.value
         out.append([t.number, best])
-    return Panel("history", title, data={"points": points, "best": out})
+    caption = None
+    if front.multi:
+        caption = (f"{view.metric} is the first of {len(front.names)} objectives; the best "
+                   "trials are the Pareto front (below)")
+    elif front.constrained:
+        caption = f"grey: breaks a constraint ({front.constraint_text()}); never the best"
+    return Panel("history", title, data={"points": points, "best": out, "metric": view.metric},
+                 caption=caption)
 
 
 def parallel(view: StudyView) -> Panel:
-    """axes: [{name, values (encoded), log, ticks: [[encoded, label]] or None}], the
-    metric last; one entry per COMPLETE trial in every axis' values."""
+    """axes: [{name, values (encoded), log, integer, ticks: [[encoded, label]] or None}],
+    the objectives last (the first one colours the lines); one entry per shown trial in
+    every axis' values. A trial without one of the parameters (a conditional space's
+    inactive one) is not drawn, as Optuna does: an absent value is not a value; when that
+    leaves none, the parameters every complete trial has are drawn instead."""
     title = "Parallel coordinates (complete trials)"
     trials = view.complete()
     if not trials:
         return Panel("parallel", title, _no_complete(view))
-    axes = [{"name": p.name, "log": p.log, "values": [p.encode(t.params.get(p.name))
-                                                      for t in trials],
+    params = list(view.params)
+    front = view.front
+    trials = [t for t in trials if all(finite(v) for v in front.values(t))]
+    if not trials:
+        return Panel("parallel", title, "no complete trial has every objective's value")
+
+    def has(t, p) -> bool:
+        return p.encode(t.params.get(p.name)) is not None
+
+    shown = [t for t in trials if all(has(t, p) for p in params)]
+    caption = None
+    if len(shown) < len(trials):
+        left = [p.name for p in params if not all(has(t, p) for t in trials)]
+        if len(shown) >= 2:
+            caption = (f"{len(trials) - len(shown)} of {len(trials)} complete trials are not "
+                       f"drawn: they lack a conditional parameter ({', '.join(left)})")
+        else:
+            params = [p for p in params if p.name not in left]
+            shown = trials
+            caption = (f"conditional parameters left out ({', '.join(left)}): no two complete "
+                       "trials have them all")
+    axes = [{"name": p.name, "log": p.log, "integer": p.kind == "integer",
+             "values": [p.encode(t.params.get(p.name)) for t in shown],
              "ticks": [[float(i), p.label(c)] for i, c in enumerate(p.choices)] or None}
-            for p in view.params]
-    axes.append({"name": view.metric, "log": False, "values": [t.value for t in trials],
-                 "ticks": None})
-    return Panel("parallel", title, data={"axes": axes, "numbers": [t.number for t in trials]})
+            for p in params]
+    for name in front.names:
+        axes.append({"name": name, "log": False, "integer": False, "ticks": None,
+                     "values": [front.metrics_of(t).get(name) for t in shown]})
+    return Panel("parallel", title, data={"axes": axes, "numbers": [t.number for t in shown],
+                                          "objectives": len(front.names)}, caption=caption)
+
+
+def pareto(view: StudyView) -> Panel:
+    """names, directions: the objectives drawn (the first 2, or 3 in 3-D); points:
+    [{number, values, feasible, front}] over COMPLETE trials with every objective's value
+    (feasible: False greys a trial that breaks a constraint); front: the front's numbers
+    in the order of the first objective."""
+    front = view.front
+    title = "Pareto front"
+    if not front.multi:
+        return Panel("pareto", title, "the study has one objective (objective.metrics with "
+                                      "two or more draws a Pareto front)")
+    names = front.names[:3]
+    title = f"Pareto front: {' × '.join(names)} ({len(front.trials)} trials on the front)"
+    points = []
+    for t in front.complete:
+        values = front.values(t)[:len(names)]
+        if all(finite(v) for v in values):
+            points.append({"number": t.number, "values": values,
+                           "feasible": front.feasible(t) is not False, "front": front.on_front(t)})
+    if not points:
+        return Panel("pareto", title, _no_complete(view))
+    caption = None
+    if len(front.names) > 3:
+        caption = f"the first three of {len(front.names)} objectives are drawn"
+    infeasible = sum(not p["feasible"] for p in points)
+    if infeasible:
+        caption = "; ".join(filter(None, [caption, f"grey: {infeasible} trial(s) break a "
+                                          f"constraint ({front.constraint_text()})"]))
+    return Panel("pareto", title, data={
+        "names": names, "directions": front.directions[:len(names)], "points": points,
+        "front": [t.number for t in front.trials]}, caption=caption)
+
+
+def hypervolume(view: StudyView) -> Panel:
+    """history: [[number, hypervolume of the front after that trial]] over COMPLETE
+    trials; reference: how the reference point was chosen."""
+    front = view.front
+    title = "Hypervolume of the Pareto front over trials"
+    if not front.multi:
+        return Panel("hypervolume", title, "the study has one objective: no hypervolume")
+    if not front.history:
+        return Panel("hypervolume", title, _no_complete(view))
+    reference = ("objective.reference" if front.objective.reference
+                 else "the worst value seen in each objective")
+    return Panel("hypervolume", f"{title} (reference: {reference})",
+                 data={"history": [list(h) for h in front.history]})
 
 
 def importance(view: StudyView) -> Panel:
@@ -78,8 +165,9 @@ def importance(view: StudyView) -> Panel:
 
 
 def slices(view: StudyView) -> Panel:
-    """params: [{name, log, choices (labels) or None, x (values; choice labels for a
-    categorical), y, numbers}] over COMPLETE trials."""
+    """params: [{name, log, integer, choices (labels) or None, x (values; choice labels
+    for a categorical), y, numbers}] over COMPLETE trials; trial_range: [first, last]
+    trial number (the points' colour, with its scale drawn)."""
     title = f"Slices: {view.metric} against each parameter"
     trials = view.complete()
     if not trials:
@@ -87,18 +175,22 @@ def slices(view: StudyView) -> Panel:
     out = []
     for p in view.params:
         have = [t for t in trials if p.encode(t.params.get(p.name)) is not None]
-        out.append({"name": p.name, "log": p.log,
+        out.append({"name": p.name, "log": p.log, "integer": p.kind == "integer",
                     "choices": [p.label(c) for c in p.choices] if p.categorical else None,
                     "x": [p.label(t.params[p.name]) if p.categorical else t.params[p.name]
                           for t in have],
                     "y": [t.value for t in have], "numbers": [t.number for t in have]})
-    return Panel("slice", title, data={"params": out})
+    numbers = [t.number for t in trials]
+    return Panel("slice", title, data={"params": out, "metric": view.metric,
+                                       "trial_range": [min(numbers), max(numbers)]})
 
 
 def contour(view: StudyView) -> Panel:
-    """x, y: {name, log, grid (values, or choice indices), ticks or None}; z: rows over
-    y.grid of the forest's two-parameter partial dependence; points: {x, y, value, numbers}
-    (encoded like the grid: log10 values are shown on log axes as the values)."""
+    """x, y: {name, log, integer, categorical, grid (values, or choice indices), ticks or
+    None}; z: rows over y.grid of the forest's two-parameter partial dependence; points:
+    {x, y, value, numbers} (encoded like the grid: log10 values are shown on log axes as
+    the values); cells: True when an axis is categorical, so z is drawn as cells (a
+    heatmap), never interpolated between two choices."""
     title = f"Contour of {view.metric} over the two most important parameters"
     trials = view.complete()
     note = _model_note(view, trials, need_params=2)
@@ -113,17 +205,27 @@ def contour(view: StudyView) -> Panel:
     background = imp.uniform_points(view.params, trials, imp.SAMPLES // 4)
     gx, gy = imp.grid(pi, trials, CONTOUR_GRID), imp.grid(pj, trials, CONTOUR_GRID)
     z = imp.surface(model, background, i, j, gx, gy)
+    have = [t for t in trials if pi.encode(t.params.get(pi.name)) is not None
+            and pj.encode(t.params.get(pj.name)) is not None]     # absent: not a point
+    caption = None
+    if len(have) < len(trials):
+        caption = (f"{len(trials) - len(have)} complete trial(s) lack {pi.name} or {pj.name} "
+                   "(conditional): not drawn as points")
     return Panel("contour", f"Contour of {view.metric}: {pi.name} × {pj.name}", data={
         "x": _axis(pi, gx), "y": _axis(pj, gy), "z": z.tolist(),
-        "points": {"x": [_shown(pi, t.params.get(pi.name)) for t in trials],
-                   "y": [_shown(pj, t.params.get(pj.name)) for t in trials],
-                   "value": [t.value for t in trials],
-                   "numbers": [t.number for t in trials]}})
+        "cells": pi.categorical or pj.categorical,
+        "points": {"x": [_shown(pi, t.params.get(pi.name)) for t in have],
+                   "y": [_shown(pj, t.params.get(pj.name)) for t in have],
+                   "value": [t.value for t in have],
+                   "numbers": [t.number for t in have]}}, caption=caption)
 
 
 def curves(view: StudyView) -> Panel:
     """lines: [{number, status, epochs, values, pruned}] for trials with per-epoch
-    values; a pruned trial's line ends where it was stopped."""
+    values; a pruned trial's line ends where it was stopped. folds: with sequential
+    K-fold (steps fold * epochs + epoch, mpiopt.training.folds), the epochs per fold and
+    the boundaries between folds (x positions): each line is broken there (a None), so a
+    new fold's first epoch is not drawn as a fall from the last fold's best."""
     title = "Learning curves (per-epoch values; × marks a pruned trial's last epoch)"
     lines = [{"number": t.number, "status": t.status.value, "pruned": t.status == TrialStatus.PRUNED,
               **thinned_curve(t.intermediate, CURVE_POINTS)}
@@ -131,8 +233,43 @@ def curves(view: StudyView) -> Panel:
     if not lines:
         return Panel("curves", title, "no trial reported per-epoch values (a Keras model "
                                       "objective, or a function calling report(epoch, value))")
-    return Panel("curves", title, data={"lines": lines,
-                                        "pruned": sum(line["pruned"] for line in lines)})
+    epochs, kfold = _training(view.spec_text)
+    data = {"lines": lines, "pruned": sum(line["pruned"] for line in lines), "metric": view.metric}
+    last = max(max(line["epochs"]) for line in lines)
+    if kfold > 1 and epochs and last > epochs:       # sequential folds: steps run past epochs
+        folds = min(kfold, -(-last // epochs))
+        data["folds"] = {"epochs": epochs, "count": folds,
+                         "boundaries": [f * epochs + 0.5 for f in range(1, folds)]}
+        for line in lines:
+            line["epochs"], line["values"] = _broken_at_folds(line["epochs"], line["values"], epochs)
+        title = (f"Learning curves, fold by fold ({kfold} folds of {epochs} epochs, one after "
+                 "another; × marks a pruned trial's last epoch)")
+    return Panel("curves", title, data=data)
+
+
+def _broken_at_folds(steps: list, values: list, epochs: int) -> tuple[list, list]:
+    """A None between two steps of different folds: the line is not drawn across."""
+    xs, ys = [], []
+    for i, (x, y) in enumerate(zip(steps, values)):
+        if i and (steps[i - 1] - 1) // epochs != (x - 1) // epochs:
+            xs.append(None)
+            ys.append(None)
+        xs.append(x)
+        ys.append(y)
+    return xs, ys
+
+
+def _training(spec_text: str) -> tuple[int | None, int]:
+    """(training.epochs, training.kfold) of the stored spec; (None, 1) when unknown."""
+    import yaml
+
+    try:
+        training = (yaml.safe_load(spec_text or "") or {}).get("training") or {}
+        epochs, kfold = training.get("epochs"), training.get("kfold", 1)
+    except (yaml.YAMLError, AttributeError):
+        return None, 1
+    return (epochs if isinstance(epochs, int) and epochs > 0 else None,
+            kfold if isinstance(kfold, int) else 1)
 
 
 def thinned_curve(intermediate: dict, limit: int) -> dict:
@@ -157,15 +294,16 @@ def thinned_curve(intermediate: dict, limit: int) -> dict:
 
 
 def folds(view: StudyView) -> Panel:
-    """trials: [{number, folds, value, std}] for trials with per-fold values."""
+    """trials: [{number, folds, value, std}] for trials with per-fold values (std None
+    with one fold: a spread of one value is not 0, it is unknown)."""
     title = "K-fold spread (each fold's value per trial; the line is the mean)"
     rows = [{"number": t.number, "folds": list(t.fold_values), "value": t.value,
-             "std": t.value_std, "status": t.status.value}
+             "std": t.value_std if len(t.fold_values) > 1 else None, "status": t.status.value}
             for t in view.trials if t.fold_values]
     if not rows:
         return Panel("folds", title, "no trial has per-fold values (training.kfold is 1, "
                                      "or the objective is a function)")
-    return Panel("folds", title, data={"trials": rows})
+    return Panel("folds", title, data={"trials": rows, "metric": view.metric})
 
 
 def lineage(view: StudyView) -> Panel:
@@ -200,7 +338,7 @@ def lineage(view: StudyView) -> Panel:
                              "x0": parent.round, "y0": parent.value, "x1": t.round, "y1": t.value})
     rows.sort(key=lambda r: r["number"])
     return Panel("lineage", title, data={"members": [members[m] for m in sorted(members)],
-                                         "links": exploits, "rows": rows})
+                                         "links": exploits, "rows": rows, "metric": view.metric})
 
 
 def failures(view: StudyView) -> Panel:
@@ -222,7 +360,8 @@ def _shares(view: StudyView, trials) -> dict[str, float]:
 
 
 def _axis(p, values) -> dict:
-    return {"name": p.name, "log": p.log, "grid": [_shown(p, p.decode(v)) if not p.categorical
+    return {"name": p.name, "log": p.log, "integer": p.kind == "integer",
+            "categorical": p.categorical, "grid": [_shown(p, p.decode(v)) if not p.categorical
                                                     else v for v in values],
             "ticks": [[float(i), p.label(c)] for i, c in enumerate(p.choices)] or None}
 
@@ -237,8 +376,11 @@ def _model_note(view: StudyView, trials, need_params: int) -> str | None:
         return (f"the study has {len(view.params)} parameter(s): this plot needs "
                 f"at least {need_params}")
     if len(trials) < MIN_MODEL_TRIALS:
+        pruned = view.count(TrialStatus.PRUNED)
+        why = (f"; {pruned} pruned trial(s) are left out, as a pruned trial's value is not "
+               "its final one" if pruned else "")
         return (f"{len(trials)} complete trial(s): a model of {view.metric} needs at least "
-                f"{MIN_MODEL_TRIALS}")
+                f"{MIN_MODEL_TRIALS}{why}")
     return None
 
 
@@ -255,6 +397,7 @@ def _no_finished(view: StudyView) -> str:
     return _no_complete(view).replace("no complete trial", "no finished trial with a value")
 
 
-BUILDERS = {"history": history, "parallel": parallel, "importance": importance,
+BUILDERS = {"history": history, "parallel": parallel, "pareto": pareto,
+            "hypervolume": hypervolume, "importance": importance,
             "slice": slices, "contour": contour, "curves": curves, "folds": folds,
             "timeline": timeline, "failures": failures, "lineage": lineage}

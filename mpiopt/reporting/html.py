@@ -12,7 +12,7 @@ import json
 import math
 from datetime import datetime
 
-from mpiopt.reporting.figures import KINDS, PBT_KINDS, panel
+from mpiopt.reporting.figures import KINDS, MULTI_KINDS, PBT_KINDS, panel
 from mpiopt.reporting.view import Panel, StudyView, hover
 from mpiopt.trial import TrialStatus
 
@@ -42,6 +42,8 @@ def render(view: StudyView, kinds=KINDS) -> str:
 
     from mpiopt.reporting.plotly_figures import figure
 
+    if view.multi:       # the front and its hypervolume right after the history
+        kinds = kinds[:1] + tuple(k for k in MULTI_KINDS if k not in kinds) + tuple(kinds[1:])
     panels = [panel(kind, view) for kind in kinds]
     panels += [p for p in (panel(kind, view) for kind in PBT_KINDS) if p.note is None]
     figures = {f"plot-{p.kind}": figure(p) for p in panels if p.note is None}
@@ -49,7 +51,7 @@ def render(view: StudyView, kinds=KINDS) -> str:
     lineage = [p for p in panels if p.kind == "lineage"]
     if lineage:
         body.append(_lineage_table(lineage[0]))
-    hovers = {t.number: hover(t, view.metric) for t in view.trials}
+    hovers = {t.number: hover(t, view.metric) + _more_objectives(view, t) for t in view.trials}
     return "\n".join([
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
         f"<title>mpiopt report: {html.escape(view.name)}</title>",
@@ -62,16 +64,10 @@ def render(view: StudyView, kinds=KINDS) -> str:
 def _header(view: StudyView) -> str:
     counts = ", ".join(f"{view.count(s)} {s.value.lower()}" for s in TrialStatus if view.count(s))
     lines = [f"<h1>Study {html.escape(view.name)}</h1>",
-             f'<p class="meta">{html.escape(view.metric)} ({view.direction}) · '
+             f'<p class="meta">{html.escape(_objectives(view))} · '
              f"{len(view.trials)} trials{': ' + counts if counts else ''} · "
              f"{len(view.params)} parameters · report made {_when(view.now)}</p>"]
-    best = view.complete()
-    if best:
-        top = (max if view.maximize else min)(best, key=lambda t: t.value)
-        params = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
-                           for k, v in top.params.items())
-        lines.append(f"<p>Best {html.escape(view.metric)} <b>{top.value:.6g}</b> "
-                     f"(trial {top.number}): {html.escape(params)}</p>")
+    lines += _best_lines(view)
     timeline = panel("timeline", view)
     if timeline.note is None:
         d = timeline.data
@@ -81,11 +77,63 @@ def _header(view: StudyView) -> str:
     return "\n".join(lines)
 
 
+def _objectives(view: StudyView) -> str:
+    """"loss (minimize)", or every objective; the constraints after them."""
+    front = view.front
+    text = ", ".join(f"{n} ({d})" for n, d in zip(front.names, front.directions))
+    return text + (f"; constraints {front.constraint_text()}" if front.constrained else "")
+
+
+def _best_lines(view: StudyView) -> list[str]:
+    """What "best" means for this study (mpiopt.reporting.front): the best trial, the
+    best feasible one, or the Pareto front with its hypervolume and a row per trial."""
+    front = view.front
+    if front.multi:
+        head = f'<p id="best">{html.escape(front.title())}</p>'
+        if not front.trials:
+            return [head]
+        cells = "".join(f"<th>{html.escape(n)} ({d})</th>"
+                        for n, d in zip(front.names, front.directions))
+        rows = "".join(
+            f"<tr><td>{t.number}</td>"
+            + "".join(f"<td>{_num(v)}</td>" for v in front.values(t))
+            + f"<td>{html.escape(_params(t.params))}</td></tr>" for t in front.trials)
+        return [head, f'<table id="front"><tr><th>trial</th>{cells}<th>params</th></tr>'
+                      f"{rows}</table>"]
+    best = front.best
+    if best is None:
+        if front.constrained and front.complete:
+            return [f'<p id="best">No complete trial meets the constraints '
+                    f"({html.escape(front.constraint_text())}) yet</p>"]
+        return []
+    what = "feasible " if front.constrained else ""
+    infeasible = sum(front.feasible(t) is False for t in front.complete)
+    tail = (f" · {infeasible} complete trial(s) break a constraint "
+            f"({html.escape(front.constraint_text())})" if infeasible else "")
+    return [f'<p id="best">Best {what}{html.escape(view.metric)} <b>{best.value:.6g}</b> '
+            f"(trial {best.number}): {html.escape(_params(best.params))}{tail}</p>"]
+
+
+def _more_objectives(view: StudyView, trial) -> str:
+    """The other objectives' values and the feasibility, for a trial's hover text."""
+    front = view.front
+    metrics = front.metrics_of(trial)
+    parts = [f"{n} {_num(metrics.get(n))}" for n in front.names[1:] if n in metrics]
+    if front.feasible(trial) is False:
+        parts.append("breaks " + ", ".join(front.broken(trial)))
+    return "<br>" + html.escape(" · ".join(parts)) if parts else ""
+
+
+def _num(v) -> str:
+    return "-" if v is None else f"{v:.6g}" if isinstance(v, float) else str(v)
+
+
 def _section(p: Panel) -> str:
     head = f'<section id="{p.kind}"><h2>{html.escape(p.title)}</h2>'
     if p.note is not None:
         return f'{head}<p class="note">{html.escape(p.note)}</p></section>'
-    return f'{head}<div id="plot-{p.kind}" class="plot"></div></section>'
+    caption = f'<p class="note caption">{html.escape(p.caption)}</p>' if p.caption else ""
+    return f'{head}<div id="plot-{p.kind}" class="plot"></div>{caption}</section>'
 
 
 def _failures(p: Panel) -> str:

@@ -35,7 +35,8 @@ TREES = 64
 
 def encode(params: Sequence[Param], trials) -> list[list[float]]:
     """Rows of encoded parameter values; a value the axis cannot encode becomes the
-    middle of its range (rare: a parameter added to the space later)."""
+    middle of its range (a conditional parameter inactive in that trial, or one added to
+    the space later): the forest needs a number, the plots draw no point there."""
     columns = []
     for p in params:
         raw = [p.encode(t.params.get(p.name)) for t in trials]

@@ -11,14 +11,43 @@ import math
 from mpiopt.reporting.view import STATUS_COLORS, Panel
 
 MARGIN = {"l": 60, "r": 20, "t": 30, "b": 50}
+INFEASIBLE = "#bbbbbb"     # a trial that breaks a constraint: drawn, greyed
 
 
 def figure(panel: Panel) -> dict:
-    """{data, layout} for Plotly.newPlot."""
+    """{data, layout} for Plotly.newPlot. No axis draws its zero line: plotly's template
+    draws it heavier than the grid, and at trial 0 it read as a whisker of the data."""
     fig = DRAW[panel.kind](panel.data)
     fig["layout"] = {"template": {}, "margin": MARGIN, "hovermode": "closest",
                      "font": {"size": 12}, "height": 380, **fig.get("layout", {})}
+    for key, axis in list(fig["layout"].items()):
+        if key.startswith(("xaxis", "yaxis")):
+            axis.setdefault("zeroline", False)
+    for key in ("xaxis", "yaxis"):
+        fig["layout"].setdefault(key, {"zeroline": False})
     return fig
+
+
+def integer_axis(values, title: str) -> dict:
+    """An axis of whole numbers (trials, epochs, an integer parameter): ticks on whole
+    numbers only, 1, 2 or 5 times a power of ten apart, about 8 of them at most."""
+    known = [v for v in values if v is not None]
+    span = (max(known) - min(known)) if known else 1
+    step = 1
+    while span / step > 8:
+        for factor in (2, 5 / 2, 2):     # 1, 2, 5, 10, 20, 50, ...
+            step = round(step * factor)
+            if span / step <= 8:
+                break
+    return {"title": {"text": title}, "tickmode": "linear", "tick0": 0, "dtick": step,
+            "tickformat": "d"}
+
+
+def log_axis(title: str) -> dict:
+    """A log axis whose tick labels stay clear of its title: labels as powers of ten, the
+    margin grown to fit them (automargin), the title set off from them."""
+    return {"title": {"text": title, "standoff": 10}, "type": "log", "exponentformat": "power",
+            "automargin": True}
 
 
 def _trials(trace: dict, numbers) -> dict:
@@ -30,18 +59,23 @@ def _trials(trace: dict, numbers) -> dict:
 def history(d: dict) -> dict:
     data = []
     for status, symbol in (("COMPLETE", "circle"), ("PRUNED", "x")):
-        pts = [p for p in d["points"] if p["status"] == status]
-        if pts:
-            data.append(_trials({"type": "scatter", "mode": "markers", "name": status.lower(),
-                                 "x": [p["number"] for p in pts], "y": [p["value"] for p in pts],
-                                 "marker": {"color": STATUS_COLORS[status], "symbol": symbol,
-                                            "size": 8}}, [p["number"] for p in pts]))
+        for feasible in (True, False):
+            pts = [p for p in d["points"] if p["status"] == status
+                   and (p.get("feasible") is not False) == feasible]
+            if pts:
+                name = status.lower() + ("" if feasible else ", infeasible")
+                color = STATUS_COLORS[status] if feasible else INFEASIBLE
+                data.append(_trials({"type": "scatter", "mode": "markers", "name": name,
+                                     "x": [p["number"] for p in pts], "y": [p["value"] for p in pts],
+                                     "marker": {"color": color, "symbol": symbol, "size": 8}},
+                                    [p["number"] for p in pts]))
     if d["best"]:
         data.append({"type": "scatter", "mode": "lines", "name": "best so far",
                      "x": [b[0] for b in d["best"]], "y": [b[1] for b in d["best"]],
                      "line": {"shape": "hv", "color": "#333"}})
-    return {"data": data, "layout": {"xaxis": {"title": {"text": "trial"}},
-                                     "yaxis": {"title": {"text": "value"}}}}
+    return {"data": data, "layout": {
+        "xaxis": integer_axis([p["number"] for p in d["points"]], "trial"),
+        "yaxis": {"title": {"text": d.get("metric", "value")}}}}
 
 
 def parallel(d: dict) -> dict:
@@ -54,10 +88,17 @@ def parallel(d: dict) -> dict:
             known = [v for v in axis["values"] if v is not None]
             decades = range(math.floor(min(known)), math.ceil(max(known)) + 1) if known else ()
             dim.update(tickvals=list(decades), ticktext=[f"1e{k}" for k in decades])
+        elif axis.get("integer"):
+            known = [v for v in axis["values"] if v is not None]
+            if known:
+                step = integer_axis(known, "")["dtick"]
+                ticks = list(range(int(math.floor(min(known))), int(max(known)) + 1, step))
+                dim.update(tickvals=ticks, ticktext=[str(t) for t in ticks])
         dims.append(dim)
-    metric = d["axes"][-1]["values"]
+    first = d["axes"][len(d["axes"]) - d.get("objectives", 1)]
     return {"data": [{"type": "parcoords", "dimensions": dims,
-                      "line": {"color": metric, "colorscale": "Viridis", "showscale": True}}],
+                      "line": {"color": first["values"], "colorscale": "Viridis",
+                               "showscale": True, "colorbar": {"title": {"text": first["name"]}}}}],
             "layout": {"margin": {"l": 60, "r": 60, "t": 50, "b": 30}}}
 
 
@@ -76,30 +117,42 @@ def importance(d: dict) -> dict:
 
 
 def slices(d: dict) -> dict:
+    """A grid of slices; the points' colour is the trial number, its scale drawn once."""
     n = len(d["params"])
     cols = min(n, 3)
     rows = -(-n // cols)
-    data, layout = [], {"height": 300 * rows, "showlegend": False,
-                        "grid": {"rows": rows, "columns": cols, "pattern": "independent"}}
+    lo, hi = d.get("trial_range", [0, 1])
+    data, layout = [], {"height": 320 * rows, "showlegend": False,
+                        "grid": {"rows": rows, "columns": cols, "pattern": "independent",
+                                 "xgap": 0.15, "ygap": 0.45}}
     for k, p in enumerate(d["params"]):
         suffix = "" if k == 0 else str(k + 1)
         data.append(_trials({"type": "scatter", "mode": "markers", "x": p["x"], "y": p["y"],
                              "xaxis": f"x{suffix}", "yaxis": f"y{suffix}",
                              "marker": {"color": p["numbers"], "colorscale": "Blues",
+                                        "cmin": lo, "cmax": hi, "showscale": k == 0,
+                                        "colorbar": {"title": {"text": "trial"}},
                                         "line": {"width": 0.5, "color": "#333"}}}, p["numbers"]))
-        axis = {"title": {"text": p["name"]}}
+        axis = {"title": {"text": p["name"]}, "automargin": True}
         if p["log"]:
-            axis["type"] = "log"
+            axis = log_axis(p["name"])
+        elif p.get("integer"):
+            axis = {**integer_axis(p["x"], p["name"]), "automargin": True}
         if p["choices"]:
             axis.update(type="category", categoryorder="array", categoryarray=p["choices"])
         layout[f"xaxis{suffix}"] = axis
+        layout[f"yaxis{suffix}"] = {"title": {"text": d.get("metric", "value")}, "automargin": True}
     return {"data": data, "layout": layout}
 
 
 def contour(d: dict) -> dict:
+    """A contour of the forest's surface; with a categorical axis, cells (a heatmap): a
+    surface between two choices does not exist, so it is not interpolated."""
     x, y, pts = d["x"], d["y"], d["points"]
-    data = [{"type": "contour", "x": x["grid"], "y": y["grid"], "z": d["z"],
-             "colorscale": "Viridis", "hoverinfo": "skip", "contours": {"coloring": "heatmap"}},
+    surface = {"type": "heatmap"} if d.get("cells") else {
+        "type": "contour", "contours": {"coloring": "heatmap"}}
+    data = [{**surface, "x": x["grid"], "y": y["grid"], "z": d["z"], "colorscale": "Viridis",
+             "hoverinfo": "skip"},
             _trials({"type": "scatter", "mode": "markers", "x": pts["x"], "y": pts["y"],
                      "marker": {"color": "white", "line": {"width": 1, "color": "black"}}},
                     pts["numbers"])]
@@ -107,11 +160,14 @@ def contour(d: dict) -> dict:
 
 
 def _axis(a: dict) -> dict:
-    axis = {"title": {"text": a["name"]}}
+    axis = {"title": {"text": a["name"]}, "automargin": True}
     if a["log"]:
-        axis["type"] = "log"
+        axis = log_axis(a["name"])
+    elif a.get("integer"):
+        axis = {**integer_axis(a["grid"], a["name"]), "automargin": True}
     if a["ticks"]:
-        axis.update(tickvals=[t[0] for t in a["ticks"]], ticktext=[t[1] for t in a["ticks"]])
+        axis.update(tickvals=[t[0] for t in a["ticks"]], ticktext=[t[1] for t in a["ticks"]],
+                    tickmode="array")
     return axis
 
 
@@ -119,15 +175,30 @@ def curves(d: dict) -> dict:
     data = []
     for line in d["lines"]:
         color = STATUS_COLORS.get(line["status"], "#7f7f7f")
-        symbols = ["circle"] * (len(line["epochs"]) - 1) + ["x" if line["pruned"] else "circle"]
-        sizes = [4] * (len(line["epochs"]) - 1) + [11 if line["pruned"] else 4]
+        n = len(line["epochs"])
+        symbols = ["circle"] * (n - 1) + ["x" if line["pruned"] else "circle"]
+        sizes = [4] * (n - 1) + [11 if line["pruned"] else 4]
         data.append(_trials({"type": "scatter", "mode": "lines+markers", "x": line["epochs"],
-                             "y": line["values"],
+                             "y": line["values"], "connectgaps": False,
                              "line": {"color": color, "dash": "dot" if line["pruned"] else "solid"},
                              "marker": {"symbol": symbols, "size": sizes, "color": color}},
-                            [line["number"]] * len(line["epochs"])))
-    return {"data": data, "layout": {"showlegend": False, "xaxis": {"title": {"text": "epoch (step)"}},
-                                     "yaxis": {"title": {"text": "value"}}}}
+                            [line["number"]] * n))
+    steps = [e for line in d["lines"] for e in line["epochs"] if e is not None]
+    layout = {"showlegend": False, "xaxis": integer_axis(steps, "epoch (step)"),
+              "yaxis": {"title": {"text": d.get("metric", "value")}}}
+    folds = d.get("folds")
+    if folds:
+        layout["xaxis"]["title"]["text"] = (f"step = fold × {folds['epochs']} + epoch "
+                                            "(folds one after another)")
+        layout["shapes"] = [{"type": "line", "xref": "x", "yref": "paper", "x0": b, "x1": b,
+                             "y0": 0, "y1": 1, "line": {"dash": "dash", "color": "#888", "width": 1}}
+                            for b in folds["boundaries"]]
+        layout["annotations"] = [{"text": f"fold {f}", "xref": "x", "yref": "paper",
+                                  "x": f * folds["epochs"] + (folds["epochs"] + 1) / 2, "y": 1,
+                                  "yanchor": "top", "showarrow": False,
+                                  "font": {"color": "#666"}}
+                                 for f in range(folds["count"])]
+    return {"data": data, "layout": layout}
 
 
 def folds(d: dict) -> dict:
@@ -143,7 +214,47 @@ def folds(d: dict) -> dict:
                               "x": [t["number"] for t in means], "y": [t["value"] for t in means],
                               "marker": {"symbol": "line-ew-open", "size": 18, "color": "#333"}},
                              [t["number"] for t in means])],
-            "layout": {"xaxis": {"title": {"text": "trial"}}, "yaxis": {"title": {"text": "value"}}}}
+            "layout": {"xaxis": integer_axis(xs, "trial"),
+                       "yaxis": {"title": {"text": d.get("metric", "value")}}}}
+
+
+def pareto(d: dict) -> dict:
+    """2-D or 3-D: the front in red (joined in 2-D), the other feasible trials blue,
+    those that break a constraint grey."""
+    names, three = d["names"], len(d["names"]) == 3
+    groups = (("front", lambda p: p["front"], "#d62728", 9),
+              ("dominated", lambda p: p["feasible"] and not p["front"], STATUS_COLORS["COMPLETE"], 6),
+              ("infeasible", lambda p: not p["feasible"], INFEASIBLE, 6))
+    data = []
+    for name, pick, color, size in groups:
+        pts = [p for p in d["points"] if pick(p)]
+        if not pts:
+            continue
+        trace = {"type": "scatter3d" if three else "scatter", "mode": "markers", "name": name,
+                 "marker": {"color": color, "size": size / (1.6 if three else 1)}}
+        for axis, i in zip("xyz", range(len(names))):
+            trace[axis] = [p["values"][i] for p in pts]
+        if name == "front" and not three:
+            order = sorted(pts, key=lambda p: p["values"][0])
+            trace.update(mode="lines+markers", x=[p["values"][0] for p in order],
+                         y=[p["values"][1] for p in order], line={"shape": "hv", "color": color})
+            pts = order
+        data.append(_trials(trace, [p["number"] for p in pts]))
+    titles = [f"{n} ({direction})" for n, direction in zip(names, d["directions"])]
+    if three:
+        scene = {f"{a}axis": {"title": {"text": t}} for a, t in zip("xyz", titles)}
+        return {"data": data, "layout": {"scene": scene, "height": 520}}
+    return {"data": data, "layout": {"xaxis": {"title": {"text": titles[0]}},
+                                     "yaxis": {"title": {"text": titles[1]}}}}
+
+
+def hypervolume(d: dict) -> dict:
+    h = d["history"]
+    return {"data": [{"type": "scatter", "mode": "lines+markers", "name": "hypervolume",
+                      "x": [p[0] for p in h], "y": [p[1] for p in h],
+                      "line": {"shape": "hv", "color": "#333"}, "marker": {"size": 4}}],
+            "layout": {"showlegend": False, "xaxis": integer_axis([p[0] for p in h], "trial"),
+                       "yaxis": {"title": {"text": "hypervolume"}}}}
 
 
 def timeline(d: dict) -> dict:
@@ -181,12 +292,12 @@ def lineage(d: dict) -> dict:
                       "marker": {"size": 7, "color": color[m["member"]]}}, m["numbers"])
              for m in d["members"]]
     return {"data": data, "layout": {"xaxis": {"title": {"text": "round"}, "dtick": 1},
-                                     "yaxis": {"title": {"text": "value"}}}}
+                                     "yaxis": {"title": {"text": d.get("metric", "value")}}}}
 
 
 MEMBER_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
                  "#7f7f7f", "#bcbd22", "#17becf")
 
 
-DRAW = {"lineage": lineage, "history": history, "parallel": parallel, "importance": importance, "slice": slices,
+DRAW = {"pareto": pareto, "hypervolume": hypervolume, "lineage": lineage, "history": history, "parallel": parallel, "importance": importance, "slice": slices,
         "contour": contour, "curves": curves, "folds": folds, "timeline": timeline}

@@ -8,10 +8,8 @@ from __future__ import annotations
 import csv
 import json
 import math
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any, Iterable, Sequence
-
-import yaml
 
 from mpiopt.durations import format_duration
 from mpiopt.trial import FrozenTrial, TrialStatus
@@ -24,29 +22,73 @@ SPARK = "▁▂▃▄▅▆▇█"
 SPARK_ASCII = "_.-~=*#@"
 
 
-def trial_row(trial: FrozenTrial, human: bool = False) -> dict[str, Any]:
-    """One line of `mpiopt trials` / `mpiopt best`; human: the duration as '1m23s'
-    (tables), else in seconds (JSON)."""
+def spread(trial: FrozenTrial) -> float | None:
+    """The value's standard deviation over folds; None (shown "-") with fewer than two
+    folds: the spread of one value is unknown, not 0."""
+    return trial.value_std if len(trial.fold_values) > 1 else None
+
+
+def trial_row(trial: FrozenTrial, human: bool = False, front=None) -> dict[str, Any]:
+    """One line of `mpiopt trials` / `mpiopt best`; human: the duration as '1m23s' and
+    the error's first line (tables), else in seconds and the whole error (JSON). front
+    (mpiopt.reporting.front.Front): a constrained study's trials say whether they are
+    feasible."""
     row = {"number": trial.number, "status": trial.status.value, "value": trial.value,
-           "value_std": trial.value_std, "attempt": trial.attempt, "group": trial.group,
-           "duration": format_duration(trial.duration) if human else trial.duration}
+           "value_std": spread(trial)}
+    feasible = _feasible(front, trial)
+    if feasible is not None or (front is not None and front.constrained):
+        row["feasible"] = feasible
+    row.update(attempt=trial.attempt, group=trial.group,
+               duration=format_duration(trial.duration) if human else trial.duration)
     if trial.round is not None:          # a pbt round: its lineage
         row.update(member=trial.member, round=trial.round, parent=trial.parent)
+    row["metrics"] = dict(trial.metrics)
+    if trial.error:
+        row["error"] = _first_line(trial.error) if human else trial.error
     row["params"] = dict(trial.params)
     return row
 
 
-def table_columns(trials) -> tuple:
-    """TABLE_COLUMNS, with the lineage before params when some trial is a pbt round."""
+def table_columns(trials, front=None) -> tuple:
+    """TABLE_COLUMNS, with `feasible` in a constrained study, the lineage when some
+    trial is a pbt round, `metrics` when some trial has one and `error` when some trial
+    failed (the error's first line: `trials --status FAILED` says why)."""
+    columns = list(TABLE_COLUMNS[:-1])
+    if front is not None and front.constrained:
+        columns.insert(columns.index("value_std") + 1, "feasible")
     if any(t.round is not None for t in trials):
-        return TABLE_COLUMNS[:-1] + LINEAGE_COLUMNS + TABLE_COLUMNS[-1:]
-    return TABLE_COLUMNS
+        columns += LINEAGE_COLUMNS
+    if any(t.metrics for t in trials):
+        columns.append("metrics")
+    columns.append("params")
+    if any(t.error for t in trials):
+        columns.append("error")
+    return tuple(columns)
 
 
-def trial_dict(trial: FrozenTrial) -> dict[str, Any]:
-    """Every field of a trial, JSON-ready (timestamps as ISO 8601, epochs as strings)."""
+def _feasible(front, trial) -> str | None:
+    from mpiopt.reporting.front import feasibility_word
+
+    return feasibility_word(front, trial)
+
+
+def _first_line(text: str) -> str:
+    """mpiopt's error texts start with the message and where (objective.describe_error);
+    a bare traceback's own heading is skipped."""
+    lines = [line.strip() for line in text.strip().splitlines()
+             if line.strip() and not line.startswith("Traceback (most recent call last)")]
+    return lines[0][:120] if lines else ""
+
+
+def trial_dict(trial: FrozenTrial, front=None) -> dict[str, Any]:
+    """Every field of a trial, JSON-ready (timestamps as ISO 8601, epochs as strings);
+    `feasible` in a constrained study."""
     out = {c: getattr(trial, c) for c in BASE_COLUMNS}
     out["status"] = trial.status.value
+    out["value_std"] = spread(trial)
+    feasible = _feasible(front, trial)
+    if front is not None and front.constrained:
+        out["feasible"] = feasible
     out["started_at"], out["finished_at"] = _iso(trial.started_at), _iso(trial.finished_at)
     out.update(params=dict(trial.params), metrics=dict(trial.metrics),
                fold_values=list(trial.fold_values),
@@ -57,31 +99,31 @@ def trial_dict(trial: FrozenTrial) -> dict[str, Any]:
     return out
 
 
-def front_rows(trials, tracker, top: int) -> tuple[list[dict], list[str], str]:
-    """`mpiopt best` of a study with several objectives (its Pareto front, by the first
-    objective) or constraints (the best feasible trials, top k): rows, columns, a title."""
-    names = [n for n, _ in tracker.objectives]
-    if len(names) > 1:
-        for t in sorted(trials, key=lambda t: t.number):
-            tracker.add(t)
-        chosen = [t for t, _ in sorted(tracker.front, key=lambda tv: tv[1])]
-        title = (f"Pareto front: {len(chosen)} of {len(trials)} complete trials "
-                 f"({', '.join(f'{n} {d}' for n, d in tracker.objectives)}), hypervolume "
-                 f"{tracker.hypervolume():.6g}")
-    else:
-        feasible = [t for t in trials if tracker.outcome(t) is not None and tracker.feasible(t)]
-        chosen = sorted(feasible, key=lambda t: tracker.outcome(t))[:top]
-        title = ""
-    extra = list(dict.fromkeys(names + [c.metric for c in tracker.constraints]))
-    rows = [{"number": t.number, **{n: tracker.metrics_of(t).get(n) for n in extra},
-             "params": dict(t.params)} for t in chosen]
-    return rows, ["number", *extra, "params"], title
+def front_rows(front, top: int) -> tuple[list[dict], list[str], str]:
+    """`mpiopt best` of a study with several objectives (the first `top` trials of its
+    Pareto front, by the first objective) or constraints (the best feasible trials, top
+    k): rows, columns, a title saying how many there are in all."""
+    chosen = front.top(top)
+    title = ""
+    if front.multi:
+        shown = (f"; the first {len(chosen)} by {front.names[0]} (--top)"
+                 if len(chosen) < len(front.trials) else "")
+        title = front.title() + shown
+    extra = list(dict.fromkeys(front.names + [c.metric for c in front.constraints]))
+    rows = [{"rank": i + 1, "number": t.number,
+             **{n: front.metrics_of(t).get(n) for n in extra}, "params": dict(t.params)}
+            for i, t in enumerate(chosen)]
+    return rows, ["rank", "number", *extra, "params"], title
 
 
-def flat_row(trial: FrozenTrial) -> dict[str, Any]:
-    """A spreadsheet row: params_*, metrics_* and fold_* become their own columns."""
+def flat_row(trial: FrozenTrial, front=None) -> dict[str, Any]:
+    """A spreadsheet row: params_*, metrics_* and fold_* become their own columns;
+    `feasible` (yes/no) in a constrained study."""
     row = {c: getattr(trial, c) for c in BASE_COLUMNS}
     row["status"] = trial.status.value
+    row["value_std"] = spread(trial)
+    if front is not None and front.constrained:
+        row["feasible"] = _feasible(front, trial)
     row["started_at"], row["finished_at"] = _iso(trial.started_at), _iso(trial.finished_at)
     if trial.round is not None:          # a pbt round's lineage
         row.update(member=trial.member, round=trial.round, parent=trial.parent)
@@ -91,28 +133,30 @@ def flat_row(trial: FrozenTrial) -> dict[str, Any]:
     return row
 
 
-def export_rows(trials: Iterable[FrozenTrial]) -> tuple[list[str], list[dict[str, Any]]]:
+def export_rows(trials: Iterable[FrozenTrial], front=None) -> tuple[list[str], list[dict[str, Any]]]:
     """Flat rows plus the union of their columns, in first-seen order within each kind
     (params_*, metrics_*, fold_*): a parameter first seen in a later trial (a conditional
     space's) still sits beside the other parameters. An absent one is an empty cell."""
-    rows = [flat_row(t) for t in trials]
+    rows = [flat_row(t, front) for t in trials]
     columns: dict[str, None] = dict.fromkeys(BASE_COLUMNS)
+    if front is not None and front.constrained:
+        columns["feasible"] = None
     for prefix in ("params_", "metrics_", "fold_", ""):
         for row in rows:
             columns.update(dict.fromkeys(k for k in row if k.startswith(prefix)))
     return list(columns), rows
 
 
-def write_csv(trials: Iterable[FrozenTrial], out) -> None:
-    columns, rows = export_rows(trials)
+def write_csv(trials: Iterable[FrozenTrial], out, front=None) -> None:
+    columns, rows = export_rows(trials, front)
     writer = csv.DictWriter(out, fieldnames=columns, lineterminator="\n")
     writer.writeheader()
     for row in rows:
         writer.writerow({k: "" if v is None else v for k, v in row.items()})
 
 
-def write_json(trials: Iterable[FrozenTrial], out) -> None:
-    json.dump([trial_dict(t) for t in trials], out, indent=2)
+def write_json(trials: Iterable[FrozenTrial], out, front=None) -> None:
+    json.dump([trial_dict(t, front) for t in trials], out, indent=2)
     out.write("\n")
 
 
@@ -169,12 +213,15 @@ def ascii_curve(values: Sequence[float | None], height: int = 5, width: int = CU
 
 
 def show_lines(trial: FrozenTrial, study_name: str, metric: str, direction: str,
-               unicode_ok: bool = True, parent: FrozenTrial | None = None) -> list[str]:
-    """Everything about one trial, for `mpiopt show` (parent: a pbt round's parent trial)."""
-    spread = f" ± {trial.value_std:.6g}" if trial.value_std is not None else ""
+               unicode_ok: bool = True, parent: FrozenTrial | None = None,
+               front=None) -> list[str]:
+    """Everything about one trial, for `mpiopt show` (parent: a pbt round's parent trial;
+    front: the study's mpiopt.reporting.front.Front, for feasibility and the front)."""
+    std = spread(trial)
     value = "-" if trial.value is None else f"{trial.value:.6g}"
     lines = [f"trial {trial.number} of study '{study_name}': {trial.status.value}",
-             f"  {metric} ({direction}): {value}{spread}",
+             f"  {metric} ({direction}): {value}" + (f" ± {std:.6g}" if std is not None else ""),
+             *_front_lines(trial, front),
              f"  attempt {trial.attempt}, group {_dash(trial.group)}, host {_dash(trial.host)}, "
              f"seed {_dash(trial.seed)}" + (f", device {trial.device}" if trial.device else ""),
              f"  started {_dash(_iso(trial.started_at))}, finished {_dash(_iso(trial.finished_at))}, "
@@ -196,6 +243,23 @@ def show_lines(trial: FrozenTrial, study_name: str, metric: str, direction: str,
     return lines
 
 
+def _front_lines(trial: FrozenTrial, front) -> list[str]:
+    """A constrained study: whether the trial meets the constraints (and which it
+    breaks); several objectives: its value in each and whether it is on the front."""
+    if front is None or trial.status != TrialStatus.COMPLETE:
+        return []
+    lines = []
+    if front.multi:
+        values = ", ".join(f"{n} {_num(v)}" for n, v in zip(front.names, front.values(trial)))
+        where = "on the Pareto front" if front.on_front(trial) else "not on the Pareto front"
+        lines.append(f"  objectives: {values} ({where} of {len(front.trials)} trials)")
+    if front.constrained:
+        broken = front.broken(trial)
+        lines.append(f"  INFEASIBLE: breaks {', '.join(broken)} (never best)" if broken
+                     else f"  feasible: meets {front.constraint_text()}")
+    return lines
+
+
 def lineage_line(trial: FrozenTrial, parent: FrozenTrial | None = None) -> str:
     """A pbt round's lineage in words: which member and round, and where it started."""
     head = f"pbt: member {trial.member}, round {trial.round}"
@@ -208,128 +272,6 @@ def lineage_line(trial: FrozenTrial, parent: FrozenTrial | None = None) -> str:
     value = "-" if parent.value is None else f"{parent.value:.6g}"
     return (f"{head}, exploited member {parent.member}'s trial {parent.number} "
             f"(value {value}) and explored its parameters")
-
-
-def budget_of(spec_text: str) -> int | None:
-    """search.trials from the stored spec (YAML); None when it cannot be read."""
-    try:
-        trials = (yaml.safe_load(spec_text) or {}).get("search", {}).get("trials")
-    except (yaml.YAMLError, AttributeError):
-        return None
-    return trials if isinstance(trials, int) else None
-
-
-def space_sets_of(spec_text: str) -> int | None:
-    """How many parameter sets the stored study's space has (mpiopt.search.untried); None
-    for an infinite space or a spec that cannot be read."""
-    from mpiopt.search.untried import space_size
-    from mpiopt.spec import Spec
-
-    try:
-        return space_size(Spec.from_text(spec_text, check_files=False).space)
-    except Exception:        # (a stored spec of another version: the count is only a note)
-        return None
-
-
-def _how_to_go_on(record, url: str | None) -> str:
-    """What the closing line of an ended job said to do next, for `mpiopt status`."""
-    from mpiopt.study.opening import after_failures, resume_command
-
-    if url is None or record.status.value not in ("INTERRUPTED", "FAILED"):
-        return ""
-    if record.status.value == "INTERRUPTED":
-        return f"; resume with: {resume_command(record.name, url)}"
-    try:
-        algorithm = yaml.safe_load(record.spec_text or "")["search"]["algorithm"]
-    except Exception:               # (a stored spec of another version: no advice)
-        return ""
-    what = "rounds" if algorithm == "pbt" else "trials"
-    return (f" (its {what} failed before any succeeded); "
-            f"{after_failures(record.name, url, algorithm)}")
-
-
-def liveness(record, url: str | None, now: datetime | None = None) -> tuple[str, str]:
-    """(short, long) state of a study: its status, except that a RUNNING study is either
-    held by a live job (fresh lease) or "stopped without a word" (its job died); the long
-    one says how to go on (`url`: the database's, for the commands it gives)."""
-    now = now or datetime.now(timezone.utc)
-    if record.status.value != "RUNNING":
-        text = record.status.value.lower()
-        return text, text + _how_to_go_on(record, url)
-    lease = getattr(record, "lease", None)
-    if lease is not None and not lease.is_stale(now):
-        text = (f"running (host {lease.host}, pid {lease.pid}, last heartbeat "
-                f"{_seconds(lease.age_s(now))} ago)")
-        return "running", text
-    from mpiopt.study.opening import resume_command
-
-    last = lease.beat_at if lease is not None else record.updated_at
-    host = lease.host if lease is not None else "?"
-    ago = _seconds((now - last).total_seconds())
-    return (f"stopped ({ago} ago, {host})",
-            f"stopped without a word (last heartbeat {ago} ago, host {host}); resume with: "
-            f"{resume_command(record.name, url) if url else 'mpiopt resume NAME'}")
-
-
-def status_summary(record, counts: dict, best: FrozenTrial | None, groups=(),
-                   url: str | None = None) -> dict[str, Any]:
-    """The numbers `mpiopt status` shows, read from the database alone."""
-    done = sum(n for s, n in counts.items() if TrialStatus(s).counts())
-    now = datetime.now(timezone.utc)
-    # the last recorded event: a trial started or finished, or the study's own record changed
-    last_event = max([record.updated_at] + [g["last_at"] for g in groups])
-    ahead = sum(g.get("ahead", 0) for g in groups)   # RUNNING rows not started yet
-    return {
-        "study": record.name, "status": record.status.value,
-        "state": liveness(record, url, now)[1], "direction": record.direction,
-        "metric": record.metric, "budget": budget_of(record.spec_text), "done": done,
-        "space_sets": space_sets_of(record.spec_text),
-        "complete": counts[TrialStatus.COMPLETE],
-        "running": counts[TrialStatus.RUNNING] - ahead, "sent_ahead": ahead,
-        "failed": counts[TrialStatus.FAILED], "pruned": counts[TrialStatus.PRUNED],
-        "interrupted": counts[TrialStatus.INTERRUPTED],
-        "queued": counts[TrialStatus.PENDING],    # mpiopt enqueue, --retry-failed
-        "best": None if best is None else {"number": best.number, "value": best.value,
-                                           "params": dict(best.params)},
-        "created_at": _iso(record.created_at), "updated_at": _iso(last_event),
-        "elapsed": (now - record.created_at).total_seconds(),
-        "since_update": (now - last_event).total_seconds(),
-        "groups": [{**g, "since": (now - g["last_at"]).total_seconds(),
-                    "last_at": _iso(g["last_at"])} for g in groups],
-    }
-
-
-def status_lines(summary: dict[str, Any]) -> list[str]:
-    budget = summary["budget"] if summary["budget"] is not None else "?"
-    best = summary["best"]
-    best_text = "-" if best is None else (
-        f"{best['value']:.6g} (trial {best['number']}) "
-        + " ".join(f"{k}={_num(v)}" for k, v in best["params"].items()))
-    return [f"study    {summary['study']} ({summary['status']}, {summary['metric']}, "
-            f"{summary['direction']})",
-            f"trials   {summary['done']}/{budget} done, {summary['running']} running"
-            + (f" (+{summary['sent_ahead']} sent ahead)" if summary.get("sent_ahead") else "")
-            + ", "
-            f"{summary['failed']} failed, {summary['pruned']} pruned, "
-            f"{summary['interrupted']} interrupted"
-            + (f", {summary['queued']} queued" if summary.get("queued") else "")
-            + _sets_note(summary),
-            f"best     {best_text}",
-            f"started  {summary['created_at']} ({_seconds(summary['elapsed'])} ago), "
-            f"last update {_seconds(summary['since_update'])} ago",
-            f"state    {summary['state']}"] + [
-            f"group {g['group']:<3} {g['host'] or '?'}: last reported {_seconds(g['since'])} ago"
-            + (f", running trial {g['running']}" if g["running"] is not None else "")
-            + (f", {g['ahead']} sent ahead" if g.get("ahead") else "")
-            for g in summary["groups"]]
-
-
-def _sets_note(summary: dict[str, Any]) -> str:
-    """A finite space smaller than the budget ends the study first (README "Finite spaces")."""
-    sets, budget = summary.get("space_sets"), summary["budget"]
-    if sets is None or budget is None or sets >= budget:
-        return ""
-    return f"; the space has {sets} parameter sets, each run once"
 
 
 def _section(title: str, items: dict) -> list[str]:
@@ -358,3 +300,9 @@ def _iso(when: datetime | None) -> str | None:
 
 
 _seconds = format_duration
+
+
+# `mpiopt status` and the studies' states live in mpiopt.reporting.status; their names
+# stay importable from here, where they were first
+from mpiopt.reporting.status import (budget_of, liveness, space_sets_of,  # noqa: E402,F401
+                                     status_lines, status_summary)

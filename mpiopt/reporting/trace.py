@@ -10,6 +10,12 @@ each) get a track of their own per fold ("group G fold F"), because events on on
 must nest. The coordinator's suggestion time (FrozenTrial.suggest_seconds) is a span on
 the "coordinator" track (tid 0) ending when the trial started. Fields a trial does not
 have are simply left out, so older databases give a trace of trials per group.
+
+Every track nests: two slices on one track are disjoint or one holds the other (Perfetto
+drops or mis-draws the rest). Suggestions overlap where asks run ahead of the trials
+they are for, so each takes the first coordinator lane where it nests ("coordinator",
+"coordinator 2", ...); a fold's or epoch's span is clipped to its trial's
+slice (a trial's slice ends where its group's next trial starts).
 """
 from __future__ import annotations
 
@@ -22,6 +28,7 @@ from mpiopt.reporting.view import StudyView
 
 PID = 1
 FOLD_TID = 1000     # tid of "group G fold F" = FOLD_TID * (G + 1) + F
+LANE_TID = 900      # tid of coordinator lane k > 0 = LANE_TID + k (lane 0 is tid 0)
 
 
 def chrome_trace(view: StudyView) -> dict:
@@ -35,6 +42,7 @@ def chrome_trace(view: StudyView) -> dict:
     def us(when) -> int:
         return round((when - t0).total_seconds() * 1e6)
 
+    suggestions = []
     for trial, start, end in spans:
         tid = trial.group + 1
         tracks[tid] = f"group {trial.group}"
@@ -42,11 +50,11 @@ def chrome_trace(view: StudyView) -> dict:
                                 tid, _args(trial)))
         suggest = getattr(trial, "suggest_seconds", None)
         if suggest:
-            tracks[0] = "coordinator"
-            events.append(_complete(f"suggest trial {trial.number}", "suggest",
-                                    us(start) - round(suggest * 1e6), round(suggest * 1e6), 0,
-                                    {"trial": trial.number}))
-        events += _inner_spans(trial, us(start), tid, tracks)
+            suggestions.append(_complete(f"suggest trial {trial.number}", "suggest",
+                                         us(start) - round(suggest * 1e6), round(suggest * 1e6),
+                                         0, {"trial": trial.number}))
+        events += _inner_spans(trial, us(start), us(end), tid, tracks)
+    events += _in_lanes(suggestions, tracks)
     meta = [{"ph": "M", "name": "process_name", "pid": PID, "tid": 0,
              "args": {"name": f"study {view.name}"}}]
     for tid, name in sorted(tracks.items()):
@@ -63,7 +71,27 @@ def write_chrome_trace(view: StudyView, out) -> None:
     out.write("\n")
 
 
-def _inner_spans(trial, trial_us: int, tid: int, tracks: dict) -> list[dict]:
+def _in_lanes(slices: list[dict], tracks: dict) -> list[dict]:
+    """Each slice on the first coordinator lane where it nests: after the slices there
+    that ended, inside the one still open (or alone). By start, longest first."""
+    lanes: list[list[int]] = []       # per lane: the ends of its open slices, outermost first
+    for event in sorted(slices, key=lambda e: (e["ts"], -e["dur"])):
+        end = event["ts"] + event["dur"]
+        for k, open_ends in enumerate(lanes):
+            while open_ends and open_ends[-1] <= event["ts"]:
+                open_ends.pop()
+            if not open_ends or end <= open_ends[-1]:
+                open_ends.append(end)
+                break
+        else:
+            k = len(lanes)
+            lanes.append([end])
+        event["tid"] = 0 if k == 0 else LANE_TID + k
+        tracks[event["tid"]] = "coordinator" if k == 0 else f"coordinator {k + 1}"
+    return slices
+
+
+def _inner_spans(trial, trial_us: int, end_us: int, tid: int, tracks: dict) -> list[dict]:
     spans = [s for s in (getattr(trial, "spans", None) or []) if _valid(s)]
     folds = [s for s in spans if s["kind"] == "fold"]
     concurrent = _overlap(folds)
@@ -75,8 +103,9 @@ def _inner_spans(trial, trial_us: int, tid: int, tracks: dict) -> list[dict]:
             tracks[track] = f"{tracks[tid]} fold {int(s['fold'])}"
         name = (f"fold {s['fold']}" if s["kind"] == "fold"
                 else f"fold {s['fold']} epoch {s.get('epoch')}")
-        ts = trial_us + round(s["start"] * 1e6)
-        out.append(_complete(name, s["kind"], ts, round((s["end"] - s["start"]) * 1e6), track,
+        ts = min(end_us, trial_us + round(s["start"] * 1e6))
+        end = min(end_us, trial_us + round(s["end"] * 1e6))
+        out.append(_complete(name, s["kind"], ts, end - ts, track,
                              {"trial": trial.number, "fold": s["fold"], "epoch": s.get("epoch")}))
     return out
 

@@ -27,6 +27,7 @@ class Panel:
     title: str
     note: str | None = None
     data: dict[str, Any] = field(default_factory=dict)
+    caption: str | None = None     # said under a drawn plot (what it leaves out, and why)
 
 
 @dataclass(frozen=True)
@@ -84,6 +85,7 @@ class StudyView:
     trials: tuple[FrozenTrial, ...]
     params: tuple[Param, ...]
     now: datetime                  # when the report was made: running trials end here
+    spec_text: str = ""            # the stored spec: objectives, constraints, K-fold
     cache: dict = field(default_factory=dict, compare=False, repr=False)   # shared fits
 
     @classmethod
@@ -91,11 +93,25 @@ class StudyView:
         trials = tuple(sorted(trials, key=lambda t: t.number))
         return cls(record.name, record.direction, record.metric, trials,
                    params_of(getattr(record, "space_json", None), trials),
-                   now or datetime.now(timezone.utc))
+                   now or datetime.now(timezone.utc), getattr(record, "spec_text", None) or "")
 
     @property
     def maximize(self) -> bool:
         return self.direction == "maximize"
+
+    @property
+    def front(self):
+        """The study's best trials (mpiopt.reporting.front), computed once per view."""
+        if "front" not in self.cache:
+            from mpiopt.reporting.front import Front, objective_of
+
+            self.cache["front"] = Front(objective_of(self), self.trials)
+        return self.cache["front"]
+
+    @property
+    def multi(self) -> bool:
+        """Several objectives: the best trials are a Pareto front."""
+        return self.front.multi
 
     def complete(self) -> list[FrozenTrial]:
         """COMPLETE trials with a finite value: the ones a model of the objective may use."""

@@ -72,7 +72,7 @@ def _check_launcher(size: int) -> None:
                 f"this one: mpi4py is built for another MPI than the launcher's (mpi4py's: "
                 f"{library}); start the job with the mpiexec of the MPI mpi4py was built "
                 f"with (the PyPI wheel's: .venv/bin/mpiexec), or build mpi4py against the "
-                f"system's MPI (README, \"On a cluster: use the system's MPI\")")
+                f"system's MPI (docs: \"Run on a cluster\")")
 
 
 # ---- rank 0 -------------------------------------------------------------------------------
@@ -457,26 +457,33 @@ def _coordinate_with(world, spec, url, opened, quiet, objective, topo, comm, hos
     from mpiopt.reporting.progress import Progress
 
     from mpiopt.parallel.coordinator import Coordinator
+    from mpiopt.parallel.scheduler import Executor
     from mpiopt.storage.resilient import Resilient
 
     progress = Progress(spec.search.trials, quiet=quiet)
     ranks = [0] if topo.single_process else [topo.leader(g) for g in range(topo.n_groups)]
     storage = Resilient(opened.storage, spec.storage_retry, opened.recovery, say=_progress,
                         study_id=opened.study_id)
-    sched = _scheduler(spec, opened, storage, topo.n_groups, progress, hosts, ranks,
-                       background=not topo.single_process)
+    artifacts = _keeper(spec)
+    sched = _scheduler(spec, opened, topo.n_groups, hosts, ranks, artifacts,
+                       multi=not topo.single_process)
+    executor = Executor(storage, lambda action: None, progress, artifacts, view=sched,
+                        holding=storage.holding)
+    if artifacts is not None:        # what a job that died mid-way left behind
+        executor.do(sched.settled_on_resume(opened.existing))
     # A job that is ending (a signal, a failed rank) does not wait out an outage: what
     # cannot be written goes to the recovery file at once.
     storage.should_stop = lambda: flag.is_set() or sched.stop_reason in ("interrupted", "error")
     _announce(progress, spec, url, topo, opened, sched)
     progress.start()
     if topo.single_process:
-        return _run_single(spec, url, opened, sched, progress, comm, objective, flag)
-    ending = Coordinator(world, topo, sched, flag, on_tick=opened.on_tick, watch=watch,
-                         in_process=not opened.isolated).run()
+        return _run_single(spec, url, opened, sched, executor, progress, comm, objective, flag)
+    ending = Coordinator(world, topo, sched, storage, progress, artifacts, flag,
+                         on_tick=opened.on_tick, watch=watch).run()
     stuck = "" if ending.orderly else (f" (rank(s) {', '.join(map(str, ending.stuck))} did not "
                                        "stop: ending the job with MPI_Abort)")
-    code = _close(spec, url, opened, sched, progress, ending.cause, ending.interrupted, stuck)
+    code = _close(spec, url, opened, sched, executor, progress, ending.cause, ending.interrupted,
+                  stuck)
     if not ending.orderly:
         _abort(world, code)
     return code
@@ -493,19 +500,19 @@ def _abort(world, code: int) -> None:
     raise SystemExit(code)
 
 
-def _run_single(spec, url, opened, sched, progress, comm, objective, flag) -> int:
+def _run_single(spec, url, opened, sched, executor, progress, comm, objective, flag) -> int:
     from mpiopt.study.kept import KeptResults
     from mpiopt.parallel.local import run_local
 
     _pin_threads(spec, comm)
     try:
         def give_up(cause, interrupted):     # (a trial stuck in this process: local._Watch)
-            return _close(spec, url, opened, sched, progress, cause, interrupted)
+            return _close(spec, url, opened, sched, executor, progress, cause, interrupted)
 
         keeper = KeptResults(**_where_to_keep(opened), rank=0)
-        clean = run_local(sched, objective, comm, stopped=flag.is_set, give_up=give_up,
-                          told=flag.set, keeper=keeper)
-        if getattr(sched.storage, "given_up", None) is None:
+        clean = run_local(sched, executor, objective, comm, stopped=flag.is_set,
+                          give_up=give_up, told=flag.set, keeper=keeper)
+        if getattr(executor.storage, "given_up", None) is None:
             keeper.discard()              # (every result written: see coordinator's STOP)
     except Exception as exc:     # as the coordinator's (an outage past retry_timeout, a
         # study deleted under the job): a closing line with the resume, not "error:", exit 2
@@ -514,13 +521,13 @@ def _run_single(spec, url, opened, sched, progress, comm, objective, flag) -> in
             closed or f"the study's loop failed ({socket.gethostname()}): {type(exc).__name__}: "
             f"{str(exc).strip().splitlines()[0] if str(exc).strip() else ''}")
         sched.stop("interrupted" if closed else "error", cause)
-        if sched.running or getattr(sched.storage, "given_up", None):   # (coordinator.py)
-            try:
-                sched.interrupt()
-            except Exception:
-                pass          # the database is the cause; resume finds the trial RUNNING
-        return _close(spec, url, opened, sched, progress, cause, True)
-    return _close(spec, url, opened, sched, progress, None if clean else sched.message, not clean)
+        try:         # (also with nothing running: the study's record says INTERRUPTED)
+            executor.run(sched.interrupt())
+        except Exception:
+            pass          # the database is the cause; resume finds the trial RUNNING
+        return _close(spec, url, opened, sched, executor, progress, cause, True)
+    return _close(spec, url, opened, sched, executor, progress,
+                  None if clean else sched.message, not clean)
 
 
 def _output_closed(exc: BaseException) -> str | None:
@@ -541,10 +548,11 @@ def _output_closed(exc: BaseException) -> str | None:
             "as for a stop signal, running trials recorded INTERRUPTED")
 
 
-def _close(spec, url, opened, sched, progress, cause, interrupted, stuck: str = "") -> int:
+def _close(spec, url, opened, sched, executor, progress, cause, interrupted,
+           stuck: str = "") -> int:
     """Record the study's end, print the summary and the one closing line; the exit code."""
     try:
-        status = StudyStatus.INTERRUPTED if interrupted else sched.finish()
+        status = StudyStatus.INTERRUPTED if interrupted else executor.run(sched.finish())
     except Exception as exc:
         status, cause = StudyStatus.INTERRUPTED, cause or f"could not record the study's end: {exc}"
     sched.close_searcher()
@@ -554,7 +562,7 @@ def _close(spec, url, opened, sched, progress, cause, interrupted, stuck: str = 
         _output_closed(exc)
     taken = opened.taken_away(spec.study.name) if status is not StudyStatus.COMPLETE else None
     lost = opened.lost          # (another job runs the study now: no resume line)
-    getattr(sched.storage, "discard_written_ahead", lambda: None)()
+    getattr(executor.storage, "discard_written_ahead", lambda: None)()
     opened.close()
     if status is StudyStatus.COMPLETE or (status is StudyStatus.FAILED and not cause):
         if status is StudyStatus.FAILED and sched.stop_reason == "failures":
@@ -570,8 +578,8 @@ def _close(spec, url, opened, sched, progress, cause, interrupted, stuck: str = 
     if lost:
         _say(lost)
         return EXIT_FAILED
-    kept = getattr(sched.storage, "kept_in", lambda: None)()
-    unkept = getattr(sched.storage, "unkept_note", lambda: "")()
+    kept = getattr(executor.storage, "kept_in", lambda: None)()
+    unkept = getattr(executor.storage, "unkept_note", lambda: "")()
     resume = resume_command(taken[1] if taken else spec.study.name, url, kept)
     _say(f"{cause or sched.message or 'stopped'}{unkept}; resume with: {resume}{stuck}")
     return EXIT_INTERRUPTED if sched.stop_reason == "interrupted" else EXIT_FAILED
@@ -606,23 +614,35 @@ def _leader_hosts(world, topo) -> list[str]:
     return None if names is None else [names[topo.leader(g)] for g in range(topo.n_groups)]
 
 
-def _scheduler(spec, opened, storage, n_groups, progress, hosts, ranks, background=False):
+def _scheduler(spec, opened, n_groups, hosts, ranks, artifacts, multi: bool):
+    """The study's scheduler. Under MPI (`multi`), a finished group gets its next trial
+    before its result is written and busy groups hold their next trial (send_first,
+    ask_ahead), except where trials run in the ranks' own processes (one that kills its
+    process ends the job: parallel/coordinator.py); a slow searcher works in the
+    background, and then asks nothing ahead (its suggestions would be made with one more
+    pending point per group, which costs them quality)."""
     from mpiopt.parallel.scheduler import Scheduler
     from mpiopt.search import make_searcher, make_pruner
 
     s = spec.search
     searcher = make_searcher(s.algorithm, spec.space, s.options, s.seed, budget=s.trials,
                              parallel=n_groups, vector=spec.objective.vector)
-    if background and searcher.slow:      # no group waits for a model fit (see there)
-        from mpiopt.search.background import BackgroundSearcher
+    background = multi and searcher.slow
+    if background:                        # no group waits for a model fit (see there)
+        from mpiopt.search.background import MIN_FILL_WAIT_S, BackgroundSearcher
 
-        searcher = BackgroundSearcher(searcher, max_stock=n_groups)
+        searcher = BackgroundSearcher(    # (with a time limit, a wait's every second counts)
+            searcher, max_stock=n_groups, min_fill_wait_s=0.0 if s.time_limit else MIN_FILL_WAIT_S)
+    send_first = multi and opened.isolated
     return Scheduler(
-        artifacts=_keeper(spec),
-        storage=storage, study_id=opened.study_id, searcher=searcher,
+        refit_wanted=artifacts is not None and artifacts.refit_wanted(),
+        checkpoints=artifacts is not None and artifacts.checkpoints,
+        send_first=send_first, ask_ahead=send_first and not background,
+        study_id=opened.study_id, searcher=searcher,
         direction=spec.objective.direction, budget=s.trials, n_groups=n_groups, seed=s.seed,
         pruner=make_pruner(spec.training.pruning), target=s.target, time_limit=s.time_limit,
-        max_initial_failures=s.max_initial_failures, existing=opened.existing, progress=progress,
+        max_initial_failures=s.max_initial_failures,
+        max_failures_in_a_row=s.max_failures_in_a_row, existing=opened.existing,
         hosts=hosts, ranks=ranks, trial_timeout=getattr(s, "trial_timeout", None),
         grace=getattr(s, "grace", 300.0), stuck_grace=stuck_grace(getattr(s, "trial_timeout", None)),
         objective=spec.objective, warm=getattr(opened, "warm", ()))
@@ -654,7 +674,7 @@ def _announce(progress, spec, url, topo, opened, sched) -> None:
     shown = shown_url(url)
     progress.say(f"study '{spec.study.name}': {spec.search.algorithm} search, "
                  f"{spec.search.trials} trials, {layout}; storage {shown}")
-    choice = getattr(sched.searcher, "choice", None)
+    choice = sched.searcher.choice
     if choice:
         progress.say(choice)
     finite = sched.untried

@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 from mpiopt.errors import LeaseLost, StorageError, StudyBusyError
+from mpiopt.search import traits
 from mpiopt.trial import TrialStatus
 
 
@@ -271,7 +272,7 @@ def open_run(spec, url: str, resume, isolated: bool, retry_failed: bool = False,
     from mpiopt.storage import open_storage
     from mpiopt.study.opening import open_study
 
-    if retry_failed and spec.search.algorithm == "pbt":     # before anything is written
+    if retry_failed and traits(spec.search.algorithm).rounds:   # before anything is written
         from mpiopt.errors import SpecError
 
         raise SpecError("--retry-failed: a pbt round runs within its population (a failed "

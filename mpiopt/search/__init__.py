@@ -2,7 +2,9 @@
 
     searcher = make_searcher("bayesian", space, {"estimator": "GP"}, seed=0)
     params = searcher.ask(); searcher.tell(params, 0.42)
+    traits("pbt").numbered        # an algorithm's traits, without building its searcher
 
+Every algorithm, its class and its traits are declared once, in mpiopt.search._registry.
 The strategy modules are imported on first use: `bayesian` pulls in scikit-learn and
 scikit-optimize (seconds), which ranks that only train or only validate a spec never need.
 """
@@ -12,33 +14,32 @@ import importlib
 
 from mpiopt.errors import SpecError
 from mpiopt.search._base import Searcher
+from mpiopt.search._registry import ALGORITHMS, REGISTRY, VECTOR_ALGORITHMS, Traits
 from mpiopt.search.pruners import ASHAPruner, MedianPruner, Pruner, make_pruner
 
 __all__ = [
     "ALGORITHMS", "ASHAPruner", "BayesianSearcher", "EvolutionarySearcher", "MedianPruner",
-    "PBTSearcher",
-    "Pruner", "RandomSearcher", "Searcher", "make_pruner", "make_searcher",
+    "PBTSearcher", "Pruner", "RandomSearcher", "Searcher", "Traits", "VECTOR_ALGORITHMS",
+    "make_pruner", "make_searcher", "traits",
 ]
 
-ALGORITHMS = {
-    "bayesian": ("mpiopt.search.bayesian", "BayesianSearcher"),
-    "evolutionary": ("mpiopt.search.evolutionary", "EvolutionarySearcher"),
-    "random": ("mpiopt.search.random", "RandomSearcher"),
-    "tpe": ("mpiopt.search.optuna_samplers", "TPESearcher"),
-    "cmaes": ("mpiopt.search.optuna_samplers", "CmaEsSearcher"),
-    "pbt": ("mpiopt.search.pbt", "PBTSearcher"),
-}
-_LAZY = {cls: mod for mod, cls in ALGORITHMS.values()}
+_LAZY = {row.cls: row.module for row in REGISTRY.values() if row.searcher}
 
 
-VECTOR_ALGORITHMS = ("auto", "bayesian", "evolutionary", "random")
+def traits(algorithm: str) -> Traits:
+    """The traits of a `search.algorithm` value (Searcher's class attributes of the same
+    names say what each means), read from the registry: nothing is built or imported."""
+    if algorithm not in ALGORITHMS:
+        raise SpecError(f"search.algorithm: expected one of {', '.join(ALGORITHMS)}, "
+                        f"got {algorithm!r}")
+    return REGISTRY[algorithm].traits
 
 
 def make_searcher(algorithm: str, space, options: dict | None = None, seed: int = 0,
                   budget: int | None = None, parallel: int = 1, vector: bool = False) -> Searcher:
-    """The searcher for `algorithm` (auto | bayesian | cmaes | evolutionary | random | tpe) over
-    `space`; `auto` chooses by the space, the budget and the number of groups (see
-    mpiopt.search.auto) and the choice is in the searcher's `choice` attribute."""
+    """The searcher for `algorithm` (one of ALGORITHMS) over `space`; `auto` chooses by the
+    space, the budget and the number of groups (see mpiopt.search.auto) and the choice is
+    in the searcher's `choice` attribute."""
     chosen_because = None
     if algorithm == "auto":
         from mpiopt.search.auto import choose
@@ -58,11 +59,11 @@ def make_searcher(algorithm: str, space, options: dict | None = None, seed: int 
         searcher = PortfolioSearcher(space, members, seed)
         searcher.choice = f"auto chose {' + '.join(names)}: {chosen_because}"
         return searcher
-    if algorithm not in ALGORITHMS:
-        raise SpecError(f"search.algorithm: expected one of auto, {', '.join(ALGORITHMS)}, "
+    if algorithm not in ALGORITHMS or algorithm == "auto":
+        raise SpecError(f"search.algorithm: expected one of {', '.join(ALGORITHMS)}, "
                         f"got {algorithm!r}")
-    module, cls = ALGORITHMS[algorithm]
-    searcher = getattr(importlib.import_module(module), cls)(space, options or {}, seed)
+    row = REGISTRY[algorithm]
+    searcher = getattr(importlib.import_module(row.module), row.cls)(space, options or {}, seed)
     searcher.choice = (f"auto chose {algorithm}: {chosen_because}" if chosen_because else None)
     return searcher
 
@@ -82,8 +83,8 @@ def preload(algorithm: str, space, budget: int | None = None, parallel: int = 1,
             chosen, _ = choose(space, budget, parallel, vector)
             names = list(pair(space)) if chosen == "portfolio" else [chosen]
         for name in names:
-            if name in ALGORITHMS:
-                importlib.import_module(ALGORITHMS[name][0])
+            if name in ALGORITHMS and REGISTRY[name].module:
+                importlib.import_module(REGISTRY[name].module)
     except Exception:       # (make_searcher imports the same modules and raises it there)
         pass
 

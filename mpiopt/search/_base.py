@@ -15,6 +15,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from mpiopt.errors import SpecError
+from mpiopt.search._registry import REGISTRY, TRAIT_NAMES, Traits
 
 
 def params_key(params: dict, names: list[str]) -> tuple:
@@ -64,8 +65,42 @@ class Searcher(abc.ABC):
     """
 
     algorithm = "base"
-    slow = False   # asks cost a model fit: the MPI coordinator asks it in the background
-    vector = False  # takes pareto.Objectives values (several objectives, constraints)
+
+    # ---- traits: what the layers above must know of a strategy. A subclass takes them
+    # from its algorithm's row in mpiopt.search._registry (see __init_subclass__), where
+    # mpiopt.search.traits(name) reads them without building (or importing) the searcher.
+    slow: bool = Traits.slow
+    """Its ask may take long (a model fit that grows with the results): the MPI coordinator
+    asks it in a background thread (mpiopt.search.background), so no group waits for it."""
+    asks_ahead: bool = Traits.asks_ahead
+    """It may be asked before the last result is told (the coordinator prepares the next
+    suggestions while groups train); False where each plan must see the latest results."""
+    numbered: bool = Traits.numbered
+    """Told and forgotten by trial number (tell_trial / forget_trial, with a lineage per
+    trial), not by parameters: its trials may share a parameter set (pbt)."""
+    rounds: bool = Traits.rounds
+    """Its trials are rounds of a trained population's members, each continuing a
+    checkpoint (pbt): only the searcher makes them (no queued or retried parameter set has
+    a place), it needs a Keras objective, and a study's reports count rounds."""
+    supports_vector: bool = Traits.supports_vector
+    """Takes pareto.Objectives values: several objectives, or constraints."""
+    choice: str | None = None
+    """How `auto` chose this searcher, in words (mpiopt.search.make_searcher); None when
+    the algorithm was named."""
+
+    def __init_subclass__(cls, **kwargs):
+        """Traits from the registry row of the class's own `algorithm`, declared nowhere
+        else: a class body of a registered algorithm that sets one is a mistake."""
+        super().__init_subclass__(**kwargs)
+        row = REGISTRY.get(cls.__dict__.get("algorithm"))
+        if row is None:
+            return
+        clash = [n for n in TRAIT_NAMES if n in cls.__dict__]
+        if clash:
+            raise TypeError(f"{cls.__name__}: traits {clash} are declared in "
+                            f"mpiopt.search._registry, not in the class")
+        for name in TRAIT_NAMES:
+            setattr(cls, name, getattr(row.traits, name))
 
     def __init__(self, space, options: dict | None = None, seed: int = 0):
         self.space = space
@@ -77,9 +112,8 @@ class Searcher(abc.ABC):
         self.told: list[tuple[dict, float]] = []
         # keys of suggestions given out that came back with no value (failed, interrupted,
         # withdrawn): a searcher whose suggestions do not depend on results (the GP's
-        # space-filling design) must not make them again. It handed a failing design point
-        # out again at every ask: 19 of a study's 30 trials were 5 failing sets run 3-5
-        # times each, and a first point that failed would have used up max_initial_failures.
+        # space-filling design) must not make them again, or a failing design point comes
+        # back at every ask and uses up the study's trials and max_initial_failures.
         self.spent: set[tuple] = set()
         self.next_number = 0  # the trial number the next ask() is for, unless it says
         self.number = 0       # the trial number being suggested (ask) right now
@@ -98,7 +132,7 @@ class Searcher(abc.ABC):
     def tell(self, params: dict, value) -> None:
         """Learn a finished trial's value (finite, lower is better): a float, or for several
         objectives or constraints a pareto.Objectives vector (searchers that take those
-        say so with `vector = True`)."""
+        say so with `supports_vector`)."""
         if not isinstance(value, tuple):
             value = float(value)
         assert all(math.isfinite(v) for v in (value if isinstance(value, tuple) else (value,))), \

@@ -10,9 +10,9 @@ The rule, and why (benchmarks/quality_suite.py; README "Choosing a searcher"):
   ones (Levy, Rastrigin, a tree's cross-validated error) it settles in the first good basin and
   ends near random search, where CMA-ES, a population method, does well. Nobody knows
   beforehand which kind a study is, so both run, every result told to both, as algorithm
-  portfolios do (Nevergrad's NGOpt). On the quality suite at 1, 4 and 16 pending
-  suggestions, 10 seeds, the pair has a better mean rank than either alone: it loses a
-  few percent on smooth problems and gains most of the gap on rugged ones;
+  portfolios do (Nevergrad's NGOpt). On the quality suite the pair has a better mean rank
+  than either alone: it loses a few percent on smooth problems and gains most of the gap
+  on rugged ones;
   with a categorical parameter among them, the GP's partner is TPE instead of CMA-ES
   (`partner`): CMA-ES models real numbers only (its categorical choices are sampled
   beside its distribution), while TPE models a choice and the numbers it goes with as
@@ -21,13 +21,12 @@ The rule, and why (benchmarks/quality_suite.py; README "Choosing a searcher"):
 - fewer (all categorical, or one or two numeric parameters): `bayesian` alone. In two
   dimensions a few dozen results already cover the plane, so the model is good even
   on rugged surfaces, and CMA-ES's half of the trials is mostly spent adapting its
-  distribution (on one dimension it has none to adapt). Measured on six 2-D problems
-  held out of the suite (Rastrigin, Ackley, Levy, Eggholder, Goldstein-Price,
-  Styblinski-Tang; quality_suite.py --problems, 10 seeds): the GP alone had the better
-  mean rank at 1, 4 and 16 pending (1.50/1.17/1.50 against the pair's 1.67/2.00/1.83), as
-  on the suite's own 2-D problems (Branin, six-hump camel, an SVM's C and gamma);
+  distribution (on one dimension it has none to adapt), so the GP alone ranks better on
+  2-D problems, held out of the suite and in it;
 - several objectives, or constraints: `bayesian` (ParEGO) up to 250 trials, `evolutionary`
   (NSGA-II) beyond (see VECTOR_MODEL_BUDGET).
+
+The figures: benchmarks/results/quality_suite.md, quality_suite.py.
 """
 from __future__ import annotations
 

@@ -1,23 +1,25 @@
 """A slow searcher asked beside the coordinator's loop, so no group waits for a model fit.
 
-A Gaussian-process suggestion costs 50-300 ms. Asked in the loop, every group that
-finishes during a fit waits for it, and at 16 groups the Bayesian study kept only 59% of
-them busy (benchmarks/RESULTS.md). Here one thread owns the searcher: it keeps a stock of
-suggestions ready, and the coordinator only takes from the stock and queues tells and
-forgets (both return at once). The stock holds about as many suggestions as results
-arrive during one ask (Little's law: results per second x seconds per ask, measured as
-the study runs, plus one), at most one per group; every stocked suggestion is pending in
-the searcher, so the suggestions after it keep away from it as usual.
+A Gaussian-process suggestion costs tens to hundreds of milliseconds. Asked in the loop,
+every group that finishes during a fit waits for it, and with many groups a good share of
+them idles (benchmarks/results/quality_suite.md). Here one thread owns the searcher: it
+keeps a stock of suggestions ready, and the coordinator only takes from the stock and
+queues tells and forgets (both return at once). The stock holds about as many suggestions as results
+arrive during one ask (Little's law: results per second x seconds per ask, both averaged
+as the study runs, plus one), at most one per group; every stocked suggestion is pending
+in the searcher, so the suggestions after it keep away from it as usual.
 
-When results come faster than the model can be asked (measured: a GP suggestion costs
-30-100 ms on a loaded 2-core node, so 16 groups of 0.5 s trials need more than it
-gives), an idle group does not wait for a wait longer than FILL_SHARE of a trial (the
-ask's expected time against the mean trial time, results' spacing x groups, Little's
-law again): it gets a random point from the space (a "filler",
-pending in the searcher like any suggestion, and told to it when done). An idle group
-produces nothing, a random trial at least a random-search result; the study's summary
-says how many fillers there were, so a user sees that the trials are too short for the
-model (and `evolutionary` or `random` would do as well).
+When results come faster than the model can be asked (many groups of short trials on a
+loaded node), an idle group may get a random point from the space instead (a "filler",
+pending in the searcher like any suggestion, and told to it when done). A filler spends a
+trial of the budget on a random-search result, so it is given only where the wait it
+saves matters: longer than FILL_SHARE of a trial (the ask's expected time against the mean
+trial time, results' spacing x groups, Little's law again) and, unless the study has a
+time limit (then every second is budget), at least `min_fill_wait_s` (MIN_FILL_WAIT_S)
+in absolute terms: a wait of milliseconds costs nothing a user would notice, while a
+random trial costs the search. The study's summary says how many fillers there were, so
+a user sees that the trials are too short for the model (and `evolutionary` or `random`
+would do as well).
 
 The price: a suggestion may be made before the last few results were told, as any
 asynchronous optimiser's are. Randomness stays keyed by trial number, so a replay still
@@ -39,17 +41,22 @@ import time
 
 import numpy as np
 
-CLOSE_WAIT_S = 5.0
+from mpiopt.search._registry import TRAIT_NAMES
+
+CLOSE_WAIT_S = 5.0           # close() waits this long for the ask in progress, then leaves it
 SWITCH_INTERVAL_S = 0.0005   # the loop's thread gets the GIL back within 0.5 ms (default 5)
 FILL_SHARE = 0.01            # a group waits for the model if that costs under 1% of a trial
+MIN_FILL_WAIT_S = 1.0        # ... or under a second, without a time limit (module docstring)
 _SMOOTHING = 0.3             # weight of the newest sample in the moving averages
 
 
 class BackgroundSearcher:
     """take() a ready suggestion (or None), tell()/forget() queued; see the module doc."""
 
-    def __init__(self, searcher, max_stock: int, clock=time.monotonic):
+    def __init__(self, searcher, max_stock: int, clock=time.monotonic,
+                 min_fill_wait_s: float = MIN_FILL_WAIT_S):
         self.inner = searcher
+        self.min_fill_wait_s = min_fill_wait_s
         self.max_stock = max(1, int(max_stock))
         self.clock = clock
         self.choice = getattr(searcher, "choice", None)
@@ -100,7 +107,7 @@ class BackgroundSearcher:
             return False
         since = self._asking_since
         wait = max(self._ask_s or 0.0, 0.0 if since is None else self.clock() - since)
-        return wait > FILL_SHARE * self._gap_s * self.max_stock
+        return wait > FILL_SHARE * self._gap_s * self.max_stock and wait >= self.min_fill_wait_s
 
     def _filler(self) -> dict:
         """A random point, pending in the searcher (the thread adds it before its next ask)."""
@@ -191,6 +198,15 @@ class BackgroundSearcher:
         if self._error is not None:
             raise RuntimeError(f"the searcher failed: {type(self._error).__name__}: "
                                f"{self._error}") from self._error
+
+
+def _inner(name: str) -> property:
+    return property(lambda self: getattr(self.inner, name),
+                    doc=f"The inner searcher's `{name}` (mpiopt.search._base.Searcher).")
+
+
+for _name in (*TRAIT_NAMES, "space"):       # a wrapped searcher has the traits of its own
+    setattr(BackgroundSearcher, _name, _inner(_name))
 
 
 def _average(old: float | None, new: float) -> float:

@@ -6,13 +6,11 @@ suggestions refits everything. Here:
 
 * Pending suggestions enter a throwaway posterior with a lie: by default the model's own
   mean there ("kriging believer"), which removes the uncertainty around them without
-  bending the surface. Measured on Branin with 4 pending, 8 seeds: believer 8/8 seeds
-  within 1% of the optimum in 40 evaluations, lying the mean of the told values 2/8, the
-  minimum 3/8 (a constant lie distorts the model exactly where it matters). The chosen
-  point must lie at least `min_distance` (1% of the scaled range, max-norm =
-  `Space.distance`) from every pending suggestion; if the best candidate is too close,
-  the next best is taken. Told points only exclude exact repeats (a 1% box around a told
-  point can swallow a whole narrow optimum).
+  bending the surface; a constant lie (the told values' mean, min or max) distorts the
+  model exactly where it matters. The chosen point must lie at least `min_distance` (1%
+  of the scaled range, max-norm = `Space.distance`) from every pending suggestion; if the
+  best candidate is too close, the next best is taken. Told points only exclude exact
+  repeats (a 1% box around a told point can swallow a whole narrow optimum).
 * Every second suggestion is the minimiser of one posterior (Thompson) sample instead of
   the acquisition's best, so some groups keep probing other basins while the others refine
   the incumbent (not in auto's portfolio, where CMA-ES explores: see portfolio.py).
@@ -29,6 +27,7 @@ suggestions refits everything. Here:
   objective's units as in skopt.
 
 Tree surrogates (RF, ET, GBRT) come from skopt and are refitted at every suggestion.
+Figures for these choices, and the variants that lost: benchmarks/results/quality_suite.md.
 """
 from __future__ import annotations
 
@@ -45,36 +44,26 @@ DEFAULTS = declared("bayesian")   # declared in mpiopt.search.options
 _ESTIMATORS = ("GP", "RF", "ET", "GBRT")
 _ACQUISITIONS = ("gp_hedge", "EI", "LCB", "PI")
 _HEDGED = ("EI", "LCB", "PI")
-_LOCAL_SCALES = (0.1, 0.03, 0.01, 0.003)
+_LOCAL_SCALES = (0.1, 0.03, 0.01, 0.003)   # perturbations round the best, coarse to fine
 _TOLD_MIN_DISTANCE = 1e-9  # only exact repeats of a told point are refused
-_RESTARTS = 2              # random restarts of a full kernel fit
-_RESTART_UNTIL = 100       # full fits only while the study is this small
-_EXPLORE_EVERY = 2         # every 2nd suggestion: a Thompson sample (0: never)
-_THOMPSON_CANDIDATES = 1000
+_RESTARTS = 2              # random restarts of a full kernel fit (the likelihood is multimodal)
+_RESTART_UNTIL = 100       # full fits only while the study is this small (then warm starts)
+# Every 2nd suggestion a Thompson sample (0: never): some groups probe other basins while
+# the others refine (figures: benchmarks/results/quality_suite.md)
+_EXPLORE_EVERY = 2
+_THOMPSON_CANDIDATES = 1000   # random candidates a posterior sample is minimised over
 _DESIGN_SIZE = 64          # points of the initial Sobol design (a power of two)
-# EI and PI improve on the lowest posterior mean at a told point instead of the lowest told
-# value (the "plug-in" incumbent for noisy observations; Picheny et al. 2013): off, see
-# benchmarks/RESULTS.md
-PLUGIN_INCUMBENT = False
-# The output transform when output_warping is on: "yeo-johnson" (HEBO's power transform)
-# or "copula" (each value replaced by the normal quantile of its rank, ties averaged;
-# Salinas et al. 2020), or "box-cox" (HEBO's rule: Box-Cox when every told value is
-# positive, Yeo-Johnson otherwise): see benchmarks/RESULTS.md
-OUTPUT_TRANSFORM = "yeo-johnson"
 # _INITIAL note: the initial suggestions (`initial_design`) are the first points of a
 # scrambled Sobol sequence (seeded by the study's seed) not yet known: the first k points
 # of a Sobol sequence cover the cube evenly for every k, which random samples do not, and
-# need no maximin step. A maximin design (farthest of 64 random candidates) was measured
-# worse on Hartmann-6 (12/24 seeds within 1% in 80 evaluations against 14/24): in 6-D it
-# pushes the points into corners. SMAC3, Ax/BoTorch and HEBO start from Sobol points too.
+# need no maximin step (which in 6-D pushes the points into corners). SMAC3, Ax/BoTorch
+# and HEBO start from Sobol points too.
 
 
 class BayesianSearcher(Searcher):
     """Surrogate model + acquisition; see the module docstring for the parallel handling."""
 
     algorithm = "bayesian"
-    slow = True
-    vector = True     # several objectives or constraints: ParEGO (see _values)
 
     def __init__(self, space, options: dict | None = None, seed: int = 0):
         super().__init__(space, options, seed)
@@ -273,16 +262,13 @@ class BayesianSearcher(Searcher):
 
     def _initial_kernel(self):
         base = _skopt.hamming_kernel(self.encoder.n_cols) if self.encoder.all_categorical else None
-        numeric = [c for b in self.encoder.blocks if b["kind"] != "cat" for c in b["cols"]]
-        return _gp.default_kernel(self.encoder.n_cols, base, numeric)
+        return _gp.default_kernel(self.encoder.n_cols, base)
 
     # ---- acquisition -------------------------------------------------------------------
     def _maximise(self, predict, X: np.ndarray, y: np.ndarray) -> np.ndarray:
         """Best candidate of the acquisition that respects the distance rules."""
         scale = float(np.std(y)) or 1.0
         y_opt = float((np.min(y) - np.mean(y)) / scale)
-        if PLUGIN_INCUMBENT:
-            y_opt = float(np.min(predict(X)[0]))
         self._xi = self.options["xi"] / scale  # xi is in the objective's units, as in skopt
         names = _HEDGED if self.options["acquisition"] == "gp_hedge" else (self.options["acquisition"],)
         if self._hedge_last is not None and len(names) > 1:
@@ -335,21 +321,12 @@ def _warp(y: np.ndarray) -> np.ndarray:
     its maximum-likelihood exponent, on standardised values. Objectives whose values span
     orders of magnitude (a narrow valley's walls, a loss that explodes for bad settings)
     otherwise let a few huge values set the GP's scale and hide the region that matters.
-    Monotone, so the best point stays the best. (Box-Cox on values shifted to start just
-    above zero was measured too, worse on all 10 problems tried; so was HEBO's own rule,
-    Box-Cox of y / std(y) when every value is positive, OUTPUT_TRANSFORM = "box-cox":
-    benchmarks/RESULTS.md.)"""
+    Monotone, so the best point stays the best. (Other transforms lost on the quality
+    suite: benchmarks/results/quality_suite.md.)"""
     from scipy import stats
 
     if len(y) < 3 or np.ptp(y) == 0:
         return y
-    if OUTPUT_TRANSFORM == "copula":
-        q = stats.norm.ppf((stats.rankdata(y) - 0.5) / len(y))
-        return (q - np.mean(q)) / np.std(q)
-    if OUTPUT_TRANSFORM == "box-cox" and np.min(y) > 0:
-        warped = _boxcox(y / np.std(y))
-        if warped is not None:
-            return warped
     z = (y - np.mean(y)) / np.std(y)
     try:
         warped = stats.yeojohnson(z, _yeojohnson_exponent(z))
@@ -360,33 +337,12 @@ def _warp(y: np.ndarray) -> np.ndarray:
     return warped
 
 
-def _boxcox(x: np.ndarray) -> np.ndarray | None:
-    """Box-Cox of positive values with the maximum-likelihood exponent, standardised; None
-    where it fails (HEBO applies it to y / std(y) when every value is positive)."""
-    from scipy import optimize, special
-
-    total = float(np.sum(np.log(x)))
-
-    def negative_llf(lmb):
-        var = np.var(special.boxcox(x, lmb))
-        if not np.isfinite(var) or var <= 0:
-            return np.inf
-        return -((lmb - 1) * total - len(x) / 2 * np.log(var))
-
-    with np.errstate(all="ignore"):
-        lmb = optimize.fminbound(negative_llf, -5.0, 5.0, xtol=1e-6)
-        w = special.boxcox(x, lmb)
-    if not np.all(np.isfinite(w)) or np.ptp(w) == 0:
-        return None
-    return (w - np.mean(w)) / np.std(w)
-
-
 def _yeojohnson_exponent(z: np.ndarray) -> float:
     """The maximum-likelihood Yeo-Johnson exponent, as `scipy.stats.yeojohnson_normmax`
     finds it (the same bounds against overflow, the same bounded Brent search, the same
     log-likelihood term by term, so the same exponent), without scipy's per-call array-API
-    and NaN-policy wrapper round the log-likelihood: that wrapper was a third of a GP
-    searcher's time on a 6-D problem (profiled on hartmann6, 1 pending, 80 trials)."""
+    and NaN-policy wrapper round the log-likelihood, which costs more than the
+    likelihood itself at every one of the search's evaluations."""
     from scipy import optimize, stats
 
     if not np.all(np.isfinite(z)):
@@ -418,9 +374,8 @@ _THREADS = None
 
 
 def _single_thread():
-    """One BLAS thread while we fit and predict: on a shared 2-core node OpenBLAS's
-    threads fight the training ranks, and measured here a kernel fit at 150 points took
-    44 s with the default threads against 3.8 s with one."""
+    """One BLAS thread while we fit and predict: on a node shared with training ranks,
+    OpenBLAS's threads fight them for the cores and a kernel fit gets many times slower."""
     global _THREADS
     if _THREADS is None:
         _THREADS = ThreadpoolController()

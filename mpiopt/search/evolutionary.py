@@ -40,7 +40,6 @@ class EvolutionarySearcher(Searcher):
     """See the module docstring for the modes; options as in `DEFAULTS`."""
 
     algorithm = "evolutionary"
-    vector = True     # several objectives: NSGA-II's ranking (see _on_tell_vector)
 
     def __init__(self, space, options: dict | None = None, seed: int = 0):
         super().__init__(space, options, seed)
@@ -80,7 +79,7 @@ class EvolutionarySearcher(Searcher):
         """Not a told point again, and at least 1% (scaled) from every pending one, so
         parallel groups never evaluate near-copies. With thousands of pending points the
         1% boxes cover a small space entirely (5,000 in 2-D: twice over), and every child
-        was refused ten times: the distance is then a quarter of the typical spacing of
+        would be refused: the distance is then a quarter of the typical spacing of
         that many points, n ** (-1/d), when that is smaller."""
         if self.key(params) in self.known:
             return False

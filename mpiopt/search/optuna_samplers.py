@@ -12,16 +12,10 @@ Writing them again would only add bugs.
 - `cmaes`: CMA-ES with Hansen's default population size, 4 + 3 ln d, whatever the number
   of groups: with more groups than that, later suggestions are drawn from the same
   generation and whichever results come first update it. A population as large as the
-  groups (tried first) leaves few generations in a tuning budget: at 16 pending over the
-  18 problems of the quality suite it ranked behind Optuna's default-sized CMA-ES on
-  rugged problems and valleys (rastrigin4 24.4 vs 11.2, rosenbrock4 1135 vs 258). Real
-  and integer dimensions; CMA-ES has no distribution for a categorical one, which is
-  sampled on its own by univariate TPE (Optuna's independent sampler, random by default:
-  Optuna's own advice for categorical parameters is TPE). Measured on the suite's three
-  problems with a categorical parameter and three or more numeric ones (network-mixed,
-  tree-cancer, sgd-wine; 1, 4 and 16 pending, 10 seeds): better than random sampling of
-  the categorical in 5 of 6 problem/pending pairs of network-mixed and tree-cancer, the same
-  on sgd-wine at 1 and 4 pending, worse at 16.
+  groups leaves too few generations in a tuning budget. Real and integer dimensions;
+  CMA-ES has no distribution for a categorical one, which is sampled on its own by
+  univariate TPE (Optuna's independent sampler, random by default: Optuna's own advice
+  for categorical parameters is TPE). Figures for both: benchmarks/results/quality_suite.md.
 
 Conditional spaces: Optuna's own define-by-run. A trial asks only the active parameters,
 parents first (`trial.suggest_*` in Space.order); TPE then models each parameter on the
@@ -47,7 +41,6 @@ class OptunaSearcher(Searcher):
     """One Optuna sampler through Optuna's ask/tell; subclasses build the sampler."""
 
     algorithm = "optuna"
-    slow = True   # TPE's ask grows with the trials told
     defaults: dict = {}
 
     def __init__(self, space, options: dict | None = None, seed: int = 0):
@@ -88,11 +81,7 @@ class OptunaSearcher(Searcher):
         if number is not None:
             self.study.tell(number, value)
         else:                                   # replayed, or told without an ask
-            self._add(params, value, self._foreign_attrs())
-
-    def _foreign_attrs(self) -> dict:
-        """System attributes for a result this sampler did not ask for (none here)."""
-        return {}
+            self._add(params, value)
 
     def _on_forget(self, params) -> None:
         number = self.numbers.pop(self.key(params), None)
@@ -103,17 +92,16 @@ class OptunaSearcher(Searcher):
         for params in reruns:
             self.numbers[self.key(params)] = self._add(params, None)
 
-    def _add(self, params: dict, value: float | None, system_attrs=None) -> int:
+    def _add(self, params: dict, value: float | None) -> int:
         """A trial added to the in-memory study: COMPLETE with a value, else RUNNING."""
         state = self._optuna.trial.TrialState
         done = value is not None and math.isfinite(value)
         names = [n for n in self.names if n in params]   # (absent: not in the trial at all)
         self.study.add_trial(self._optuna.trial.create_trial(
             params={n: params[n] for n in names}, distributions={n: self.dists[n] for n in names},
-            value=value if done else None, state=state.COMPLETE if done else state.RUNNING,
-            system_attrs=(system_attrs or None) if done else None))
-        # (not `study.trials`: it deep-copies every trial, which made telling the partner of
-        # auto's pair cost a third of a 220-trial study's time)
+            value=value if done else None, state=state.COMPLETE if done else state.RUNNING))
+        # (not `study.trials`: it deep-copies every trial, a cost that grows with the study
+        # at every tell)
         return self.study.get_trials(deepcopy=False)[-1].number
 
 
@@ -141,13 +129,6 @@ class TPESearcher(OptunaSearcher):
             self.numbers[self.key(params)] = self._add(params, None)
 
 
-# Results of the pair's GP told to CMA-ES as members of the generation it is sampling
-# (injected solutions, Hansen 2011): screened on both problem sets, mixed (better at some
-# numbers of groups, worse at others, not the same ones on the two sets), so off; see
-# benchmarks/RESULTS.md "Screened and not adopted (... sixth stop)"
-INJECT = False
-
-
 class CmaEsSearcher(OptunaSearcher):
     algorithm = "cmaes"
     defaults = declared("cmaes")
@@ -166,17 +147,6 @@ class CmaEsSearcher(OptunaSearcher):
             return self._optuna.samplers.CmaEsSampler(
                 seed=int(seed), popsize=pop, n_startup_trials=0, x0=self._x0,
                 independent_sampler=self._optuna.samplers.TPESampler(seed=int(seed)))
-
-    def _foreign_attrs(self) -> dict:
-        """With INJECT, a result CMA-ES did not ask for (the GP's, in auto's pair) joins
-        the generation now being sampled, so the distribution's update counts it
-        (injected solutions, Hansen 2011); otherwise Optuna's CMA-ES ignores it."""
-        if not INJECT:
-            return {}
-        key = self.study.sampler._attr_key_generation
-        gens = [t.system_attrs.get(key, -1) for t in self.study.get_trials(deepcopy=False)]
-        gen = max(gens, default=-1)
-        return {key: gen} if gen >= 0 else {}
 
     def _on_replay(self, reruns: list[dict]) -> None:
         super()._on_replay(reruns)

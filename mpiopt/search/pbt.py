@@ -42,8 +42,6 @@ class Segment:
 
 class PBTSearcher(Searcher):
     algorithm = "pbt"
-    numbered = True      # the coordinator tells and forgets by trial number
-    ask_ahead = False    # a round's plan must see the latest results
 
     def __init__(self, space, options: dict | None = None, seed: int = 0):
         super().__init__(space, options, seed)

@@ -12,7 +12,6 @@ class RandomSearcher(Searcher):
     """Uniform over the space (log-uniform where a dimension says so), seeded."""
 
     algorithm = "random"
-    vector = True     # it learns nothing from values, so any number of objectives works
 
     def __init__(self, space, options: dict | None = None, seed: int = 0):
         super().__init__(space, options, seed)

@@ -2,8 +2,8 @@
 
 A trial's value may be any finite float, up to 1.8e308 (a diverging simulation's), but
 from about 1e154 its square overflows, and with it every variance, standard deviation
-and difference a model takes: a Gaussian process predicted NaN everywhere and the study
-ended; a random forest's importances were NaN. Where only the order and the ratios of the
+and difference a model takes: a Gaussian process predicts NaN everywhere and the study
+ends; a random forest's importances are NaN. Where only the order and the ratios of the
 values matter (a model's fit, a share of variance), `in_range` divides them by a power
 of two first, which changes only the exponent: exact, and values of an ordinary size are
 left as they are, bit for bit.

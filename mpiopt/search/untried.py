@@ -1,14 +1,14 @@
 """Finite spaces: each parameter set at most once, and the search ends once all were tried.
 
 A space of integer and categorical parameters only has so many parameter sets (two
-optimizers x three depths: six). Searchers repeat points there: on such a space with 20
-trials (`mpiexec -n 3`, two groups), random search ran one set 7 times and never tried the
-best one, TPE ran one 8 times and `auto` one 6 times. A repeat of a deterministic
-objective is a wasted trial on an allocation paid by the hour, so the coordinator keeps
-the keys of every parameter set the study has tried, runs or has queued. A suggestion
-that repeats one is replaced by an untried set, drawn at random (keyed by the trial
-number, so a resumed study draws the same); once none is left the study ends COMPLETE
-and says so, as Optuna's BruteForceSampler stops its study once the grid is covered.
+optimizers x three depths: six). Searchers repeat points there (random draws collide,
+models return to the best set found; benchmarks/results/quality_suite.md). A repeat of a
+deterministic objective is a wasted trial on an allocation paid by the hour, so the
+coordinator keeps the keys of every parameter set the study has tried, runs or has
+queued. A suggestion that repeats one is replaced by an untried set, drawn at random
+(keyed by the trial number, so a resumed study draws the same); once none is left the
+study ends COMPLETE and says so, as Optuna's BruteForceSampler stops its study once the
+grid is covered.
 
 A failed set counts as tried: an error that depends on the parameters (an out-of-memory
 batch size) fails again. Where a set's value varies from run to run, a Keras study
@@ -29,7 +29,7 @@ from mpiopt.search._base import params_key
 
 # Up to this many parameter sets an untried one is found by listing them all (built on
 # the first need); beyond, by sampling. A conditional space's distinct sets are counted by
-# listing its combinations (60 ms for 10,000, measured; `mpiopt status` counts them too),
+# listing its combinations (tens of milliseconds for 10,000; `mpiopt status` counts them too),
 # so beyond this it is treated as infinite.
 LIST_MAX = 10_000
 _SAMPLES = 64       # random draws for an untried set before the list is used

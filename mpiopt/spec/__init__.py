@@ -6,8 +6,8 @@ the dotted field path and what is expected, e.g.::
     spec.yaml: search.trails: unknown field; did you mean 'trials'?
 
 Nothing of the user's code runs while a spec loads: ``file.py:name`` references are
-checked on the file's syntax tree (see mpiopt.objective.refs), so every MPI rank and every
-query command can load a spec cheaply. The field reference is README.md, "The spec".
+checked on the file's syntax tree (see mpiopt.refs), so every MPI rank and every
+query command can load a spec cheaply. The field reference is docs/reference/spec.md.
 
 The package is split by section: `_reader` (YAML and `_Section`, which every section reads
 through), `_build` (loading, overrides, the top level and the rules tying sections
@@ -15,9 +15,9 @@ together), one module per section (`_sections`: study, resources, objective;
 `_storage`, `_search`, `_training`, `_space`), `_includes`, `_types` (the frozen
 dataclasses) and `_resolved` (the resolved spec as dicts). Each section module declares
 its plain fields once (mpiopt.field.Field: type, default, range, doc line) and reads them
-from there; `fields` gathers the declarations and makes README's tables from them
-(`python -m mpiopt.spec.doc --write README.md`), and tests/test_readme_spec.py fails,
-naming the field, when README and the declarations differ.
+from there; `fields` gathers the declarations and makes the reference's tables from them
+(`python -m mpiopt.spec.doc --write docs/reference/spec.md`), and tests/test_readme_spec.py
+fails, naming the field, when the page and the declarations differ.
 """
 from __future__ import annotations
 

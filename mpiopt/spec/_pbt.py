@@ -34,7 +34,9 @@ def read_lists(sec, declared) -> dict:
 
 
 def check_pbt(source: str, objective, search, training, space) -> None:
-    if search.algorithm != "pbt":
+    from mpiopt.search import traits
+
+    if not traits(search.algorithm).rounds:
         return
 
     def fail(field: str, message: str):

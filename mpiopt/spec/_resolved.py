@@ -65,6 +65,8 @@ def _search_dict(s: SearchSpec) -> dict:
         out["initial_trials"] = [dict(p) for p in s.initial_trials]
     if s.warm_start:
         out["warm_start"] = s.warm_start
+    if s.max_failures_in_a_row != 10:   # (absent at its default, as above)
+        out["max_failures_in_a_row"] = s.max_failures_in_a_row
     if s.keep_models != 1:              # (absent at its default, as above)
         out["keep_models"] = s.keep_models
     if s.options:

@@ -28,6 +28,10 @@ SEARCH = Fields(
           "any succeeds, once no trial started before the last of them is still running (it "
           "may yet succeed: settings that fail in seconds, as a batch size that runs out of "
           "memory, report before those that train).", low=1),
+    Field("max_failures_in_a_row", 10, "integer", "After a trial has succeeded, stop the "
+          "study once this many trials in a row have failed (an objective that broke, a data "
+          "file gone): the rest of the budget would fail the same way. The closing line says "
+          "how to run the failed trials again (`--retry-failed`).", low=1),
     Field("trial_timeout", None, "duration", "A trial past it is FAILED (\"timed out after "
           "10m\") and never run again. A sandboxed function is killed at once; a function in "
           "the rank's process gets a SIGALRM; a Keras trial stops at its next epoch end. One "

@@ -9,7 +9,7 @@ from pathlib import Path
 from mpiopt.errors import SpecError
 from mpiopt.field import REQUIRED, Field, Fields
 from mpiopt.objective.metrics import DIRECTIONS, parse_constraint
-from mpiopt.objective.refs import check_ref
+from mpiopt.refs import check_ref
 from mpiopt.spec._reader import _Section, _show
 from mpiopt.spec._types import DataSpec, ObjectiveSpec, ResourcesSpec, SearchSpec, StudySpec
 
@@ -36,7 +36,7 @@ OBJECTIVE = Fields(
           "to use (`value` means the returned float); for a model, a Keras metric name.",
           shown="`value` (function), `val_loss` (model)"),
     Field("direction", "minimize", "text", "Whether smaller or larger values are better.",
-          choices=("minimize", "maximize")),
+          choices=DIRECTIONS),
     Field("isolate", True, "flag", "Run a `function` that does not take `comm` in a worker "
           "process of its own (one per rank, kept warm between trials), so that `sys.exit`, "
           "`os._exit`, a segfault, the OOM killer or a timeout end the trial, not the job. "
@@ -171,7 +171,7 @@ def _ref(sec: _Section, key: str, base_dir: Path, check_files: bool) -> str:
     value = sec.text(key)
     if check_files:
         return check_ref(value, base_dir, sec.source, sec.where(key))
-    from mpiopt.objective.refs import resolve_ref
+    from mpiopt.refs import resolve_ref
 
     file, name = resolve_ref(value, base_dir, sec.source, sec.where(key))
     return f"{file}:{name}"

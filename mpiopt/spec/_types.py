@@ -9,12 +9,11 @@ from pathlib import Path
 
 import yaml
 
-from mpiopt.search.options import OPTIONS
+from mpiopt.search import ALGORITHMS
 from mpiopt.space import Space
 
 STORAGE_RETRY_S = 600.0   # storage.retry_timeout default: ten minutes of outage ridden out
 TOP_KEYS = ("study", "storage", "objective", "search_space", "search", "training", "resources")
-ALGORITHMS = tuple(sorted(OPTIONS))   # auto, bayesian, cmaes, evolutionary, pbt, random, tpe
 
 
 # --------------------------------------------------------------------------- dataclasses
@@ -77,6 +76,7 @@ class SearchSpec:
     target: float | None = None
     time_limit: float | None = None
     max_initial_failures: int = 5
+    max_failures_in_a_row: int = 10
     options: dict = field(default_factory=dict)
     trial_timeout: float | None = None
     grace: float = 300.0

@@ -1,12 +1,12 @@
-"""README's spec tables, generated from the declared fields (for developers).
+"""The spec reference's field tables, generated from the declared fields (for developers).
 
-    python -m mpiopt.spec.doc                    # every table, each under its section
-    python -m mpiopt.spec.doc training           # one section's table
-    python -m mpiopt.spec.doc --write README.md  # rewrite the tables between the markers
-    python -m mpiopt.spec.doc --check README.md  # exit 1 if they are out of date
+    python -m mpiopt.spec.doc                                # every table, under its section
+    python -m mpiopt.spec.doc training                       # one section's table
+    python -m mpiopt.spec.doc --write docs/reference/spec.md # rewrite the marked tables
+    python -m mpiopt.spec.doc --check docs/reference/spec.md # exit 1 if they are stale
 
 Change a field's declaration (mpiopt/spec/_*.py, mpiopt/search/options.py), then
-`--write README.md`: the README never says what the reader does not do.
+`--write docs/reference/spec.md`: the reference never says what the reader does not do.
 """
 from __future__ import annotations
 

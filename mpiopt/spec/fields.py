@@ -1,4 +1,4 @@
-"""Every spec section's declared fields, and README's tables made from them.
+"""Every spec section's declared fields, and the spec reference's tables made from them.
 
 Each section module declares its fields (mpiopt.field.Field) beside the code that reads
 them; this module only gathers them by dotted section name, so that the documentation
@@ -6,15 +6,17 @@ is generated from the same declarations the reader checks against::
 
     print(markdown_table("training"))
 
-README.md holds each table between ``<!-- fields: SECTION -->`` and ``<!-- end fields -->``;
-`python -m mpiopt.spec.doc --write README.md` rewrites them (tests/test_readme_spec.py
-fails, naming the field, when README and the declarations differ).
+docs/reference/spec.md holds each table between ``<!-- fields: SECTION -->`` and
+``<!-- end fields -->``; `python -m mpiopt.spec.doc --write docs/reference/spec.md` rewrites
+them (tests/test_readme_spec.py fails, naming the field, when the page and the
+declarations differ).
 """
 from __future__ import annotations
 
 import re
 
 from mpiopt.field import Field, Fields
+from mpiopt.search import ALGORITHMS
 from mpiopt.search.options import OPTIONS
 from mpiopt.spec._search import SEARCH
 from mpiopt.spec._sections import DATA, OBJECTIVE, RESOURCES, STUDY
@@ -27,8 +29,7 @@ SECTIONS: dict[str, Fields] = {
     "objective": OBJECTIVE,
     "objective.data": DATA,
     "search": SEARCH,
-    **{f"search.{name}": OPTIONS[name] for name in ("bayesian", "tpe", "cmaes", "evolutionary",
-                                                     "random", "auto", "pbt")},
+    **{f"search.{name}": OPTIONS[name] for name in ALGORITHMS},
     "training": TRAINING,
     "training.early_stopping": EARLY_STOPPING,
     "training.pruning": PRUNING,
@@ -40,7 +41,7 @@ BLOCK = re.compile(r"(<!-- fields: (?P<section>[a-z_.]+) -->\n)(?P<body>.*?)(<!-
 
 
 def cells(field: Field) -> tuple[str, str, str]:
-    """(type, default, meaning): a README row without its name."""
+    """(type, default, meaning): a table row without its name."""
     return field.type_cell(), field.default_cell(), field.doc
 
 
@@ -56,7 +57,7 @@ def rows(section: str) -> list[tuple[tuple[str, ...], tuple[str, str, str]]]:
 
 
 def markdown_table(section: str) -> str:
-    """The section's README table, or one sentence for a section without fields."""
+    """The section's table, or one sentence for a section without fields."""
     if not SECTIONS[section]:
         return f"`{section}` takes no options.\n"
     lines = [_line(HEADER), "|" + "---|" * len(HEADER)]
@@ -72,16 +73,16 @@ def _line(cells: tuple) -> str:
 
 
 def rewrite(text: str) -> str:
-    """`text` (README.md) with every marked table generated again."""
+    """`text` (docs/reference/spec.md) with every marked table generated again."""
     def table(match: re.Match) -> str:
         section = match.group("section")
         if section not in SECTIONS:
-            raise KeyError(f"README marks an unknown spec section {section!r}")
+            raise KeyError(f"the page marks an unknown spec section {section!r}")
         return match.group(1) + "\n" + markdown_table(section) + "\n" + match.group(4)
 
     return BLOCK.sub(table, text)
 
 
 def marked(text: str) -> dict[str, str]:
-    """{section: the text between its markers} in README's text, blank lines trimmed."""
+    """{section: the text between its markers} in the page's text, blank lines trimmed."""
     return {m.group("section"): m.group("body").strip("\n") + "\n" for m in BLOCK.finditer(text)}

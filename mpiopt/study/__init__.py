@@ -5,5 +5,8 @@ until the database surely has them (kept), and reading a study from Python (api)
 
 The run of a study (start-up, signals, the end) is mpiopt.run; the database is
 mpiopt.storage. This package imports nothing, so a group rank can use `kept` without
-loading SQLAlchemy.
+loading SQLAlchemy; it names StudyDirection, as optuna.study does (from mpiopt.trial).
 """
+from mpiopt.trial import StudyDirection
+
+__all__ = ["StudyDirection"]

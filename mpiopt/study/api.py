@@ -1,22 +1,135 @@
-"""Read a recorded study from Python.
+"""Read a recorded study from Python, in Optuna's names where the concept is the same.
 
     >>> import mpiopt
-    >>> study = mpiopt.load_study("branin", storage="sqlite:///mpiopt.db")  # doctest: +SKIP
+    >>> study = mpiopt.load_study(study_name="branin", storage="sqlite:///mpiopt.db")  # doctest: +SKIP
     >>> study.best_trial.params                                              # doctest: +SKIP
     {'x': 3.14, 'y': 2.27}
     >>> study.trials_dataframe().sort_values("value").head()                 # doctest: +SKIP
     >>> study.best_params, study.best_value                                  # doctest: +SKIP
+    >>> [t.state for t in study.trials]                                      # doctest: +SKIP
 
 Each property reads the database again, so a Study follows a study that is still running.
+
+"Best" is mpiopt.reporting.front's, as in every other view: with one objective the best
+COMPLETE trial (the best feasible one under constraints); with several objectives there
+is no single best trial (best_trial raises, as Optuna's does) and `best_trials` is the
+Pareto front. The trials are TrialView values: Optuna's names (state, values,
+intermediate_values, datetime_start, datetime_complete, duration as a timedelta,
+user_attrs) over mpiopt's record, whose own fields (status, metrics, fold_values,
+value_std, group, host, ...) read through unchanged. docs/optuna-migration.md lists
+what maps to what.
 """
 from __future__ import annotations
 
+import warnings
+from datetime import timedelta
 from typing import Any
 
 from mpiopt.errors import MpioptError
-from mpiopt.reporting.tables import export_rows
+from mpiopt.reporting.tables import export_rows, spread
 from mpiopt.storage import Storage, StudyRecord, open_storage
-from mpiopt.trial import FrozenTrial, TrialStatus
+from mpiopt.reporting.view import utc
+from mpiopt.trial import FrozenTrial, StudyDirection, TrialState, TrialStatus
+
+
+class MultiObjectiveError(MpioptError, RuntimeError):
+    """A single best trial was asked of a study with several objectives (Optuna raises
+    RuntimeError there too)."""
+
+
+class TrialView:
+    """One trial as the API shows it: Optuna's names first, mpiopt's record behind them
+    (any other attribute is the FrozenTrial's: status, metrics, fold_values, group, ...)."""
+
+    __slots__ = ("_trial", "_names")
+
+    def __init__(self, trial: FrozenTrial, names: tuple[str, ...] = ()):
+        self._trial, self._names = trial, names
+
+    def __getattr__(self, name: str):
+        return getattr(self._trial, name)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, TrialView) and other._trial == self._trial
+
+    def __hash__(self) -> int:
+        return hash((self._trial.study_id, self._trial.number))
+
+    def __repr__(self) -> str:
+        return (f"TrialView(number={self.number}, state={self.state.name}, value={self.value}, "
+                f"params={self.params})")
+
+    @property
+    def frozen(self) -> FrozenTrial:
+        """mpiopt's own record of the trial."""
+        return self._trial
+
+    @property
+    def state(self) -> TrialState:
+        return TrialState.of(self._trial.status)
+
+    @property
+    def values(self) -> list[float] | None:
+        """Every objective's value in the spec's order (Optuna's `values`); None until
+        the trial completes. One objective: [value]."""
+        if self._trial.value is None:
+            return None
+        if len(self._names) < 2:
+            return [self._trial.value]
+        metrics = {**self._trial.metrics, self._names[0]: self._trial.value}
+        return [metrics.get(n) for n in self._names]
+
+    @property
+    def intermediate_values(self) -> dict[int, float]:
+        """Per-epoch (per-step) values, as report(epoch, value) gave them."""
+        return dict(self._trial.intermediate)
+
+    @property
+    def datetime_start(self):
+        """When it started (timezone-aware, UTC)."""
+        return utc(self._trial.started_at)
+
+    @property
+    def datetime_complete(self):
+        """When it finished (None while it runs), as Optuna names it for every end."""
+        return utc(self._trial.finished_at)
+
+    @property
+    def duration(self) -> timedelta | None:
+        """How long it ran, as a timedelta (its measured time; duration_s in seconds)."""
+        seconds = self._trial.duration
+        return None if seconds is None else timedelta(seconds=seconds)
+
+    @property
+    def duration_s(self) -> float | None:
+        return self._trial.duration
+
+    @property
+    def user_attrs(self) -> dict[str, Any]:
+        """The metrics the objective recorded beside its value (what an Optuna objective
+        keeps with trial.set_user_attr)."""
+        return dict(self._trial.metrics)
+
+    @property
+    def system_attrs(self) -> dict[str, Any]:
+        return {"seed": self._trial.seed, "attempt": self._trial.attempt,
+                "group": self._trial.group, "host": self._trial.host}
+
+
+class BestTrials(list):
+    """The Pareto front (Optuna's `best_trials`). Called as best_trials(k), it gives the
+    k best trials as mpiopt's first releases did (a method then); top_trials(k) is that
+    name now."""
+
+    def __init__(self, front, top):
+        super().__init__(front)
+        self._top = top
+
+    def __call__(self, k: int = 1) -> list[TrialView]:
+        warnings.warn("study.best_trials(k) is study.top_trials(k) now; study.best_trials "
+                      "(no call) is the Pareto front, as in Optuna", DeprecationWarning,
+                      stacklevel=2)
+        return self._top(k)
 
 
 class Study:
@@ -35,19 +148,39 @@ class Study:
         self._storage.close()
 
     def __repr__(self) -> str:
-        return f"Study(name={self.name!r}, direction={self.direction!r})"
+        return f"Study(study_name={self.study_name!r}, directions={self.directions!r})"
+
+    @property
+    def study_name(self) -> str:
+        return self._record.name
 
     @property
     def name(self) -> str:
         return self._record.name
 
     @property
-    def direction(self) -> str:
-        return self._record.direction
+    def direction(self) -> StudyDirection:
+        """The (first) objective's direction."""
+        return StudyDirection(self._record.direction)
+
+    @property
+    def directions(self) -> list[StudyDirection]:
+        """Every objective's direction, in the spec's order."""
+        return [StudyDirection(d) for d in self._objective().directions]
+
+    @property
+    def metric_names(self) -> list[str]:
+        """Every objective's name (Optuna's set_metric_names; here from the spec)."""
+        return list(self._objective().names)
 
     @property
     def metric(self) -> str:
         return self._record.metric
+
+    @property
+    def user_attrs(self) -> dict[str, Any]:
+        """Optuna's study attributes: mpiopt keeps none beside the spec (study.record)."""
+        return {}
 
     @property
     def record(self) -> StudyRecord:
@@ -55,35 +188,59 @@ class Study:
         return self._storage.get_study(self.name)
 
     @property
-    def trials(self) -> list[FrozenTrial]:
-        return self._storage.get_trials(self._record.id)
+    def trials(self) -> list[TrialView]:
+        return self._view(self._storage.get_trials(self._record.id))
 
-    def get_trials(self, statuses: list[TrialStatus] | None = None) -> list[FrozenTrial]:
-        return self._storage.get_trials(self._record.id, statuses=statuses)
+    def get_trials(self, deepcopy: bool = True, states=None, *, statuses=None) -> list[TrialView]:
+        """Trials in the given states (Optuna's TrialState or mpiopt's TrialStatus);
+        `deepcopy` is accepted for Optuna's signature (records never change anyway). A
+        list as the first argument is the statuses, as mpiopt's first releases took it."""
+        if isinstance(deepcopy, (list, tuple, set)):
+            statuses, deepcopy = deepcopy, True
+        wanted = [s.value if isinstance(s, (TrialState, TrialStatus)) else TrialStatus(s).value
+                  for s in (states or statuses or ())] or None
+        return self._view(self._storage.get_trials(self._record.id, statuses=wanted))
 
     @property
-    def best_trial(self) -> FrozenTrial | None:
-        best = self.best_trials(1)
-        return best[0] if best else None
+    def best_trial(self) -> TrialView:
+        """The best COMPLETE trial (feasible, under constraints); an error with several
+        objectives (see best_trials) or while there is none."""
+        front = self._front()
+        if front.multi:
+            raise MultiObjectiveError(
+                f"study '{self.name}' has {len(front.names)} objectives "
+                f"({', '.join(front.names)}): no single best trial; study.best_trials is "
+                "its Pareto front")
+        if front.best is None:
+            raise MpioptError(f"study '{self.name}' has no "
+                              + ("feasible " if front.constrained and front.complete else "")
+                              + "complete trial yet")
+        return self._view([front.best])[0]
 
-    def best_trials(self, k: int = 1) -> list[FrozenTrial]:
-        return self._storage.best_trials(self._record.id, k)
+    @property
+    def best_trials(self) -> BestTrials:
+        """The Pareto front of the feasible complete trials (one objective: the best)."""
+        front = self._front()
+        return BestTrials(self._view(front.trials), self.top_trials)
+
+    def top_trials(self, k: int = 1) -> list[TrialView]:
+        """The k best trials: the k best feasible COMPLETE ones (one objective), or the
+        first k of the Pareto front by the first objective."""
+        from mpiopt.objective.metrics import from_stored
+
+        if from_stored(self._record.spec_text) is None:
+            return self._view(self._storage.best_trials(self._record.id, k))
+        return self._view(self._front().top(k))
 
     @property
     def best_params(self) -> dict:
-        """The best COMPLETE trial's parameters; an MpioptError while there is none."""
-        return dict(self._best().params)
+        """The best trial's parameters (see best_trial)."""
+        return dict(self.best_trial.params)
 
     @property
     def best_value(self) -> float:
-        """The best COMPLETE trial's value (in the study's direction)."""
-        return self._best().value
-
-    def _best(self) -> FrozenTrial:
-        best = self.best_trial
-        if best is None:
-            raise MpioptError(f"study '{self.name}' has no complete trial yet")
-        return best
+        """The best trial's value (in the study's direction; see best_trial)."""
+        return self.best_trial.value
 
     def best_model(self, trial: int | None = None):
         """The kept model of the best trial (or of trial number `trial`), loaded with
@@ -96,42 +253,127 @@ class Study:
 
         return keras.models.load_model(path)
 
-    def trials_dataframe(self):
-        """A pandas DataFrame, one row per trial: number, status, value, ..., one column
-        per parameter (`params_<name>`), per metric (`metrics_<name>`) and per fold
-        (`fold_<i>`); timestamps as pandas datetimes. Needs pandas (the `report` extra)."""
-        try:
-            import pandas
-        except ImportError:
-            raise MpioptError("trials_dataframe() needs pandas: pip install 'mpiopt[report]' "
-                              "(or pandas)") from None
-        columns, rows = export_rows(self.trials)
-        frame = pandas.DataFrame(rows, columns=columns)
-        for column in ("started_at", "finished_at"):
-            if column in frame:
-                frame[column] = pandas.to_datetime(frame[column], utc=True)
+    def trials_dataframe(self, attrs: tuple[str, ...] | None = None, multi_index: bool = False):
+        """A pandas DataFrame, one row per trial, in Optuna's column names: number, value
+        (several objectives: values_<name> each), datetime_start, datetime_complete,
+        duration (a timedelta), params_<name>, user_attrs_<name> (the metrics), state
+        (Optuna's state names: COMPLETE, PRUNED, FAIL, ...); then mpiopt's own: value_std
+        (a float, NaN with fewer than two folds), seed, attempt, group, host, error,
+        device, fold_<i>. `attrs` picks columns as Optuna's does ("params" picks every
+        params_ column). Needs pandas (the `report` extra)."""
+        pandas = _pandas()
+        frame = pandas.DataFrame(self._optuna_rows(), columns=None)
+        if attrs is not None:
+            keep = [c for c in frame.columns if c in attrs or c.split("_")[0] in attrs
+                    or (c.startswith("values_") and "values" in attrs)
+                    or (c.startswith("user_attrs_") and "user_attrs" in attrs)]
+            frame = frame[keep]
+        if multi_index:
+            frame.columns = pandas.MultiIndex.from_tuples(
+                [tuple(c.split("_", 1)) if c.startswith(("params_", "user_attrs_", "values_"))
+                 else (c, "") for c in frame.columns])
         return frame
 
     def to_dataframe(self) -> Any:
-        """A pandas DataFrame of flat rows (params_*, metrics_*, fold_*) when pandas is
-        installed, else the same rows as a list of dicts."""
-        columns, rows = export_rows(self.trials)
+        """mpiopt's flat rows (status, started_at, ..., params_*, metrics_*, fold_*): a
+        pandas DataFrame when pandas is installed, else a list of dicts."""
+        columns, rows = export_rows(self._storage.get_trials(self._record.id))
         try:
             import pandas
         except ImportError:
             return rows
         return pandas.DataFrame(rows, columns=columns)
 
+    # ------------------------------------------------------------------ helpers
+    def _view(self, trials) -> list[TrialView]:
+        names = tuple(self._objective().names)
+        return [TrialView(t, names) for t in trials]
 
-def load_study(name: str, storage: str | None = None) -> Study:
-    """Open study `name` in the database at URL `storage` (which must exist); without
-    one, $MPIOPT_STORAGE, else sqlite:///mpiopt.db, as the commands do."""
+    def _objective(self):
+        from mpiopt.reporting.front import Front, objective_of
+
+        return Front(objective_of(self._record), ())
+
+    def _front(self):
+        from mpiopt.reporting.front import Front
+
+        return Front.of(self._record, self._storage.get_trials(
+            self._record.id, statuses=[TrialStatus.COMPLETE.value]))
+
+    def _optuna_rows(self) -> list[dict]:
+        import math
+
+        names = self._objective().names
+        rows = []
+        for t in self.trials:
+            row: dict[str, Any] = {"number": t.number}
+            if len(names) > 1:
+                row.update({f"values_{n}": v for n, v in zip(names, t.values or [None] * len(names))})
+            else:
+                row["value"] = t.value
+            row.update(datetime_start=t.datetime_start, datetime_complete=t.datetime_complete,
+                       duration=t.duration)
+            row.update({f"params_{k}": v for k, v in t.params.items()})
+            row.update({f"user_attrs_{k}": v for k, v in t.metrics.items()})
+            std = spread(t.frozen)
+            row.update(state=t.state.name, value_std=math.nan if std is None else float(std),
+                       seed=t.seed, attempt=t.attempt, group=t.group, host=t.host,
+                       error=t.error, device=t.device)
+            row.update({f"fold_{i}": v for i, v in enumerate(t.fold_values)})
+            rows.append(row)
+        return _ordered(rows)
+
+
+def _ordered(rows: list[dict]) -> list[dict]:
+    """Every row with the union of the columns, in first-seen order within each kind (a
+    conditional space's parameter first seen late still sits with the others)."""
+    columns: dict[str, None] = {}
+    for prefix in ("number", "value", "datetime_", "duration", "params_", "user_attrs_", "state",
+                   "value_std", "seed", "attempt", "group", "host", "error", "device", "fold_"):
+        for row in rows:
+            columns.update(dict.fromkeys(k for k in row if k.startswith(prefix)
+                                         and not (prefix == "value" and k.startswith("value_std"))))
+    return [{c: row.get(c) for c in columns} for row in rows]
+
+
+def _pandas():
+    try:
+        import pandas
+    except ImportError:
+        raise MpioptError("trials_dataframe() needs pandas: pip install 'mpiopt[report]' "
+                          "(or pandas)") from None
+    return pandas
+
+
+def load_study(study_name: str | None = None, storage: str | None = None, *,
+               name: str | None = None, **optuna_only) -> Study:
+    """Open study `study_name` in the database at URL `storage` (which must exist);
+    without one, $MPIOPT_STORAGE, else sqlite:///mpiopt.db, as the commands do. Without a
+    name, the database's only study (as Optuna does). Optuna's sampler= and pruner= are
+    accepted and ignored: a loaded study is read, not searched."""
     import os
 
+    unknown = set(optuna_only) - {"sampler", "pruner"}
+    if unknown:
+        raise TypeError(f"load_study() got an unexpected keyword argument {sorted(unknown)[0]!r}")
     storage = storage or os.environ.get("MPIOPT_STORAGE") or "sqlite:///mpiopt.db"
     store = open_storage(storage)
     try:
-        return Study(store, store.get_study(name))
+        return Study(store, store.get_study(study_name or name or _only_study(store)))
     except BaseException:
         store.close()
         raise
+
+
+def _only_study(store) -> str:
+    names = [r.name for r in store.list_studies()]
+    if len(names) != 1:
+        raise MpioptError(f"load_study() needs study_name=: the database holds "
+                          f"{len(names)} studies" + (f" ({', '.join(names)})" if names else ""))
+    return names[0]
+
+
+def get_all_study_names(storage: str) -> list[str]:
+    """The names of every study in the database (Optuna's get_all_study_names)."""
+    with open_storage(storage, read_only=True) as store:
+        return [r.name for r in store.list_studies()]

@@ -21,6 +21,7 @@ from datetime import datetime, timezone
 import yaml
 
 from mpiopt.errors import MpioptError, ResumeError, SpecError
+from mpiopt.search import ALGORITHMS, traits
 from mpiopt.space import Space, SpaceError
 
 
@@ -72,7 +73,8 @@ def enqueue(storage, name: str, given: dict):
     whole training outside it, which the searcher ignores."""
     record = storage.get_study(name)
     search = (yaml.safe_load(record.spec_text or "") or {}).get("search") or {}
-    if isinstance(search, dict) and search.get("algorithm") == "pbt":
+    algorithm = search.get("algorithm") if isinstance(search, dict) else None
+    if algorithm in ALGORITHMS and traits(algorithm).rounds:
         raise SpecError(f"study '{name}' uses search.algorithm pbt: its rounds come from its "
                         "population, so a queued parameter set has no member to join")
     try:

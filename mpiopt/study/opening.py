@@ -13,13 +13,14 @@ from pathlib import Path
 import yaml
 
 from mpiopt.errors import DuplicateStudyError, ResumeError, UnknownStudyError
+from mpiopt.search import ALGORITHMS, traits
 from mpiopt.trial import FrozenTrial, StudyStatus
 
 # Keys that may change when a study is resumed: they decide how long it runs, not what
 # a trial means. Everything else must match the stored spec.
 RESUMABLE_CHANGES = (
     "storage", "study.description", "search.trials", "search.time_limit", "search.target",
-    "search.max_initial_failures", "resources.group_size", "search.trial_timeout",
+    "search.max_initial_failures", "search.max_failures_in_a_row", "resources.group_size", "search.trial_timeout",
     "search.grace", "search.max_attempts", "objective.isolate",
     # queued once, when the study is created (later sets: `mpiopt enqueue`); told anew on
     # every run (another study's results, a hint to the searcher only)
@@ -65,7 +66,7 @@ def resume_command(name: str, url: str, recovery=None) -> str:
 def after_failures(name: str, url: str, algorithm: str | None) -> str:
     """What to do once the cause of a study's failed trials is mended: the closing line of
     the job they stopped and `mpiopt status` both say it."""
-    if algorithm == "pbt":                      # (--retry-failed is refused there)
+    if algorithm in ALGORITHMS and traits(algorithm).rounds:   # (--retry-failed is refused there)
         return ("a pbt study's failed rounds do not run again: once that is mended, start it "
                 f"under a new study.name, or delete this one (mpiopt study delete {name} "
                 f"--storage {shlex.quote(shown_url(url))})")

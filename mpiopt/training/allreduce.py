@@ -13,8 +13,10 @@ The update of step i and the gradient of step i+1 run as one compiled call, so a
 costs one framework dispatch plus the Allreduce. On one rank the gradient and the update
 of the same step run fused in one call (no buffer, no MPI): the same arithmetic.
 
-overlap=True gathers the next batch while the current Iallreduce is in flight (the Layered
-SGD idea); see benchmarks/training_throughput.py for whether it pays.
+The next batch is gathered after the Allreduce, not under a non-blocking one in flight:
+MPICH progresses a collective only inside MPI calls, and a gather from memory takes
+microseconds, so overlapping them gains nothing
+(benchmarks/results/training_throughput.md).
 """
 from __future__ import annotations
 
@@ -26,9 +28,8 @@ from mpiopt.training.stream import prefetched
 
 
 class AllreduceSGD(Algorithm):
-    def __init__(self, model, comm, training, overlap: bool = False):
+    def __init__(self, model, comm, training):
         super().__init__(model, comm, training)
-        self.overlap = overlap
         self.buffer = np.zeros(model.n_grad + 1, dtype=np.float32)
 
     def _parts(self, order):
@@ -50,13 +51,8 @@ class AllreduceSGD(Algorithm):
         for i, (part, n) in enumerate(steps):
             self._gradient(batch, len(part) / n, pending)
             clock.compute()
-            if self.overlap:
-                request = self.comm.Iallreduce(MPI.IN_PLACE, self.buffer, op=MPI.SUM)
-                batch = next(reader, None)
-                request.Wait()
-            else:
-                self.comm.Allreduce(MPI.IN_PLACE, self.buffer, op=MPI.SUM)
-                batch = next(reader, None)
+            self.comm.Allreduce(MPI.IN_PLACE, self.buffer, op=MPI.SUM)
+            batch = next(reader, None)
             clock.comm()
             loss += float(self.buffer[-1]) * n
             pending = True

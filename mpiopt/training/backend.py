@@ -19,13 +19,6 @@ from mpiopt.training import threads
 from mpiopt.training.tracking import ReadTracker
 
 _tf = None
-# The cuts of a trial's fixed cost (benchmarks/trial_overhead.py turns them off to
-# measure each side by side): one trace per step function per trial, whatever the batch
-# size; no gc.collect() in Keras's clear_session before each build; fused pairs that call
-# the pieces' traced functions instead of tracing their graphs again (see _compile).
-TRACE_ONCE = True
-COLLECT_ON_BUILD = False
-SHARED_PIECES = True
 # variables a pbt round keeps from its own build when it takes its parent's state
 OWN_VARIABLES = ("learning_rate", "seed_generator_state")
 
@@ -82,8 +75,8 @@ def build_model(build, params: dict, seed: int):
     import_tf()
     import keras
 
-    try:                # Keras's gc.collect() here cost 0.24 s a trial (digits, 2-core VM);
-        keras.backend.clear_session(free_memory=COLLECT_ON_BUILD)   # Python's GC still runs
+    try:                # no gc.collect() in clear_session: much of a small trial's fixed
+        keras.backend.clear_session(free_memory=False)   # cost; Python's GC still runs
     except TypeError:   # a Keras without the argument
         keras.backend.clear_session()
     keras.utils.set_random_seed(int(seed) % 2**31)
@@ -132,7 +125,7 @@ class KerasModel:
         self.n_weights = sum(self.sizes)
         self.optimizer.build(self.trainable)
         self._snapshot = self._state()
-        self._compile(tf, _batch_specs(tf, sample_x, sample_y) if TRACE_ONCE else None)
+        self._compile(tf, _batch_specs(tf, sample_x, sample_y))
 
     # ------------------------------------------------------------------ compiled steps
     def _compile(self, tf, specs):
@@ -198,12 +191,13 @@ class KerasModel:
         # Fused pairs: one dispatch instead of two per step (a small model's step is mostly
         # dispatch overhead). A pair calls the pieces' own tf.functions, so a piece's graph
         # is built once per trial however many calls hold it: the pair's own trace is one
-        # call op per piece (digits: 13 ms against 118 ms for apply + gradient traced
-        # again), and TensorFlow inlines the calls when it runs the pair, so a step costs
-        # what a fused one did. Under XLA (jit) a pair is compiled whole from the plain
-        # pieces, as before. Inside a tf.function stateful calls run in program order.
+        # call op per piece, a fraction of tracing the pieces again
+        # (benchmarks/results/trial_overhead.md), and TensorFlow inlines the calls when it
+        # runs the pair, so a step costs what a fused one does. Under XLA (jit) a pair is
+        # compiled whole from the plain pieces. Inside a tf.function stateful calls run in
+        # program order.
         grad_, apply_, get_, set_ = ((grad_flat, apply_flat, get_flat, set_flat)
-                                     if jit or not SHARED_PIECES
+                                     if jit
                                      else (self._grad, self._apply, self._get, self._set))
 
         def apply_then_grad(flat, x, y, scale):

@@ -129,7 +129,7 @@ def check_finite(ds: Dataset) -> Dataset:
 
 def _read(data, base_dir, files: list) -> Dataset:
     if data.loader:
-        from mpiopt.objective.refs import load_callable
+        from mpiopt.refs import load_callable
 
         loaded = load_callable(data.loader, base_dir, field="objective.data.loader")()
         return check_finite(from_loader(loaded))

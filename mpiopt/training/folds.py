@@ -87,20 +87,26 @@ def _sequential(comm, plan, make_trainer, epochs, report, on_epoch, note):
     done is not trained again (its epochs are still in `intermediate`). The checkpoint's
     last epoch is reported again: the job may have died between its checkpoint and its
     report (an epoch reported twice is one row)."""
+    from mpiopt.errors import TrialStopped
+
     results, intermediate = [], {}
     for fold in range(plan.k):
         trainer = make_trainer(comm, fold)
-        for e, (value, _) in enumerate(trainer.history, start=1):
-            intermediate[fold * epochs + e] = value
-        if trainer.history:
-            value, metrics = trainer.history[-1]
-            _report(comm, report, on_epoch, fold * epochs + len(trainer.history), value, metrics)
-        while not trainer.done:
-            value, metrics = trainer.run_epoch()
-            resume.save_if_due(comm, trainer, ran=True)
-            step = fold * epochs + trainer.epoch
-            intermediate[step] = value
-            _report(comm, report, on_epoch, step, value, metrics)
+        try:
+            for e, (value, _) in enumerate(trainer.history, start=1):
+                intermediate[fold * epochs + e] = value
+            if trainer.history:
+                value, metrics = trainer.history[-1]
+                _report(comm, report, on_epoch, fold * epochs + len(trainer.history), value, metrics)
+            while not trainer.done:
+                value, metrics = trainer.run_epoch()
+                resume.save_if_due(comm, trainer, ran=True)
+                step = fold * epochs + trainer.epoch
+                intermediate[step] = value
+                _report(comm, report, on_epoch, step, value, metrics)
+        except TrialStopped as exc:      # a pruned trial keeps the spans of what it ran
+            exc.spans = [s for r in results for s in r["spans"]] + list(trainer.spans)
+            raise
         results.append(trainer.result())
     resume.save_model(comm, trainer, plan.k, note)
     return results, intermediate
@@ -111,6 +117,8 @@ def _concurrent(comm, plan, make_trainer, epochs, report, on_epoch, note):
     fold ahead takes its stored value for the epochs it already has. The loop starts at
     the last epoch every fold has, which is reported again (the job may have died
     between its checkpoints and its report; an epoch reported twice is one row)."""
+    from mpiopt.errors import TrialStopped
+
     fold = comm.Get_rank() // plan.ranks_per_fold
     sub = comm.Split(fold, comm.Get_rank())
     try:
@@ -132,7 +140,11 @@ def _concurrent(comm, plan, make_trainer, epochs, report, on_epoch, note):
             values = [e[0] for e in entries if e is not None and e[0] is not None]
             value, metrics = _mean(values)
             intermediate[epoch] = value
-            _report(comm, report, on_epoch, epoch, value, metrics)
+            try:
+                _report(comm, report, on_epoch, epoch, value, metrics)
+            except TrialStopped as exc:  # a pruned trial keeps its spans (this rank's fold's)
+                exc.spans = list(trainer.spans)
+                raise
             if all(e[1] for e in entries if e is not None):
                 break
         resume.save_model(comm, trainer, plan.k, note)

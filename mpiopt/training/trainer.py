@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from mpiopt.errors import OTHERS_FAILED
+from mpiopt.trial import Direction
 from mpiopt.training import resume, threads
 from mpiopt.training.data import epoch_order, load_data, shard
 from mpiopt.training.stream import raise_together, streamed, take
@@ -52,7 +53,7 @@ def run_training(spec, params: dict, comm, seed: int, report=None, on_epoch=None
     checkpoint up to its last epoch, valued at that epoch."""
     threads.pin_threads(comm)
     t0 = comm.bcast(time.time(), root=0)   # spans are seconds since here, on every rank
-    from mpiopt.objective.refs import load_callable
+    from mpiopt.refs import load_callable
     from mpiopt.training import backend, searched
 
     spec, params, learning_rate = searched.split(spec, params)
@@ -135,12 +136,6 @@ def together(comm, fn):
     return value
 
 
-# Gather the next batch while the Iallreduce is in flight (Layered SGD). Off: it did not pay
-# here (MPICH progresses a non-blocking collective only inside MPI calls, and gathering a
-# batch from memory takes microseconds); benchmarks/training_throughput.py measures it.
-OVERLAP = False
-
-
 def make_algorithm(model, comm, training):
     """The training algorithm of training.mode; downpour needs a master and a worker, so on
     one rank it is single-rank allreduce training."""
@@ -157,7 +152,7 @@ def make_algorithm(model, comm, training):
         raise ValueError(f"unknown training.mode {mode!r}")
     from mpiopt.training.allreduce import AllreduceSGD
 
-    return AllreduceSGD(model, comm, training, overlap=OVERLAP)
+    return AllreduceSGD(model, comm, training)
 
 
 def validate(model, comm, x, y, batch_size: int) -> dict:
@@ -211,7 +206,7 @@ class FoldTrainer:
         self.x, self.y, self.x_val, self.y_val = arrays
         self.training = spec.training
         self.metric = spec.objective.metric
-        self.maximize = spec.objective.direction == "maximize"
+        self.maximize = Direction.parse(spec.objective.direction) is Direction.MAXIMIZE
         self.seed = (int(seed) * 7919 + fold) % 2**32
         self.epoch, self.best_epoch = 0, 0
         self.best_value, self.best_metrics = math.nan, {}

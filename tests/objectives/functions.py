@@ -38,6 +38,16 @@ def always_fails(params):
     raise ImportError("module 'physics' is not installed")
 
 
+def breaks_after_one(params):
+    """Succeeds once, then fails for good (its data file gone): the file
+    MPIOPT_TEST_BROKEN marks that the first trial ran."""
+    mark = os.environ["MPIOPT_TEST_BROKEN"]
+    if os.path.exists(mark):
+        raise FileNotFoundError("events.h5: no such file")
+    open(mark, "w").close()
+    return branin(params)
+
+
 def group_sum(params, comm):
     """Uses the whole group: every rank contributes; the value is the same on all ranks."""
     total = comm.allreduce(comm.Get_rank() + 1)

@@ -1,0 +1,203 @@
+"""`mpiopt status` and a study's state: its numbers read from the database alone, whether
+its job lives, what "best" is (mpiopt.reporting.front), and how to go on after a job ended.
+
+No database code here: it takes the StudyRecord, the counts and the group activity the
+storage gives, so the CLI and tests share one path.
+"""
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+import yaml
+
+from mpiopt.durations import format_duration as _seconds
+from mpiopt.search import traits
+from mpiopt.trial import FrozenTrial, TrialStatus
+
+
+def budget_of(spec_text: str) -> int | None:
+    """search.trials from the stored spec (YAML); None when it cannot be read."""
+    try:
+        trials = (yaml.safe_load(spec_text) or {}).get("search", {}).get("trials")
+    except (yaml.YAMLError, AttributeError):
+        return None
+    return trials if isinstance(trials, int) else None
+
+
+def space_sets_of(spec_text: str) -> int | None:
+    """How many parameter sets the stored study's space has (mpiopt.search.untried); None
+    for an infinite space or a spec that cannot be read."""
+    from mpiopt.search.untried import space_size
+    from mpiopt.spec import Spec
+
+    try:
+        return space_size(Spec.from_text(spec_text, check_files=False).space)
+    except Exception:        # (a stored spec of another version: the count is only a note)
+        return None
+
+
+def _how_to_go_on(record, url: str | None) -> str:
+    """What the closing line of an ended job said to do next, for `mpiopt status`."""
+    from mpiopt.study.opening import after_failures, resume_command
+
+    if url is None or record.status.value not in ("INTERRUPTED", "FAILED"):
+        return ""
+    if record.status.value == "INTERRUPTED":
+        return f"; resume with: {resume_command(record.name, url)}"
+    try:
+        algorithm = yaml.safe_load(record.spec_text or "")["search"]["algorithm"]
+        rounds = traits(algorithm).rounds
+    except Exception:               # (a stored spec of another version: no advice)
+        return ""
+    what = "rounds" if rounds else "trials"
+    return (f" (its {what} failed before any succeeded); "
+            f"{after_failures(record.name, url, algorithm)}")
+
+
+def liveness(record, url: str | None, now: datetime | None = None) -> tuple[str, str]:
+    """(short, long) state of a study: its status, except that a RUNNING study is either
+    held by a live job or "stopped without a word" (its job died); the long one says how
+    to go on (`url`: the database's, for the commands it gives).
+
+    A job beats its lease every period (MPIOPT_LEASE_PERIOD); one silent for three
+    periods has died. On the job's own host a dead process is seen at once (its pid is
+    gone), so the study reads stopped without waiting out the three periods."""
+    now = now or datetime.now(timezone.utc)
+    if record.status.value != "RUNNING":
+        text = record.status.value.lower()
+        return text, text + _how_to_go_on(record, url)
+    lease = getattr(record, "lease", None)
+    if lease is not None and not lease.is_stale(now) and not _dead_here(lease):
+        text = (f"running (host {lease.host}, pid {lease.pid}, last heartbeat "
+                f"{_seconds(lease.age_s(now))} ago; it beats every {_seconds(lease.period_s)}, "
+                f"and {_seconds(3 * lease.period_s)} without one means the job died)")
+        return "running", text
+    from mpiopt.study.opening import resume_command
+
+    last = lease.beat_at if lease is not None else record.updated_at
+    host = lease.host if lease is not None else "?"
+    ago = _seconds((now - last).total_seconds())
+    why = (f"its process {lease.pid} is gone" if lease is not None and _dead_here(lease)
+           else f"last heartbeat {ago} ago")
+    return (f"stopped ({ago} ago, {host})",
+            f"stopped without a word ({why}, host {host}); resume with: "
+            f"{resume_command(record.name, url) if url else 'mpiopt resume NAME'}")
+
+
+def _dead_here(lease) -> bool:
+    """The lease's job ran on this host and its process is gone."""
+    import socket
+
+    from mpiopt.run.study_run import _alive
+
+    return lease.host == socket.gethostname()[:255] and lease.pid > 0 and not _alive(lease.pid)
+
+
+def status_summary(record, counts: dict, best: FrozenTrial | None, groups=(),
+                   url: str | None = None, front=None) -> dict[str, Any]:
+    """The numbers `mpiopt status` shows, read from the database alone. front (a
+    mpiopt.reporting.front.Front, for a study with several objectives or constraints)
+    says what "best" is: the best feasible trial, or (several objectives) no single
+    best but the Pareto front, under "front"."""
+    done = sum(n for s, n in counts.items() if TrialStatus(s).counts())
+    now = datetime.now(timezone.utc)
+    # the last recorded event: a trial started or finished, or the study's own record changed
+    last_event = max([record.updated_at] + [g["last_at"] for g in groups])
+    ahead = sum(g.get("ahead", 0) for g in groups)   # RUNNING rows not started yet
+    short, state = liveness(record, url, now)
+    if front is not None:
+        best = front.best
+    summary = {
+        "study": record.name, "status": record.status.value, "shown_status": short,
+        "state": state, "direction": record.direction,
+        "metric": record.metric, "budget": budget_of(record.spec_text), "done": done,
+        "space_sets": space_sets_of(record.spec_text),
+        "complete": counts[TrialStatus.COMPLETE],
+        "running": counts[TrialStatus.RUNNING] - ahead, "sent_ahead": ahead,
+        "failed": counts[TrialStatus.FAILED], "pruned": counts[TrialStatus.PRUNED],
+        "interrupted": counts[TrialStatus.INTERRUPTED],
+        "queued": counts[TrialStatus.PENDING],    # mpiopt enqueue, --retry-failed
+        "best": None if best is None else {"number": best.number, "value": best.value,
+                                           "params": dict(best.params)},
+        "created_at": _iso(record.created_at), "updated_at": _iso(last_event),
+        "elapsed": (now - record.created_at).total_seconds(),
+        "since_update": (now - last_event).total_seconds(),
+        "groups": [{**g, "since": (now - g["last_at"]).total_seconds(),
+                    "last_at": _iso(g["last_at"])} for g in groups],
+    }
+    if front is not None and front.constrained:
+        summary["constraints"] = [c.text() for c in front.constraints]
+    if front is not None and front.multi:
+        summary["objectives"] = dict(zip(front.names, front.directions))
+        summary["front"] = {"size": len(front.trials), "hypervolume": front.hypervolume,
+                            "trials": [{"number": t.number,
+                                        "values": dict(zip(front.names, front.values(t))),
+                                        "params": dict(t.params)} for t in front.trials]}
+    return summary
+
+
+FRONT_LINES = 5     # trials of the front `mpiopt status` lists (all of them: mpiopt best)
+
+
+def _best_lines(summary: dict[str, Any]) -> list[str]:
+    front = summary.get("front")
+    if front is None:
+        best = summary["best"]
+        what = "best     " if not summary.get("constraints") else "best     (feasible) "
+        return [what + ("-" if best is None else
+                        f"{best['value']:.6g} (trial {best['number']}) "
+                        + " ".join(f"{k}={_num(v)}" for k, v in best["params"].items()))]
+    lines = [f"front    {front['size']} trials on the Pareto front, hypervolume "
+             f"{front['hypervolume']:.6g} (no single best: {len(summary['objectives'])} objectives)"]
+    for t in front["trials"][:FRONT_LINES]:
+        lines.append(f"         trial {t['number']}: "
+                     + ", ".join(f"{k} {_num(v)}" for k, v in t["values"].items()) + "; "
+                     + " ".join(f"{k}={_num(v)}" for k, v in t["params"].items()))
+    if front["size"] > FRONT_LINES:
+        lines.append(f"         ... {front['size'] - FRONT_LINES} more: mpiopt best {summary['study']}")
+    return lines
+
+
+def status_lines(summary: dict[str, Any]) -> list[str]:
+    """`mpiopt status` for people. The first line shows the study's state as the last
+    line does (a RUNNING study whose job died reads stopped in both)."""
+    budget = summary["budget"] if summary["budget"] is not None else "?"
+    objectives = summary.get("objectives") or {summary["metric"]: summary["direction"]}
+    said = ", ".join(f"{k}, {v}" for k, v in objectives.items())
+    constraints = summary.get("constraints")
+    return [f"study    {summary['study']} ({summary.get('shown_status', summary['status'])}, "
+            f"{said}" + (f"; {', '.join(constraints)}" if constraints else "") + ")",
+            f"trials   {summary['done']}/{budget} done, {summary['running']} running"
+            + (f" (+{summary['sent_ahead']} sent ahead)" if summary.get("sent_ahead") else "")
+            + ", "
+            f"{summary['failed']} failed, {summary['pruned']} pruned, "
+            f"{summary['interrupted']} interrupted"
+            + (f", {summary['queued']} queued" if summary.get("queued") else "")
+            + _sets_note(summary),
+            *_best_lines(summary),
+            f"started  {summary['created_at']} ({_seconds(summary['elapsed'])} ago), "
+            f"last update {_seconds(summary['since_update'])} ago",
+            f"state    {summary['state']}"] + [
+            f"group {g['group']:<3} {g['host'] or '?'}: last reported {_seconds(g['since'])} ago"
+            + (f", running trial {g['running']}" if g["running"] is not None else "")
+            + (f", {g['ahead']} sent ahead" if g.get("ahead") else "")
+            for g in summary["groups"]]
+
+
+def _sets_note(summary: dict[str, Any]) -> str:
+    """A finite space smaller than the budget ends the study first (README "Finite spaces")."""
+    sets, budget = summary.get("space_sets"), summary["budget"]
+    if sets is None or budget is None or sets >= budget:
+        return ""
+    return f"; the space has {sets} parameter sets, each run once"
+
+
+def _num(v) -> str:
+    if v is None:
+        return "-"
+    return f"{v:.6g}" if isinstance(v, float) else str(v)
+
+
+def _iso(when: datetime | None) -> str | None:
+    return None if when is None else when.isoformat()
