@@ -184,7 +184,7 @@ def _root(file, features, labels, tree) -> Source:
     except ImportError as e:
         raise DataError("data.root needs uproot: pip install 'mpiopt[root]'") from e
     branches = [features] if isinstance(features, str) else list(features)
-    t = _tree(uproot.open(file), file, tree)
+    t = _tree(uproot.open(file, array_cache=None), file, tree)
     names = list(t.keys())
     for name in branches + [labels]:
         if name not in names:
@@ -201,7 +201,7 @@ def _root(file, features, labels, tree) -> Source:
 
     def read(start, stop):
         if "tree" not in handle:
-            handle["tree"] = _tree(uproot.open(file), file, tree)
+            handle["tree"] = _tree(uproot.open(file, array_cache=None), file, tree)
         return _columns(handle["tree"], branches, start, stop)
 
     try:      # a TTree's clusters: the entry ranges its baskets share
