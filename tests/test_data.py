@@ -4,7 +4,6 @@ from __future__ import annotations
 import select
 import subprocess
 import sys
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -16,10 +15,9 @@ h5py = pytest.importorskip("h5py")
 
 
 def data_spec(**kw):
-    base = dict(loader=None, npz=[], hdf5=[], features="features", labels="labels",
-                val_npz=[], val_hdf5=[])
-    base.update(kw)
-    return SimpleNamespace(**base)
+    from mpiopt.spec import DataSpec
+
+    return DataSpec(**kw)
 
 
 def arrays(n, seed):

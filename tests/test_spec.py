@@ -35,7 +35,7 @@ def folder(tmp_path):
     (tmp_path / "obj.py").write_text("import math\n\ndef f(params):\n    return 1.0\n")
     (tmp_path / "model.py").write_text("import keras_is_not_imported_by_validation\n"
                                        "def build_model(params):\n    pass\n")
-    (tmp_path / "train.npz").write_bytes(b"")
+    __import__("numpy").savez(tmp_path / "train.npz", features=[[0.0]], labels=[0])
     return tmp_path
 
 

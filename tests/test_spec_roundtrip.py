@@ -44,8 +44,16 @@ def test_every_shipped_search_space_round_trips(space, tmp_path):
 def _model_spec(tmp_path: Path, data: dict) -> Spec:
     (tmp_path / "model.py").write_text("def build(params):\n    return None\n")
     (tmp_path / "loader.py").write_text("def load():\n    return None\n")
-    for name in ("a.npz", "b.npz", "va.npz", "x1.h5", "x2.h5", "vx.h5"):
-        (tmp_path / name).write_bytes(b"")
+    import numpy as np
+
+    import h5py
+
+    for name in ("a.npz", "b.npz", "va.npz"):     # real files: the spec opens their headers
+        np.savez(tmp_path / name, features=np.zeros((2, 3)), labels=np.arange(2))
+    for name in ("x1.h5", "x2.h5", "vx.h5"):
+        with h5py.File(tmp_path / name, "w") as h5:
+            for x_name, y_name in (("features", "labels"), ("jets", "is_w")):
+                h5[x_name], h5[y_name] = np.zeros((2, 3)), np.arange(2)
     spec_file = tmp_path / "s.yaml"
     spec_file.write_text(yaml.safe_dump({
         "study": {"name": "s"}, "objective": {"model": "model.py:build", "data": data},

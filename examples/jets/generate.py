@@ -9,6 +9,13 @@ pT. Everything comes from a fixed seed per file, so every rank that generates a 
 file writes the same bytes; files are written atomically.
 
     python examples/jets/generate.py            # writes examples/jets/data/jets_{0..3}.h5
+    python examples/jets/generate.py --root     # and the same jets as data/root/jets_*.root
+    python examples/jets/generate.py --big 2    # 2 GB of jets in data/big/part_*/ (.npy)
+
+The ROOT files hold a TTree `Events` with a fixed-size branch `image` (256 floats per
+entry: a flat branch) and `label`. The big data set is made by `blob_jets`, a vectorised
+version of the same physics (prongs as Gaussian blobs, no particle sampling), about a
+thousand times faster, for data sets larger than memory.
 """
 from __future__ import annotations
 
@@ -78,7 +85,79 @@ def ensure() -> list[Path]:
     return files()
 
 
+def ensure_root() -> list[Path]:
+    """The jets of the HDF5 files as ROOT files (uproot: pip install 'mpiopt[root]')."""
+    import uproot
+
+    out = []
+    for i in range(FILES):
+        file = DATA / "root" / f"jets_{i}.root"
+        if not file.exists():
+            images, labels = make_file(i)
+            file.parent.mkdir(parents=True, exist_ok=True)
+            tmp = file.with_name(f".{file.name}.tmp")
+            with uproot.recreate(tmp) as f:
+                f.mktree("Events", {"image": (np.float32, (PIXELS * PIXELS,)), "label": np.int64})
+                f["Events"].extend({"image": images.reshape(len(images), -1), "label": labels})
+            tmp.replace(file)
+        out.append(file)
+    return out
+
+
+def blob_jets(seed: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """n jet images (n, 16, 16, 1) and labels, vectorised: each prong a Gaussian blob of
+    its momentum fraction (W jets: two prongs at dR ~ 2 m_W / pT; QCD: one core, a softer
+    second prong in 60% of them), plus a soft wide halo, with exponential pixel noise."""
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(0, 2, n)
+    pt = rng.uniform(250.0, 500.0, n)
+    signal = labels == 1
+    z = np.where(signal, rng.uniform(0.1, 0.9, n), rng.uniform(0.05, 0.35, n))
+    z = np.where(signal | (rng.random(n) < 0.6), z, 0.0)
+    dr = np.where(signal, np.minimum(2 * M_W / pt * rng.uniform(0.9, 1.3, n), 0.7),
+                  rng.uniform(0.1, 0.6, n))
+    angle = rng.uniform(0, 2 * np.pi, n)
+    d = dr[:, None] * np.stack([np.cos(angle), np.sin(angle)], axis=1)
+    centers = np.linspace(-HALF_WIDTH, HALF_WIDTH, PIXELS + 1)
+    centers = (centers[:-1] + centers[1:]) / 2
+    eta, phi = np.meshgrid(centers, centers, indexing="ij")
+
+    def blob(pos, width):
+        r2 = (eta[None] - pos[:, 0, None, None]) ** 2 + (phi[None] - pos[:, 1, None, None]) ** 2
+        return np.exp(-r2 / (2 * width ** 2))
+
+    first = np.where(signal[:, None], -(z[:, None]) * d, 0.0)
+    image = (1 - z)[:, None, None] * blob(first, 0.07) + z[:, None, None] * blob(first + d, 0.07)
+    image += 0.1 * blob(np.zeros((n, 2)), 0.35) * rng.exponential(1.0, (n, 1, 1))
+    image *= rng.exponential(1.0, image.shape)      # particles, not a smooth blob
+    image /= image.sum(axis=(1, 2), keepdims=True)
+    return image[..., None].astype(np.float32), labels.astype(np.int64)
+
+
+def ensure_big(gigabytes: float, folder: Path | None = None, part_jets: int = 100_000) -> list:
+    """About `gigabytes` of blob jets as .npy directories part_NNN/{images,labels}.npy
+    (float32, 1 KiB a jet), written one part at a time (memory: one part)."""
+    folder = folder or DATA / "big"
+    parts = max(1, int(round(gigabytes * 2**30 / (part_jets * PIXELS * PIXELS * 4))))
+    out = []
+    for i in range(parts):
+        part = folder / f"part_{i:03d}"
+        if not (part / "labels.npy").exists():
+            images, labels = blob_jets(5000 + i, part_jets)
+            part.mkdir(parents=True, exist_ok=True)
+            np.save(part / "images.npy", images)
+            np.save(part / "labels.npy", labels)   # last: its presence marks a whole part
+        out.append(part)
+    return out
+
+
 if __name__ == "__main__":
+    args = sys.argv[1:]
     for path in ensure():
         print(path)
+    if "--root" in args:
+        for path in ensure_root():
+            print(path)
+    if "--big" in args:
+        print(f"{len(ensure_big(float(args[args.index('--big') + 1])))} parts in {DATA / 'big'}")
     sys.exit(0)

@@ -5,10 +5,22 @@ def build_model(params):
     """Two convolutions of `filters` and 2*filters kernels, pooling, a dense layer."""
     import keras
 
+    return _compiled(keras.Sequential([keras.Input((16, 16, 1)), *_layers(keras, params)]),
+                     params)
+
+
+def build_flat_model(params):
+    """The same network for flat inputs (a ROOT file's 256-float `image` branch)."""
+    import keras
+
+    return _compiled(keras.Sequential([keras.Input((256,)), keras.layers.Reshape((16, 16, 1)),
+                                       *_layers(keras, params)]), params)
+
+
+def _layers(keras, params):
     k = int(params["kernel_size"])
     f = int(params["filters"])
-    model = keras.Sequential([
-        keras.Input((16, 16, 1)),
+    return [
         keras.layers.Rescaling(20.0),  # pixels are pT fractions, mostly far below 0.1
         keras.layers.Conv2D(f, k, padding="same", activation="relu"),
         keras.layers.MaxPooling2D(2),
@@ -17,7 +29,12 @@ def build_model(params):
         keras.layers.Dense(int(params["dense_units"]), activation="relu"),
         keras.layers.Dropout(params["dropout"]),
         keras.layers.Dense(1, activation="sigmoid"),
-    ])
+    ]
+
+
+def _compiled(model, params):
+    import keras
+
     model.compile(optimizer=keras.optimizers.Adam(params["learning_rate"]),
                   loss="binary_crossentropy", metrics=["accuracy", keras.metrics.AUC(name="auc")])
     return model

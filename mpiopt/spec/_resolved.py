@@ -17,6 +17,25 @@ def _objective_dict(obj: ObjectiveSpec) -> dict:
     return out
 
 
+def _data_beyond_first_release(d) -> dict:
+    """The data fields added since the first release, only where they differ from their
+    defaults: a study that does not use them keeps its fingerprint."""
+    from dataclasses import fields
+
+    from mpiopt.spec._types import DataSpec
+
+    first = {"loader", "npz", "hdf5", "features", "labels", "val_npz", "val_hdf5"}
+    out = {}
+    for f in fields(DataSpec):
+        value = getattr(d, f.name)
+        if f.name not in first and value != DataSpec.__dataclass_fields__[f.name].default \
+                and value not in ([], None):
+            out[f.name] = list(value) if isinstance(value, (list, tuple)) else value
+    if isinstance(d.features, tuple):
+        out["features"] = list(d.features)
+    return out
+
+
 def _identity_objective_dict(obj: ObjectiveSpec) -> dict:
     """The objective as fingerprinted since the first release: its shape must not change,
     or stored studies could no longer be resumed."""
@@ -26,6 +45,7 @@ def _identity_objective_dict(obj: ObjectiveSpec) -> dict:
         out["data"] = {"loader": d.loader, "npz": list(d.npz), "hdf5": list(d.hdf5),
                        "features": d.features, "labels": d.labels,
                        "val_npz": list(d.val_npz), "val_hdf5": list(d.val_hdf5)}
+        out["data"].update(_data_beyond_first_release(d))
     out.update(metric=obj.metric, direction=obj.direction)
     if obj.metrics:          # only when given: single-objective fingerprints stay as they were
         del out["metric"], out["direction"]

@@ -177,35 +177,119 @@ def _ref(sec: _Section, key: str, base_dir: Path, check_files: bool) -> str:
     return f"{file}:{name}"
 
 
-_VALIDATION = ("Separate validation files (else the training data is split, see "
-               "`training.kfold`/`holdout`).")
+_VALIDATION = ("Separate validation files of the same format (else the training data is "
+               "split, see `training.kfold`/`holdout`).")
 DATA = Fields(
     Field("loader", None, "ref", "A function returning `(x, y)` or `(x_train, y_train, x_val, "
           "y_val)`.", shown="–"),
-    Field("npz", [], "paths", "`.npz` files; each must exist."),
-    Field("hdf5", [], "paths", "HDF5 files, globs allowed; each must match at least one file."),
-    Field("features", "features", "text", "The array name of the inputs in the npz/HDF5 files."),
-    Field("labels", "labels", "text", "The array name of the targets."),
+    Field("npz", [], "paths", "`.npz` files, globs allowed; each must match at least one file."),
+    Field("npy", [], "paths", "Directories, each holding `<features>.npy` and `<labels>.npy` "
+          "(one part of the data set each), globs allowed."),
+    Field("hdf5", [], "paths", "HDF5 files, globs allowed."),
+    Field("root", [], "paths", "ROOT files, globs allowed, read through uproot "
+          "(`pip install 'mpiopt[root]'`): flat branches of `tree`; a jagged branch is refused."),
+    Field("tree", "Events", "text", "`root`: the TTree holding the branches."),
+    Field("features", "features", "text", "The array (npz, npy), dataset (HDF5) or branches "
+          "(ROOT: a name or a list, one column each) of the inputs.",
+          shown="`features`"),
+    Field("labels", "labels", "text", "The array, dataset or branch of the targets (numbers)."),
     Field("val_npz", [], "paths", _VALIDATION),
+    Field("val_npy", [], "paths", _VALIDATION),
     Field("val_hdf5", [], "paths", _VALIDATION),
+    Field("val_root", [], "paths", _VALIDATION),
+    Field("in_memory", "auto", "text", "`true`: every rank reads the features into memory; "
+          "`false`: they stay in their files and each rank reads only its samples of each "
+          "batch, a thread reading ahead (memory-mapped where the format allows, one copy per "
+          "node in the page cache); `auto`: in memory while the data take at most a quarter "
+          "of one rank's memory (the node's, or its cgroup's, over the ranks on the node, "
+          "within RLIMIT_AS/RLIMIT_DATA).", choices=("auto", "true", "false")),
+    Field("shuffle", "exact", "text", "`exact`: a permutation of all training samples per "
+          "epoch; `window`: windows of `shuffle_window` consecutive samples taken in a random "
+          "order, shuffled inside (contiguous reads, for compressed HDF5 and ROOT files). "
+          "The same on every rank, in memory or streamed.", choices=("exact", "window")),
+    Field("shuffle_window", 65536, "integer", "`shuffle: window`: samples per window.", low=1),
+    Field("split_by", "sample", "text", "K-fold and holdout over samples, or over whole "
+          "files (`file`: the events of one file never sit on both sides).",
+          choices=("sample", "file")),
+    Field("cache", None, "text", "A node-local directory: each file is copied there once per "
+          "node (the first rank copies, the others wait) and read from there.", shown="–"),
 )
+_FILES = ("npz", "npy", "hdf5", "root")
 
 
 def _data(sec: _Section, base_dir: Path, check_files: bool) -> DataSpec:
     loader = _ref(sec, "loader", base_dir, check_files) if "loader" in sec.data else None
-    files = {k: _paths(sec, k, base_dir, check_files) for k in ("npz", "hdf5", "val_npz", "val_hdf5")}
-    if loader and (files["npz"] or files["hdf5"]):
-        sec.fail("loader", "give either a 'loader' or data files (npz/hdf5), not both")
-    if not loader and not files["npz"] and not files["hdf5"]:
-        sec.fail(None, "expected a 'loader' (file.py:name) or data files ('npz' or 'hdf5')")
-    if loader and (files["val_npz"] or files["val_hdf5"]):
-        sec.fail("val_npz" if files["val_npz"] else "val_hdf5",
-                 "validation files go with npz/hdf5 data; a loader returns its own split")
-    return DataSpec(loader=loader, **DATA.read(sec), **files)
+    files = {p + k: _paths(sec, p + k, base_dir, check_files, k == "npy")
+             for p in ("", "val_") for k in _FILES}
+    given = [k for k in _FILES if files[k]]
+    if loader and given:
+        sec.fail("loader", "give either a 'loader' or data files (npz/npy/hdf5/root), not both")
+    if not loader and not given:
+        sec.fail(None, "expected a 'loader' (file.py:name) or data files ('npz', 'npy', "
+                       "'hdf5' or 'root')")
+    if len(given) > 1:
+        sec.fail(given[1], f"give one kind of data files, not both '{given[0]}' and '{given[1]}'")
+    for k in _FILES:
+        if files["val_" + k] and (loader or k not in given):
+            sec.fail("val_" + k, "validation files go with training files of the same kind"
+                     + ("; a loader returns its own split" if loader else ""))
+    plain = {f.name: f.read(sec) for f in DATA if f.plain and f.name not in
+             ("features", "in_memory", "cache")}
+    if plain["split_by"] == "file" and loader:
+        sec.fail("split_by", "'file' needs data files; a loader's arrays have none")
+    spec = DataSpec(loader=loader, **plain, **files, features=_features(sec, "root" in given),
+                    in_memory=_in_memory(sec), cache=_cache_dir(sec, base_dir))
+    if check_files and given:
+        _check_data(sec, spec)
+    return spec
 
 
-def _paths(sec: _Section, key: str, base_dir: Path, check_files: bool) -> list:
-    """A path or list of paths (globs for HDF5), made absolute; each must match a file."""
+def _features(sec: _Section, root: bool):
+    value = sec.raw("features", "features")
+    if isinstance(value, str) and value:
+        return value
+    if root and isinstance(value, list) and value and all(isinstance(v, str) and v for v in value):
+        return tuple(value)
+    sec.fail("features", f"expected a name{' or a list of branch names' if root else ''}, "
+                         f"got {_show(value)}")
+
+
+def _in_memory(sec: _Section):
+    value = sec.raw("in_memory", "auto")
+    if value in (True, False, "auto"):
+        return value
+    sec.fail("in_memory", f"expected auto, true or false, got {_show(value)}")
+
+
+def _cache_dir(sec: _Section, base_dir: Path):
+    value = sec.raw("cache", None)
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        sec.fail("cache", f"expected a directory, got {_show(value)}")
+    path = Path(value).expanduser()
+    return str(path if path.is_absolute() else base_dir / path)
+
+
+def _check_data(sec: _Section, spec: DataSpec) -> None:
+    """Open every data file's header now (datasets, branches, shapes, labels), so a bad
+    file stops the study before any trial, with one line naming the file and the field."""
+    from dataclasses import replace
+
+    from mpiopt.errors import DataError
+    from mpiopt.training.data import catalog
+
+    for prefix in ("", "val_"):
+        try:    # the files themselves: data.cache copies them when training needs them
+            catalog(replace(spec, cache=None), prefix=prefix)
+        except DataError as e:
+            raise SpecError(f"{sec.source}: objective.data: {e}") from None
+
+
+def _paths(sec: _Section, key: str, base_dir: Path, check_files: bool,
+           directories: bool = False) -> list:
+    """A path or list of paths (globs allowed), made absolute; each must match a file (a
+    directory for npy)."""
     value = sec.raw(key, [])
     items = [value] if isinstance(value, str) else value
     if not isinstance(items, list) or not all(isinstance(v, str) and v for v in items):
@@ -214,8 +298,10 @@ def _paths(sec: _Section, key: str, base_dir: Path, check_files: bool) -> list:
     for item in items:
         path = Path(item).expanduser()
         path = path if path.is_absolute() else base_dir / path
-        if check_files and not glob.glob(str(path)):
-            sec.fail(key, f"no file matches {shown(item)} (looked for {path})")
+        if check_files and not [m for m in glob.glob(str(path))
+                                if Path(m).is_dir() == directories]:
+            what = "directory" if directories else "file"
+            sec.fail(key, f"no {what} matches {shown(item)} (looked for {path})")
         result.append(str(path))
     return result
 

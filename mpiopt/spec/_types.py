@@ -27,11 +27,21 @@ class StudySpec:
 class DataSpec:
     loader: str | None = None
     npz: list = field(default_factory=list)
+    npy: list = field(default_factory=list)
     hdf5: list = field(default_factory=list)
-    features: str = "features"
+    root: list = field(default_factory=list)
+    tree: str = "Events"
+    features: str | tuple = "features"     # a tuple of branch names for ROOT files
     labels: str = "labels"
     val_npz: list = field(default_factory=list)
+    val_npy: list = field(default_factory=list)
     val_hdf5: list = field(default_factory=list)
+    val_root: list = field(default_factory=list)
+    in_memory: str | bool = "auto"
+    shuffle: str = "exact"
+    shuffle_window: int = 65536
+    split_by: str = "sample"
+    cache: str | None = None
 
 
 @dataclass(frozen=True)

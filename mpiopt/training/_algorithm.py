@@ -35,6 +35,8 @@ class Algorithm:
     def __init__(self, model, comm, training):
         self.model, self.comm, self.training = model, comm, training
         self.size, self.rank = comm.Get_size(), comm.Get_rank()
+        # reads that failed this epoch (stream.prefetched): raised on every rank at its end
+        self.read_failures: list = []
 
     def start(self) -> None:
         """Every rank starts from rank 0's initial weights."""

@@ -24,6 +24,7 @@ import numpy as np
 
 from mpiopt.training._algorithm import Algorithm, Clock, EpochStats
 from mpiopt.training.data import batches, shard
+from mpiopt.training.stream import prefetched
 
 
 class AllreduceSGD(Algorithm):
@@ -45,13 +46,13 @@ class AllreduceSGD(Algorithm):
 
         clock, loss, pending = Clock(stats), 0.0, False
         steps = list(self._parts(order))
-        batch = _gather(x, y, steps[0][0])
+        reader = prefetched(x, y, [part for part, _ in steps], failures=self.read_failures)
+        batch = next(reader)
         for i, (part, n) in enumerate(steps):
             self._gradient(batch, len(part) / n, pending)
             clock.compute()
-            following = steps[i + 1][0] if i + 1 < len(steps) else None
             self.comm.Allreduce(MPI.IN_PLACE, self.buffer, op=MPI.SUM)
-            batch = _gather(x, y, following)
+            batch = next(reader, None)
             clock.comm()
             loss += float(self.buffer[-1]) * n
             pending = True
@@ -83,15 +84,11 @@ class AllreduceSGD(Algorithm):
 
     def _single(self, x, y, order, stats) -> EpochStats:
         clock, losses = Clock(stats), []
-        for b in batches(len(order), self.training.batch_size):
-            idx = order[b]
-            losses.append((self.model.train_step(x[idx], y[idx]), len(idx)))
+        parts = [order[b] for b in batches(len(order), self.training.batch_size)]
+        for xb, yb in prefetched(x, y, parts):
+            losses.append((self.model.train_step(xb, yb), len(xb)))
             stats.steps += 1
         stats.loss = sum(float(l) * n for l, n in losses) / max(1, len(order))
         clock.compute()
         return stats
 
-
-def _gather(x, y, part):
-    """The samples of one step (None past the last step)."""
-    return None if part is None else (x[part], y[part])

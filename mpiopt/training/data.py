@@ -1,14 +1,29 @@
-"""Training data as NumPy arrays: from a Python loader, .npz files or HDF5 file lists.
+"""Training data: from a Python loader, or file lists (npz, .npy, HDF5, ROOT).
 
-Every rank holds the whole (small to medium) data set and takes its part by index; that
-makes K-fold splits, per-epoch shuffles and batch shards pure index arithmetic that every
-rank computes identically, with no data ever sent over MPI. Data are read once per process
-and kept for the next trials of the same study (the key is the data section of the spec).
+K-fold splits, per-epoch shuffles and batch shards are index arithmetic that every rank
+computes identically from the seed, with no data ever sent over MPI. The labels are
+always held in memory (stratified folds need them all; they are a small part of the
+data). The features are either read into memory on every rank, or streamed: left in their
+files and read by sample (mpiopt.training.stream), memory-mapped where the format allows
+so that the ranks of a node share one copy in the page cache.
+
+`data.in_memory: auto` (the default) keeps the features in memory while the data's bytes
+are at most MEMORY_SHARE of the memory one rank may use: the node's memory (or its cgroup's
+limit) divided by the ranks on the node, and no more than the rank's RLIMIT_AS/RLIMIT_DATA.
+(The in-memory path holds the data and a fold's copy of it, so a quarter leaves room for
+the model.) `true` and `false` force either path. Both give the same splits and, with
+`shuffle: exact`, the same batches, so the same trial values.
+
+Data are read once per process and kept for the next trials of the same study (the key
+is the data section of the spec). The size and modification time of every file are
+recorded when it is first opened; a file that changes later fails the trial that finds
+it, naming the file, rather than mixing two versions of the data in one study.
 """
 from __future__ import annotations
 
 import errno
 import glob
+import os
 import zipfile
 import zlib
 from contextlib import contextmanager
@@ -18,6 +33,8 @@ from pathlib import Path
 import numpy as np
 
 from mpiopt.errors import DataError, SpecError
+from mpiopt.training.sources import open_source
+from mpiopt.training.stream import FileArray, streamed, window_order
 
 
 @dataclass
@@ -28,6 +45,7 @@ class Dataset:
     y: np.ndarray
     x_val: np.ndarray | None = None
     y_val: np.ndarray | None = None
+    groups: np.ndarray | None = None   # split_by: file: the file number of each sample
 
     @property
     def has_validation(self) -> bool:
@@ -37,19 +55,47 @@ class Dataset:
         """Training and validation samples as one training set (training.refit)."""
         if not self.has_validation:
             return self
-        return Dataset(np.concatenate([self.x, self.x_val]), np.concatenate([self.y, self.y_val]))
+        if streamed(self.x):
+            x = FileArray(self.x.sources + self.x_val.sources)
+        else:
+            x = np.concatenate([self.x, self.x_val])
+        return Dataset(x, np.concatenate([self.y, self.y_val]))
 
 
-_cache: dict = {}
+_cache: dict = {}       # data section -> (Dataset, the files it was read from)
+_opened: dict = {}      # (kind, path, features, labels, tree) -> Source, per process
+_seen: dict = {}        # file -> (size, mtime_ns) when this process first saw it
+KINDS = ("npz", "npy", "hdf5", "root")
+MEMORY_SHARE = 0.25
 
 
 def load_data(data, base_dir=None) -> Dataset:
-    """The Dataset described by a DataSpec (loader, npz or hdf5, optional val_* files)."""
+    """The Dataset described by a DataSpec (loader or file lists, optional val_* files)."""
     key = repr(data), str(base_dir)
-    if key not in _cache:
-        _cache.clear()  # one study's data at a time
-        _cache[key] = check_finite(_read(data, base_dir))
-    return _cache[key]
+    if key in _cache:
+        dataset, files = _cache[key]
+        check_unchanged(files)
+        return dataset
+    _cache.clear()  # one study's data at a time
+    files: list = []
+    _cache[key] = _read(data, base_dir, files), files
+    return _cache[key][0]
+
+
+def check_unchanged(files) -> None:
+    """Every file as this process first saw it (size and mtime), or a DataError naming it.
+    A node-local copy (data.cache) is checked through its original."""
+    for file in files:
+        try:
+            st = os.stat(file)
+        except OSError:
+            raise DataError(f"{file}: removed since the study started reading it") from None
+        now = st.st_size, st.st_mtime_ns
+        first = _seen.setdefault(file, now)
+        if now != first:
+            raise DataError(f"{file}: changed since the study started reading it (size "
+                            f"{first[0]} -> {now[0]} bytes, or its modification time); a "
+                            f"study does not mix two versions of its data")
 
 
 _CHUNK = 1 << 22     # values looked at a time (a bounded temporary, however big the data)
@@ -62,7 +108,7 @@ def check_finite(ds: Dataset) -> Dataset:
     So the data is refused where it is read, with where the first one is."""
     for name, a in (("features", ds.x), ("labels", ds.y), ("validation features", ds.x_val),
                     ("validation labels", ds.y_val)):
-        if a is None or not np.issubdtype(np.asarray(a).dtype, np.inexact):
+        if a is None or streamed(a) or not np.issubdtype(np.asarray(a).dtype, np.inexact):
             continue
         flat = np.asarray(a).reshape(len(a), -1)
         step = max(1, _CHUNK // max(1, flat.shape[1]))
@@ -81,21 +127,96 @@ def check_finite(ds: Dataset) -> Dataset:
     return ds
 
 
-def _read(data, base_dir) -> Dataset:
+def _read(data, base_dir, files: list) -> Dataset:
     if data.loader:
         from mpiopt.refs import load_callable
 
-        return from_loader(load_callable(data.loader, base_dir, field="objective.data.loader")())
-    if data.npz:
-        x, y = read_npz(data.npz, data.features, data.labels, base_dir)
+        loaded = load_callable(data.loader, base_dir, field="objective.data.loader")()
+        return check_finite(from_loader(loaded))
+    train = catalog(data, base_dir, files=files)
+    val = catalog(data, base_dir, prefix="val_", files=files)
+    nbytes = sum(s.n * s.sample_bytes + s.labels.nbytes for s in train + val)
+    stream = not in_memory(data.in_memory, nbytes)
+    x, y = _features(train, stream), _labels(train)
+    xv, yv = (_features(val, stream), _labels(val)) if val else (None, None)
+    groups = np.repeat(np.arange(len(train)), [s.n for s in train]) \
+        if data.split_by == "file" else None
+    return check_finite(Dataset(x, y, xv, yv, groups=groups))
+
+
+def catalog(data, base_dir=None, prefix: str = "", files: list | None = None) -> list:
+    """The Sources of the files of the spec's (training or val_) file list; each file is
+    opened once per process (its header and labels: every check that can be made before
+    training, made here). `files` gets the files watched for changes."""
+    from mpiopt.training.cache import local_copy
+
+    for kind in KINDS:
+        patterns = getattr(data, prefix + kind)
+        if patterns:
+            break
     else:
-        x, y = read_hdf5(data.hdf5, data.features, data.labels, base_dir)
-    val = None
-    if data.val_npz:
-        val = read_npz(data.val_npz, data.features, data.labels, base_dir)
-    elif data.val_hdf5:
-        val = read_hdf5(data.val_hdf5, data.features, data.labels, base_dir)
-    return Dataset(x, y, *(val or (None, None)))
+        return []
+    features = data.features
+    if kind == "root" and isinstance(features, str):
+        features = [features]
+    sources = []
+    watched = [] if files is None else files
+    for path in expand(patterns, base_dir, directories=kind == "npy"):
+        watched.append(str(path / f"{data.features}.npy") if kind == "npy" else str(path))
+        check_unchanged(watched[-1:])
+        if data.cache:
+            path = local_copy(path, data.cache)
+        key = kind, str(path), repr(features), data.labels, data.tree
+        if key not in _opened:
+            _opened[key] = open_source(kind, str(path), features, data.labels, key[4])
+        sources.append(_opened[key])
+    FileArray(sources)             # the files' sample shapes agree, or one line says which
+    return sources
+
+
+def _features(sources, stream: bool):
+    if stream:
+        for s in sources:
+            if s.extra.get("compressed"):
+                raise DataError(f"{s.file}: array is compressed (np.savez_compressed); "
+                                f"streaming reads samples in place: save with np.savez or as "
+                                f".npy, or set data.in_memory: true")
+        return FileArray(sources)
+    parts = [s.read(0, s.n) for s in sources]
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+
+def _labels(sources) -> np.ndarray:
+    return np.concatenate([s.labels for s in sources])
+
+
+def in_memory(setting, nbytes: int) -> bool:
+    """The rule of data.in_memory (module docstring)."""
+    if setting is True or setting is False:
+        return setting
+    return nbytes <= MEMORY_SHARE * memory_per_rank()
+
+
+def memory_per_rank() -> float:
+    """Bytes one rank may use: node (or cgroup) memory / ranks on the node, capped by the
+    process's RLIMIT_AS and RLIMIT_DATA."""
+    import resource
+
+    from mpiopt.training.threads import node_layout
+
+    node = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    try:
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        if limit.isdigit():
+            node = min(node, int(limit))
+    except OSError:
+        pass
+    per = node / max(1, node_layout()[1])
+    for which in (resource.RLIMIT_AS, resource.RLIMIT_DATA):
+        soft = resource.getrlimit(which)[0]
+        if soft != resource.RLIM_INFINITY:
+            per = min(per, soft)
+    return per
 
 
 def from_loader(returned) -> Dataset:
@@ -116,15 +237,17 @@ def _check_pair(x, y, what: str) -> None:
         raise ValueError(f"{what}: no samples")
 
 
-def expand(patterns, base_dir=None) -> list[Path]:
-    """Paths and globs (relative to base_dir) -> files, each pattern's matches sorted."""
+def expand(patterns, base_dir=None, directories: bool = False) -> list[Path]:
+    """Paths and globs (relative to base_dir) -> files (or directories), each pattern's
+    matches sorted."""
     files = []
     for pattern in patterns:
         path = Path(pattern).expanduser()
         path = path if path.is_absolute() else Path(base_dir or ".") / path
-        matches = sorted(glob.glob(str(path)))
+        matches = sorted(m for m in glob.glob(str(path)) if Path(m).is_dir() == directories)
         if not matches:
-            raise SpecError(f"objective.data: no file matches {pattern!r}")
+            what = "directory" if directories else "file"
+            raise SpecError(f"objective.data: no {what} matches {pattern!r}")
         files.extend(Path(m) for m in matches)
     return files
 
@@ -152,7 +275,15 @@ def read_npz(patterns, features="features", labels="labels", base_dir=None):
                     raise SpecError(f"{file}: no array '{name}' (has {', '.join(npz.files)})")
             xs.append(npz[features])
             ys.append(npz[labels])
+            _same_shape(xs, file, features)
     return _concat(xs, ys)
+
+
+def _same_shape(xs: list, file, name: str) -> None:
+    """Every file's samples have the first file's shape, or one line names the file."""
+    if len(xs) > 1 and xs[-1].shape[1:] != xs[0].shape[1:]:
+        raise DataError(f"{file}: '{name}' has samples of shape {xs[-1].shape[1:]}, the files "
+                        f"before it {xs[0].shape[1:]}")
 
 
 def read_hdf5(patterns, features="features", labels="labels", base_dir=None):
@@ -167,6 +298,7 @@ def read_hdf5(patterns, features="features", labels="labels", base_dir=None):
                     raise SpecError(f"{file}: no dataset '{name}' (has {', '.join(h5.keys())})")
             xs.append(h5[features][()])
             ys.append(h5[labels][()])
+            _same_shape(xs, file, features)
     return _concat(xs, ys)
 
 
@@ -178,7 +310,6 @@ def _concat(xs, ys):
 
 def write_hdf5(file, x, y, features="features", labels="labels") -> None:
     """Write one HDF5 file atomically (several ranks may generate the same file at once)."""
-    import os
 
     import h5py
 
@@ -204,8 +335,12 @@ def batches(n: int, batch_size: int):
     return [slice(i, min(i + batch_size, n)) for i in range(0, n, batch_size)]
 
 
-def epoch_order(n: int, seed: int, epoch: int, shuffle: bool = True) -> np.ndarray:
-    """The sample order of one epoch, the same on every rank."""
+def epoch_order(n: int, seed: int, epoch: int, shuffle: bool = True,
+                window: int | None = None) -> np.ndarray:
+    """The sample order of one epoch, the same on every rank; window: data.shuffle_window
+    samples per window (data.shuffle: window), None: an exact permutation."""
     if not shuffle:
         return np.arange(n)
+    if window:
+        return window_order(n, seed, epoch, window)
     return np.random.default_rng([int(seed) % 2**32, int(epoch)]).permutation(n)

@@ -24,6 +24,7 @@ import numpy as np
 from mpiopt.backoff import Backoff
 from mpiopt.training._algorithm import Algorithm, Clock, EpochStats, wait
 from mpiopt.training.data import batches, shard
+from mpiopt.training.stream import prefetched
 
 TAG_GRAD, TAG_DONE, TAG_WEIGHTS = 11, 12, 13
 
@@ -85,12 +86,14 @@ class Downpour(Algorithm):
         local_batch = max(1, self.training.batch_size // self.workers)
         every = max(1, self.training.sync_every)
         total, count, fresh = np.zeros_like(self.grad), 0, False
-        for b in batches(len(mine), local_batch):
-            idx = mine[b]
+        parts = [mine[b] for b in batches(len(mine), local_batch)]
+        for xb, yb in prefetched(x, y, parts, failures=self.read_failures):
+            if not len(xb):        # a failed read: the epoch ends with a DONE, as usual
+                continue
             if fresh:  # continue from the master's weights, set in the same compiled call
-                self.model.set_weights_and_gradient(self.weights, x[idx], y[idx], 1.0, self.grad)
+                self.model.set_weights_and_gradient(self.weights, xb, yb, 1.0, self.grad)
             else:
-                self.model.gradient(x[idx], y[idx], 1.0, self.grad)
+                self.model.gradient(xb, yb, 1.0, self.grad)
             fresh = False
             total += self.grad
             count += 1

@@ -20,6 +20,7 @@ import numpy as np
 
 from mpiopt.training._algorithm import Algorithm, Clock, EpochStats
 from mpiopt.training.data import batches, shard
+from mpiopt.training.stream import prefetched
 
 
 class EASGD(Algorithm):
@@ -43,11 +44,11 @@ class EASGD(Algorithm):
 
         stats = EpochStats(samples=len(order))
         clock, losses = Clock(stats), []
-        for b in batches(len(order), self.training.batch_size):
-            idx = order[b]
-            part = idx[shard(len(idx), self.size, self.rank)]
-            if len(part):
-                losses.append((self.model.train_step(x[part], y[part]), len(part)))
+        parts = [order[b][shard(b.stop - b.start, self.size, self.rank)]
+                 for b in batches(len(order), self.training.batch_size)]
+        for xb, yb in prefetched(x, y, parts, failures=self.read_failures):
+            if len(xb):
+                losses.append((self.model.train_step(xb, yb), len(xb)))
             self.local_steps += 1
             stats.steps += 1
             clock.compute()

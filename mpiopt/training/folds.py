@@ -24,7 +24,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from mpiopt.training import resume
-from mpiopt.training.kfold import holdout_split, kfold_splits
+from mpiopt.training.kfold import group_holdout_split, group_kfold_splits, holdout_split, kfold_splits
+from mpiopt.training.stream import take
 
 
 @dataclass
@@ -38,12 +39,17 @@ class Splits:
         if self.pairs is None:
             return data.x, data.y, data.x_val, data.y_val
         train, val = self.pairs[fold]
-        return data.x[train], data.y[train], data.x[val], data.y[val]
+        return take(data.x, train), data.y[train], take(data.x, val), data.y[val]
 
 
 def make_splits(data, training, seed: int) -> Splits:
     """kfold K > 1: K folds of the training data (a separate validation set is not used);
-    kfold 1: the data's validation set if it has one, else a holdout fraction."""
+    kfold 1: the data's validation set if it has one, else a holdout fraction. With
+    data.split_by: file (data.groups) the folds and the holdout are made of whole files."""
+    if data.groups is not None and not (training.kfold == 1 and data.has_validation):
+        if training.kfold > 1:
+            return Splits(training.kfold, group_kfold_splits(data.groups, training.kfold, seed))
+        return Splits(1, [group_holdout_split(data.groups, training.holdout, seed)])
     if training.kfold > 1:
         return Splits(training.kfold, kfold_splits(data.y, training.kfold, seed))
     if data.has_validation:

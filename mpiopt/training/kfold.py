@@ -75,3 +75,28 @@ def holdout_split(y, fraction: float, seed: int, stratify: bool = True) -> tuple
         val = val[1:]
     val = np.sort(val)
     return np.setdiff1d(np.arange(n), val), val
+
+
+def group_kfold_splits(groups, k: int, seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """K folds of whole groups (files, for data.split_by: file): the groups are shuffled
+    with the seed and dealt round-robin, so fold sizes in files differ by at most one."""
+    ids = np.unique(groups)
+    if k < 2 or k > len(ids):
+        raise ValueError(f"kfold {k} with data.split_by: file needs 2 <= k <= the number of "
+                         f"files ({len(ids)})")
+    rng = np.random.default_rng(int(seed) % 2**32)
+    fold_of = np.empty(len(ids), dtype=np.int64)
+    fold_of[rng.permutation(len(ids))] = np.arange(len(ids)) % k
+    fold = fold_of[np.searchsorted(ids, groups)]
+    return [(np.flatnonzero(fold != f), np.flatnonzero(fold == f)) for f in range(k)]
+
+
+def group_holdout_split(groups, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """About `fraction` of the groups held out whole; at least one group on each side."""
+    ids = np.unique(groups)
+    if len(ids) < 2:
+        raise ValueError("a holdout with data.split_by: file needs at least 2 files")
+    rng = np.random.default_rng(int(seed) % 2**32)
+    n_val = min(len(ids) - 1, max(1, int(round(fraction * len(ids)))))
+    held = np.isin(groups, rng.permutation(ids)[:n_val])
+    return np.flatnonzero(~held), np.flatnonzero(held)

@@ -22,6 +22,7 @@ from mpiopt.errors import OTHERS_FAILED
 from mpiopt.trial import Direction
 from mpiopt.training import resume, threads
 from mpiopt.training.data import epoch_order, load_data, shard
+from mpiopt.training.stream import raise_together, streamed, take
 from mpiopt.training.folds import Splits, fold_plan, make_splits, run_folds
 from mpiopt.training.tracking import ReadTracker
 
@@ -72,7 +73,7 @@ def run_training(spec, params: dict, comm, seed: int, report=None, on_epoch=None
     tracked = ReadTracker(params)
     model = together(comm, lambda: backend.KerasModel(
         backend.with_learning_rate(backend.build_model(build, tracked, seed), learning_rate),
-        data.x, data.y))
+        data.x[:2] if streamed(data.x) else data.x, data.y))
 
     def make_trainer(fold_comm, fold: int) -> FoldTrainer:
         model.reset()
@@ -161,10 +162,18 @@ def validate(model, comm, x, y, batch_size: int) -> dict:
 
     part = shard(len(x), comm.Get_size(), comm.Get_rank())
     size = max(256, batch_size)
-    if part.stop > part.start:
-        state = model.metric_state(x[part], y[part], size)
-    else:
-        state = model.zero_metric_state(x[:1], y[:1], size)
+    failures: list = []
+    try:
+        if part.stop > part.start:
+            state = model.metric_state(take(x, part), y[part], size)   # streamed: read by batch
+        else:
+            state = model.zero_metric_state(x[:1], y[:1], size)
+    except Exception as exc:   # a failed read: raised on every rank together, below
+        if comm.Get_size() == 1:
+            raise
+        failures.append(exc)
+        state = None
+    raise_together(comm, failures)      # every rank raises here, before the Allreduce
     comm.Allreduce(MPI.IN_PLACE, state, op=MPI.SUM)
     return {f"val_{k}": v for k, v in model.metric_results(state).items()}
 
@@ -218,10 +227,13 @@ class FoldTrainer:
 
     def run_epoch(self) -> tuple[float, dict]:
         """Train one epoch and validate; returns (figure of merit, metrics)."""
-        order = epoch_order(len(self.x), self.seed, self.epoch, self.training.shuffle)
+        data = self.spec.objective.data
+        window = data.shuffle_window if data is not None and data.shuffle == "window" else None
+        order = epoch_order(len(self.x), self.seed, self.epoch, self.training.shuffle, window)
         began = self._since_t0()
         start = time.perf_counter()
         stats = self.algorithm.train_epoch(self.x, self.y, order)
+        raise_together(self.comm, self.algorithm.read_failures)
         stats.wall_s = time.perf_counter() - start
         self.algorithm.before_validation()
         metrics = validate(self.model, self.comm, self.x_val, self.y_val, self.training.batch_size)

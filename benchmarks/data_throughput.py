@@ -1,0 +1,306 @@
+"""Data at scale: streamed against in memory, memory per node, ROOT against HDF5.
+
+Jets-like data (examples/jets/generate.py's blob_jets: 16x16 float32 images, 1 KiB a jet)
+is written as .npy parts into a temporary folder, removed at the end. Side by side in one
+run:
+
+  throughput   samples/s of `data.in_memory: true` and `false` on the first parts (data
+               that fits), the same ranks, model and batches; then the whole data set
+               with `in_memory: auto` by ranks whose RLIMIT_DATA (`prlimit --data`) is
+               well under its size. RLIMIT_DATA counts a rank's own memory (heap,
+               anonymous maps), not the page cache of files it maps read-only, and
+               TensorFlow runs under it (it does not under RLIMIT_AS).
+  memory       the peak PSS (/proc/PID/smaps_rollup: shared pages divided among their
+               sharers) summed over the ranks of the node, for 1..4 ranks, streamed and
+               in memory on the data that fits, and streamed on the whole data set. "data" is that peak less each rank's PSS before its data was
+               read (TensorFlow's own pages are per rank whatever the data path).
+  read         seconds to read the same arrays through mpiopt's readers, in windowed
+               batches as training does: HDF5 (contiguous, memory-mapped), ROOT written
+               by uproot uncompressed and with its default compression, HDF5 gzip.
+
+The model is a small dense network, so that the data path, not the model, sets the pace.
+
+    python benchmarks/data_throughput.py                       # 4 GB: the issue's figures
+    python benchmarks/data_throughput.py --gb 1 --pss-ranks 1,2 # a quick look
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import BIN, ROOT, env, machine, table  # noqa: E402
+
+sys.path.insert(0, str(ROOT / "examples" / "jets"))
+from generate import blob_jets, ensure_big  # noqa: E402
+
+MODEL = '''
+def build(params):
+    import keras
+    model = keras.Sequential([keras.Input((16, 16, 1)), keras.layers.Flatten(),
+                              keras.layers.Dense(32, activation="relu"),
+                              keras.layers.Dense(1, activation="sigmoid")])
+    model.compile(keras.optimizers.Adam(1e-3), "binary_crossentropy", metrics=["accuracy"])
+    return model
+'''
+PART_JETS = 50_000          # 49 MiB a part
+ROOT_BASKET = 10_000        # entries per basket: 10 MB, near ROOT's default 30 MB clusters
+
+
+# ----------------------------------------------------------------------- one mpiexec job
+def worker(config: dict) -> None:
+    """Under mpiexec: train one epoch (+ validation) and report samples/s and PSS."""
+    from mpi4py import MPI
+
+    from mpiopt.spec import load_spec
+    from mpiopt.training import run_training
+    from mpiopt.training.data import load_data
+    from mpiopt.training.stream import streamed
+
+    comm = MPI.COMM_WORLD
+    import keras  # noqa: F401  (TensorFlow's pages belong to the baseline)
+    base = pss()
+    peak = Peak()
+    spec = load_spec(config["spec"])
+    data = load_data(spec.objective.data, spec.base_dir)
+    result = run_training(spec, {"u": 1.0}, comm, seed=1)
+    peak.stop()
+    comm.Barrier()         # every rank still maps its files: their pages' sharers are all here
+    mapped = mapped_pss(config["folder"])
+    ranks = comm.gather({"base": base, "peak": peak.value, "mapped": mapped}, root=0)
+    if comm.Get_rank() == 0:
+        t = result["timing"]
+        Path(config["out"]).write_text(json.dumps({
+            "samples_s": t["samples"] / t["train_s"], "streamed": streamed(data.x),
+            "pss_mb": sum(r["peak"] for r in ranks) / 2**20,
+            "data_mb": sum(r["peak"] - r["base"] for r in ranks) / 2**20,
+            "mapped_mb": sum(r["mapped"] for r in ranks) / 2**20,
+            "value": result["value"]}))
+
+
+def pss() -> int:
+    """This process's proportional set size in bytes."""
+    for line in Path("/proc/self/smaps_rollup").read_text().splitlines():
+        if line.startswith("Pss:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def mapped_pss(folder: str) -> int:
+    """PSS in bytes of this process's mappings of files under folder (the data files)."""
+    total, inside = 0, False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        head = line.split()
+        if head and "-" in head[0] and len(head) >= 5 and not head[0].endswith(":"):
+            inside = len(head) >= 6 and head[5].startswith(folder)
+        elif inside and line.startswith("Pss:"):
+            total += int(head[1]) * 1024
+    return total
+
+
+class Peak:
+    """The largest PSS seen, sampled every 50 ms on a daemon thread."""
+
+    def __init__(self):
+        self.value, self._stop = pss(), threading.Event()
+        threading.Thread(target=self._run, daemon=True).start()
+
+    def _run(self):
+        while not self._stop.wait(0.05):
+            self.value = max(self.value, pss())
+
+    def stop(self):
+        self._stop.set()
+        self.value = max(self.value, pss())
+
+
+def run_job(tmp: Path, name: str, parts: str, ranks: int, in_memory, limit: int | None,
+            epochs: int, batch: int) -> dict:
+    spec = tmp / f"{name}.yaml"
+    import yaml
+    spec.write_text(yaml.safe_dump({
+        "study": {"name": name},
+        "objective": {"model": "model.py:build", "metric": "val_loss",
+                      "data": {"npy": parts, "features": "images", "labels": "labels",
+                               "in_memory": in_memory}},
+        "search_space": {"u": {"type": "real", "low": 0.0, "high": 1.0}},
+        "search": {"algorithm": "random", "trials": 1},
+        "training": {"epochs": epochs, "batch_size": batch, "holdout": 0.1},
+    }))
+    out = tmp / f"{name}.json"
+    cmd = [str(BIN / "mpiexec"), "-n", str(ranks), sys.executable, __file__, "--worker",
+           json.dumps({"spec": str(spec), "out": str(out), "folder": str(tmp)})]
+    if limit:
+        cmd = ["prlimit", f"--data={limit}", *cmd]
+    start = time.monotonic()
+    proc = subprocess.run(cmd, env=env(), capture_output=True, text=True, timeout=3600)
+    if proc.returncode != 0 or not out.exists():
+        return {"error": (proc.stderr or proc.stdout).strip().splitlines()[-1:]}
+    return {**json.loads(out.read_text()), "wall_s": time.monotonic() - start}
+
+
+# ----------------------------------------------------------------------- ROOT vs HDF5
+def _read_all(arr, order, batch) -> float:
+    """Seconds to read every sample in `order`, batch by batch (a fresh block cache)."""
+    arr._blocks.clear()
+    start = time.perf_counter()
+    for b in range(0, len(order), batch):
+        arr[order[b:b + batch]]
+    return time.perf_counter() - start
+
+
+def read_speeds(tmp: Path, jets: int, batch: int = 512, window: int = 65536,
+                repeat: int = 3) -> list[dict]:
+    """Seconds to read `jets` jets in windowed-shuffle batches, per format (the best of
+    `repeat` reads, the files in the page cache)."""
+    import h5py
+    import uproot
+
+    from mpiopt.spec import DataSpec
+    from mpiopt.training.data import _opened, load_data
+    from mpiopt.training.stream import window_order
+
+    x, y = blob_jets(7, jets)
+    flat = x.reshape(jets, -1)
+    files = {}
+    with h5py.File(tmp / "r.h5", "w") as h5:
+        h5["images"], h5["labels"] = flat, y
+    files["hdf5 (contiguous)"] = ({"hdf5": [str(tmp / "r.h5")]}, tmp / "r.h5")
+    with h5py.File(tmp / "rz.h5", "w") as h5:
+        h5.create_dataset("images", data=flat, chunks=(4096, 256), compression="gzip")
+        h5["labels"] = y
+    files["hdf5 (gzip)"] = ({"hdf5": [str(tmp / "rz.h5")]}, tmp / "rz.h5")
+    for label, compression in (("root (uncompressed)", None), ("root (uproot default)", "d")):
+        path = tmp / f"r{len(files)}.root"
+        opts = {} if compression else {"compression": None}
+        with uproot.recreate(path, **opts) as f:
+            f.mktree("Events", {"images": (np.float32, (256,)), "labels": np.int64})
+            for s in range(0, jets, ROOT_BASKET):     # one basket per branch and extend
+                f["Events"].extend({"images": flat[s:s + ROOT_BASKET],
+                                    "labels": y[s:s + ROOT_BASKET]})
+        files[label] = ({"root": [str(path)], "features": ["images"]}, path)
+    rows = []
+    order = window_order(jets, 0, 0, window)
+    for label, (data, path) in files.items():
+        _opened.clear()
+        spec = DataSpec(**{"features": "images", **data}, labels="labels", in_memory=False)
+        seconds = min(_read_all(load_data(spec).x, order, batch) for _ in range(repeat))
+        total = flat.nbytes
+        rows.append({"format": label, "file MB": path.stat().st_size / 2**20,
+                     "read s": seconds, "MB/s": total / 2**20 / seconds})
+    base = rows[0]["read s"]
+    for r in rows:
+        r["x hdf5"] = r["read s"] / base
+    return rows
+
+
+# ----------------------------------------------------------------------- the run
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--worker", help=argparse.SUPPRESS)
+    ap.add_argument("--gb", type=float, default=4.0, help="the whole data set (GiB)")
+    ap.add_argument("--fit-gb", type=float, default=0.5, help="the part that fits (GiB)")
+    ap.add_argument("--limit-gb", type=float, default=1.5,
+                    help="RLIMIT_DATA of each rank streaming the whole set (GiB)")
+    ap.add_argument("--ranks", type=int, default=2, help="ranks of the throughput runs")
+    ap.add_argument("--pss-ranks", default="1,2,3,4", help="on the data that fits")
+    ap.add_argument("--pss-full-ranks", default="1,4",
+                    help="streamed, on the whole data set ('' for none)")
+    ap.add_argument("--read-jets", type=int, default=400_000)
+    ap.add_argument("--batch", type=int, default=512)
+    ap.add_argument("--repeat", type=int, default=3, help="runs of each throughput case")
+    ap.add_argument("--tmp", default=None, help="where the data is written (removed after)")
+    args = ap.parse_args(argv)
+    if args.worker:
+        worker(json.loads(args.worker))
+        return 0
+    tmp = Path(tempfile.mkdtemp(prefix="mpiopt-data-", dir=args.tmp))
+    try:
+        return _run(args, tmp)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _run(args, tmp: Path) -> int:
+    t0 = time.monotonic()
+    (tmp / "model.py").write_text(MODEL)
+    parts = ensure_big(args.gb, tmp / "big", part_jets=PART_JETS)
+    size = sum(f.stat().st_size for p in parts for f in p.iterdir())
+    fit = min(len(parts), max(1, int(round(args.fit_gb * 2**30 / (PART_JETS * 1024)))))
+    (tmp / "fit").mkdir()
+    for p in parts[:fit]:                  # the data that fits: the first parts
+        (tmp / "fit" / p.name).symlink_to(p)
+    fit_glob = str(tmp / "fit" / "part_*")
+    print(f"{machine()}; {len(parts)} parts, {size / 2**30:.2f} GiB in {tmp} "
+          f"({time.monotonic() - t0:.0f} s to write)", flush=True)
+
+    runs = {True: [], False: []}
+    for _ in range(args.repeat):   # alternated, the best of each: a shared machine's load
+        for mode in (True, False):
+            runs[mode].append(run_job(tmp, f"fit{int(mode)}", fit_glob, args.ranks, mode,
+                                      None, 2, args.batch))
+    rows = []
+    for mode in (True, False):
+        r = max(runs[mode], key=lambda r: r.get("samples_s", 0))
+        rows.append({"data": f"{fit * PART_JETS * 1024 / 2**30:.2f} GiB",
+                     "path": "in memory" if mode else "streamed", "ranks": args.ranks,
+                     "RLIMIT_DATA": "-", **_cells(r)})
+        print(rows[-1], [round(x.get("samples_s", 0)) for x in runs[mode]], flush=True)
+    limit = int(args.limit_gb * 2**30)
+    r = run_job(tmp, "all", str(tmp / "big" / "part_*"), args.ranks, "auto", limit, 1, args.batch)
+    rows.append({"data": f"{size / 2**30:.2f} GiB", "path": "auto", "ranks": args.ranks,
+                 "RLIMIT_DATA": f"{args.limit_gb:g} GiB", **_cells(r)})
+    print(rows[-1], flush=True)
+    throughput = rows[:]
+    if "samples/s" in rows[0] and "samples/s" in rows[1]:
+        print(f"streamed / in memory: {rows[1]['samples/s'] / rows[0]['samples/s']:.2f}x")
+
+    memory = []
+    for ranks in map(int, args.pss_ranks.split(",")):
+        for mode in (True, False):
+            r = run_job(tmp, f"pss{ranks}{int(mode)}", fit_glob, ranks, mode, None, 1, args.batch)
+            memory.append({"path": "in memory" if mode else "streamed", "ranks": ranks,
+                           **_cells(r, ("pss_mb", "data_mb", "mapped_mb"))})
+            print(memory[-1], flush=True)
+    for ranks in map(int, filter(None, args.pss_full_ranks.split(","))):
+        r = run_job(tmp, f"full{ranks}", str(tmp / "big" / "part_*"), ranks, False, None, 1,
+                    args.batch)
+        memory.append({"path": "streamed, all", "ranks": ranks,
+                       **_cells(r, ("pss_mb", "data_mb", "mapped_mb"))})
+        print(memory[-1], flush=True)
+    for row in memory:
+        one = next(m for m in memory if m["path"] == row["path"] and m["ranks"] == 1)
+        for key in ("PSS MB", "data MB", "mapped MB"):
+            if key in row and key in one and one[key] > 1:
+                row[f"{key} / 1 rank"] = row[key] / one[key]
+
+    reads = read_speeds(tmp, args.read_jets, args.batch)
+    print(table(throughput))
+    print(table(memory))
+    print(table(reads))
+    print(f"({time.monotonic() - t0:.0f} s)")
+    return 0
+
+
+def _cells(r: dict, keys=("samples_s", "pss_mb")) -> dict:
+    if "error" in r:
+        return {"error": " ".join(r["error"])[:120]}
+    names = {"samples_s": "samples/s", "pss_mb": "PSS MB", "data_mb": "data MB",
+             "mapped_mb": "mapped MB"}
+    out = {names[k]: r[k] for k in keys}
+    if "streamed" in r:
+        out["streamed"] = r["streamed"]
+    return out
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,269 @@
+"""Features that stay in their files: a list of Sources read as one array, by sample.
+
+`FileArray` is the concatenation of the files' features, `View` a subset of it (a fold's
+training or validation samples); both look like the arrays the algorithms index
+(`len`, `shape`, `dtype`, `x[indices]`, `x[start:stop]`), and indexing reads just those
+samples. So K-fold splits, epoch orders and batch shards stay the index arithmetic of the
+in-memory path, computed identically on every rank from the seed; only the reads differ.
+
+`prefetched` reads the next batches on a thread while the model trains on this one.
+
+Shuffles (`data.shuffle`):
+- `exact`: a permutation of all the training samples per epoch (the in-memory order);
+  memory-mapped files serve it from the page cache;
+- `window`: the training samples, in file order, are cut into windows of
+  `data.shuffle_window` consecutive samples; each epoch takes the windows in a random
+  order and permutes the samples inside each one. A batch then reads from one or two
+  windows: contiguous reads, which compressed HDF5 and ROOT need to be fast.
+"""
+from __future__ import annotations
+
+import queue
+import threading
+from collections import OrderedDict
+
+import numpy as np
+
+from mpiopt.errors import DataError
+
+BLOCK = 4096                 # samples read at least at a time from a file not memory-mapped
+BLOCK_CACHE_BYTES = 1 << 27  # per process: those blocks kept for the next batches (128 MiB)
+PREFETCH = 4                 # batches read ahead by the prefetch thread
+
+
+class FileArray:
+    """The features of several files, in file order, as one array read on demand."""
+
+    def __init__(self, sources):
+        if not sources:
+            raise DataError("data: no files")
+        first = sources[0]
+        for s in sources[1:]:
+            if s.sample_shape != first.sample_shape:
+                raise DataError(f"{s.file}: features have shape {s.sample_shape} per sample "
+                                f"but {first.file} has {first.sample_shape}")
+        self.sources = list(sources)
+        self.starts = np.cumsum([0] + [s.n for s in sources])
+        self.dtype = np.result_type(*(s.dtype for s in sources))
+        self.shape = (int(self.starts[-1]),) + tuple(first.sample_shape)
+        self.ndim = len(self.shape)
+        self.nbytes = int(self.starts[-1]) * first.sample_bytes
+        self._blocks: OrderedDict = OrderedDict()
+        self._bounds: dict = {}
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __getitem__(self, key):
+        if isinstance(key, slice):
+            return self.gather(np.arange(*key.indices(len(self))))
+        if np.isscalar(key):
+            return self.gather(np.array([key]))[0]
+        return self.gather(np.asarray(key))
+
+    def gather(self, idx: np.ndarray) -> np.ndarray:
+        """The samples at global indices idx (any order), each file read once, in order."""
+        out = np.empty((len(idx),) + self.shape[1:], self.dtype)
+        if len(idx) == 0:
+            return out
+        order = np.argsort(idx, kind="stable")
+        sidx = idx[order]
+        files = np.searchsorted(self.starts, sidx, side="right") - 1
+        bounds = np.flatnonzero(np.diff(files)) + 1
+        for lo, hi in zip(np.r_[0, bounds], np.r_[bounds, len(sidx)]):
+            f = int(files[lo])
+            local = sidx[lo:hi] - self.starts[f]
+            out[order[lo:hi]] = self._take(f, local)
+        _check_finite(out, idx, self)
+        return out
+
+    def _take(self, f: int, local: np.ndarray) -> np.ndarray:
+        src = self.sources[f]
+        if src.mapped is not None:
+            if local[-1] - local[0] + 1 == len(local):     # contiguous: one slice
+                return src.read(int(local[0]), int(local[-1]) + 1)
+            return src.mapped[local]
+        edges = self._edges(f)
+        blocks = np.searchsorted(edges, local, side="right") - 1
+        parts = []
+        for b in np.unique(blocks):
+            rows = self._block(f, int(b), edges)
+            parts.append(rows[local[blocks == b] - edges[b]])
+        return np.concatenate(parts)
+
+    def _edges(self, f: int) -> np.ndarray:
+        if f not in self._bounds:
+            self._bounds[f] = self.sources[f].blocks(BLOCK)
+        return self._bounds[f]
+
+    def _block(self, f: int, b: int, edges) -> np.ndarray:
+        """Block b of file f (whole HDF5 chunks or ROOT clusters: a range read decompresses
+        them whole anyway), kept in a small LRU cache (the prefetch thread and validation
+        may both read)."""
+        with self._lock:
+            if (f, b) in self._blocks:
+                self._blocks.move_to_end((f, b))
+                return self._blocks[(f, b)]
+        rows = self.sources[f].read(int(edges[b]), int(edges[b + 1]))
+        with self._lock:
+            self._blocks[(f, b)] = rows
+            while (len(self._blocks) > 1
+                   and sum(r.nbytes for r in self._blocks.values()) > BLOCK_CACHE_BYTES):
+                self._blocks.popitem(last=False)
+        return rows
+
+    def locate(self, i: int) -> tuple[str, int]:
+        """(file, sample index inside it) of global sample i."""
+        f = int(np.searchsorted(self.starts, i, side="right") - 1)
+        return self.sources[f].file, int(i - self.starts[f])
+
+    def file_of_samples(self) -> np.ndarray:
+        """The file number of every sample (for split_by: file)."""
+        return np.repeat(np.arange(len(self.sources)), [s.n for s in self.sources])
+
+
+def _check_finite(out: np.ndarray, idx: np.ndarray, array: FileArray) -> None:
+    """A NaN or an infinity would make every weight NaN (see data.check_finite): refused
+    where it is read, naming the file and the sample."""
+    if out.dtype.kind != "f" or np.isfinite(out).all():
+        return
+    bad = np.flatnonzero(~np.isfinite(out.reshape(len(out), -1)).all(axis=1))[0]
+    file, local = array.locate(int(idx[bad]))
+    raise DataError(f"{file}: features of sample {local} hold NaN or infinite values; training "
+                    f"on them makes the model's weights NaN")
+
+
+class View:
+    """Samples `indices` of a FileArray (or of another View), read on demand."""
+
+    def __init__(self, base, indices):
+        if isinstance(base, View):
+            base, indices = base.base, base.indices[indices]
+        elif isinstance(indices, slice):
+            indices = np.arange(*indices.indices(len(base)))
+        self.base, self.indices = base, np.asarray(indices)
+        self.shape = (len(self.indices),) + tuple(base.shape[1:])
+        self.dtype, self.ndim = base.dtype, base.ndim
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def __getitem__(self, key):
+        if np.isscalar(key):
+            return self.base.gather(self.indices[[key]])[0]
+        return self.base.gather(self.indices[key])
+
+
+def take(x, idx):
+    """x[idx] for arrays in memory; a View (nothing read yet) for streamed features."""
+    if isinstance(x, (FileArray, View)):
+        return View(x, idx)
+    return x[idx]
+
+
+def streamed(x) -> bool:
+    return isinstance(x, (FileArray, View))
+
+
+def window_order(n: int, seed: int, epoch: int, window: int) -> np.ndarray:
+    """The windowed shuffle in the module docstring; the same on every rank."""
+    rng = np.random.default_rng([int(seed) % 2**32, int(epoch), 1])
+    starts = np.arange(0, n, window)
+    parts = [rng.permutation(np.arange(s, min(s + window, n))) for s in rng.permutation(starts)]
+    return np.concatenate(parts) if parts else np.arange(0)
+
+
+# ----------------------------------------------------------------------- prefetch
+_DONE = object()
+
+
+def prefetched(x, y, parts, depth: int = PREFETCH, failures: list | None = None):
+    """(x[p], y[p]) for each index array p in parts.
+
+    failures: a read that fails is appended there and the remaining batches come empty,
+    so that this rank stays in step with its communicator's collectives until the epoch's
+    end, where `raise_together` fails the trial on every rank at once (a rank that raised
+    in the middle of an epoch would leave the others waiting inside an Allreduce).
+    Without it, the failure is raised at once. For streamed features a daemon thread
+    reads up to `depth` batches ahead into a bounded queue. The thread can neither keep
+    the process alive (daemon) nor outlive its consumer by more than one read: when the
+    consumer stops (the epoch ends, an exception, a prune) it sets `stop`, and the thread
+    checks it between reads and while its queue is full. A failed read is raised in the
+    consumer, where the batch was wanted."""
+    parts = list(parts)
+    batches = _read_ahead(x, y, parts, depth)
+    if failures is None:
+        yield from batches
+        return
+    done = 0
+    try:
+        for item in batches:
+            done += 1
+            yield item
+    except Exception as exc:  # handed on through `failures`, raised at the epoch's end
+        failures.append(exc)
+        empty = (np.empty((0,) + tuple(x.shape[1:]), x.dtype), y[:0])
+        for _ in range(len(parts) - done):
+            yield empty
+
+
+def raise_together(comm, failures: list) -> None:
+    """After an epoch: if a read failed on any rank, every rank raises here (the rank
+    that failed its own error, the others one that says so)."""
+    from mpiopt.errors import OTHERS_FAILED
+
+    failed = comm.allreduce(1 if failures else 0) if comm.Get_size() > 1 else len(failures)
+    if failures:
+        error, failures[:] = failures[0], []
+        raise error
+    if failed:
+        raise RuntimeError(f"{failed} {OTHERS_FAILED}")
+
+
+def _read_ahead(x, y, parts, depth):
+    if not streamed(x) or len(parts) < 2:
+        for p in parts:
+            yield x[p], y[p]
+        return
+    q: queue.Queue = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+    thread = threading.Thread(target=_produce, args=(x, y, parts, q, stop),
+                              name="mpiopt-prefetch", daemon=True)
+    thread.start()
+    try:
+        for _ in parts:
+            item = _next(q, thread)
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+
+
+def _produce(x, y, parts, q, stop) -> None:
+    try:
+        for p in parts:
+            if stop.is_set():
+                return
+            _put(q, (x[p], y[p]), stop)
+    except BaseException as exc:  # handed to the consumer, raised there
+        _put(q, exc, stop)
+
+
+def _put(q, item, stop) -> None:
+    while not stop.is_set():
+        try:
+            q.put(item, timeout=0.1)
+            return
+        except queue.Full:
+            continue
+
+
+def _next(q, thread):
+    while True:
+        try:
+            return q.get(timeout=1.0)
+        except queue.Empty:
+            if not thread.is_alive() and q.empty():
+                raise RuntimeError("the data prefetch thread ended without a batch or an error")

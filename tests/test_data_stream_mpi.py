@@ -1,0 +1,111 @@
+"""Streamed data under mpiexec: the same trial values as in memory, windowed shuffles
+with split_by: file through the node-local cache, and bad data (refused before any trial
+when it can be seen up front, else the trial FAILED with the file named)."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from conftest import mpiopt  # noqa: E402
+from test_data_mpi import trials_of  # noqa: E402
+from test_data_stream import BAD, _bad  # noqa: E402
+from test_training import MODEL_SOURCE  # noqa: E402
+
+pytest.importorskip("tensorflow")
+
+
+def write_study(tmp_path: Path, name: str, data: dict, kfold: int = 3) -> Path:
+    """240 samples in 4 .npy directories; 3 ranks: the coordinator and one group of 2, so
+    every batch is cut in two shards."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(240, 6)).astype("float32")
+    y = np.digitize(x[:, 0] + 0.5 * x[:, 1], [-0.5, 0.5]).astype("int64")
+    for i in range(4):
+        part = tmp_path / "parts" / f"p{i}"
+        part.mkdir(parents=True, exist_ok=True)
+        np.save(part / "features.npy", x[i * 60:(i + 1) * 60])
+        np.save(part / "labels.npy", y[i * 60:(i + 1) * 60])
+    (tmp_path / "tiny.py").write_text(MODEL_SOURCE)
+    spec = {
+        "study": {"name": name},
+        "objective": {"model": "tiny.py:build", "data": {"npy": "parts/p*", **data},
+                      "metric": "val_accuracy", "direction": "maximize"},
+        "search_space": {"width": {"type": "integer", "low": 2, "high": 16},
+                         "lr": {"type": "real", "low": 1e-3, "high": 0.1, "prior": "log-uniform"}},
+        "search": {"algorithm": "random", "trials": 2, "seed": 1},
+        "training": {"epochs": 2, "batch_size": 16, "kfold": kfold},
+        "resources": {"group_size": 2},
+    }
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def search(tmp_path, spec, name):
+    url = f"sqlite:///{tmp_path / (name + '.db')}"
+    proc = mpiopt("search", spec, "--storage", url, np=3, cwd=tmp_path, timeout=400)
+    return proc, url
+
+
+def test_streamed_kfold_gives_the_in_memory_trial_values(tmp_path):
+    values = {}
+    for mode in (True, False):
+        name = f"mem{int(mode)}"
+        proc, url = search(tmp_path, write_study(tmp_path, name, {"in_memory": mode}), name)
+        assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+        _, trials = trials_of(url, name)
+        values[mode] = [(t.params, t.fold_values) for t in sorted(trials, key=lambda t: t.number)]
+    assert len(values[True]) == 2
+    for (p_mem, f_mem), (p_str, f_str) in zip(values[True], values[False]):
+        assert p_mem == p_str
+        assert np.allclose(f_mem, f_str, atol=1e-6), (f_mem, f_str)
+
+
+def test_windowed_shuffle_split_by_file_through_the_cache(tmp_path):
+    from mpiopt.trial import TrialStatus
+
+    data = {"in_memory": False, "shuffle": "window", "shuffle_window": 20, "split_by": "file",
+            "cache": str(tmp_path / "node-local")}
+    proc, url = search(tmp_path, write_study(tmp_path, "win", data, kfold=2), "win")
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    _, trials = trials_of(url, "win")
+    assert [t.status for t in trials] == [TrialStatus.COMPLETE] * 2
+    assert all(len(t.fold_values) == 2 for t in trials)
+    copies = sorted(p.name for p in (tmp_path / "node-local").iterdir())
+    assert sorted(c.split("-", 1)[1] for c in copies) == ["p0", "p1", "p2", "p3"], copies
+    # one copy per file, made once by the two ranks starting together; no temp or lock left
+
+
+@pytest.mark.parametrize("case", BAD)
+def test_bad_data_seen_up_front_stops_the_job_with_exit_2_before_any_trial(tmp_path, case):
+    if case in ("no branch", "jagged branch"):
+        pytest.importorskip("uproot")
+    data, named = _bad(tmp_path, case)
+    spec = write_study(tmp_path, "bad", {})
+    raw = yaml.safe_load(spec.read_text())
+    raw["objective"]["data"] = data
+    spec.write_text(yaml.safe_dump(raw))
+    proc, url = search(tmp_path, spec, "bad")
+    assert proc.returncode == 2, proc.stdout + proc.stderr[-3000:]
+    lines = [line for line in proc.stderr.splitlines() if named in line]
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert not (tmp_path / "bad.db").exists()
+
+
+def test_bad_data_seen_while_training_fails_the_trial_naming_the_file(tmp_path):
+    from mpiopt.trial import TrialStatus
+
+    spec = write_study(tmp_path, "nan", {"in_memory": False})
+    x = np.load(tmp_path / "parts" / "p2" / "features.npy")
+    x[7, 3] = np.nan                       # seen only when a batch reads sample 7 of p2
+    np.save(tmp_path / "parts" / "p2" / "features.npy", x)
+    proc, url = search(tmp_path, spec, "nan")
+    _, trials = trials_of(url, "nan")
+    assert trials and all(t.status is TrialStatus.FAILED for t in trials), proc.stderr[-3000:]
+    assert "p2: features of sample 7 hold NaN" in trials[0].error
