@@ -1,6 +1,6 @@
 """kill -9 of rank 0 (or of every process of the job) at random moments of a study under
 mpiexec: how many evaluations ran a second time. Not a speed benchmark: the count behind
-mpiopt.study.kept ("nothing finished is run twice"; tests/test_chaos.py has the
+mpiopt.kept ("nothing finished is run twice"; tests/test_chaos.py has the
 deterministic case).
 
 Each study (one per seed) runs 0.15 s trials on two groups (`mpiexec -n 3`); six times

@@ -189,7 +189,7 @@ class Result:
 
     def record(self) -> dict:
         """Its record for Storage.finish_trial(s) (the coordinator's write, and the line a
-        leader keeps until then: mpiopt.study.kept)."""
+        leader keeps until then: mpiopt.kept)."""
         return dict(trial_id=self.trial_id, status=TrialStatus(self.status), value=self.value,
                     value_std=self.value_std, fold_values=self.fold_values,
                     metrics=self.metrics, error=self.error, duration=self.duration,

@@ -166,7 +166,7 @@ def test_a_result_sent_but_not_yet_written_survives_a_kill_of_rank_0(tmp_path, u
     """One group: the first trial's result reaches rank 0, whose write of it waits on a
     held lock (a slow database), and rank 0 is killed -9 meanwhile (the launcher then
     kills the group). The result lived only in memory, and the trial ran again on
-    resume; now the leader keeps it on file before it sends it (mpiopt.study.kept), the
+    resume; now the leader keeps it on file before it sends it (mpiopt.kept), the
     resume imports it, and no trial runs twice."""
     spec = spec_file(tmp_path, "asks_for_a_held_write_once", trials=3)
     stop = threading.Event()

@@ -21,7 +21,7 @@ from conftest import resume_with, mpiopt, subprocess_env
 from test_outage import assert_complete, spec_file, start, wait_finished
 
 from mpiopt.storage import open_storage
-from mpiopt.study.kept import read_line
+from mpiopt.kept import read_line
 from mpiopt.trial import TrialStatus
 
 BUDGET = 24

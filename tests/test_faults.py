@@ -301,7 +301,7 @@ def test_after_an_outage_the_summary_counts_every_finished_trial_and_status_name
             os.killpg(job.pid, signal.SIGKILL)
     assert job.returncode == 1, err[-2000:]
     recovery = tmp_path / "o.mpiopt-recovery.jsonl"
-    from mpiopt.study.kept import read_line
+    from mpiopt.kept import read_line
 
     kept = {r["trial_id"] for r in map(read_line, recovery.read_text().splitlines())
             if r["kind"] == "finish"}

@@ -1,4 +1,4 @@
-"""mpiopt/study/kept.py alone: what a leader keeps before a result leaves, how small its
+"""mpiopt/kept.py alone: what a leader keeps before a result leaves, how small its
 file stays, where it goes when a folder refuses it, and that a resume's import writes it
 once (tests/test_chaos.py kills a real job in the window this closes)."""
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 import yaml
 from conftest import ROOT, mpiopt
 
-from mpiopt.study.kept import (KEEP_LAST, REWRITE_EVERY, KeptResults, group_file, group_files,
+from mpiopt.kept import (KEEP_LAST, REWRITE_EVERY, KeptResults, group_file, group_files,
                                read_line)
 from mpiopt.parallel.protocol import Result
 from mpiopt.storage import open_storage

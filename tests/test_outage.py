@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from conftest import BIN, ROOT, mpiopt, resume_with, subprocess_env
-from mpiopt.study.kept import read_line
+from mpiopt.kept import read_line
 from mpiopt.trial import StudyStatus, TrialStatus
 
 FUNCTIONS = ROOT / "tests" / "objectives" / "functions.py"

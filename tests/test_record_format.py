@@ -1,4 +1,4 @@
-"""The recovery and kept-result files' record format (mpiopt/study/kept.py): files that
+"""The recovery and kept-result files' record format (mpiopt/kept.py): files that
 today's release wrote (tests/data/records-v0, unversioned lines naming storage methods)
 still import to the same trials, the versioned lines written now import to the same
 trials too, and a line this mpiopt cannot read stops the import before anything is
@@ -15,7 +15,7 @@ from mpiopt.errors import StorageError, StorageUnavailable
 from mpiopt.storage import BaseStorage, open_storage
 from mpiopt.storage.recovery import import_recovery
 from mpiopt.storage.resilient import Resilient
-from mpiopt.study.kept import (FINISH_FIELDS, FORMAT_VERSION, KINDS, KeptResults,
+from mpiopt.kept import (FINISH_FIELDS, FORMAT_VERSION, KINDS, KeptResults,
                                group_files, read_line)
 from mpiopt.trial import Result, TrialStatus
 

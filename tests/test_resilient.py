@@ -14,7 +14,7 @@ from mpiopt.storage import open_storage
 from mpiopt.storage import BaseStorage
 from mpiopt.storage.recovery import import_recovery
 from mpiopt.storage.resilient import Resilient
-from mpiopt.study.kept import read_line
+from mpiopt.kept import read_line
 from mpiopt.trial import TrialStatus
 
 

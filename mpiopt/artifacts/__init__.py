@@ -34,7 +34,7 @@ __all__ = ["ArtifactStoreError", "TrialArtifacts", "default_root", "resolve", "c
 def default_root(url: str, study: str) -> Path:
     """Beside a SQLite file: <stem>-artifacts/<study>; for a server: ./mpiopt-artifacts."""
     from mpiopt.storage import StorageURL
-    from mpiopt.study.names import file_stem
+    from mpiopt.names import file_stem
 
     path = StorageURL.parse(url).sqlite_path
     if path is not None:

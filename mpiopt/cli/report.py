@@ -14,7 +14,7 @@ from pathlib import Path
 from mpiopt.cli.common import add_storage_option, storage_url
 from mpiopt.errors import MpioptError
 from mpiopt.reporting.figures import KINDS, MULTI_KINDS, PBT_KINDS   # no plotting library
-from mpiopt.study.names import file_stem
+from mpiopt.names import file_stem
 
 PLOT_KINDS = KINDS + MULTI_KINDS + PBT_KINDS
 from mpiopt.reporting.static import FORMATS as PLOT_FORMATS

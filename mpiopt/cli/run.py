@@ -70,7 +70,7 @@ def _recovery_files(given: list[str], study: str) -> list[str]:
     by their ids alone): refused before anything is written."""
     from pathlib import Path
 
-    from mpiopt.study.kept import recovery_file
+    from mpiopt.kept import recovery_file
 
     expected = recovery_file(Path("."), study).name
     for name in given:
@@ -94,11 +94,11 @@ def _rescued_spec(recovery: list[str], name: str) -> dict | None:
 
 
 def _named_as_allowed(name: str, url: str) -> None:
-    """A study named before names were checked (mpiopt.study.names) is renamed first."""
+    """A study named before names were checked (mpiopt.names) is renamed first."""
     import shlex
 
-    from mpiopt.study.opening import shown_url
-    from mpiopt.study.names import name_problem
+    from mpiopt.reporting.commands import shown_url
+    from mpiopt.names import name_problem
 
     problem = name_problem(name)
     if problem:

@@ -149,7 +149,7 @@ def _native_log(name: str) -> None:
     import os
     from pathlib import Path
 
-    from mpiopt.study.names import file_stem
+    from mpiopt.names import file_stem
     from mpiopt.study.opening import NATIVE_LOG_ENV
 
     os.environ.setdefault(NATIVE_LOG_ENV, str(Path.cwd() / f"{file_stem(name)}.train.log"))

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+from pathlib import Path
 
 
 def descendants(root: int | None = None) -> set[int]:
@@ -278,3 +279,17 @@ def stop_signal_seen() -> int | None:
             break
         seen.update(chunk)
     return next((sig for sig in STOP_SIGNALS if sig in seen), None)
+
+
+def process_alive(pid: int) -> bool:
+    """Whether `pid` is a running process on this host (a zombie that nobody reaped has ended: it holds nothing)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True

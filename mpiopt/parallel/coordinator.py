@@ -82,7 +82,7 @@ class Coordinator:
         self.dead: set[int] = set()          # silent ranks: nothing more is sent to them
         self.received: list = []   # results taken in while a write waited out an outage
         # whether every result taken in was written (else the leaders keep their files for
-        # the resume: mpiopt.study.kept); False after a failed write or the coordinator's
+        # the resume: mpiopt.kept); False after a failed write or the coordinator's
         # own failure
         self.all_written = True
         if hasattr(storage, "meanwhile"):      # (storage/resilient.py)
@@ -259,7 +259,7 @@ class Coordinator:
             if rank not in self.stopped_ranks:
                 self.stopped_ranks.add(rank)
                 # (True: every result reached the database, the leader's kept file can go;
-                # after an outage given up some are only in files: mpiopt.study.kept)
+                # after an outage given up some are only in files: mpiopt.kept)
                 written = self.all_written and not _gave_up(self.storage)
                 self._send(written, rank, Tag.STOP)
 

@@ -29,7 +29,7 @@ REPLY_DUE_S = 0.05
 def run_group(world, comm, objective, before_bye=None, keeper=None) -> int:
     """Serve trials until STOP. Returns the exit status of this rank (0, or 1 after FATAL).
     `before_bye()` runs as the rank leaves (its heartbeat stops: no beat after BYE);
-    `keeper` (a leader's mpiopt.study.kept.KeptResults) keeps each result before it
+    `keeper` (a leader's mpiopt.kept.KeptResults) keeps each result before it
     leaves, so a job killed before rank 0 wrote it does not lose it."""
     try:
         _serve(world, comm, objective, keeper)

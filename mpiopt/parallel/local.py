@@ -141,7 +141,7 @@ def run_local(scheduler, executor, objective, comm, stopped=lambda: False, give_
     a retried database write ends its wait on it).
     `give_up(cause, interrupted) -> exit status`: the closing of a job whose trial is stuck
     in this process past its limits (see _Watch); without it, no watch.
-    `keeper` (mpiopt.study.kept.KeptResults): each result kept on file until written
+    `keeper` (mpiopt.kept.KeptResults): each result kept on file until written
     (a kill -9 during the write lost it), the file gone at an end with all written."""
     # SIGINT too: a process started with SIGINT ignored (a background job, a parent that
     # ignores it) gets no KeyboardInterrupt from Python, and Ctrl-C or killpg would not stop

@@ -5,7 +5,7 @@ Start-up (every rank, see mpiopt/run/launch.py):
   all -> rank 0      : READY   None, or the one-line error of that rank's own set-up
   rank 0 -> all      : SETUP   {"go": True, "keep": {"places": [...], "db_key": ...}} or
                                {"error": ...} (keep: where leaders keep their results,
-                               mpiopt.study.kept)
+                               mpiopt.kept)
 Running:
   coordinator -> leader : TRIAL (a Trial; a busy leader may already hold its next one,
                           sent ahead), CANCEL (a tuple of trial ids that must not go on:
@@ -16,7 +16,7 @@ Running:
   leader -> its members : TRIAL or STOP, point to point (members wait without spinning)
   leader -> coordinator : REPORT (per-epoch value) -> coordinator answers DECISION
   leader -> coordinator : RESULT (the trial's one record, kept on file first:
-                          mpiopt.study.kept; from a member instead when its part
+                          mpiopt.kept; from a member instead when its part
                           failed and the leader is stuck in a collective, together.py)
   any rank -> rank 0    : FATAL (a failure outside user code: rank, host, cause; or its
                           group left in a collective: group_stuck); the coordinator then

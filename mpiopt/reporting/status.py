@@ -39,7 +39,7 @@ def space_sets_of(spec_text: str) -> int | None:
 
 def _how_to_go_on(record, url: str | None) -> str:
     """What the closing line of an ended job said to do next, for `mpiopt status`."""
-    from mpiopt.study.opening import after_failures, resume_command
+    from mpiopt.reporting.commands import after_failures, resume_command
 
     if url is None or record.status.value not in ("INTERRUPTED", "FAILED"):
         return ""
@@ -90,7 +90,7 @@ def _resume_command(record, url: str | None) -> str:
     wait there; `mpiopt resume` run from another folder would not find it)."""
     from pathlib import Path
 
-    from mpiopt.study.opening import resume_command
+    from mpiopt.reporting.commands import resume_command
 
     if not url:
         return "mpiopt resume NAME"
@@ -102,9 +102,9 @@ def _dead_here(lease) -> bool:
     """The lease's job ran on this host and its process is gone."""
     import socket
 
-    from mpiopt.run.study_run import _alive
+    from mpiopt.objective.processes import process_alive
 
-    return lease.host == socket.gethostname()[:255] and lease.pid > 0 and not _alive(lease.pid)
+    return lease.host == socket.gethostname()[:255] and lease.pid > 0 and not process_alive(lease.pid)
 
 
 def status_summary(record, counts: dict, best: FrozenTrial | None, groups=(),

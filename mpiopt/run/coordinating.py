@@ -22,7 +22,7 @@ from mpiopt.run.context import RunContext, Started
 from mpiopt.run.ending import abort, close, output_closed, progress_line
 from mpiopt.run.serving import leader_hosts, pin_threads
 from mpiopt.run.startup import where_to_keep
-from mpiopt.study.opening import shown_url
+from mpiopt.reporting.commands import shown_url
 
 
 def coordinate(world, started: Started) -> int:
@@ -97,7 +97,7 @@ def _run_coordinator(run: RunContext) -> int:
 def _run_single(run: RunContext) -> int:
     """Single-process mode: the local loop runs the trials here, then the closing."""
     from mpiopt.parallel.local import run_local
-    from mpiopt.study.kept import KeptResults
+    from mpiopt.kept import KeptResults
 
     sched = run.sched
     pin_threads(run.spec, run.comm)

@@ -14,7 +14,7 @@ import sys
 import time
 
 from mpiopt.knobs import ABORT_PAUSE_S
-from mpiopt.study.opening import after_failures, resume_command, shown_url
+from mpiopt.reporting.commands import after_failures, resume_command, shown_url
 from mpiopt.trial import StudyStatus
 
 EXIT_INTERRUPTED = 130

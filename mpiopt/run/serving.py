@@ -71,7 +71,7 @@ def _serve(world, spec, objective, payload: dict, verdict: dict) -> int:
     limit (`payload`: step 1's message) and kept results where it said where (`verdict`)."""
     from mpiopt.parallel.group import run_group
     from mpiopt.parallel.topology import make_topology
-    from mpiopt.study.kept import KeptResults
+    from mpiopt.kept import KeptResults
 
     leave_signals_to_rank0()
     topo, comm = make_topology(world, spec.resources.group_size)

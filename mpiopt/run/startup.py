@@ -20,7 +20,8 @@ from mpiopt.errors import MpioptError
 from mpiopt.parallel.protocol import Tag
 from mpiopt.run.context import Request, Started
 from mpiopt.run.ending import abort, progress_line, say
-from mpiopt.study.opening import native_log_path, resume_command
+from mpiopt.reporting.commands import resume_command
+from mpiopt.study.opening import native_log_path
 
 
 def start_rank0(world, prepare, quiet: bool, launch: str) -> Started:

@@ -22,6 +22,7 @@ import threading
 import time
 from pathlib import Path
 
+from mpiopt.objective.processes import process_alive
 from mpiopt.errors import LeaseLost, StorageError, StudyBusyError
 from mpiopt.knobs import LEASE_PERIOD
 from mpiopt.search import traits
@@ -124,7 +125,7 @@ def take_lease(storage, study_id: int, period: float, wait_s: float = 0.0,
         return storage.acquire_lease(study_id, host, os.getpid(), period_s=period)
     except StudyBusyError as exc:
         held = exc.lease
-        if held is None or (held.host == host[:255] and _alive(held.pid)):
+        if held is None or (held.host == host[:255] and process_alive(held.pid)):
             raise
         if held.host == host[:255]:
             return storage.acquire_lease(study_id, host, os.getpid(), period_s=period,
@@ -158,27 +159,13 @@ def take_lease(storage, study_id: int, period: float, wait_s: float = 0.0,
     return storage.acquire_lease(study_id, host, os.getpid(), period_s=period, takeover=True)
 
 
-def _alive(pid: int) -> bool:
-    """A running process (a zombie that nobody reaped has ended: it holds nothing)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return True
-
-
 def recovery_places(spec, url: str) -> list[Path]:
     """Where a run's recovery file may be, in the order it is tried: beside the spec file
     (not when the spec came from the database, `mpiopt resume`), then in the current
     directory (a spec in a folder that cannot be written), then in the home folder, under
     a name of the database's own (a full disk or an exceeded quota where the study runs,
     often a scratch file system, leaves the home folder's); a resume imports from each."""
-    from mpiopt.study.kept import recovery_file
+    from mpiopt.kept import recovery_file
 
     source = Path(spec.source)
     folders = [source.parent] if source.suffix in (".yaml", ".yml") and source.is_file() else []
@@ -206,8 +193,8 @@ def _import_recoveries(storage, spec, url: str, study_id: int, given=(),
     (`stored`: a killed job's file beside its spec, for `mpiopt resume NAME` run from
     another folder) and those named (`mpiopt resume --recovery FILE`, as a closing line
     prints it), imported first; before them the files beside them where group leaders
-    kept the results they sent (mpiopt.study.kept)."""
-    from mpiopt.study.kept import group_files, remove_if_empty
+    kept the results they sent (mpiopt.kept)."""
+    from mpiopt.kept import group_files, remove_if_empty
     from mpiopt.storage.recovery import import_recovery
 
     notes = []
@@ -240,7 +227,7 @@ def _forget_kept(storage, places) -> None:
     """A new study's start: files that group leaders kept for a study of the same name in
     this database are a deleted one's (its trial ids could be given to this study's
     trials, and a resume would import their results into them), so they go."""
-    from mpiopt.study.kept import group_files, remove_if_empty
+    from mpiopt.kept import group_files, remove_if_empty
     key = storage.location.key
     for path in (p for place in places for p in group_files(place, key)):
         try:

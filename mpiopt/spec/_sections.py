@@ -53,7 +53,7 @@ OBJECTIVE = Fields(
 
 
 def _study(top: _Section) -> StudySpec:
-    from mpiopt.study.names import name_problem
+    from mpiopt.names import name_problem
 
     section = top.section("study", STUDY.names)
     given = STUDY.read(section)

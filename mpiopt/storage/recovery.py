@@ -2,7 +2,7 @@
 thing on resume (mpiopt.run.study_run), and at the end of a run that wrote results ahead
 (storage/resilient.py).
 
-The records (mpiopt.study.kept: their format and kinds) become storage calls through one
+The records (mpiopt.kept: their format and kinds) become storage calls through one
 table, `APPLY`: a record names what happened, never a storage method, so renaming a
 method cannot break a file on a user's disk.
 """
@@ -13,7 +13,7 @@ from pathlib import Path
 
 from mpiopt.errors import StorageError, StorageUnavailable, UnknownStudyError
 from mpiopt.storage._base import BaseStorage
-from mpiopt.study.kept import FINISH_FIELDS, group_files, lines, read_line, record
+from mpiopt.kept import FINISH_FIELDS, group_files, lines, read_line, record
 
 # a record's kind -> the storage call that makes it (the fields as kept.KINDS names them)
 APPLY = {

@@ -18,7 +18,7 @@ between tries (`meanwhile`) instead of leaving them unreceived.
 A run that ends without giving up imports the file itself and removes it
 (`discard_written_ahead`).
 
-The recovery file is JSON lines, one record per line (mpiopt.study.kept: the format),
+The recovery file is JSON lines, one record per line (mpiopt.kept: the format),
 flushed and fsynced as it is written; storage/recovery.py imports it.
 
 Every method of the contract is written out here: reads and writes that nothing journals
@@ -39,7 +39,7 @@ from pathlib import Path
 from mpiopt.errors import DatabaseGone, StorageError, StorageUnavailable
 from mpiopt.storage._base import BaseStorage
 from mpiopt.storage.recovery import import_recovery
-from mpiopt.study.kept import lines as _lines, record
+from mpiopt.kept import lines as _lines, record
 
 
 class Resilient(BaseStorage):

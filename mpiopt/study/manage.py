@@ -93,7 +93,7 @@ def renamed_spec(spec_text: str, new: str) -> str:
 
 
 def check_name(name: str) -> None:
-    from mpiopt.study.names import name_problem
+    from mpiopt.names import name_problem
 
     problem = name_problem(name)
     if problem:

@@ -6,7 +6,6 @@ All refusals happen here, before a single trial is written: an existing study wi
 from __future__ import annotations
 
 import json
-import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,8 +13,7 @@ import yaml
 
 from mpiopt.errors import DuplicateStudyError, ResumeError, UnknownStudyError
 from mpiopt.knobs import NATIVE_LOG
-from mpiopt.search import ALGORITHMS, traits
-from mpiopt.study.names import file_stem
+from mpiopt.names import file_stem
 from mpiopt.trial import FrozenTrial, StudyStatus
 
 # Keys that may change when a study is resumed: they decide how long it runs, not what
@@ -54,29 +52,6 @@ def spec_text(spec) -> str:
     return yaml.safe_dump(data, sort_keys=False)
 
 
-def resume_command(name: str, url: str, recovery=None, launch: str = "") -> str:
-    """The exact command that continues a study, as every closing line prints it; with the
-    recovery file an outage left (`recovery`), named so that it is imported even where the
-    database's record of it is lost with the job's last writes (study_run.open_run);
-    `launch` goes first (`mpiexec -n 9 `: the same layout again, mpiopt.run.launcher)."""
-    shown = shown_url(url)
-    hint = "" if shown == url else " (with the password: set MPIOPT_STORAGE to the full URL)"
-    kept = f" --recovery {shlex.quote(str(recovery))}" if recovery else ""
-    # (quoted for the shell: a folder with a space in it made a command that fails pasted)
-    return f"{launch}mpiopt resume {name} --storage {shlex.quote(shown)}{kept}{hint}"
-
-
-def after_failures(name: str, url: str, algorithm: str | None, launch: str = "") -> str:
-    """What to do once the cause of a study's failed trials is mended: the closing line of
-    the job they stopped and `mpiopt status` both say it."""
-    if algorithm in ALGORITHMS and traits(algorithm).rounds:   # (--retry-failed is refused there)
-        return ("a pbt study's failed rounds do not run again: once that is mended, start it "
-                f"under a new study.name, or delete this one (mpiopt study delete {name} "
-                f"--storage {shlex.quote(shown_url(url))})")
-    return ("once that is mended, run them again with: "
-            f"{resume_command(name, url, launch=launch)} --retry-failed")
-
-
 NATIVE_LOG_ENV = NATIVE_LOG.env
 
 
@@ -88,13 +63,6 @@ def native_log_path(url: str, name: str) -> Path:
 
     path = StorageURL.parse(url).sqlite_path
     return (path.parent if path is not None else Path.cwd()) / f"{file_stem(name)}.log"
-
-
-def shown_url(url: str) -> str:
-    """The URL with its password masked, for every line printed."""
-    from mpiopt.storage import StorageURL
-
-    return StorageURL.parse(url).shown
 
 
 def stored_spec_dict(storage, name: str) -> dict:

@@ -14,11 +14,8 @@ A finished group gets its next trial before the result it brought is written
 kill: parallel/coordinator.py): its wait is then one write, not two. A failure, or a value
 that reaches the target, is written first, since it may stop the study.
 
-Work for idle groups (re-runs, queued sets, suggestions) is parallel/scheduler/dispatch.py;
-asking ahead is ahead.py. A numbered searcher (search.pbt) is told and forgets by trial
-number, since its members often share parameters. A slow searcher comes wrapped in
-mpiopt.search.background.BackgroundSearcher: suggestions are taken from its stock (none
-ready: the group waits for the next tick), so no event here waits for a model fit.
+Work for idle groups is dispatch.py, asking ahead ahead.py. A slow searcher comes wrapped
+in mpiopt.search.background.BackgroundSearcher, so no event here waits for a model fit.
 """
 from __future__ import annotations
 
@@ -105,10 +102,8 @@ class Scheduler(Dispatching):
         return run is not None and run.trial_id == trial_id and group not in self.ahead.trials
 
     def outcomes_due(self, batch: list[tuple[int, Result]]) -> list[dict]:
-        """The records `on_results` will write for these results (of trials the groups run
-        or were sent ahead; not cancels, refits, nor words on settled trials), without
-        acting on them: a shell that takes results in during an outage keeps these in
-        the recovery file meanwhile."""
+        """The records `on_results` will write for these results (not cancels, refits nor
+        words on settled trials), without acting on them: kept during an outage."""
         due = []
         for group, result in batch:
             ids = {r.trial_id for r in (self.running.get(group), self.ahead.trials.get(group))
@@ -275,8 +270,7 @@ class Scheduler(Dispatching):
             yield ins.TrialDone(trial)
 
     def _earlier_running(self, number: int) -> bool:
-        """Whether a trial numbered before `number` still runs (a scan of every group: asked
-        only of the first failures)."""
+        """Whether a trial numbered before `number` still runs (asked of first failures)."""
         return any(r.number < number for r in self.running.values() if not r.refit)
 
     def _all_busy(self, done: list[FrozenTrial], freed: dict[int, bool]) -> bool:

@@ -6,7 +6,7 @@ import json, shutil, sys
 from pathlib import Path
 from mpiopt.storage import open_storage
 from mpiopt.storage.resilient import Resilient, key_of
-from mpiopt.study.kept import KeptResults, group_files
+from mpiopt.kept import KeptResults, group_files
 from mpiopt.trial import Result, TrialStatus
 from mpiopt.errors import StorageUnavailable
 

@@ -52,7 +52,7 @@ import os
 from collections import deque
 from pathlib import Path
 
-from mpiopt.study.names import file_stem
+from mpiopt.names import file_stem
 
 RECOVERY_SUFFIX = ".mpiopt-recovery.jsonl"
 KEEP_LAST = 4
