@@ -523,3 +523,18 @@ def _stored_view(url: str, name: str):
 def _figures(html: str) -> dict:
     return json.loads(re.search(r"const FIGURES = (\{.*?\});\n", html, re.S).group(1))
 
+
+
+def test_the_dashboard_names_the_front_and_the_best_feasible_trial(db):
+    """The live view says "best" as every other view does: the front of a study with
+    several objectives (not its dominated trial 0), the best feasible trial of one with a
+    constraint (not the infeasible trial 0 of lowest error)."""
+    from mpiopt.reporting.dashboard import _best
+    from mpiopt.reporting.view import StudyView
+
+    with open_storage(db) as st:
+        views = {name: StudyView.of(st.get_study(name), st.get_trials(st.get_study(name).id))
+                 for name in ("front", "feasible")}
+    front = _best(views["front"])
+    assert front["front"] == [1, 4, 2] and "Pareto front" in front["title"]
+    assert _best(views["feasible"])["number"] == 1

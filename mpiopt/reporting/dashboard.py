@@ -221,10 +221,15 @@ def _row(t: FrozenTrial) -> dict:
 
 
 def _best(view) -> dict | None:
-    done = view.complete()
-    if not done:
+    """"Best" as everywhere (mpiopt.reporting.front): the best feasible trial, or with
+    several objectives the Pareto front (no one trial is best)."""
+    front = view.front
+    if front.multi:
+        return {"title": front.title(), "front": [t.number for t in front.trials]} \
+            if front.trials else None
+    top = front.best
+    if top is None:
         return None
-    top = (max if view.maximize else min)(done, key=lambda t: t.value)
     return {"number": top.number, "value": top.value,
             "params": {k: _plain(v) for k, v in top.params.items()}}
 

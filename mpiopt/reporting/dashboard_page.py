@@ -140,7 +140,8 @@ function drawStudy(d) {
   document.getElementById("study-meta").textContent = d.metric + " (" + d.direction + ") \u00b7 " +
     d.state + " \u00b7 " + d.trials + " trials" + (counts ? ": " + counts : "");
   const best = document.getElementById("study-best");
-  best.textContent = d.best ? "Best " + d.metric + " " + fmt(d.best.value) + " (trial " +
+  best.textContent = d.best && d.best.front ? d.best.title + ": trial(s) " + d.best.front.join(", ")
+    : d.best ? "Best " + d.metric + " " + fmt(d.best.value) + " (trial " +
     d.best.number + "): " + Object.entries(d.best.params).map(([k, v]) => k + "=" + fmt(v)).join(", ")
     : "No complete trial yet.";
   state.params = d.params; state.metrics = d.metrics;
