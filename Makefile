@@ -14,7 +14,7 @@ venv: $(STAMP)
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e ".[tensorflow,mpich,postgresql,report,docs,root,dev]"
+	$(BIN)/python -m pip install -q -e ".[tensorflow,mpich,postgresql,report,docs,uproot,dev]"
 	touch $(STAMP)
 
 # The demo study's database is build/demo.db; it is recreated on every `make demo`.

@@ -86,7 +86,7 @@ def ensure() -> list[Path]:
 
 
 def ensure_root() -> list[Path]:
-    """The jets of the HDF5 files as ROOT files (uproot: pip install 'mpiopt[root]')."""
+    """The jets of the HDF5 files as ROOT files (uproot: pip install 'mpiopt[uproot]')."""
     import uproot
 
     out = []

@@ -187,7 +187,7 @@ DATA = Fields(
           "(one part of the data set each), globs allowed."),
     Field("hdf5", [], "paths", "HDF5 files, globs allowed."),
     Field("root", [], "paths", "ROOT files, globs allowed, read through uproot "
-          "(`pip install 'mpiopt[root]'`): flat branches of `tree`; a jagged branch is refused."),
+          "(`pip install 'mpiopt[uproot]'`): flat branches of `tree`; a jagged branch is refused."),
     Field("tree", "Events", "text", "`root`: the TTree holding the branches."),
     Field("features", "features", "text", "The array (npz, npy), dataset (HDF5) or branches "
           "(ROOT: a name or a list, one column each) of the inputs.",

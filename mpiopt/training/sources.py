@@ -182,7 +182,7 @@ def _root(file, features, labels, tree) -> Source:
     try:
         import uproot
     except ImportError as e:
-        raise DataError("data.root needs uproot: pip install 'mpiopt[root]'") from e
+        raise DataError("data.root needs uproot: pip install 'mpiopt[uproot]'") from e
     branches = [features] if isinstance(features, str) else list(features)
     t = _tree(uproot.open(file, array_cache=None), file, tree)
     names = list(t.keys())
