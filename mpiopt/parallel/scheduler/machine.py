@@ -112,7 +112,6 @@ class Scheduler(Dispatching):
                 due.append(result.record())
         return due
 
-    # ---- resume -------------------------------------------------------------------
     def _restore(self, existing, warm=()) -> None:
         """Replay finished trials into the searcher (after `warm`: another study's results,
         search.warm_start); queue unfinished ones to run again. RETRIED trials are only
@@ -145,7 +144,6 @@ class Scheduler(Dispatching):
         return ins.TrialsSettled(tuple(t for t in existing if t.status.is_finished()),
                                  keep=self._needed())
 
-    # ---- budget ---------------------------------------------------------------------
     def _can_dispatch(self, extra: int = 0) -> bool:
         """Whether one more trial may start (`extra`: ones already promised this round)."""
         return self.limits.allows(self._started(extra))
