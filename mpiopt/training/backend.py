@@ -216,17 +216,19 @@ class KerasModel:
         self._step = compiled(local_step, xs, ys)
         self._test = compiled(test_batch, xs, ys, jit_compile=False)
 
-        # Fused pairs: one dispatch instead of two per step (a small model's step is mostly
-        # dispatch overhead). A pair calls the pieces' own tf.functions, so a piece's graph
-        # is built once per trial however many calls hold it: the pair's own trace is one
-        # call op per piece, a fraction of tracing the pieces again
-        # (benchmarks/results/trial_overhead.md), and TensorFlow inlines the calls when it
-        # runs the pair, so a step costs what a fused one does. Under XLA (jit) a pair is
-        # compiled whole from the plain pieces. Inside a tf.function stateful calls run in
-        # program order.
-        grad_, apply_, get_, set_ = ((grad_flat, apply_flat, get_flat, set_flat)
-                                     if jit
-                                     else (self._grad, self._apply, self._get, self._set))
+        self._fuse(compiled, (grad_flat, apply_flat, get_flat, set_flat) if jit
+                   else (self._grad, self._apply, self._get, self._set), flat, xs, ys, scalar)
+
+    def _fuse(self, compiled, pieces, flat, xs, ys, scalar) -> None:
+        """Fused pairs: one dispatch instead of two per step (a small model's step is mostly
+        dispatch overhead). A pair calls the pieces' own tf.functions, so a piece's graph
+        is built once per trial however many calls hold it: the pair's own trace is one
+        call op per piece, a fraction of tracing the pieces again
+        (benchmarks/results/trial_overhead.md), and TensorFlow inlines the calls when it
+        runs the pair, so a step costs what a fused one does. Under XLA (jit) a pair is
+        compiled whole from the plain pieces (`pieces` are then those). Inside a
+        tf.function stateful calls run in program order."""
+        grad_, apply_, get_, set_ = pieces
 
         def apply_then_grad(flat, x, y, scale):
             apply_(flat)
