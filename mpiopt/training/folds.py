@@ -74,8 +74,6 @@ def fold_plan(k: int, size: int) -> Plan:
 def run_folds(comm, plan: Plan, make_trainer, epochs: int, report, on_epoch,
               note: dict | None = None) -> dict:
     """note: what the kept model's JSON note says of the trial (seed, metric, params)."""
-    from mpiopt.training.trainer import summarize
-
     runner = _concurrent if plan.concurrent else _sequential
     results, intermediate = runner(comm, plan, make_trainer, epochs, report, on_epoch,
                                    note or {})
@@ -183,3 +181,23 @@ def _report(comm, report, on_epoch, step: int, value: float, metrics: dict) -> N
         raise Pruned(step, value)
     if answer is not True:
         raise answer
+
+
+def summarize(fold_results: list[dict], intermediate: dict) -> dict:
+    """The trial's result from its folds' results."""
+    values = [r["value"] for r in fold_results]
+    keys = set.intersection(*(set(r["metrics"]) for r in fold_results)) if fold_results else set()
+    timing = {}
+    for r in fold_results:
+        for k, v in r["timing"].items():
+            timing[k] = timing.get(k, 0) + v
+    return {
+        "value": float(np.mean(values)),
+        "value_std": float(np.std(values)),
+        "fold_values": [float(v) for v in values],
+        "metrics": {k: float(np.mean([r["metrics"][k] for r in fold_results])) for k in sorted(keys)},
+        "epochs": int(max(r["epochs"] for r in fold_results)),
+        "intermediate": dict(intermediate),
+        "timing": timing,
+        "spans": [s for r in fold_results for s in r.get("spans", ())],
+    }

@@ -326,23 +326,3 @@ class FoldTrainer:
     def result(self) -> dict:
         return {"value": self.best_value, "metrics": self.best_metrics, "epochs": self.epoch,
                 "timing": self.timing.__dict__.copy(), "spans": list(self.spans)}
-
-
-def summarize(fold_results: list[dict], intermediate: dict) -> dict:
-    """The trial's result from its folds' results."""
-    values = [r["value"] for r in fold_results]
-    keys = set.intersection(*(set(r["metrics"]) for r in fold_results)) if fold_results else set()
-    timing = {}
-    for r in fold_results:
-        for k, v in r["timing"].items():
-            timing[k] = timing.get(k, 0) + v
-    return {
-        "value": float(np.mean(values)),
-        "value_std": float(np.std(values)),
-        "fold_values": [float(v) for v in values],
-        "metrics": {k: float(np.mean([r["metrics"][k] for r in fold_results])) for k in sorted(keys)},
-        "epochs": int(max(r["epochs"] for r in fold_results)),
-        "intermediate": dict(intermediate),
-        "timing": timing,
-        "spans": [s for r in fold_results for s in r.get("spans", ())],
-    }
