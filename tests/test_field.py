@@ -69,7 +69,8 @@ def test_the_dataclasses_defaults_are_the_declared_ones(spec_class, section):
 
 
 def test_rows_with_the_same_cells_are_merged():
-    assert "| `val_npz`, `val_hdf5` | path or list of paths | `[]` |" in markdown_table("objective.data")
+    assert "| `val_npz`, `val_npy`, `val_hdf5`, `val_root` | path or list of paths | `[]` |" \
+        in markdown_table("objective.data")
     assert markdown_table("search.auto") == "`search.auto` takes no options.\n"
 
 

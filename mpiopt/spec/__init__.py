@@ -22,9 +22,9 @@ fails, naming the field, when the page and the declarations differ.
 from __future__ import annotations
 
 from mpiopt.spec._types import (ALGORITHMS, DataSpec, EarlyStoppingSpec, ObjectiveSpec,
-                                PruningSpec, ResourcesSpec, SearchSpec, Spec, StudySpec,
-                                TrainingSpec)
-from mpiopt.spec._build import load_spec, parse_overrides
+                                PruningSpec, ResourcesSpec, SearchSpec, StudySpec, TrainingSpec)
+from mpiopt.spec._build import parse_overrides
+from mpiopt.spec._spec import Spec, load_spec
 from mpiopt.spec._includes import shipped_searchspaces
 from mpiopt.spec._reader import _Section
 

@@ -9,43 +9,14 @@ from typing import Any
 import yaml
 
 from mpiopt.errors import SpecError
-from mpiopt.spec._includes import _expand_includes
 from mpiopt.spec._pbt import check_pbt
-from mpiopt.spec._reader import _load, _Section, _parse_yaml
+from mpiopt.spec._reader import _load, _Section
 from mpiopt.spec._search import _search
 from mpiopt.spec._sections import _check_objectives, _objective, _resources, _study
 from mpiopt.spec._space import _space
 from mpiopt.spec._storage import _storage
 from mpiopt.spec._training import _training
-from mpiopt.spec._types import Spec, TOP_KEYS
-
-# --------------------------------------------------------------------------- loading
-def load_spec(path: str | Path, overrides: dict | None = None) -> Spec:
-    """Read, resolve and validate a spec file; SpecError on the first problem.
-
-    ``overrides`` maps dotted field paths to values (``{"search.trials": 10}``), applied
-    after includes are expanded, so ``search_space.lr.high`` reaches an included parameter.
-    """
-    source = str(path)
-    file = Path(path)
-    try:
-        text = file.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError(f"{source}: cannot read the spec: {getattr(exc, 'strerror', None) or exc}") from None
-    raw = _parse_yaml(text, source)
-    base_dir = file.resolve().parent
-    overrides = dict(overrides or {})
-    if isinstance(raw, dict):
-        include = overrides.pop("search_space.include", None)
-        if include is not None:
-            _apply_override(raw, "search_space.include", include, source)
-        _expand_includes(raw, source, base_dir)
-        for dotted, value in overrides.items():
-            _apply_override(raw, dotted, value, source)
-            if dotted.startswith("search_space."):  # an error there is the override's
-                raw.get("_origins", {}).pop(dotted.split(".")[1], None)
-    return _build(raw, source, base_dir, check_files=True)
-
+from mpiopt.spec._types import TOP_KEYS
 
 def parse_overrides(items: list[str] | None) -> dict:
     """``["search.trials=10", "study.name=x"]`` -> ``{"search.trials": 10, ...}``; each value
@@ -82,7 +53,7 @@ def _apply_override(raw: dict, dotted: str, value: Any, source: str) -> None:
 
 
 # --------------------------------------------------------------------------- sections
-def _build(raw: Any, source: str, base_dir: Path, check_files: bool) -> Spec:
+def _build(raw: Any, source: str, base_dir: Path, check_files: bool) -> dict:
     if raw is None:
         raise SpecError(f"{source}: (top level): the spec is empty; expected a mapping of sections")
     origins = raw.pop("_origins", None) if isinstance(raw, dict) else None
@@ -93,7 +64,7 @@ def _build(raw: Any, source: str, base_dir: Path, check_files: bool) -> Spec:
     _check_objectives(source, objective, search)
     training = _training(top)
     check_pbt(source, objective, search, training, space)
-    return Spec(
+    return dict(
         study=_study(top),
         storage=storage,
         storage_retry=retry,

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from mpiopt.field import Field, Fields
 from mpiopt.spec._reader import _Section
-from mpiopt.spec._types import STORAGE_RETRY_S, Spec
+from mpiopt.spec._types import STORAGE_RETRY_S
 
 STORAGE = Fields(
     Field("url", None, "text", "The URL.", shown="as above"),
@@ -37,7 +37,7 @@ def _storage(top: _Section, base_dir: Path) -> tuple[str | None, float, str | No
     return (_anchor_sqlite(value, base_dir) if value else None), retry, artifacts
 
 
-def _storage_dict(spec: "Spec"):
+def _storage_dict(spec):
     """A plain URL unless retry_timeout or artifacts differ from their defaults."""
     if spec.storage_retry == STORAGE_RETRY_S and spec.artifacts is None:
         return spec.storage

@@ -1,16 +1,10 @@
-"""What a loaded spec is: frozen dataclasses, one per section, and `Spec`."""
+"""What a loaded spec holds: frozen dataclasses, one per section (the whole spec, `Spec`,
+is mpiopt.spec._spec)."""
 from __future__ import annotations
 
-import copy
-import hashlib
-import json
 from dataclasses import dataclass, field
-from pathlib import Path
 
-import yaml
-
-from mpiopt.search import ALGORITHMS
-from mpiopt.space import Space
+from mpiopt.search import ALGORITHMS  # noqa: F401  (the spec's algorithm list, read from here)
 
 STORAGE_RETRY_S = 600.0   # storage.retry_timeout default: ten minutes of outage ridden out
 TOP_KEYS = ("study", "storage", "objective", "search_space", "search", "training", "resources")
@@ -121,88 +115,3 @@ class TrainingSpec:
 @dataclass(frozen=True)
 class ResourcesSpec:
     group_size: int = 1
-
-
-@dataclass(frozen=True)
-class Spec:
-    study: StudySpec
-    storage: str | None
-    objective: ObjectiveSpec
-    space: Space
-    search: SearchSpec
-    training: TrainingSpec
-    resources: ResourcesSpec
-    base_dir: Path
-    source: str
-    storage_retry: float = STORAGE_RETRY_S   # storage.retry_timeout: outages ridden out
-    artifacts: str | None = None    # storage.artifacts: checkpoints and kept models (a folder)
-
-    @classmethod
-    def from_dict(cls, data: dict, source: str = "<stored>", base_dir: Path | str | None = None,
-                  check_files: bool = True) -> "Spec":
-        """Rebuild from a resolved dict (as stored with a study). ``check_files=False``
-        skips the existence checks, for showing a study whose files have moved."""
-        raw = copy.deepcopy(data)
-        base = Path(base_dir or ".").resolve()
-        if isinstance(raw, dict):
-            _expand_includes(raw, source, base)
-        return _build(raw, source, base, check_files)
-
-    @classmethod
-    def from_text(cls, text: str, source: str = "<stored>", **kwargs) -> "Spec":
-        return cls.from_dict(_parse_yaml(text, source), source, **kwargs)
-
-    def to_dict(self) -> dict:
-        """The resolved spec: every default filled in, includes expanded, paths absolute."""
-        return {
-            "study": {"name": self.study.name, "description": self.study.description},
-            "storage": _storage_dict(self),
-            "objective": _objective_dict(self.objective),
-            "search_space": self.space.to_dict(),
-            "search": _search_dict(self.search),
-            "training": _training_dict(self.training),
-            "resources": {"group_size": self.resources.group_size},
-        }
-
-    def to_yaml(self) -> str:
-        """Block YAML with one line per search-space parameter (readable and diffable)."""
-        data = self.to_dict()
-        data["search_space"] = {k: _Flow(v) for k, v in data["search_space"].items()}
-        return yaml.dump(data, Dumper=_Dumper, sort_keys=False, width=100)
-
-    def _identity(self) -> dict:
-        """What a study's results depend on: the space and the objective, with file
-        references reduced to file names so a moved checkout can still resume."""
-        objective = _identity_objective_dict(self.objective)
-        for key in ("function", "model"):
-            if objective.get(key):
-                objective[key] = Path(objective[key]).name
-        data = objective.get("data")
-        if data:
-            for key in ("npz", "hdf5", "val_npz", "val_hdf5"):
-                data[key] = [Path(p).name for p in data[key]]
-            if data["loader"]:
-                data["loader"] = Path(data["loader"]).name
-        return {"space": self.space.to_dict(), "objective": objective}
-
-    def fingerprint(self) -> str:
-        text = json.dumps(self._identity(), sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(text.encode()).hexdigest()
-
-    def diff(self, other: "Spec") -> list[str]:
-        """Lines describing how other's space and objective differ from self's."""
-        lines = self.space.diff(other.space)
-        mine, theirs = self._identity()["objective"], other._identity()["objective"]
-        for key in sorted(set(mine) | set(theirs)):
-            if mine.get(key) != theirs.get(key):
-                lines.append(f"changed objective.{key}: {mine.get(key)!r} -> {theirs.get(key)!r}")
-        return lines
-
-
-# Late: these modules import the dataclasses above.
-from mpiopt.spec._build import _build  # noqa: E402
-from mpiopt.spec._includes import _expand_includes  # noqa: E402
-from mpiopt.spec._reader import _Dumper, _Flow, _parse_yaml  # noqa: E402
-from mpiopt.spec._resolved import (_identity_objective_dict, _objective_dict,  # noqa: E402
-                                   _search_dict, _training_dict)
-from mpiopt.spec._storage import _storage_dict  # noqa: E402
