@@ -12,9 +12,7 @@ from mpiopt.spec._reader import _parse_yaml, _show
 # --------------------------------------------------------------------------- includes
 def shipped_searchspaces() -> Path:
     """The searchspaces/ shipped with mpiopt (inside the wheel, or the source checkout)."""
-    import mpiopt
-
-    package = Path(mpiopt.__file__).resolve().parent
+    package = Path(__file__).resolve().parent.parent      # mpiopt/
     for candidate in (package / "_searchspaces", package.parent / "searchspaces"):
         if candidate.is_dir():
             return candidate

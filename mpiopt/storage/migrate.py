@@ -15,14 +15,13 @@ from alembic.util import CommandError
 from sqlalchemy import inspect
 from sqlalchemy.engine import Engine
 
-import mpiopt
 from mpiopt.errors import StorageError
 from mpiopt.storage._engine import writer
 
 
 def script_location() -> Path:
     """mpiopt/_alembic in an installed wheel, else <checkout>/alembic."""
-    package = Path(mpiopt.__file__).resolve().parent
+    package = Path(__file__).resolve().parent.parent      # mpiopt/
     shipped = package / "_alembic"
     if (shipped / "env.py").is_file():
         return shipped
