@@ -59,14 +59,15 @@ class Ending:
 class Coordinator:
     """The MPI shell around the Scheduler: receives, sends, and carries out its
     instructions (parallel/scheduler/executor.py) with the run's storage (the outage
-    wrapper, storage/resilient.py), progress printer and artifact store."""
+    wrapper, storage/resilient.py: the coordinator takes in results between its tries
+    during an outage, `meanwhile`), progress printer and artifact store."""
 
     def __init__(self, world, topology, scheduler, storage, progress=None, artifacts=None,
                  stop_flag=None, on_tick=None, clock=time.monotonic, watch=None):
         self.world, self.topo, self.sched = world, topology, scheduler
         self.storage = storage
         self.executor = Executor(storage, self._message, progress, artifacts, view=scheduler,
-                                 holding=getattr(storage, "holding", None))
+                                 holding=storage.holding)
         self.stop_flag = stop_flag   # is_set(), signum: mpiopt.run.signals.StopFlag
         self.on_tick = on_tick or (lambda: None)
         self.clock = clock
@@ -85,8 +86,7 @@ class Coordinator:
         # the resume: mpiopt.kept); False after a failed write or the coordinator's
         # own failure
         self.all_written = True
-        if hasattr(storage, "meanwhile"):      # (storage/resilient.py)
-            storage.meanwhile = self._take_in_results
+        storage.meanwhile = self._take_in_results
 
     def run(self) -> Ending:
         """Run until the study is done or must end; always returns after wind_down."""
@@ -237,7 +237,7 @@ class Coordinator:
         # the same, a trial created RUNNING that this job never heard of; journaled, the
         # interrupt reaches it on resume instead of counting it a lost attempt)
         if not self.sched.running and not self.sched.ahead.trials and \
-                self.sched.stop_reason != "interrupted" and not _gave_up(self.storage):
+                self.sched.stop_reason != "interrupted" and self.storage.given_up is None:
             return False
         try:
             self.execute(self.sched.interrupt())
@@ -260,7 +260,7 @@ class Coordinator:
                 self.stopped_ranks.add(rank)
                 # (True: every result reached the database, the leader's kept file can go;
                 # after an outage given up some are only in files: mpiopt.kept)
-                written = self.all_written and not _gave_up(self.storage)
+                written = self.all_written and self.storage.given_up is None
                 self._send(written, rank, Tag.STOP)
 
     def _send(self, obj, dest: int, tag: Tag) -> None:
@@ -299,8 +299,3 @@ class Coordinator:
             self._stop_rank(leader)
         elif isinstance(action, Withdraw):
             self._send((action.trial_id,), leader, Tag.CANCEL)
-
-
-def _gave_up(storage) -> bool:
-    """Whether the storage gave up on the database (storage/resilient.py)."""
-    return getattr(storage, "given_up", None) is not None
