@@ -464,3 +464,23 @@ def test_a_study_is_read_again_when_it_changed_and_as_often_as_its_cost_allows(c
     clock.now += 1e-3                                            # (running trials' epochs)
     studies.study("big", done["version"], done["rows_version"])
     assert storage.reads == 3
+
+
+def test_sigterm_stops_it_even_where_the_parent_ignored_the_signal(tmp_path):
+    """An ignored SIGTERM is inherited across exec (a batch script's `trap '' TERM`, a
+    parent that leaves signals to another process): the dashboard still stops on it."""
+    import signal
+
+    url = _evil_database(tmp_path)
+    proc = subprocess.Popen(
+        [str(BIN / "mpiopt"), "dashboard", "--storage", url, "--port", "0"], cwd=tmp_path,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGTERM, signal.SIG_IGN))
+    try:
+        assert "read-only" in proc.stdout.readline()     # it serves
+        proc.terminate()
+        assert proc.wait(timeout=20) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

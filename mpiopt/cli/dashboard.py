@@ -65,6 +65,7 @@ def cmd_dashboard(args) -> int:
                   "(names, parameters, errors, host names)", file=sys.stderr, flush=True)
         print(f"mpiopt dashboard: {mask_url(url)} at http://{shown}:{port}/ (read-only; "
               "Ctrl-C stops it)", flush=True)
+        _stop_on_signals()
         try:
             server.serve_forever(poll_interval=0.5)
         except KeyboardInterrupt:
@@ -74,3 +75,17 @@ def cmd_dashboard(args) -> int:
     finally:
         storage.close()
     return 0
+
+
+def _stop_on_signals() -> None:
+    """Ctrl-C and SIGTERM stop the server, whatever the process was started with: a parent
+    that ignored or blocked them (both are inherited across exec) left a dashboard that
+    `kill` could not end."""
+    import signal
+
+    def stop(signum, frame):
+        raise KeyboardInterrupt
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, stop)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})

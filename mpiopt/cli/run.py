@@ -49,6 +49,7 @@ def _overrides(args) -> dict:
 def cmd_search(args) -> int:
     def prepare():
         from mpiopt.cli.common import read_spec
+        from mpiopt.run.study_run import refuse_retry_of_rounds
 
         if args.retry_failed and not (args.resume or args.resume_or_start):
             raise MpioptError("--retry-failed needs --resume (or --resume-or-start): it "
@@ -58,6 +59,7 @@ def cmd_search(args) -> int:
         spec = read_spec(args.spec, overrides=_overrides(args))
         url = storage_url(args, spec.storage)
         resume = "auto" if args.resume_or_start else args.resume
+        refuse_retry_of_rounds(spec, args.retry_failed)
         return spec, url, resume, {"retry_failed": args.retry_failed}
 
     from mpiopt.run.launch import run_study_command
@@ -109,6 +111,7 @@ def _named_as_allowed(name: str, url: str) -> None:
 
 def cmd_resume(args) -> int:
     def prepare():
+        from mpiopt.run.study_run import refuse_retry_of_rounds
         from mpiopt.spec import Spec
         from mpiopt.storage import open_storage
         from mpiopt.study.opening import stored_spec_dict
@@ -129,8 +132,9 @@ def cmd_resume(args) -> int:
         for path, value in _overrides(args).items():
             section, key = path.split(".")
             data.setdefault(section, {})[key] = value
-        return (Spec.from_dict(data, source=f"{url}#{args.study}"), url, True,
-                {"retry_failed": args.retry_failed, "recovery": recovery})
+        spec = Spec.from_dict(data, source=f"{url}#{args.study}")
+        refuse_retry_of_rounds(spec, args.retry_failed)
+        return spec, url, True, {"retry_failed": args.retry_failed, "recovery": recovery}
 
     from mpiopt.run.launch import run_study_command
 

@@ -246,6 +246,16 @@ def _readable(path: Path) -> bool:
         return False
 
 
+def refuse_retry_of_rounds(spec, retry_failed: bool) -> None:
+    """--retry-failed is refused for a searcher whose trials are rounds of a population
+    (pbt), before any rank sets up or anything is written."""
+    if retry_failed and traits(spec.search.algorithm).rounds:
+        from mpiopt.errors import SpecError
+
+        raise SpecError("--retry-failed: a pbt round runs within its population (a failed "
+                        "round's member exploits another member instead); leave it off")
+
+
 def open_run(spec, url: str, resume, isolated: bool, retry_failed: bool = False,
              recovery=(), lease_wait: float = 0.0) -> StudyRun:
     """`resume`: see mpiopt.study.opening.open_study; `retry_failed` (`--retry-failed`): the
@@ -255,11 +265,6 @@ def open_run(spec, url: str, resume, isolated: bool, retry_failed: bool = False,
     from mpiopt.storage import open_storage
     from mpiopt.study.opening import open_study
 
-    if retry_failed and traits(spec.search.algorithm).rounds:   # before anything is written
-        from mpiopt.errors import SpecError
-
-        raise SpecError("--retry-failed: a pbt round runs within its population (a failed "
-                        "round's member exploits another member instead); leave it off")
     warm, warm_note = _warm(spec, url)          # refused before anything is written
     # `--resume` never creates the database: a mistyped path made an empty one, then said
     # there was no study to resume (but for a study a recovery file holds whole: its
