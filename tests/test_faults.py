@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from conftest import BIN, mpiopt, subprocess_env
+from mpiopt.objective.processes import process_alive
 
 BIG = 20 * 2**20       # a 20 MB exception message
 
@@ -197,14 +198,6 @@ def detach(p):
 """
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 def test_a_child_detached_with_setsid_ends_with_its_trial(tmp_path):
     """The child holds the job's output open: mpiexec waited for it (300 s here) after the
     study had finished. Now it ends as its trial ends, and the job with its study."""
@@ -217,7 +210,7 @@ def test_a_child_detached_with_setsid_ends_with_its_trial(tmp_path):
         assert proc.returncode == 0, proc.stderr[-2000:]
     finally:
         pids = [int(p) for p in (tmp_path / "pids").read_text().split()]
-        alive = [pid for pid in pids if _alive(pid)]
+        alive = [pid for pid in pids if process_alive(pid)]
         for pid in alive:
             os.kill(pid, signal.SIGKILL)
     assert len(pids) == 4 and not alive
@@ -275,8 +268,6 @@ def test_after_an_outage_the_summary_counts_every_finished_trial_and_status_name
     """The closing summary counted 16 trials where 18 had finished (those whose write
     failed for good were left out), and `mpiopt status` gave a resume line without the
     recovery file (`mpiopt resume` from another folder would not find it)."""
-    import json
-
     db = tmp_path / "o.db"
     url = f"sqlite:///{db}"
     spec = write_spec(tmp_path, "slow", "import time\ndef slow(p):\n    time.sleep(0.4)\n"

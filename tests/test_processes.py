@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from mpiopt.objective.processes import descendants, end_started_since
+from mpiopt.objective.processes import descendants, end_started_since, process_alive
 
 
 def test_only_processes_started_after_the_snapshot_are_ended():
@@ -26,20 +26,12 @@ def test_only_processes_started_after_the_snapshot_are_ended():
         assert kept.pid in before and left.pid in now and grandchild_seen
         assert end_started_since(before) >= 2
         assert left.wait(5) == -9 and kept.poll() is None
-        assert not {p for p in descendants() - before if _alive(p)}
+        assert not {p for p in descendants() - before if process_alive(p)}
     finally:
         kept.kill()
         kept.wait()
         left.kill()
         left.wait()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 RACE = """

@@ -47,6 +47,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
 from mpiopt.errors import MpioptError
+from mpiopt.reporting.html import finite_only
 from mpiopt.trial import FrozenTrial, TrialStatus
 
 POLL_S = 2.0
@@ -248,18 +249,7 @@ def _iso(when: datetime | None) -> str | None:
 
 
 def to_json(value) -> bytes:
-    return json.dumps(escaped_numbers(value), allow_nan=False, default=str).encode("utf-8")
-
-
-def escaped_numbers(value):
-    """Non-finite floats as null; nothing else changed (the page puts strings in as text)."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: escaped_numbers(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [escaped_numbers(v) for v in value]
-    return value
+    return json.dumps(finite_only(value), allow_nan=False, default=str).encode("utf-8")
 
 
 class Handler(BaseHTTPRequestHandler):

@@ -170,17 +170,18 @@ def _params(params: dict) -> str:
 def _json(value) -> str:
     """JSON safe inside <script>: no '</' can end the element early; an infinite value
     (a diverged epoch) becomes null, as JSON has no infinity."""
-    return json.dumps(_finite_only(value), separators=(",", ":"), allow_nan=False,
+    return json.dumps(finite_only(value), separators=(",", ":"), allow_nan=False,
                       default=float).replace("</", "<\\/")
 
 
-def _finite_only(value):
+def finite_only(value):
+    """Non-finite floats as null (JSON has no infinity); nothing else changed."""
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, dict):
-        return {k: _finite_only(v) for k, v in value.items()}
+        return {k: finite_only(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_finite_only(v) for v in value]
+        return [finite_only(v) for v in value]
     return value
 
 
