@@ -32,6 +32,11 @@ class LeaseLost(StorageError):
     write anything more, or the two jobs' records of the same trials would mix."""
 
 
+class TrialTaken(StorageError):
+    """Another job of a shared study restarted (or finished) the trial first: this job
+    leaves it to that one."""
+
+
 class DatabaseGone(StorageError):
     """The SQLite file this job opened was deleted or replaced by another file while it
     ran (storage/_sqlite_file.py): nothing more is written to it, and no retry can bring

@@ -45,7 +45,7 @@ class Executor:
         self._table = {
             **{kind: self._message for kind in ins.MESSAGES},
             ins.CreateTrials: self._create, ins.ReadQueue: self._read_queue,
-            ins.TakeQueued: lambda i: storage.take_pending(list(i.requests)),
+            ins.TakeQueued: self._take_queued, ins.ReadChanges: self._changes,
             ins.RestartTrial: self._restart, ins.WriteResults: self._write,
             ins.WriteResultsAndCreate: self._write_and_create,
             ins.AddIntermediate: self._intermediate,
@@ -89,7 +89,14 @@ class Executor:
         self._holds.pop().__exit__(None, None, None)
 
     def _create(self, i: ins.CreateTrials):
-        return self.storage.create_trials(i.study_id, list(i.requests))
+        return self.storage.create_trials(i.study_id, list(i.requests), **_capped(i))
+
+    def _take_queued(self, i: ins.TakeQueued):
+        capped = {} if i.limit is None else {"limit": i.limit}
+        return self.storage.take_pending(list(i.requests), **capped)
+
+    def _changes(self, i: ins.ReadChanges):
+        return self.storage.changes(i.study_id, i.since)
 
     def _read_queue(self, i: ins.ReadQueue):
         return self.storage.pending_trials(i.study_id, limit=i.limit)
@@ -110,7 +117,8 @@ class Executor:
 
     def _write_and_create(self, i: ins.WriteResultsAndCreate):
         written = self.storage.finish_and_create(list(i.outcomes), i.study_id,
-                                                 list(i.requests), started=list(i.started))
+                                                 list(i.requests), started=list(i.started),
+                                                 **_capped(i))
         return None if written is None else written[1]
 
     def _say(self, i: ins.Say):
@@ -133,3 +141,10 @@ class Executor:
             first = i.error.splitlines()[0] if i.error else ""
             line = f"refit: {i.status.value.lower()}: {first}"
         self._say(ins.Say(line))
+
+
+def _capped(i) -> dict:
+    """A shared study's create names its budget (and a finite space's distinct sets);
+    an exclusive job's create is the plain call."""
+    out = {} if i.limit is None else {"limit": i.limit}
+    return {**out, "distinct": True} if i.distinct else out
