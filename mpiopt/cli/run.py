@@ -13,6 +13,10 @@ def register(sub) -> None:
     p.add_argument("--resume-or-start", action="store_true",
                    help="continue the study if it exists, else start it (a batch job that is "
                         "requeued runs the same command every time)")
+    p.add_argument("--join", action="store_true",
+                   help="run the study together with other jobs (a job array, more "
+                        "allocations): start it if it does not exist, else join it; the "
+                        "budget and the search are shared through the database")
     p.add_argument("--retry-failed", action="store_true",
                    help="with --resume: FAILED trials become RETRIED (kept, no longer counted) "
                         "and their parameter sets run again first")
@@ -49,18 +53,20 @@ def _overrides(args) -> dict:
 def cmd_search(args) -> int:
     def prepare():
         from mpiopt.cli.common import read_spec
-        from mpiopt.run.study_run import refuse_retry_of_rounds
+        from mpiopt.run.study_run import refuse_retry_of_rounds, refuse_shared
 
-        if args.retry_failed and not (args.resume or args.resume_or_start):
+        if args.retry_failed and not (args.resume or args.resume_or_start or args.join):
             raise MpioptError("--retry-failed needs --resume (or --resume-or-start): it "
                               "retries the failed trials of an existing study")
         if args.resume and args.resume_or_start:
             raise MpioptError("give --resume or --resume-or-start, not both")
         spec = read_spec(args.spec, overrides=_overrides(args))
         url = storage_url(args, spec.storage)
-        resume = "auto" if args.resume_or_start else args.resume
+        resume = "auto" if args.resume_or_start or (args.join and not args.resume) else args.resume
         refuse_retry_of_rounds(spec, args.retry_failed)
-        return spec, url, resume, {"retry_failed": args.retry_failed}
+        if args.join:
+            refuse_shared(spec, url)
+        return spec, url, resume, {"retry_failed": args.retry_failed, "shared": args.join}
 
     from mpiopt.run.launch import run_study_command
 

@@ -34,11 +34,14 @@ class Executor:
     """`send(instruction)`: the shell's way to a group (Dispatch, Answer, StopGroup,
     Withdraw). `holding(outcomes)`: a context manager of the outage wrapper (storage/
     resilient.py) that writes results ahead to the recovery file should a call made
-    meanwhile meet an outage; `view`: what the progress line reads (the scheduler)."""
+    meanwhile meet an outage; `view`: what the progress line reads (the scheduler);
+    `others_live()`: whether other jobs run this (shared) study, which then goes on: its
+    status is theirs to record."""
 
     def __init__(self, storage, send, progress=None, artifacts=None, view=None,
-                 holding=None):
+                 holding=None, others_live=None):
         self.storage, self.send = storage, send
+        self.others_live = others_live
         self.progress, self.artifacts, self.view = progress, artifacts, view
         self.holding = holding
         self._holds: list = []
@@ -50,7 +53,7 @@ class Executor:
             ins.WriteResultsAndCreate: self._write_and_create,
             ins.AddIntermediate: self._intermediate,
             ins.InterruptRunning: lambda i: storage.interrupt_running(i.study_id, keep=set(i.keep)),
-            ins.SetStudyStatus: lambda i: storage.set_study_status(i.study_id, i.status),
+            ins.SetStudyStatus: self._set_status,
             ins.Say: self._say, ins.TrialDone: self._trial_done,
             ins.TrialsSettled: self._settled, ins.RefitEnded: self._refit_ended,
             ins.Hold: self._hold, ins.Release: self._release,
@@ -97,6 +100,10 @@ class Executor:
 
     def _changes(self, i: ins.ReadChanges):
         return self.storage.changes(i.study_id, i.since)
+
+    def _set_status(self, i: ins.SetStudyStatus):
+        if self.others_live is None or not self.others_live():
+            self.storage.set_study_status(i.study_id, i.status)
 
     def _read_queue(self, i: ins.ReadQueue):
         return self.storage.pending_trials(i.study_id, limit=i.limit)
