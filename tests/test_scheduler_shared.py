@@ -105,6 +105,7 @@ def test_the_budget_counts_every_job_and_a_refused_create_asks_nothing_more():
     storage.seen_theirs, storage.theirs = 0, 2  # the read is behind: they made one more
     sent = sched.start()
     assert [type(m) for m in sent].count(ins.Dispatch) == 1 and searcher.forgotten == [1]
+    storage.seen_theirs = None                  # the next read sees them
     asks = searcher.calls.count("ask")
     sched.on_result(0, Result(trial_id=1, status="COMPLETE", value=1.0))
     assert searcher.calls.count("ask") == asks      # (nothing left: no suggestion asked)

@@ -172,6 +172,7 @@ class Scheduler(Dispatching, SharingJobs, Teaching):
     def on_results(self, batch: list[tuple[int, Result]]):
         """Results that arrived together: written in one transaction, and their groups'
         next trials created in one (see the module docstring for the order)."""
+        yield from self._read_others()
         done, outcomes, begun, freed = yield from self._settle(batch)
         if not done:
             yield from self._refit_if_due()

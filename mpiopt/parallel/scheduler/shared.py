@@ -58,6 +58,11 @@ class Shared:
 class SharingJobs:
     """The Scheduler's part for a shared study (self.shared is a Shared, else None)."""
 
+    @property
+    def waits_for_other_jobs(self) -> bool:
+        """Nothing to run here now, but the job may not end yet (see _lingers)."""
+        return self.shared is not None and not self.done
+
     def _shared_started(self, extra: int) -> int:
         return self.shared.started(extra + self.finishing)
 
