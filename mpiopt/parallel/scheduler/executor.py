@@ -134,7 +134,7 @@ class Executor:
 
     def _trial_done(self, i: ins.TrialDone):
         if self.progress is not None:
-            self.progress.trial_finished(i.trial, self.view)
+            self.progress.trial_finished(i.trial, self.view, other=i.other)
 
     def _settled(self, i: ins.TrialsSettled):
         if self.artifacts is not None:

@@ -163,8 +163,10 @@ class Say:
 
 @dataclass(frozen=True)
 class TrialDone:
-    """A trial's result is written: its progress line."""
+    """A trial's result is written: its progress line (`other`: another job's, of a
+    shared study)."""
     trial: FrozenTrial
+    other: bool = False
 
 
 @dataclass(frozen=True)

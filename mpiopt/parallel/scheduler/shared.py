@@ -139,7 +139,7 @@ class SharingJobs:
                 and self.sign * t.value <= self.sign * target
                 and (self.front is None or self.front.feasible(t))):
             self.limits.stop("target", f"target {target} reached by trial {t.number} (another job)")
-        yield ins.TrialDone(t)
+        yield ins.TrialDone(t, other=True)
 
     def _capped(self) -> dict:
         """What a create names so the database keeps the budget (see the module docstring)."""
