@@ -80,9 +80,13 @@ def _recovery_files(given: list[str], study: str) -> list[str]:
 
     from mpiopt.kept import recovery_file
 
+    import re
+
     expected = recovery_file(Path("."), study).name
+    stem, suffix = expected.split(".mpiopt-recovery", 1)
+    job_file = re.compile(re.escape(stem) + r"(\.job\d+)?" + re.escape(".mpiopt-recovery" + suffix))
     for name in given:
-        if Path(name).name != expected:
+        if not job_file.fullmatch(Path(name).name):
             raise MpioptError(f"--recovery: {name} is not study '{study}''s recovery file (that "
                               f"is {expected} in the folder the closing line named)")
         if not Path(name).is_file():

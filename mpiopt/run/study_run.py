@@ -224,20 +224,22 @@ def launcher_job() -> str | None:
     return None
 
 
-def recovery_places(spec, url: str) -> list[Path]:
+def recovery_places(spec, url: str, job: int | None = None) -> list[Path]:
     """Where a run's recovery file may be, in the order it is tried: beside the spec file
     (not when the spec came from the database, `mpiopt resume`), then in the current
     directory (a spec in a folder that cannot be written), then in the home folder, under
     a name of the database's own (a full disk or an exceeded quota where the study runs,
-    often a scratch file system, leaves the home folder's); a resume imports from each."""
+    often a scratch file system, leaves the home folder's); a resume imports from each.
+    `job`: a shared study's job, whose files are its own (kept.recovery_file)."""
     from mpiopt.kept import recovery_file
 
     source = Path(spec.source)
     folders = [source.parent] if source.suffix in (".yaml", ".yml") and source.is_file() else []
     folders.append(Path.cwd())
-    places = [recovery_file(f.resolve(), spec.study.name) for f in folders]
+    places = [recovery_file(f.resolve(), spec.study.name, job) for f in folders]
     home = _home_recovery_folder(url)
-    return list(dict.fromkeys(places + ([recovery_file(home, spec.study.name)] if home else [])))
+    return list(dict.fromkeys(places + ([recovery_file(home, spec.study.name, job)]
+                                        if home else [])))
 
 
 def _home_recovery_folder(url: str) -> Path | None:
@@ -259,12 +261,13 @@ def _import_recoveries(storage, spec, url: str, study_id: int, given=(),
     another folder) and those named (`mpiopt resume --recovery FILE`, as a closing line
     prints it), imported first; before them the files beside them where group leaders
     kept the results they sent (mpiopt.kept)."""
-    from mpiopt.kept import group_files, remove_if_empty
+    from mpiopt.kept import group_files, jobs_recovery_files, remove_if_empty
     from mpiopt.storage.recovery import import_recovery
 
     notes = []
     given, stored, found = [Path(p).resolve() for p in given], [Path(p) for p in stored], \
         recovery_places(spec, url)
+    found += [p for place in found for p in jobs_recovery_files(place)]
     places = given + [p for p in stored if _readable(p)] + found
     kept, key = 0, storage.location.key
     beside = (p for place in given + stored + found for p in group_files(place, key))
@@ -286,6 +289,16 @@ def _import_recoveries(storage, spec, url: str, study_id: int, given=(),
                          "?) were left in it, not imported; resume with the --storage its "
                          "job's closing line named")
     return notes
+
+
+def _others_live(storage, study_id: int, job) -> bool:
+    """Whether another job runs the study now (a shared study's join): the recovery and
+    kept files of a live job are its own to import."""
+    if job is None:
+        return False
+    now = datetime.now(timezone.utc)
+    return any(j.live and not j.is_stale(now) and j.id != job.id
+               for j in storage.list_jobs(study_id))
 
 
 def _forget_kept(storage, places) -> None:
@@ -358,18 +371,22 @@ def open_run(spec, url: str, resume, isolated: bool, retry_failed: bool = False,
         opened = open_study(storage, spec, resume, url,
                             lambda study_id: take_lease(storage, study_id, period, lease_wait,
                                                         shared=shared, groups=groups))
-        job = opened.lease_token
         if getattr(spec, "artifacts", None):
             storage.set_study_artifacts(opened.study_id, spec.artifacts)
         notes = [n for n in (warm_note, restored) if n]
-        places = recovery_places(spec, url)
-        if opened.resumed:
+        job = opened.lease_token
+        places = recovery_places(spec, url, job.id if shared else None)
+        if opened.resumed and not _others_live(storage, opened.study_id, job):
             stored = storage.get_study(spec.study.name).recovery
             notes += _import_recoveries(storage, spec, url, opened.study_id, recovery, stored)
             notes += settle_unfinished(storage, opened.study_id, isolated,
                                        getattr(spec.search, "max_attempts", 2))
             if retry_failed:
                 notes.append(_retry(storage, opened.study_id))
+            opened.existing = storage.get_trials(opened.study_id)
+        elif opened.resumed:       # (joined beside live jobs: their files are theirs)
+            notes += settle_unfinished(storage, opened.study_id, isolated,
+                                       getattr(spec.search, "max_attempts", 2))
             opened.existing = storage.get_trials(opened.study_id)
         else:
             _forget_kept(storage, places)

@@ -78,6 +78,7 @@ class Scheduler(Dispatching, SharingJobs, Teaching):
         self.shared = shared           # a Shared: other jobs run the study too (shared.py)
         if shared is not None:         # (their running trials are theirs, not reruns)
             existing = [t for t in existing if t.status is not TrialStatus.RUNNING]
+            shared.seen.update(t.id for t in existing if t.status.is_finished())
         self._queue_read_at: float | None = None   # None: read it at the next dispatch
         self._restore(existing, warm)
         if self.background:

@@ -64,7 +64,9 @@ class SharingJobs:
         return self.shared is not None and not self.done
 
     def _shared_started(self, extra: int) -> int:
-        return self.shared.started(extra + self.finishing)
+        """The study's trials as the database counts them (results being written were
+        counted when their trials were made)."""
+        return self.shared.started(extra)
 
     def _lingers(self) -> bool:
         """Idle groups wait (not stopped): trials of other jobs still run, or wait to be
