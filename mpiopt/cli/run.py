@@ -30,6 +30,8 @@ def register(sub) -> None:
     p.add_argument("--recovery", action="append", default=[], metavar="FILE",
                    help="a recovery file a database outage left (the job's closing line names "
                         "it): its results are written first")
+    p.add_argument("--join", action="store_true",
+                   help="run it together with the other jobs that run it now (see search --join)")
     _common(p)
     p.set_defaults(func=cmd_resume, starts_a_run=True)
 
@@ -121,7 +123,7 @@ def _named_as_allowed(name: str, url: str) -> None:
 
 def cmd_resume(args) -> int:
     def prepare():
-        from mpiopt.run.study_run import refuse_retry_of_rounds
+        from mpiopt.run.study_run import refuse_retry_of_rounds, refuse_shared
         from mpiopt.spec import Spec
         from mpiopt.storage import open_storage
         from mpiopt.study.opening import stored_spec_dict
@@ -144,7 +146,10 @@ def cmd_resume(args) -> int:
             data.setdefault(section, {})[key] = value
         spec = Spec.from_dict(data, source=f"{url}#{args.study}")
         refuse_retry_of_rounds(spec, args.retry_failed)
-        return spec, url, True, {"retry_failed": args.retry_failed, "recovery": recovery}
+        if args.join:
+            refuse_shared(spec, url)
+        return spec, url, True, {"retry_failed": args.retry_failed, "recovery": recovery,
+                                 "shared": args.join}
 
     from mpiopt.run.launch import run_study_command
 

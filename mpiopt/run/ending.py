@@ -92,7 +92,7 @@ def close(run, cause: str | None, interrupted: bool, stuck: str = "") -> int:
         return EXIT_FAILED
     kept, unkept = run.storage.kept_in(), run.storage.unkept_note()
     resume = resume_command(taken[1] if taken else spec.study.name, run.url, kept,
-                            launch=run.started.launch)
+                            launch=run.started.launch, shared=run.opened.shared)
     say(f"{cause or sched.message or 'stopped'}{unkept}; resume with: {resume}{stuck}")
     return EXIT_INTERRUPTED if sched.stop_reason == "interrupted" else EXIT_FAILED
 
