@@ -34,9 +34,11 @@ from mpiopt.parallel.scheduler import instructions as ins
 from mpiopt.trial import TrialStatus
 
 POLL_S = 1.0        # how stale this job's view of the others may be, at most (plus a read)
-# `since` goes back this far: a trial finished (by its writer's clock) just before a read
-# may commit just after it; hosts of one cluster keep their clocks far closer than this
-MARGIN = timedelta(seconds=30)
+# `since` goes back this far: a result is stamped (by its writer's clock) in the
+# transaction that commits it, so one stamped just before a read may commit just after it;
+# a transaction takes milliseconds, and hosts of one cluster keep their clocks far closer
+# than this. (Each read takes in again what finished within it: the cost of one read.)
+MARGIN = timedelta(seconds=5)
 
 
 @dataclass
