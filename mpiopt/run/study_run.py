@@ -387,6 +387,10 @@ def open_run(spec, url: str, resume, isolated: bool, retry_failed: bool = False,
         elif opened.resumed:       # (joined beside live jobs: their files are theirs)
             notes += settle_unfinished(storage, opened.study_id, isolated,
                                        getattr(spec.search, "max_attempts", 2))
+            if retry_failed:
+                notes.append("--retry-failed: not while other jobs run the study (their "
+                             "searchers would not know of it); give it to a job that starts "
+                             "it when none runs")
             opened.existing = storage.get_trials(opened.study_id)
         else:
             _forget_kept(storage, places)
