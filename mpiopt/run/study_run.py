@@ -44,7 +44,7 @@ class StudyRun:
     over (this job was silent too long) is reported by `on_tick`, which ends the job.
     """
 
-    def __init__(self, storage, opened, notes, lease_token=None, period_s: float = 30.0,
+    def __init__(self, storage, opened, notes, job=None, period_s: float = 30.0,
                  recovery=None):
         self.storage, self.study_id = storage, opened.study_id
         self.recovery = recovery      # where results go if the database stays away (in order)
@@ -52,12 +52,12 @@ class StudyRun:
         self.notes = notes
         self.warm: list[tuple[dict, float]] = []     # search.warm_start: told first
         self.isolated = True          # every trial in a sandbox (set by open_run)
-        self.lease_token = lease_token
-        if lease_token is not None:       # every write checks the lease (Storage.fence)
-            storage.fence = (self.study_id, lease_token)
+        self.job = job                # this job's row in the study's jobs (storage Job)
+        if job is not None:           # every write checks the job is live (Storage.fence)
+            storage.fence = (job.id, job.token)
         self._stop = threading.Event()
         self._beat = None
-        if lease_token is not None:
+        if job is not None:
             self._beat = threading.Thread(target=self._beat_loop, args=(period_s,),
                                           name="mpiopt-lease", daemon=True)
             self._beat.start()
@@ -65,7 +65,7 @@ class StudyRun:
     def _beat_loop(self, period_s: float) -> None:
         while not self._stop.wait(period_s):
             try:
-                self.storage.heartbeat(self.study_id, self.lease_token)
+                self.storage.job_heartbeat(self.job.id, self.job.token)
             except LeaseLost:
                 return
             except StorageError:
@@ -99,8 +99,8 @@ class StudyRun:
         if self._beat is not None:
             self._beat.join(timeout=10)
         try:
-            if self.lease_token is not None and self.lost is None:
-                self.storage.release_lease(self.study_id, self.lease_token)
+            if self.job is not None and self.lost is None:
+                self.storage.end_job(self.job.id, self.job.token)
         except Exception:
             pass          # a lease left behind goes stale by itself
         finally:
@@ -108,8 +108,9 @@ class StudyRun:
 
 
 def take_lease(storage, study_id: int, period: float, wait_s: float = 0.0,
-               say=print) -> str:
-    """The study's lease for this job. A holder on this very host whose process is gone
+               say=print):
+    """The study's lease for this job: its row in the study's jobs (join_study, not
+    shared), a storage Job with its token. A holder on this very host whose process is gone
     (a job that ended while the database was away could not give its lease back) is
     taken over at once; elsewhere a silent holder goes stale after three periods.
 
@@ -122,14 +123,13 @@ def take_lease(storage, study_id: int, period: float, wait_s: float = 0.0,
     ends the wait (KeyboardInterrupt; the start-up's signals are held meanwhile)."""
     host = socket.gethostname()
     try:
-        return storage.acquire_lease(study_id, host, os.getpid(), period_s=period)
+        return storage.join_study(study_id, host, os.getpid(), period)
     except StudyBusyError as exc:
         held = exc.lease
         if held is None or (held.host == host[:255] and process_alive(held.pid)):
             raise
         if held.host == host[:255]:
-            return storage.acquire_lease(study_id, host, os.getpid(), period_s=period,
-                                         takeover=True)
+            return storage.join_study(study_id, host, os.getpid(), period, takeover=True)
         if wait_s <= 0:
             raise
         busy = exc
@@ -146,7 +146,7 @@ def take_lease(storage, study_id: int, period: float, wait_s: float = 0.0,
             raise KeyboardInterrupt
         time.sleep(min(1.0, held.period_s / 10))
         try:
-            return storage.acquire_lease(study_id, host, os.getpid(), period_s=period)
+            return storage.join_study(study_id, host, os.getpid(), period)
         except StudyBusyError as again:
             now = again.lease
             if now is None or (now.beat_at, now.host, now.pid) != (held.beat_at, held.host,
@@ -156,7 +156,7 @@ def take_lease(storage, study_id: int, period: float, wait_s: float = 0.0,
         raise busy                        # (wait_s ran out first)
     say(f"study {name!r}: no heartbeat for {time.monotonic() - start:.0f}s: taking it "
         "over", flush=True)
-    return storage.acquire_lease(study_id, host, os.getpid(), period_s=period, takeover=True)
+    return storage.join_study(study_id, host, os.getpid(), period, takeover=True)
 
 
 def recovery_places(spec, url: str) -> list[Path]:
@@ -279,7 +279,7 @@ def open_run(spec, url: str, resume, isolated: bool, retry_failed: bool = False,
                                  recovery_places(spec, url)) if rescued else None
         opened = open_study(storage, spec, resume, url,
                             lambda study_id: take_lease(storage, study_id, period, lease_wait))
-        token = opened.lease_token
+        job = opened.job
         if getattr(spec, "artifacts", None):
             storage.set_study_artifacts(opened.study_id, spec.artifacts)
         notes = [n for n in (warm_note, restored) if n]
@@ -299,7 +299,7 @@ def open_run(spec, url: str, resume, isolated: bool, retry_failed: bool = False,
             opened.resumed else len(getattr(spec.search, "initial_trials", ()))
         if queued:
             notes.append(f"{queued} queued parameter set(s) run before the searcher's own")
-        run = StudyRun(storage, opened, notes, token, period, places)
+        run = StudyRun(storage, opened, notes, job, period, places)
         run.warm = warm
         run.isolated = isolated       # (else a trial can end the job: parallel/coordinator.py)
         return run
@@ -335,10 +335,11 @@ def settle_unfinished(storage, study_id: int, isolated: bool, max_attempts: int)
     """Mark trials left RUNNING by a job that died; FAIL those that killed it too often.
     Returns lines for the study's header."""
     if isolated:
-        n = storage.interrupt_running(study_id)
+        n = storage.count_trials(study_id)[TrialStatus.RUNNING]   # (all orphans: this job
+        storage.take_orphans(study_id, count_lost_attempts=False)  # runs the study alone)
         return [f"{n} trial(s) were running when the last job ended; they run again"] if n else []
     notes = []
-    for t in storage.note_lost_attempts(study_id):
+    for t in storage.take_orphans(study_id, count_lost_attempts=True):
         if t.lost_attempts >= max_attempts:
             where = f"rank {t.rank if t.rank is not None else '?'}, host {t.host or '?'}"
             error = f"killed its process {t.lost_attempts} times (last: {where})"
