@@ -374,7 +374,7 @@ def open_run(spec, url: str, resume, isolated: bool, retry_failed: bool = False,
         if getattr(spec, "artifacts", None):
             storage.set_study_artifacts(opened.study_id, spec.artifacts)
         notes = [n for n in (warm_note, restored) if n]
-        job = opened.lease_token
+        job = opened.job
         places = recovery_places(spec, url, job.id if shared else None)
         if opened.resumed and not _others_live(storage, opened.study_id, job):
             stored = storage.get_study(spec.study.name).recovery
@@ -436,16 +436,18 @@ def settle_unfinished(storage, study_id: int, isolated: bool, max_attempts: int)
     """Mark trials left RUNNING by a job that died; FAIL those that killed it too often.
     Returns lines for the study's header."""
     if isolated:
-        n = storage.interrupt_running(study_id)
-        return [f"{n} trial(s) were running when the last job ended; they run again"] if n else []
+        before = storage.count_trials(study_id)[TrialStatus.INTERRUPTED]
+        storage.take_orphans(study_id, count_lost_attempts=False)
+        n = storage.count_trials(study_id)[TrialStatus.INTERRUPTED] - before
+        return [f"{n} trial(s) were running when their job ended; they run again"] if n > 0 else []
     notes = []
-    for t in storage.note_lost_attempts(study_id):
+    for t in storage.take_orphans(study_id, count_lost_attempts=True):
         if t.lost_attempts >= max_attempts:
             where = f"rank {t.rank if t.rank is not None else '?'}, host {t.host or '?'}"
             error = f"killed its process {t.lost_attempts} times (last: {where})"
             storage.finish_trial(t.id, TrialStatus.FAILED, error=error)
             notes.append(f"trial {t.number} FAILED: {error} (search.max_attempts = {max_attempts})")
         else:
-            notes.append(f"trial {t.number} was running when the last job ended (attempt "
+            notes.append(f"trial {t.number} was running when its job ended (attempt "
                          f"{t.lost_attempts} of {max_attempts}); it runs again")
     return notes
