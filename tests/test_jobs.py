@@ -60,12 +60,12 @@ def finish(procs, timeout: float = END_S) -> list[tuple[int, str]]:
     out, deadline = [], time.monotonic() + timeout
     for p in procs:
         try:
-            _, err = p.communicate(timeout=max(1.0, deadline - time.monotonic()))
+            said, err = p.communicate(timeout=max(1.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             os.killpg(p.pid, signal.SIGKILL)
-            _, err = p.communicate()
-            pytest.fail(f"a job hung past {timeout:.0f}s:\n{err[-3000:]}")
-        out.append((p.returncode, err))
+            said, err = p.communicate()
+            pytest.fail(f"a job hung past {timeout:.0f}s:\n{said[-3000:]}\n{err[-3000:]}")
+        out.append((p.returncode, said[-2000:] + err))
     return out
 
 
@@ -169,7 +169,7 @@ def test_jobs_on_one_host_share_a_sqlite_file(tmp_path):
 
 def test_a_finite_space_is_split_between_jobs_without_repeats(tmp_path, pg_server):
     url = pg_server.new_database()
-    space = {"x": {"type": "int", "low": 0, "high": 5}, "y": {"type": "categorical",
+    space = {"x": {"type": "integer", "low": 0, "high": 5}, "y": {"type": "categorical",
                                                            "choices": [1.0, 2.0, 3.0]}}
     spec = spec_file(tmp_path, trials=50, space=space)        # 18 sets: the space ends it
     procs = [start_job(tmp_path, url, spec, 3, sleep=0.05) for _ in range(2)]
