@@ -208,8 +208,8 @@ def test_sqlite_refuses_jobs_on_several_hosts(tmp_path):
 
 def test_pbt_refuses_join_before_anything_is_written(tmp_path):
     url = f"sqlite:///{tmp_path / 'results.db'}"
-    spec = spec_file(tmp_path, trials=10, algorithm="pbt")
-    proc = subprocess.run([str(BIN / "mpiopt"), "search", str(spec), "--join", "--storage", url],
+    proc = subprocess.run([str(BIN / "mpiopt"), "search", str(ROOT / "examples" / "jets" / "pbt.yaml"),
+                           "--join", "--storage", url],
                           cwd=tmp_path, env=env(), capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 2 and "--join" in proc.stderr
+    assert proc.returncode == 2 and "--join" in proc.stderr, proc.stderr
     assert not (tmp_path / "results.db").exists()
