@@ -73,9 +73,10 @@ def run_engine(name: str, url: str, trials: int, writes: int) -> tuple[dict, dic
         sid = st.create_study("bench", "minimize", "value", "s", "0" * 64, "{}")
         per = write_path(st, sid, writes)
         blocks = [statistics.median(per[i:i + 50]) for i in range(0, len(per), 50)]
-        # as a job writes: each transaction first checks its lease (Storage.fence)
+        # as a job writes: each transaction first checks its job is live (Storage.fence)
         held = st.create_study("held", "minimize", "value", "s", "2" * 64, "{}")
-        st.fence = (held, st.acquire_lease(held, "n1", 1, period_s=30))
+        job = st.join_study(held, "n1", 1, 30)
+        st.fence = (job.id, job.token)
         fenced = write_path(st, held, writes)
         st.fence = None
         fenced = [statistics.median(fenced[i:i + 50]) for i in range(0, len(fenced), 50)]

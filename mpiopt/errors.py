@@ -45,6 +45,11 @@ class DatabaseGone(StorageError):
     study as the job last saw it, and ends the job as for an outage given up."""
 
 
+class TrialTaken(StorageError):
+    """restart_trial on a trial that is no longer INTERRUPTED: another job claimed it
+    first (it is RUNNING for that job) or it finished. The caller leaves it alone."""
+
+
 class UnknownStudyError(StorageError):
     """A study name that the storage does not hold; the message lists the known ones."""
 

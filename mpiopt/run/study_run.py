@@ -374,7 +374,7 @@ def open_run(spec, url: str, resume, isolated: bool, retry_failed: bool = False,
         if getattr(spec, "artifacts", None):
             storage.set_study_artifacts(opened.study_id, spec.artifacts)
         notes = [n for n in (warm_note, restored) if n]
-        job = opened.lease_token
+        job = opened.job
         places = recovery_places(spec, url, job.id if shared else None)
         if opened.resumed and not _others_live(storage, opened.study_id, job):
             stored = storage.get_study(spec.study.name).recovery
@@ -432,10 +432,11 @@ def settle_unfinished(storage, study_id: int, isolated: bool, max_attempts: int)
     """Mark trials left RUNNING by a job that died; FAIL those that killed it too often.
     Returns lines for the study's header."""
     if isolated:
-        n = storage.interrupt_running(study_id)
+        n = storage.count_trials(study_id)[TrialStatus.RUNNING]   # (all orphans: this job
+        storage.take_orphans(study_id, count_lost_attempts=False)  # runs the study alone)
         return [f"{n} trial(s) were running when the last job ended; they run again"] if n else []
     notes = []
-    for t in storage.note_lost_attempts(study_id):
+    for t in storage.take_orphans(study_id, count_lost_attempts=True):
         if t.lost_attempts >= max_attempts:
             where = f"rank {t.rank if t.rank is not None else '?'}, host {t.host or '?'}"
             error = f"killed its process {t.lost_attempts} times (last: {where})"

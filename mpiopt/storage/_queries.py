@@ -10,7 +10,8 @@ from typing import Sequence
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from mpiopt.storage._convert import StudyRecord, to_record
+from mpiopt.storage._convert import Changes, StudyRecord, to_frozen, to_record, with_children
+from mpiopt.storage._jobs import leases
 from mpiopt.storage.models import StudyModel, TrialModel
 from mpiopt.trial import TrialStatus
 
@@ -28,7 +29,35 @@ def list_studies(s: Session) -> list[StudyRecord]:
     for study_id, status, n in counts:
         per_study[study_id][TrialStatus(status)] = n
     best = {sid: (lo, hi) for sid, lo, hi in extremes}
-    return [to_record(r, per_study[r.id], _pick(best.get(r.id), r.direction)) for r in rows]
+    held = leases(s.connection(), per_study)
+    return [to_record(r, per_study[r.id], _pick(best.get(r.id), r.direction), held.get(r.id))
+            for r in rows]
+
+
+FINISHED = (TrialStatus.COMPLETE, TrialStatus.PRUNED, TrialStatus.FAILED)
+WAITING = (TrialStatus.RUNNING, TrialStatus.INTERRUPTED)
+
+
+def changes(s: Session, study_id: int, since, now) -> Changes:
+    """See Storage.changes. Three SELECTs of trial heads (the finished ones since `since`,
+    the RUNNING and INTERRUPTED ones, through ix_trials_queue's (study_id, status)) with
+    their params, folds and per-epoch values, and one count: its cost grows with what
+    changed and what runs, not with the study (benchmarks/results/storage.md)."""
+    finished = select(TrialModel).where(TrialModel.study_id == study_id,
+                                        TrialModel.status.in_(FINISHED))
+    if since is not None:
+        finished = finished.where(TrialModel.finished_at >= since)
+    done = s.scalars(with_children(finished.order_by(TrialModel.number))).all()
+    waiting = s.scalars(with_children(select(TrialModel).where(
+        TrialModel.study_id == study_id, TrialModel.status.in_(WAITING))
+        .order_by(TrialModel.number))).all()
+    counted = s.scalar(select(func.count()).where(
+        TrialModel.study_id == study_id,
+        TrialModel.status.not_in((TrialStatus.PENDING, TrialStatus.RETRIED))))
+    running = tuple(to_frozen(r) for r in waiting if r.status == TrialStatus.RUNNING)
+    interrupted = tuple(to_frozen(r) for r in waiting if r.status == TrialStatus.INTERRUPTED)
+    return Changes(finished=tuple(to_frozen(r) for r in done), running=running,
+                   interrupted=interrupted, counted=counted, at=now)
 
 
 def group_activity(s: Session, study_id: int) -> list[dict]:
