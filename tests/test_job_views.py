@@ -68,7 +68,7 @@ def test_status_lists_every_job_live_ended_and_lost(tmp_path):
         live = join(st, sid, groups=4, launcher="slurm 42_1")      # finds job 1 stale
         st.fence = (live.id, live.token)
         assert [t.id for t in st.take_orphans(sid, False)] in ([], [left.id])
-        st.restart_trial(left.id, group=3)                           # claimed: job 2 runs it
+        st.restart_trial(left.id, group=3, host=HOST)                # claimed: job 2 runs it
         ended = join(st, sid, groups=1)
         st.end_job(ended.id, ended.token, "ended")
     lines, summary = status(url)
@@ -79,7 +79,10 @@ def test_status_lists_every_job_live_ended_and_lost(tmp_path):
     assert line[lost.id].endswith(f": lost, taken over by job {live.id}")
     assert "slurm 42_1, 4 groups, 1 running;" in line[live.id]
     assert line[live.id].endswith(": live (joined)") and "last heartbeat " in line[live.id]
-    assert ", 1 group;" in line[ended.id] and re.search(r": ended \d+s ago$", line[ended.id])
+    groups = [x for x in lines if x.startswith("group ")]       # the live job's only
+    assert len(groups) == 1 and groups[0].startswith(f"group 3   {HOST}: "), lines
+    assert groups[0].endswith(f", running trial {left.number}")
+    assert ", 1 group;" in line[ended.id] and re.search(r": ended [\d.]+s ago$", line[ended.id])
     state = next(x for x in lines if x.startswith("state "))
     assert state.startswith(f"state    running (host {HOST}, pid {os.getpid()}")
     jobs = summary["jobs"]
@@ -99,7 +102,13 @@ def test_a_study_runs_while_any_job_lives_and_stops_only_when_none_does(tmp_path
         first = join(st, sid, pid=dead)          # its process is gone: lost, seen at once
         second = join(st, sid)
         third = join(st, sid)
+        for job in (first, second, third):        # each runs a trial on its group 0
+            st.fence = (job.id, job.token)
+            st.create_trial(sid, {"x": 0.1 * job.id}, seed=1, group=0, host=HOST)
     lines, summary = status(url)
+    groups = [x for x in lines if re.match(r"(job \d+ )?group ", x)]
+    assert [x.split(":")[0] for x in groups] == [f"job {second.id} group 0   {HOST}",
+                                                 f"job {third.id} group 0   {HOST}"], lines
     state = next(x for x in lines if x.startswith("state "))
     assert state.startswith(f"state    running (2 jobs live, on {HOST};"), state
     assert summary["shown_status"] == "running"
@@ -119,7 +128,9 @@ def test_a_study_runs_while_any_job_lives_and_stops_only_when_none_does(tmp_path
         make_stale(st, third.id)
     lines, summary = status(url)
     assert summary["shown_status"].startswith("stopped (")
-    assert summary["state"].startswith("stopped without a word (last heartbeat 5m")
+    # (the job with the newest beat says why: the first, whose process is gone)
+    assert summary["state"].startswith(f"stopped without a word (its process {dead} is gone, "
+                                       f"host {HOST})")
     assert "resume with: mpiopt resume shared" in summary["state"]
     assert [j["state"] for j in summary["jobs"]] == ["lost", "lost", "lost"]
     assert lines[0].startswith("study    shared (stopped (")

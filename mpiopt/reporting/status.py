@@ -150,7 +150,7 @@ def status_summary(record, counts: dict, best: FrozenTrial | None, groups=(),
         "elapsed": (now - record.created_at).total_seconds(),
         "since_update": (now - last_event).total_seconds(),
         "groups": [{**g, "since": (now - g["last_at"]).total_seconds(),
-                    "last_at": _iso(g["last_at"])} for g in groups],
+                    "last_at": _iso(g["last_at"])} for g in _groups_now(groups, jobs, now)],
         "jobs": [job_row(j, now) for j in jobs],
     }
     if front is not None and front.constrained:
@@ -162,6 +162,19 @@ def status_summary(record, counts: dict, best: FrozenTrial | None, groups=(),
                                         "values": dict(zip(front.names, front.values(t))),
                                         "params": dict(t.params)} for t in front.trials]}
     return summary
+
+
+def _groups_now(groups, jobs, now: datetime) -> list[dict]:
+    """The groups of the live jobs (every job had its own group 0); with none live, those
+    of the job that reported last: what was happening when the study stopped. A dead
+    job's groups are summed up by its line in the jobs (mpiopt.reporting.jobs)."""
+    known = {j.id for j in jobs}
+    if not known or not groups:
+        return list(groups)
+    live = {j.id for j in live_jobs(jobs, now)}
+    if not live:
+        live = {max(groups, key=lambda g: g["last_at"]).get("job")}
+    return [g for g in groups if g.get("job") in live or g.get("job") not in known]
 
 
 FRONT_LINES = 5     # trials of the front `mpiopt status` lists (all of them: mpiopt best)
@@ -193,6 +206,7 @@ def status_lines(summary: dict[str, Any]) -> list[str]:
     objectives = summary.get("objectives") or {summary["metric"]: summary["direction"]}
     said = ", ".join(f"{k}, {v}" for k, v in objectives.items())
     constraints = summary.get("constraints")
+    several = len({g.get("job") for g in summary["groups"]}) > 1
     return [f"study    {summary['study']} ({summary.get('shown_status', summary['status'])}, "
             f"{said}" + (f"; {', '.join(constraints)}" if constraints else "") + ")",
             f"trials   {summary['done']}/{budget} done, {summary['running']} running"
@@ -207,16 +221,16 @@ def status_lines(summary: dict[str, Any]) -> list[str]:
             f"last update {_seconds(summary['since_update'])} ago",
             f"state    {summary['state']}",
             *job_lines(summary.get("jobs") or [])] + [
-            f"{_group_name(g)} {g['host'] or '?'}: last reported {_seconds(g['since'])} ago"
+            f"{_group_name(g, several)} {g['host'] or '?'}: last reported {_seconds(g['since'])} ago"
             + (f", running trial {g['running']}" if g["running"] is not None else "")
             + (f", {g['ahead']} sent ahead" if g.get("ahead") else "")
             for g in summary["groups"]]
 
 
-def _group_name(g: dict) -> str:
-    """"group 2  ", or "job 3 group 2" where the study's jobs are told apart."""
+def _group_name(g: dict, several: bool) -> str:
+    """"group 2  ", or "job 3 group 2" where groups of several jobs are listed."""
     name = f"group {g['group']:<3}"
-    return name if g.get("job") is None else f"job {g['job']} {name}"
+    return f"job {g.get('job')} {name}" if several else name
 
 
 def _sets_note(summary: dict[str, Any]) -> str:
