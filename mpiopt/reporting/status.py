@@ -200,8 +200,9 @@ def _best_lines(summary: dict[str, Any]) -> list[str]:
 
 
 def status_lines(summary: dict[str, Any]) -> list[str]:
-    """`mpiopt status` for people. The first line shows the study's state as the last
-    line does (a RUNNING study whose job died reads stopped in both)."""
+    """`mpiopt status` for people. The first line shows the study's state as the state
+    line does (a RUNNING study whose jobs died reads stopped in both), which comes after
+    the jobs and before the live groups, so that a stopped study ends on how to go on."""
     budget = summary["budget"] if summary["budget"] is not None else "?"
     objectives = summary.get("objectives") or {summary["metric"]: summary["direction"]}
     said = ", ".join(f"{k}, {v}" for k, v in objectives.items())
@@ -219,8 +220,8 @@ def status_lines(summary: dict[str, Any]) -> list[str]:
             *_best_lines(summary),
             f"started  {summary['created_at']} ({_seconds(summary['elapsed'])} ago), "
             f"last update {_seconds(summary['since_update'])} ago",
-            f"state    {summary['state']}",
-            *job_lines(summary.get("jobs") or [])] + [
+            *job_lines(summary.get("jobs") or []),
+            f"state    {summary['state']}"] + [
             f"{_group_name(g, several)} {g['host'] or '?'}: last reported {_seconds(g['since'])} ago"
             + (f", running trial {g['running']}" if g["running"] is not None else "")
             + (f", {g['ahead']} sent ahead" if g.get("ahead") else "")
