@@ -244,7 +244,7 @@ def test_running_trials_a_job_could_not_interrupt_are_interrupted_on_import(tmp_
         assert import_recovery(st, path) == 2
         assert [t.status for t in st.get_trials(sid)] == [
             TrialStatus.COMPLETE, TrialStatus.INTERRUPTED, TrialStatus.RUNNING]
-        assert [t.number for t in st.note_lost_attempts(sid)] == [2]
+        assert [t.number for t in st.take_orphans(sid, count_lost_attempts=True)] == [2]
 
 
 def test_a_recovery_file_writes_only_to_the_study_it_is_imported_for(tmp_path):

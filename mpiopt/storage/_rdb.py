@@ -339,7 +339,8 @@ class Storage(JobMethods, BaseStorage):
                 now = _now()
                 with self._writing_core() as conn:
                     _writes.mark_started(conn, started, now)
-                    finished = _writes.finish_many(conn, prepared, now, self.shown_url)
+                    finished = (_writes.finish_many(conn, prepared, now, self.shown_url)
+                                if prepared else [])
                     made = self._insert_trials(conn, study_id, requests, limit, distinct)
                 return finished, made
             except StorageError as exc:     # a trial number taken meanwhile: all rolled back
