@@ -16,10 +16,11 @@ How a job stands (`job_state`):
 """
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any
 
 from mpiopt.durations import format_duration as _seconds
+from mpiopt.reporting.view import utc
 
 SHOWN = 20      # jobs `mpiopt status` lists, the newest (JSON lists them all)
 
@@ -98,8 +99,8 @@ def _line(r: dict) -> str:
     if r["running"]:
         work.append(f"{r['running']} running")
     return (f"job {r['id']:<4} {where}" + (f", {', '.join(work)}" if work else "")
-            + f"; started {_seconds(r['since_start'])} ago, last heartbeat {_seconds(r['since_beat'])} ago: "
-            + _how(r))
+            + f"; started {_seconds(r['since_start'])} ago, last heartbeat "
+            f"{_seconds(r['since_beat'])} ago: " + _how(r))
 
 
 def _how(r: dict) -> str:
@@ -118,16 +119,9 @@ def _how(r: dict) -> str:
     return state + (f" {_seconds(ended)} ago" if ended is not None else "")
 
 
-def _utc(when: datetime | None) -> datetime | None:
-    """SQLite hands back naive datetimes; mpiopt writes UTC."""
-    if when is None or when.tzinfo is not None:
-        return when
-    return when.replace(tzinfo=timezone.utc)
-
-
 def _iso(when: datetime | None) -> str | None:
-    return None if when is None else _utc(when).isoformat()
+    return None if when is None else utc(when).isoformat()
 
 
 def _age(when: datetime | None, now: datetime) -> float | None:
-    return None if when is None else (now - _utc(when)).total_seconds()
+    return None if when is None else (now - utc(when)).total_seconds()

@@ -12,7 +12,8 @@ from typing import Any
 import yaml
 
 from mpiopt.durations import format_duration as _seconds
-from mpiopt.reporting.jobs import _utc, dead_here, job_lines, job_row, live_jobs
+from mpiopt.reporting.jobs import dead_here, job_lines, job_row, live_jobs
+from mpiopt.reporting.view import utc
 from mpiopt.search import traits
 from mpiopt.trial import FrozenTrial, TrialStatus
 
@@ -77,13 +78,13 @@ def liveness(record, url: str | None, now: datetime | None = None,
         live = live_jobs(jobs, now)
         if len(live) > 1:
             return "running", _several_running(live, now)
-        lease = live[0] if live else max(jobs, key=lambda j: _utc(j.beat_at))
+        lease = live[0] if live else max(jobs, key=lambda j: utc(j.beat_at))
     if lease is not None and not lease.is_stale(now) and not dead_here(lease):
         text = (f"running (host {lease.host}, pid {lease.pid}, last heartbeat "
                 f"{_seconds(lease.age_s(now))} ago; it beats every {_seconds(lease.period_s)}, "
                 f"and {_seconds(3 * lease.period_s)} without one means the job died)")
         return "running", text
-    last = _utc(lease.beat_at) if lease is not None else record.updated_at
+    last = utc(lease.beat_at) if lease is not None else record.updated_at
     ago = _seconds((now - last).total_seconds())
     if lease is None or not lease.host:        # (no lease names a host: none is made up)
         return (f"stopped ({ago} ago)", f"stopped without a word (last update {ago} ago); "
