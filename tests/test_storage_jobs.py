@@ -92,6 +92,24 @@ def test_sqlite_serves_joined_jobs_on_one_host_only(storage):
     assert len(storage.list_jobs(sid)) == 1                # nothing written
 
 
+def test_a_job_that_beat_after_it_was_seen_stale_is_not_marked_lost(sql_storage):
+    """Marking a stale job lost checks, in the UPDATE itself, that its beat is still the
+    one read: a job that beat at the last moment lives on."""
+    from mpiopt.storage._jobs import mark_lost
+
+    sid = new_study(sql_storage)
+    a = sql_storage.join_study(sid, "n1", 1, 30, shared=True)
+    age(sql_storage, a)
+    seen, = sql_storage.list_jobs(sid)
+    assert seen.is_stale(datetime.now(timezone.utc))
+    sql_storage.job_heartbeat(a.id, a.token)                 # it wakes and beats
+    with sql_storage.engine.begin() as conn:
+        assert mark_lost(conn, [seen], datetime.now(timezone.utc), None) == []
+    assert sql_storage.list_jobs(sid)[0].live
+    assert sql_storage.take_orphans(sid, count_lost_attempts=True) == []
+    assert sql_storage.list_jobs(sid)[0].live
+
+
 def test_end_job_counts_the_other_live_jobs_and_ends_only_a_live_one(storage):
     sid = new_study(storage)
     a, b, c = (storage.join_study(sid, "n1", pid, 30, shared=True) for pid in (1, 2, 3))
