@@ -233,13 +233,17 @@ def test_changes_tell_what_finished_what_runs_and_what_waits(storage):
     as_job(storage, a)
     t0, t1, t2 = storage.create_trials(sid, [dict(params={"x": float(i)}, seed=i, group=i)
                                              for i in range(3)])
-    storage.finish_trial(t0.id, TrialStatus.COMPLETE, value=0.5, intermediate={0: 1.0, 1: 0.5})
+    storage.finish_trial(t0.id, TrialStatus.COMPLETE, value=0.5, intermediate={0: 1.0, 1: 0.5},
+                         fold_values=[0.4, 0.6], metrics={"acc": 0.9})
     storage.interrupt_running(sid, keep={t1.id})
     first = storage.changes(sid, None)
     assert [(t.number, t.value, t.params, t.intermediate, t.job) for t in first.finished] == \
         [(1, 0.5, {"x": 0.0}, {0: 1.0, 1: 0.5}, a.id)]
     assert [t.number for t in first.running] == [2] and [t.number for t in first.interrupted] == [3]
     assert first.counted == 3 and first.at.tzinfo is not None
+    for got, statuses in ((first.finished, ["COMPLETE", "PRUNED", "FAILED"]),
+                          (first.running, ["RUNNING"]), (first.interrupted, ["INTERRUPTED"])):
+        assert got == tuple(storage.get_trials(sid, statuses))     # every field as read
     assert first.at <= datetime.now(timezone.utc)
     time.sleep(0.01)
     later = storage.changes(sid, first.at)
