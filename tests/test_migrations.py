@@ -234,11 +234,12 @@ def test_0006_adds_the_lineage_columns_and_keeps_the_trials(tmp_path):
         assert (done.member, done.round, done.parent) == (2, 3, 0)
 
 
-def test_0009_makes_the_study_leases_jobs_and_keeps_the_trials(tmp_path):
-    """A 0008 database (one live lease, one released, trials): its studies and trials
-    survive 0009 whole (the batch copy of `studies` once cascaded into `trials` on SQLite),
-    the live lease is a live exclusive job, the released one an ended job."""
-    url = f"sqlite:///{tmp_path / 'eight.db'}"
+def test_0009_makes_the_study_leases_jobs_and_keeps_the_trials(db_url):
+    """A 0008 database (one live lease, one released, trials), on SQLite and PostgreSQL:
+    its studies and trials survive 0009 whole (the batch copy of `studies` once cascaded
+    into `trials` on SQLite), the live lease is a live exclusive job, the released one an
+    ended job, and the schema is the models'."""
+    url = db_url
     engine = make_engine(url)
     migrate.upgrade(engine, "0008")
     with engine.begin() as conn:          # as the mpiopt of revision 0008 wrote it

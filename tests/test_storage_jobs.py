@@ -92,6 +92,24 @@ def test_sqlite_serves_joined_jobs_on_one_host_only(storage):
     assert len(storage.list_jobs(sid)) == 1                # nothing written
 
 
+def test_a_job_that_beat_after_it_was_seen_stale_is_not_marked_lost(sql_storage):
+    """Marking a stale job lost checks, in the UPDATE itself, that its beat is still the
+    one read: a job that beat at the last moment lives on."""
+    from mpiopt.storage._jobs import mark_lost
+
+    sid = new_study(sql_storage)
+    a = sql_storage.join_study(sid, "n1", 1, 30, shared=True)
+    age(sql_storage, a)
+    seen, = sql_storage.list_jobs(sid)
+    assert seen.is_stale(datetime.now(timezone.utc))
+    sql_storage.job_heartbeat(a.id, a.token)                 # it wakes and beats
+    with sql_storage.engine.begin() as conn:
+        assert mark_lost(conn, [seen], datetime.now(timezone.utc), None) == []
+    assert sql_storage.list_jobs(sid)[0].live
+    assert sql_storage.take_orphans(sid, count_lost_attempts=True) == []
+    assert sql_storage.list_jobs(sid)[0].live
+
+
 def test_end_job_counts_the_other_live_jobs_and_ends_only_a_live_one(storage):
     sid = new_study(storage)
     a, b, c = (storage.join_study(sid, "n1", pid, 30, shared=True) for pid in (1, 2, 3))
@@ -215,13 +233,17 @@ def test_changes_tell_what_finished_what_runs_and_what_waits(storage):
     as_job(storage, a)
     t0, t1, t2 = storage.create_trials(sid, [dict(params={"x": float(i)}, seed=i, group=i)
                                              for i in range(3)])
-    storage.finish_trial(t0.id, TrialStatus.COMPLETE, value=0.5, intermediate={0: 1.0, 1: 0.5})
+    storage.finish_trial(t0.id, TrialStatus.COMPLETE, value=0.5, intermediate={0: 1.0, 1: 0.5},
+                         fold_values=[0.4, 0.6], metrics={"acc": 0.9})
     storage.interrupt_running(sid, keep={t1.id})
     first = storage.changes(sid, None)
     assert [(t.number, t.value, t.params, t.intermediate, t.job) for t in first.finished] == \
         [(1, 0.5, {"x": 0.0}, {0: 1.0, 1: 0.5}, a.id)]
     assert [t.number for t in first.running] == [2] and [t.number for t in first.interrupted] == [3]
     assert first.counted == 3 and first.at.tzinfo is not None
+    for got, statuses in ((first.finished, ["COMPLETE", "PRUNED", "FAILED"]),
+                          (first.running, ["RUNNING"]), (first.interrupted, ["INTERRUPTED"])):
+        assert got == tuple(storage.get_trials(sid, statuses))     # every field as read
     assert first.at <= datetime.now(timezone.utc)
     time.sleep(0.01)
     later = storage.changes(sid, first.at)

@@ -67,10 +67,12 @@ class BaseStorage(abc.ABC):
       write again, same end state (end_job's count is read again).
     - take_orphans: the same end state, but a trial that the first try counted a lost
       attempt is INTERRUPTED now and not counted or returned again.
-    - create_trial(s), enqueue_trials, retry_failed, take_pending, restart_trial,
-      join_study: not safe blindly (a second set of trials, a claim that fails on the
-      first try's own claim, a second job); the caller gives up (the coordinator ends the
-      job: a resume or another job repairs it).
+    - create_trial(s), enqueue_trials, retry_failed, take_pending, join_study: not safe
+      blindly (a second set of trials, a second job); the caller gives up (the
+      coordinator ends the job: a resume or another job repairs it). With `limit`, a
+      second try still makes nothing past the budget.
+    - restart_trial: the trial is RUNNING for this job already, so the retry is
+      TrialTaken; Resilient answers the trial instead (its job is the fence's).
     - create_study: DuplicateStudyError names the study the first try made.
 
     **Trial numbers** are dense per study: 0, 1, 2, ... in order of creation, with no gap,

@@ -65,22 +65,20 @@ class JobMethods:
                 raise StorageError(f"no study with id {study_id} in {self.shown_url}")
             live = [to_job(r) for r in conn.execute(_LIVE.order_by(JOBS.c.id),
                                                     {"sid": study_id})]
-            gone = [j for j in live if j.is_stale(now)]
-            live = [j for j in live if not j.is_stale(now)]
-            if not shared and live and not takeover:
-                raise StudyBusyError(_busy(name, live, now), live[-1])
-            if shared:
-                self._may_share(name, live, host, now)
-            else:
-                gone += live
             new_id = conn.execute(insert(JOBS).values(
                 study_id=study_id, token=token, shared=bool(shared), host=host[:255],
                 pid=int(pid), launcher=None if launcher is None else str(launcher)[:255],
                 groups=groups, started_at=now, beat_at=now, period=float(period_s))
             ).inserted_primary_key[0]
-            if gone:
-                conn.execute(update(JOBS).where(JOBS.c.id.in_([j.id for j in gone]))
-                             .values(end="lost", ended_at=now, taken_by=new_id))
+            stale = [j for j in live if j.is_stale(now)]
+            revived = {j.id for j in stale} - set(mark_lost(conn, stale, now, new_id))
+            live = [j for j in live if not j.is_stale(now) or j.id in revived]
+            if not shared and live and not takeover:
+                raise StudyBusyError(_busy(name, live, now), live[-1])   # (all rolled back)
+            if shared:
+                self._may_share(name, live, host, now)
+            elif live:
+                mark_lost(conn, live, now, new_id, beaten=False)
         return Job(id=new_id, study_id=study_id, host=host[:255], pid=int(pid),
                    launcher=launcher, groups=groups, shared=bool(shared), started_at=now,
                    beat_at=now, period_s=float(period_s), token=token)
@@ -143,11 +141,8 @@ class JobMethods:
         now = _now()
         with self._writing() as s:
             live = [to_job(r) for r in s.execute(_LIVE, {"sid": study_id})]
-            gone = [j.id for j in live if j.is_stale(now)]
-            if gone:
-                s.execute(update(JobModel).where(JobModel.id.in_(gone)).values(
-                    end="lost", ended_at=now,
-                    taken_by=self.fence[0] if self.fence is not None else None))
+            gone = mark_lost(s.connection(), [j for j in live if j.is_stale(now)], now,
+                             self.fenced_job)
             alive = [j.id for j in live if j.id not in gone]
             orphan = (TrialModel.job_id.is_(None) | TrialModel.job_id.not_in(alive)
                       if alive else true())
@@ -188,6 +183,24 @@ class JobMethods:
     def fenced_job(self) -> int | None:
         """The job whose trials this storage writes (the fence's), or None."""
         return self.fence[0] if self.fence is not None else None
+
+
+def mark_lost(conn, jobs: Sequence[Job], now: datetime, taken_by: int | None,
+              beaten: bool = True) -> list[int]:
+    """The jobs marked end="lost" (found by `taken_by`); their ids. `beaten`: only where
+    the beat is still the one read (a job that beat since, however late, lives on: the
+    UPDATE's own WHERE decides, so a beat committed meanwhile is seen on PostgreSQL
+    too)."""
+    lost = []
+    for job in jobs:
+        where = [JOBS.c.id == job.id, JOBS.c.end.is_(None)]
+        if beaten:
+            where.append(JOBS.c.beat_at == job.beat_at)
+        done = conn.execute(update(JOBS).where(*where)
+                            .values(end="lost", ended_at=now, taken_by=taken_by))
+        if done.rowcount == 1:
+            lost.append(job.id)
+    return lost
 
 
 def _busy(name: str, live: list[Job], now: datetime) -> str:

@@ -425,9 +425,9 @@ class Storage(JobMethods, BaseStorage):
         return counts
 
     def group_activity(self, study_id: int) -> list[dict]:
-        """Per group: its host, when it last started or finished a trial, the trial it
-        runs now (None when idle) and how many were sent ahead to it (RUNNING, not yet
-        started), for `mpiopt status`."""
+        """Per group of each job ("job", "group"): its host, when it last started or
+        finished a trial, the trial it runs now (None when idle) and how many were sent
+        ahead to it (RUNNING, not yet started), for `mpiopt status`."""
         with self._reading() as s:
             return _queries.group_activity(s, study_id)
 

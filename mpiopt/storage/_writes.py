@@ -57,9 +57,9 @@ _DROP_FOLDS_OF = delete(FOLDS).where(FOLDS.c.trial_id.in_(_IDS))
 _NEW_FOLDS = insert(FOLDS)
 LINEAGE = ("member", "round", "parent")     # search.algorithm pbt (migration 0006)
 PARAM, EPOCH, FOLD = 0, 1, 2
-# Trials' params, per-epoch values and folds in one statement: rows of
+# Trials' params, per-epoch values and folds in one statement (also _queries.changes): rows of
 # (trial, part, ord, name, kind, text, num); params ordered by id, the order they were written.
-_CHILDREN = union_all(
+CHILDREN_OF = union_all(
     select(PARAMS.c.trial_id.label("tid"), literal_column(str(PARAM)).label("part"),
            PARAMS.c.id.label("ord"), PARAMS.c.name, PARAMS.c.kind, PARAMS.c.value_text,
            null().label("num")).where(PARAMS.c.trial_id.in_(_IDS)),
@@ -224,7 +224,7 @@ def _fold_rows(trial_id, fold_values, fold_metrics) -> list[dict]:
 def _children_of(conn, ids: list) -> dict:
     """{trial id: ({name: param}, {epoch: value}, whether folds exist)} from one SELECT."""
     out: dict = {}
-    for tid, part, order, name, kind, text, num in conn.execute(_CHILDREN, {"ids": ids}):
+    for tid, part, order, name, kind, text, num in conn.execute(CHILDREN_OF, {"ids": ids}):
         params, epochs, had_folds = out.setdefault(tid, ({}, {}, False))
         if part == PARAM:
             params[name] = decode_value(kind, text)
