@@ -5,11 +5,13 @@ BaseStorage's (storage/_base.py). Why a module of its own: the lease of one job 
 became a row per job, and the trials a lost job leaves, the study's budget and the fence
 all turn on it.
 
-Locks, in one order, so that two jobs' transactions never wait on each other in a circle
-(PostgreSQL; SQLite's write lock serialises every write transaction anyway): a job's
-write first locks its own job row (the fence), then the study's row (numbering, the
-budget); join_study locks the study's live job rows, then the study's row, so it waits
-for any job's transaction in flight and then sees every committed job.
+Locks on PostgreSQL (SQLite's write lock serialises every write transaction anyway): a
+job's write first locks its own job row (the fence), then the study's row (numbering,
+the budget); join_study locks the study's live job rows, then the study's row, so it
+waits for any job's transaction in flight and then sees every committed job. The one
+circle left is a join_study and a take_orphans that both mark the same stale job lost
+while each waits for the other's row: PostgreSQL ends one of the two (a deadlock is
+StorageUnavailable, and nothing of it was written), and the retry finds the job lost.
 """
 from __future__ import annotations
 
@@ -56,9 +58,10 @@ class JobMethods:
     def join_study(self, study_id: int, host: str, pid: int, period_s: float, *,
                    shared: bool = False, takeover: bool = False, groups: int | None = None,
                    launcher: str | None = None) -> Job:
-        """See BaseStorage.join_study. One write transaction: the check and the insert."""
+        """See BaseStorage.join_study. One write transaction: the check and the insert.
+        Not fenced: a job joins afresh, whatever became of one it was before."""
         now, token = _now(), uuid.uuid4().hex
-        with self._writing_core() as conn:
+        with self._writing_core(fenced=False) as conn:
             conn.execute(_LOCK_LIVE, {"sid": study_id}).all()
             name = conn.execute(_LOCK_STUDY, {"sid": study_id}).scalar()
             if name is None:
