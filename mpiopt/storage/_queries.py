@@ -129,32 +129,6 @@ def _frozen(r, children) -> FrozenTrial:
         job=r.job_id)
 
 
-def group_activity(s: Session, study_id: int) -> list[dict]:
-    """See Storage.group_activity."""
-    last = func.max(func.coalesce(TrialModel.finished_at, TrialModel.started_at))
-    rows = s.execute(select(TrialModel.group, last, func.max(TrialModel.started_at))
-                     .where(TrialModel.study_id == study_id, TrialModel.group.is_not(None))
-                     .group_by(TrialModel.group).order_by(TrialModel.group)).all()
-    unfinished = s.execute(select(TrialModel.group, TrialModel.number,
-                                  TrialModel.started_at).where(
-        TrialModel.study_id == study_id,
-        TrialModel.status == TrialStatus.RUNNING)).all()
-    hosts = dict(s.execute(select(TrialModel.group, TrialModel.host).where(
-        TrialModel.study_id == study_id).order_by(TrialModel.started_at)).all())
-    # a RUNNING row without a start is a trial sent ahead: it waits for its group
-    running = {g: n for g, n, started in unfinished if started is not None}
-    ahead = Counter(g for g, _, started in unfinished if started is None)
-    out = []
-    for group, last_finish, last_start in rows:
-        moments = [m for m in (last_finish, last_start) if m is not None]
-        if not moments:
-            continue
-        at = max(m if m.tzinfo else m.replace(tzinfo=timezone.utc) for m in moments)
-        out.append({"group": group, "host": hosts.get(group), "last_at": at,
-                    "running": running.get(group), "ahead": ahead.get(group, 0)})
-    return out
-
-
 def zero_counts() -> dict[TrialStatus, int]:
     return {status: 0 for status in TrialStatus}
 
