@@ -169,27 +169,36 @@ class BackgroundSearcher:
                     if self._closed:
                         return
                     inbox, self._inbox = list(self._inbox), collections.deque()
-                for kind, params, value in inbox:
-                    if kind == "tell":
-                        self.inner.tell(params, value)
-                    elif kind == "pending":
-                        self.inner.pending[self.inner.key(params)] = params
-                    elif kind == "hold":
-                        self.inner.hold(params)
-                    else:
-                        self.inner.forget(params)
+                self._apply(inbox)
                 if len(self._ready) < self.stock_target:
                     self._ask_one()
         except BaseException as exc:   # raised to the coordinator at its next call
             self._error = exc
 
+    def _apply(self, inbox: list[tuple]) -> None:
+        """What the coordinator queued, in order, to the inner searcher (the thread only;
+        benchmarks/simulate_model.py calls it on a simulated clock)."""
+        for kind, params, value in inbox:
+            if kind == "tell":
+                self.inner.tell(params, value)
+            elif kind == "pending":
+                self.inner.pending[self.inner.key(params)] = params
+            elif kind == "hold":
+                self.inner.hold(params)
+            else:
+                self.inner.forget(params)
+
     def _ask_one(self) -> None:
         start = self._asking_since = self.clock()
         params = self.inner.ask(self._number)
+        self._publish(params, self.clock() - start)
+
+    def _publish(self, params: dict, took: float) -> None:
+        """A suggestion that took `took` seconds joins the stock (the thread only;
+        benchmarks/simulate_model.py calls it when a simulated ask ends)."""
         self._asking_since = None
         self._number += 1
         self.asks += 1
-        took = self.clock() - start
         self._ask_s = _average(self._ask_s, took)
         with self._wake:
             self._ready.append((params, took))
