@@ -259,9 +259,13 @@ def _scale_options(ap) -> None:
                     help="model-based rows: trials = waves x groups")
     ap.add_argument("--scale-algorithms", nargs="+", default=["auto", "random"])
     ap.add_argument("--scale-only", action="store_true", help="only the model-based rows")
+    ap.add_argument("--scale-horizon", type=float, default=None,
+                    help="model-based rows: stop at this simulated second (the searcher's "
+                         "CPU seconds, where it is the bottleneck)")
 
 
-def scale_rows(groups: list[int], waves: float, algorithms: list[str]) -> list[dict]:
+def scale_rows(groups: list[int], waves: float, algorithms: list[str],
+               horizon: float | None = None) -> list[dict]:
     """The model-based rows (simulate_model.py), on Hartmann-6: six real parameters, so
     `auto` runs its Gaussian process and CMA-ES pair."""
     import simulate_model
@@ -273,9 +277,11 @@ def scale_rows(groups: list[int], waves: float, algorithms: list[str]) -> list[d
             for algorithm in algorithms:
                 trials = int(round(waves * n))
                 r = simulate_model.run(f"sqlite:///{Path(tmp) / f'{algorithm}-{n}.db'}",
-                                       _reals(6, 0.0, 1.0), hartmann6, algorithm, n, trials)
+                                       _reals(6, 0.0, 1.0), hartmann6, algorithm, n, trials,
+                                       horizon=horizon)
                 asks = r["model asks"]
                 rows.append({"groups": n, "trials": trials, "algorithm": algorithm,
+                             "started": r["trials"], "finished": r["finished"],
                              "fillers": r["fillers"], "filler share %": round(100 * r["filler share"], 1),
                              "busy %": round(100 * r["busy"], 1),
                              "mean wait s": round(r["mean wait s"], 2),
@@ -290,12 +296,15 @@ def scale_rows(groups: list[int], waves: float, algorithms: list[str]) -> list[d
 
 
 def print_scale(args) -> None:
-    rows = scale_rows(args.scale_groups, args.scale_waves, args.scale_algorithms)
+    rows = scale_rows(args.scale_groups, args.scale_waves, args.scale_algorithms,
+                      args.scale_horizon)
     print("\n### auto at scale (simulated groups and clock; each ask costs its real CPU time)\n")
     print(f"Machine: {machine()}\n")
     print(f"Hartmann-6, trials = {args.scale_waves:g} x groups, durations uniform 10-60 s "
           "(seeded); busy = training group-seconds / group-seconds up to the last start; "
-          "model asks = suggestions the searcher computed (random: every trial, in the loop)\n")
+          "model asks = suggestions the searcher computed (random: every trial, in the loop)"
+          + (f"; stopped at {args.scale_horizon:g} simulated s" if args.scale_horizon else "")
+          + "\n")
     print(table(rows))
 
 

@@ -81,8 +81,11 @@ class SimulatedSearcher(BackgroundSearcher):
 
 
 def run(url: str, space, objective, algorithm: str, groups: int, trials: int,
-        low: float = 10.0, high: float = 60.0, seed: int = 0, cpu=time.thread_time) -> dict:
-    """Run `trials` trials of `objective` on `groups` simulated groups; the measures."""
+        low: float = 10.0, high: float = 60.0, seed: int = 0, cpu=time.thread_time,
+        horizon: float | None = None) -> dict:
+    """Run `trials` trials of `objective` on `groups` simulated groups; the measures.
+    horizon: stop at this simulated second instead (the measures cover [0, horizon]):
+    where the searcher is the bottleneck, each simulated second costs a second of CPU."""
     from mpiopt.parallel.scheduler import Executor, Scheduler
     from mpiopt.search import make_searcher
     from mpiopt.storage import open_storage
@@ -99,10 +102,10 @@ def run(url: str, space, objective, algorithm: str, groups: int, trials: int,
                           n_groups=groups, seed=seed, clock=clock, send_first=True,
                           ask_ahead=not inner.slow)
         sim = _Groups(sched, Executor(st, send=None, view=sched), objective, low, high, seed)
-        sim.loop(searcher if inner.slow else None, now)
+        sim.loop(searcher if inner.slow else None, now, horizon)
     background = isinstance(searcher, SimulatedSearcher)
     fillers = searcher.fillers if background else 0
-    return {"trials": len(sim.spans), "fillers": fillers,
+    return {"trials": len(sim.spans), "fillers": fillers, "finished": sim.finished,
             "filler share": fillers / max(1, len(sim.spans)),
             "model asks": searcher.asks if background else len(sim.spans),
             "searcher CPU s": searcher.cpu_s if background else None,
@@ -127,6 +130,8 @@ class _Groups:
         self.waits: list[float] = []
         self.coordinator_s = 0.0
         self.free = 0.0                          # the coordinator is busy until then
+        self.horizon: float | None = None        # where the run was cut short
+        self.finished = 0
 
     def act(self, at: float, handler) -> None:
         """The coordinator runs `handler` at `at`; the groups start what it dispatched
@@ -153,7 +158,7 @@ class _Groups:
         self.spans.append((at, at + d))
         heapq.heappush(self.ends, (at + d, group, a.trial.trial_id, a.trial.params))
 
-    def loop(self, searcher: SimulatedSearcher | None, now: dict) -> None:
+    def loop(self, searcher: SimulatedSearcher | None, now: dict, horizon=None) -> None:
         from mpiopt.parallel.protocol import Result
         from mpiopt.trial import TrialStatus
 
@@ -166,6 +171,9 @@ class _Groups:
             if due is None and ask_end is None:
                 raise RuntimeError("the simulation has nothing left to wait for")
             at = None if due is None else max(self.free, due)
+            if horizon is not None and min(t for t in (at, ask_end) if t is not None) > horizon:
+                self.horizon = horizon
+                return
             if ask_end is not None and (at is None or ask_end <= at):
                 now["t"] = ask_end
                 searcher.finish()
@@ -179,6 +187,7 @@ class _Groups:
                 self.running.discard(group)
                 if self.held.get(group):
                     self.launch(group, end)
+                self.finished += 1
                 batch.append((group, Result(tid, TrialStatus.COMPLETE,
                                             value=float(self.objective(params)))))
             self.act(at, (lambda: self.sched.on_results(batch)) if batch else self.sched.tick)
@@ -188,11 +197,12 @@ class _Groups:
 
     @property
     def makespan(self) -> float:
-        return max((e for _, e in self.spans), default=0.0)
+        return self.horizon or max((e for _, e in self.spans), default=0.0)
 
     def busy(self) -> float:
-        """Training group-seconds / available group-seconds up to the last start."""
-        window = max((s for s, _ in self.spans), default=0.0)
+        """Training group-seconds / available group-seconds up to the last start (or
+        the horizon)."""
+        window = self.horizon or max((s for s, _ in self.spans), default=0.0)
         if window <= 0:
             return 1.0
         trained = sum(min(e, window) - s for s, e in self.spans if s < window)

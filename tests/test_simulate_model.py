@@ -65,3 +65,12 @@ def test_a_fast_searcher_runs_in_the_loop_and_keeps_the_groups_busy(model, tmp_p
     r = _run(model, tmp_path, cpu=_counter(5.0), algorithm="random")
     _consistent(r, 24)
     assert r["fillers"] == 0 and r["searcher CPU s"] is None    # no background thread
+
+
+def test_a_horizon_stops_the_run_there_and_the_shares_cover_it(model, tmp_path):
+    simulate_model, problems = model
+    r = simulate_model.run(f"sqlite:///{tmp_path / 'sim.db'}", problems._reals(6, 0.0, 1.0),
+                           problems.hartmann6, "auto", 8, 24, cpu=lambda: 0.0, horizon=40.0)
+    assert r["simulated s"] == 40.0
+    assert 8 <= r["trials"] < 24 and r["finished"] < r["trials"]   # 10-60 s trials: a wave
+    assert 0.0 <= r["busy"] <= 1.0 and r["fillers"] == 0
