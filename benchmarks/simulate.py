@@ -26,6 +26,8 @@ ends. Reported:
   1,000 groups of 10-60 s trials (uniform), each ask costing the simulated seconds of its
   real CPU time (simulate_model.py): the share of suggestions that were random fillers,
   how busy the groups are, the searcher's CPU per ask; random search as the reference.
+  A row stops at SCALE_HORIZON_S simulated seconds (where the searcher cannot keep up,
+  each one costs a second of CPU).
 
     python benchmarks/simulate.py
     python benchmarks/simulate.py --groups 1000 --algorithms random --engines sqlite
@@ -252,6 +254,12 @@ def main(argv=None) -> int:
     return 0
 
 
+# Model-based rows stop at this simulated second: 3 waves of 10-60 s trials end by about
+# 145 s when no group waits, while a row whose searcher is the bottleneck would go on for
+# as many seconds of CPU as it is behind (simulate_model.py's `horizon`).
+SCALE_HORIZON_S = 150.0
+
+
 def _scale_options(ap) -> None:
     ap.add_argument("--scale-groups", nargs="*", type=int, default=[64, 256, 1000],
                     help="groups for the model-based rows (none: skip them)")
@@ -259,9 +267,8 @@ def _scale_options(ap) -> None:
                     help="model-based rows: trials = waves x groups")
     ap.add_argument("--scale-algorithms", nargs="+", default=["auto", "random"])
     ap.add_argument("--scale-only", action="store_true", help="only the model-based rows")
-    ap.add_argument("--scale-horizon", type=float, default=None,
-                    help="model-based rows: stop at this simulated second (the searcher's "
-                         "CPU seconds, where it is the bottleneck)")
+    ap.add_argument("--scale-horizon", type=float, default=SCALE_HORIZON_S,
+                    help="model-based rows: stop at this simulated second (0: never)")
 
 
 def scale_rows(groups: list[int], waves: float, algorithms: list[str],
@@ -278,7 +285,7 @@ def scale_rows(groups: list[int], waves: float, algorithms: list[str],
                 trials = int(round(waves * n))
                 r = simulate_model.run(f"sqlite:///{Path(tmp) / f'{algorithm}-{n}.db'}",
                                        _reals(6, 0.0, 1.0), hartmann6, algorithm, n, trials,
-                                       horizon=horizon)
+                                       horizon=horizon or None)
                 asks = r["model asks"]
                 rows.append({"groups": n, "trials": trials, "algorithm": algorithm,
                              "started": r["trials"], "finished": r["finished"],
@@ -301,9 +308,10 @@ def print_scale(args) -> None:
     print("\n### auto at scale (simulated groups and clock; each ask costs its real CPU time)\n")
     print(f"Machine: {machine()}\n")
     print(f"Hartmann-6, trials = {args.scale_waves:g} x groups, durations uniform 10-60 s "
-          "(seeded); busy = training group-seconds / group-seconds up to the last start; "
+          "(seeded); busy = training group-seconds / group-seconds up to the last start (or "
+          "where the row stopped); "
           "model asks = suggestions the searcher computed (random: every trial, in the loop)"
-          + (f"; stopped at {args.scale_horizon:g} simulated s" if args.scale_horizon else "")
+          + (f"; a row stops at {args.scale_horizon:g} simulated s" if args.scale_horizon else "")
           + "\n")
     print(table(rows))
 
