@@ -48,7 +48,8 @@ class Dispatching:
         fresh: list[tuple[dict, float | None]] = []
         while (len(fresh) < len(self.idle) and self._can_dispatch(extra=len(fresh))
                and self._space_left()):
-            suggestion = self._suggestion(self.next_number + len(fresh))
+            suggestion = self._suggestion(self.next_number + len(fresh),
+                                          waiting=len(self.idle) - len(fresh))
             if suggestion[0] is None:
                 break                   # the background searcher is still making one
             fresh.append(suggestion)
@@ -106,13 +107,15 @@ class Dispatching:
         self.queued_taken += len(taken)
         return bool(taken)
 
-    def _suggestion(self, number: int) -> tuple[dict | None, float | None]:
+    def _suggestion(self, number: int, waiting: int = 1) -> tuple[dict | None, float | None]:
         """The suggestion for trial `number` (keyed searchers draw by it), or None, with
-        the seconds the searcher took to make it (recorded with the trial)."""
+        the seconds the searcher took to make it (recorded with the trial); `waiting`: the
+        groups without work now (a background searcher's filler rule weighs their wait)."""
         if self.ahead.prefetched is not None:
             (params, took), self.ahead.prefetched = self.ahead.prefetched, None
         elif self.background:
-            params, took = self.searcher.take(), self.searcher.last_ask_s
+            params = self.searcher.take(waiting, training=len(self.running))
+            took = self.searcher.last_ask_s
         else:
             params, took = self.timed_ask(number)
         return (params if params is None else self._distinct(params, number)), took
