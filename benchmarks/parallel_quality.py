@@ -50,6 +50,7 @@ def main(argv=None) -> str:
     ap.add_argument("--np", type=int, default=5)
     ap.add_argument("--seeds", type=int, default=10)
     a = ap.parse_args(argv)
+    a.spec = a.spec.resolve()
     rows = []
     with tempfile.TemporaryDirectory(prefix="mpiopt-pq-") as tmp:
         for seed in range(a.seeds):
