@@ -306,3 +306,41 @@ def test_racing_jobs_create_exactly_the_budget_with_dense_numbers_and_no_repeat(
     assert sorted(n for made in outs for n in made) == list(range(limit))
     assert {t.job for t in trials} <= {j.id for j in jobs} and len(jobs) == 3
     assert all(j.end == "ended" for j in jobs)
+
+
+JOINER = textwrap.dedent("""
+    import json, os, sys, time
+    from mpiopt.errors import StudyBusyError
+    from mpiopt.storage import open_storage
+    url, sid, start = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+    with open_storage(url) as st:
+        deadline = time.monotonic() + 60
+        while not os.path.exists(start) and time.monotonic() < deadline:
+            time.sleep(0.005)
+        try:
+            print(json.dumps(st.join_study(sid, "n1", os.getpid(), 30).id))
+        except StudyBusyError as exc:
+            print(json.dumps(None if exc.lease is None else -exc.lease.id))
+""")
+
+
+def test_jobs_that_start_alone_at_once_let_exactly_one_in(url, tmp_path):
+    """Three processes join one study without --join at the same moment: one job is
+    live, the other two are refused naming it."""
+    with open_storage(url, create=True) as st:
+        sid = new_study(st)
+    start = tmp_path / "go"
+    procs = [subprocess.Popen([sys.executable, "-c", JOINER, url, str(sid), str(start)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(3)]
+    time.sleep(1.0)
+    start.touch()
+    answers = []
+    for p in procs:
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+        answers.append(json.loads(out.strip().splitlines()[-1]))
+    winners = [a for a in answers if a > 0]
+    assert len(winners) == 1 and sorted(answers) == sorted([winners[0]] + [-winners[0]] * 2)
+    with open_storage(url) as st:
+        assert [(j.id, j.live) for j in st.list_jobs(sid)] == [(winners[0], True)]
