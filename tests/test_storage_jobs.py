@@ -344,3 +344,19 @@ def test_jobs_that_start_alone_at_once_let_exactly_one_in(url, tmp_path):
     assert len(winners) == 1 and sorted(answers) == sorted([winners[0]] + [-winners[0]] * 2)
     with open_storage(url) as st:
         assert [(j.id, j.live) for j in st.list_jobs(sid)] == [(winners[0], True)]
+
+
+def test_a_study_deleted_or_copied_takes_no_job_of_another_with_it(storage):
+    """Delete takes the study's job rows too; a copy (dump and load) holds no job, and its
+    trials name none (job ids are the original database's)."""
+    sid, other = new_study(storage), new_study(storage, "t")
+    a = storage.join_study(sid, "n1", 1, 30)
+    kept = storage.join_study(other, "n1", 2, 30)
+    as_job(storage, a)
+    storage.create_trial(sid, {"x": 1.0}, seed=1, group=0)
+    as_job(storage, None)
+    copy = storage.load_study_dump(storage.dump_study(sid), "c", "study: {name: c}")
+    assert storage.list_jobs(copy) == [] and storage.get_study("c").lease is None
+    assert [t.job for t in storage.get_trials(copy)] == [None]
+    assert storage.delete_study(sid) == 1
+    assert storage.list_jobs(sid) == [] and [j.id for j in storage.list_jobs(other)] == [kept.id]
