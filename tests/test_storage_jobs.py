@@ -222,6 +222,11 @@ def test_distinct_keys_create_a_parameter_set_once(storage):
     storage.finish_trial(first[0].id, TrialStatus.FAILED, error="x")
     storage.retry_failed(sid)          # "a" RETRIED (its queued copy carries no key)
     assert [t and t.params["k"] for t in asked("a", "e")] == ["a", "e"]
+    last = storage.get_trials(sid, ["RUNNING"])[-1]
+    done, made = storage.finish_and_create(
+        [dict(trial_id=last.id, status=TrialStatus.COMPLETE, value=1.0)], sid,
+        [dict(params={"k": k}, seed=0, group=0, key=k) for k in ("e", "f")], distinct=True)
+    assert done[0].value == 1.0 and [t and t.params["k"] for t in made] == [None, "f"]
     plain = storage.create_trials(sid, [dict(params={"k": "a"}, seed=0, group=0, key="a")])
     assert len(plain) == 1 and plain[0] is not None          # without distinct: as asked
 
