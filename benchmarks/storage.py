@@ -10,14 +10,16 @@ SQLite and PostgreSQL side by side in one run.
   50 --sort value`, `best --top 10`, `show` of one trial, and the full `get_trials` read
   that `export` does;
 - `--changes`: only the read every job of a study makes every second or so
-  (Storage.changes) on a study of 1,000 finished trials and 16 running: incremental
+  (Storage.changes) on a study of 1,000 finished trials (`--changes-trials`) and 16
+  running: incremental
   (since the last read, two results new: what a live job asks each second) and whole
   (since None: a job's first read), ms, median of 20.
 
 PostgreSQL is a throwaway local cluster started from Debian's server binaries (the tests'
 tests/pgserver.py), fsync off as in the tests: it measures mpiopt's SQL, not a disk.
 
-    python benchmarks/storage.py [--trials 10000] [--writes 500] [--changes]
+    python benchmarks/storage.py [--trials 10000] [--writes 500]
+                                 [--changes [--changes-trials 1000]]
 """
 from __future__ import annotations
 
@@ -135,7 +137,9 @@ def main() -> int:
     ap.add_argument("--trials", type=int, default=10_000)
     ap.add_argument("--writes", type=int, default=500)
     ap.add_argument("--changes", action="store_true",
-                    help="only the cost of Storage.changes (1,000 trials, 16 running)")
+                    help="only the cost of Storage.changes (16 running)")
+    ap.add_argument("--changes-trials", type=int, default=1000,
+                    help="finished trials of the --changes study (default 1,000)")
     args = ap.parse_args()
     from pgserver import PostgresServer, find_bindir
 
@@ -149,8 +153,8 @@ def main() -> int:
             engines.append(("PostgreSQL 15", server.new_database()))
         try:
             if args.changes:
-                rows = [changes_cost(n, u) for n, u in engines]
-                print(f"\n### Storage.changes: 1,000 finished trials, 16 running\n\n"
+                rows = [changes_cost(n, u, args.changes_trials) for n, u in engines]
+                print(f"\n### Storage.changes: {args.changes_trials} finished trials, 16 running\n\n"
                       f"Machine: {machine()}\n\n{table(rows)}")
                 return 0
             results = [run_engine(n, u, args.trials, args.writes) for n, u in engines]

@@ -222,6 +222,11 @@ def test_distinct_keys_create_a_parameter_set_once(storage):
     storage.finish_trial(first[0].id, TrialStatus.FAILED, error="x")
     storage.retry_failed(sid)          # "a" RETRIED (its queued copy carries no key)
     assert [t and t.params["k"] for t in asked("a", "e")] == ["a", "e"]
+    last = storage.get_trials(sid, ["RUNNING"])[-1]
+    done, made = storage.finish_and_create(
+        [dict(trial_id=last.id, status=TrialStatus.COMPLETE, value=1.0)], sid,
+        [dict(params={"k": k}, seed=0, group=0, key=k) for k in ("e", "f")], distinct=True)
+    assert done[0].value == 1.0 and [t and t.params["k"] for t in made] == [None, "f"]
     plain = storage.create_trials(sid, [dict(params={"k": "a"}, seed=0, group=0, key="a")])
     assert len(plain) == 1 and plain[0] is not None          # without distinct: as asked
 
@@ -306,3 +311,57 @@ def test_racing_jobs_create_exactly_the_budget_with_dense_numbers_and_no_repeat(
     assert sorted(n for made in outs for n in made) == list(range(limit))
     assert {t.job for t in trials} <= {j.id for j in jobs} and len(jobs) == 3
     assert all(j.end == "ended" for j in jobs)
+
+
+JOINER = textwrap.dedent("""
+    import json, os, sys, time
+    from mpiopt.errors import StudyBusyError
+    from mpiopt.storage import open_storage
+    url, sid, start = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+    with open_storage(url) as st:
+        deadline = time.monotonic() + 60
+        while not os.path.exists(start) and time.monotonic() < deadline:
+            time.sleep(0.005)
+        try:
+            print(json.dumps(st.join_study(sid, "n1", os.getpid(), 30).id))
+        except StudyBusyError as exc:
+            print(json.dumps(None if exc.lease is None else -exc.lease.id))
+""")
+
+
+def test_jobs_that_start_alone_at_once_let_exactly_one_in(url, tmp_path):
+    """Three processes join one study without --join at the same moment: one job is
+    live, the other two are refused naming it."""
+    with open_storage(url, create=True) as st:
+        sid = new_study(st)
+    start = tmp_path / "go"
+    procs = [subprocess.Popen([sys.executable, "-c", JOINER, url, str(sid), str(start)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(3)]
+    time.sleep(1.0)
+    start.touch()
+    answers = []
+    for p in procs:
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+        answers.append(json.loads(out.strip().splitlines()[-1]))
+    winners = [a for a in answers if a > 0]
+    assert len(winners) == 1 and sorted(answers) == sorted([winners[0]] + [-winners[0]] * 2)
+    with open_storage(url) as st:
+        assert [(j.id, j.live) for j in st.list_jobs(sid)] == [(winners[0], True)]
+
+
+def test_a_study_deleted_or_copied_takes_no_job_of_another_with_it(storage):
+    """Delete takes the study's job rows too; a copy (dump and load) holds no job, and its
+    trials name none (job ids are the original database's)."""
+    sid, other = new_study(storage), new_study(storage, "t")
+    a = storage.join_study(sid, "n1", 1, 30)
+    kept = storage.join_study(other, "n1", 2, 30)
+    as_job(storage, a)
+    storage.create_trial(sid, {"x": 1.0}, seed=1, group=0)
+    as_job(storage, None)
+    copy = storage.load_study_dump(storage.dump_study(sid), "c", "study: {name: c}")
+    assert storage.list_jobs(copy) == [] and storage.get_study("c").lease is None
+    assert [t.job for t in storage.get_trials(copy)] == [None]
+    assert storage.delete_study(sid) == 1
+    assert storage.list_jobs(sid) == [] and [j.id for j in storage.list_jobs(other)] == [kept.id]

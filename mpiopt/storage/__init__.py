@@ -15,7 +15,7 @@ from sqlalchemy import exc as sa_exc
 
 from mpiopt.errors import StorageError
 from mpiopt.storage import migrate
-from mpiopt.storage._convert import StudyRecord
+from mpiopt.storage._convert import Changes, Job, StudyRecord
 from mpiopt.storage._base import BaseStorage
 from mpiopt.storage._engine import check_exists, make_engine
 from mpiopt.storage._rdb import DuplicateStudyError, Storage
@@ -116,5 +116,5 @@ def _where(url: StorageURL) -> str:
     return url.where()
 
 
-__all__ = ["BaseStorage", "DuplicateStudyError", "Storage", "StorageURL", "StudyRecord",
-           "check_url", "mask_url", "open_storage", "migrate"]
+__all__ = ["BaseStorage", "Changes", "DuplicateStudyError", "Job", "Storage", "StorageURL",
+           "StudyRecord", "check_url", "mask_url", "open_storage", "migrate"]
