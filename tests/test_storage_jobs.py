@@ -365,3 +365,16 @@ def test_a_study_deleted_or_copied_takes_no_job_of_another_with_it(storage):
     assert [t.job for t in storage.get_trials(copy)] == [None]
     assert storage.delete_study(sid) == 1
     assert storage.list_jobs(sid) == [] and [j.id for j in storage.list_jobs(other)] == [kept.id]
+
+
+def test_the_last_job_to_end_records_the_study_status(storage):
+    """Jobs that end at once take turns in end_job: the last writes the study's end."""
+    from mpiopt.trial import StudyStatus
+
+    sid = new_study(storage)
+    a = storage.join_study(sid, "h", 1, 30.0, shared=True)
+    b = storage.join_study(sid, "h", 2, 30.0, shared=True)
+    assert storage.end_job(a.id, a.token, "ended", study_status=StudyStatus.COMPLETE) == 1
+    assert storage.get_study("s").status is StudyStatus.RUNNING
+    assert storage.end_job(b.id, b.token, "ended", study_status=StudyStatus.COMPLETE) == 0
+    assert storage.get_study("s").status is StudyStatus.COMPLETE

@@ -142,9 +142,8 @@ class StudyRun:
             self._beat.join(timeout=10)
         try:
             if self.job is not None and self.lost is None:
-                others = self.storage.end_job(self.job.id, self.job.token, end)
-                if self.shared and status is not None and not others:
-                    self.storage.set_study_status(self.study_id, status)
+                self.storage.end_job(self.job.id, self.job.token, end,
+                                     study_status=status if self.shared else None)
         except Exception:
             pass          # a lease left behind goes stale by itself
         finally:

@@ -185,10 +185,13 @@ class BaseStorage(abc.ABC):
         (another job found it stale and took its trials)."""
 
     @abc.abstractmethod
-    def end_job(self, job_id: int, token: str, end: str = "ended") -> int:
+    def end_job(self, job_id: int, token: str, end: str = "ended",
+                study_status: StudyStatus | None = None) -> int:
         """Marks the job ended ("ended", "interrupted", "failed"; "lost" is for others),
         only if it is still live with that token (else nothing changes). Returns how many
-        OTHER live jobs of its study are not stale (0: this was the last one)."""
+        OTHER live jobs of its study are not stale (0: this was the last one); where it is
+        0 and the job ended here, `study_status` becomes the study's, in the same
+        transaction (jobs that end at once take turns, so the last one writes it)."""
 
     @abc.abstractmethod
     def list_jobs(self, study_id: int) -> list:

@@ -24,7 +24,7 @@ from sqlalchemy import bindparam, func, insert, select, true, update
 from mpiopt.errors import StorageError, StudyBusyError
 from mpiopt.storage._convert import Job, to_frozen, to_job, with_children
 from mpiopt.storage.models import JobModel, StudyModel, TrialModel
-from mpiopt.trial import FrozenTrial, TrialStatus
+from mpiopt.trial import FrozenTrial, StudyStatus, TrialStatus
 
 JOBS = JobModel.__table__
 TRIALS = TrialModel.__table__
@@ -113,21 +113,29 @@ class JobMethods:
             if done.rowcount != 1:
                 self._lose_lease()
 
-    def end_job(self, job_id: int, token: str, end: str = "ended") -> int:
+    def end_job(self, job_id: int, token: str, end: str = "ended",
+                study_status=None) -> int:
         """See BaseStorage.end_job. Not fenced: its own WHERE is the guard, and a job
         taken over ends with nothing written."""
         if end not in ENDS:
             raise StorageError(f"a job ends as one of {', '.join(ENDS)}, not {end!r}")
         now = _now()
         with self._writing_core(fenced=False) as conn:
-            conn.execute(update(JOBS).where(JOBS.c.id == job_id, JOBS.c.token == token,
-                                            JOBS.c.end.is_(None))
-                         .values(end=end, ended_at=now))
+            ended = conn.execute(update(JOBS).where(JOBS.c.id == job_id, JOBS.c.token == token,
+                                                    JOBS.c.end.is_(None))
+                                 .values(end=end, ended_at=now)).rowcount == 1
             study_id = conn.execute(select(JOBS.c.study_id).where(JOBS.c.id == job_id)).scalar()
             if study_id is None:
                 return 0
+            # jobs ending at once take turns here, so the last one sees the others ended
+            # (and records the study's end): each count waits for the other's commit
+            conn.execute(_LOCK_STUDY, {"sid": study_id})
             others = [to_job(r) for r in conn.execute(_LIVE, {"sid": study_id})]
-        return sum(1 for j in others if j.id != job_id and not j.is_stale(now))
+            left = sum(1 for j in others if j.id != job_id and not j.is_stale(now))
+            if ended and not left and study_status is not None:
+                conn.execute(update(STUDIES).where(STUDIES.c.id == study_id).values(
+                    status=StudyStatus(study_status), updated_at=now))
+        return left
 
     def list_jobs(self, study_id: int) -> list[Job]:
         """See BaseStorage.list_jobs."""

@@ -145,8 +145,8 @@ class Resilient(BaseStorage):
     def job_heartbeat(self, job_id, token) -> None:
         return self._call(lambda: self.storage.job_heartbeat(job_id, token))
 
-    def end_job(self, job_id, token, end="ended") -> int:
-        return self._call(lambda: self.storage.end_job(job_id, token, end))
+    def end_job(self, job_id, token, end="ended", study_status=None) -> int:
+        return self._call(lambda: self.storage.end_job(job_id, token, end, study_status))
 
     def list_jobs(self, study_id):
         return self._call(lambda: self.storage.list_jobs(study_id))
