@@ -175,14 +175,18 @@ PartitionName=test Nodes=ALL Default=YES MaxTime=INFINITE State=UP
         return " | ".join(errors[-3:]) or "(nothing)"
 
     # ---- the end ----
+    def cancel_all(self, timeout: float = 30) -> None:
+        """scancel every job, and wait until the queue is empty (KillWait ends the stubborn)."""
+        self.run("scancel", "--user", self.user, check=False)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and self.run("squeue", "-h", check=False).strip():
+            time.sleep(0.5)
+
     def close(self) -> None:
         """Cancel every job, stop the daemons (slurmd first, munged last), then end any
         process still carrying this cluster's SLURM_CONF (a job step slurmd left behind)."""
         if "slurmctld" in self.procs and self.procs["slurmctld"].poll() is None:
-            self.run("scancel", "--user", self.user, check=False)
-            deadline = time.monotonic() + 20
-            while time.monotonic() < deadline and self.run("squeue", "-h", check=False).strip():
-                time.sleep(0.5)
+            self.cancel_all()
         for name in reversed([n for n in DAEMONS if n in self.procs]):
             proc = self.procs[name]
             if proc.poll() is None:

@@ -1,6 +1,7 @@
 """examples/slurm/ under a real Slurm: a one-node cluster (tests/slurmcluster.py) runs the
 scripts as they ship, through sbatch. The requeue script is stopped by `--signal=USR1@N`
-before a short walltime, requeues itself and resumes.
+before a short walltime, requeues itself and resumes; the array script's tasks share one
+study and its budget, also when one of them is cancelled mid-study.
 
 Every evaluation of the objective that runs to its end leaves a line in a log
 (tests/objectives/batch.py), so "every trial finished once" is counted from what ran, not
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import time
 from collections import Counter
 from pathlib import Path
@@ -22,10 +24,22 @@ from slurmcluster import SlurmCluster, SlurmUnavailable, missing_binaries
 
 OBJECTIVE = ROOT / "tests" / "objectives" / "batch.py"
 REQUEUE_SCRIPT = EXAMPLES / "slurm" / "mpiopt.sbatch"
+ARRAY_SCRIPT = EXAMPLES / "slurm" / "mpiopt-array.sbatch"
+
+
+def _has_join() -> bool:
+    out = subprocess.run([str(BIN / "mpiopt"), "search", "--help"], capture_output=True,
+                         text=True, timeout=60).stdout
+    return "--join" in out
+
+
+needs_join = pytest.mark.skipif(
+    not _has_join(), reason="`mpiopt search --help` has no --join yet (issue 51: many jobs on "
+    "one study); the array tests run as soon as it has")
 
 
 @pytest.fixture(scope="session")
-def slurm():
+def slurm_cluster():
     """The session's one-node cluster. Missing binaries fail the tests (`make test` installs
     them); a daemon that cannot run here skips them, with its own words."""
     missing = missing_binaries()
@@ -41,6 +55,14 @@ def slurm():
         pytest.skip(f"Slurm cannot run on this machine: {exc}")
     yield cluster
     cluster.close()
+
+
+@pytest.fixture
+def slurm(slurm_cluster):
+    """The session's cluster, with every job a test left cancelled when it ends (a failed
+    test's jobs must not run on beside the next test's)."""
+    yield slurm_cluster
+    slurm_cluster.cancel_all()
 
 
 def write_spec(tmp_path: Path, trials: int) -> Path:
@@ -163,3 +185,52 @@ def test_the_requeue_script_stops_before_the_walltime_requeues_itself_and_resume
     assert runs[0] >= 1 and runs[1] >= 1, runs       # both runs finished trials
     assert len(trials) == 60
 
+
+# ---- (b), (c) the array script: many jobs, one study --------------------------------------
+def submit_array(slurm, tmp_path, url, trials: int) -> tuple[str, list[Path]]:
+    """Three tasks of the array script, one group each (2 ranks), on a study of `trials`."""
+    write_spec(tmp_path, trials=trials)
+    job = submit(slurm, tmp_path, ARRAY_SCRIPT, "--array=0-2", "--ntasks=2", "--time=10",
+                 f"--output={tmp_path}/task-%a.out", url=url, sleep="0.5")
+    return job, [tmp_path / f"task-{i}.out" for i in range(3)]
+
+
+def ended(slurm, job: str, tasks: int = 3):
+    """Every task's final state, once all of them have ended."""
+    states = [s for s in jobs(slurm, job) if "ArrayTaskId" in s]
+    done = [s for s in states if s["JobState"] not in ("PENDING", "RUNNING", "COMPLETING")]
+    return sorted(done, key=lambda s: int(s["ArrayTaskId"])) if len(done) == tasks else None
+
+
+@needs_join
+def test_an_array_of_three_tasks_finishes_one_study_with_exactly_its_budget(slurm, pg_server, tmp_path):
+    """sbatch --array=0-2 on one PostgreSQL study: exactly search.trials finished trials,
+    each parameter set evaluated once, every task took part and ended on its own."""
+    url = pg_server.new_database()
+    job, logs = submit_array(slurm, tmp_path, url, trials=36)
+    final = wait_for("the array ended", lambda: ended(slurm, job), 150, logs=logs)
+    assert [(s["JobState"], s["ExitCode"]) for s in final] == [("COMPLETED", "0:0")] * 3, \
+        _tails(logs)
+    trials = assert_every_trial_finished_once(tmp_path, url, 36)
+    assert {e["task"] for e in evaluations(tmp_path)} == {"0", "1", "2"}, _tails(logs)
+    assert len(trials) == 36
+    assert all(no_process_of(s["JobId"]) for s in final)
+
+
+@needs_join
+def test_a_cancelled_array_task_leaves_its_trials_to_the_others(slurm, tmp_path):
+    """scancel of one task mid-study (SIGTERM to its ranks, on SQLite: one host): it ends,
+    the other two finish the study, and no finished trial is lost or run twice."""
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    job, logs = submit_array(slurm, tmp_path, url, trials=48)
+    wait_for("task 1 finished trials", lambda: sum(
+        e["task"] == "1" for e in evaluations(tmp_path)) >= 3, 90, logs=logs)
+    slurm.run("scancel", f"{job}_1")
+    final = wait_for("the array ended", lambda: ended(slurm, job), 150, logs=logs)
+    assert [s["JobState"] for s in final] == ["COMPLETED", "CANCELLED", "COMPLETED"], _tails(logs)
+    assert [final[0]["ExitCode"], final[2]["ExitCode"]] == ["0:0", "0:0"], _tails(logs)
+    trials = assert_every_trial_finished_once(tmp_path, url, 48)
+    by_task = Counter(e["task"] for e in evaluations(tmp_path))
+    assert by_task["1"] >= 3 and by_task["0"] and by_task["2"], by_task
+    assert len(trials) == 48
+    assert all(no_process_of(s["JobId"]) for s in final)
