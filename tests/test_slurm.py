@@ -176,7 +176,7 @@ def test_the_requeue_script_stops_before_the_walltime_requeues_itself_and_resume
     assert final[0]["JobState"] == "COMPLETED" and final[0]["ExitCode"] == "0:0", \
         f"{final}\n" + _tails([out, slurm.dir / "slurmctld.log", slurm.dir / "slurmd.log"])
     assert f"run 0 of job {job}" in log and f"run 1 of job {job}" in log, log
-    assert f"stopped before the walltime: requeueing job {job}" in log, log
+    assert "interrupted by SIGUSR1" in log and f"requeueing job {job}" in log, log
     assert "Traceback" not in log and "MPI_Abort" not in log, log
     assert no_process_of(job)
 
@@ -229,6 +229,7 @@ def test_a_cancelled_array_task_leaves_its_trials_to_the_others(slurm, tmp_path)
     final = wait_for("the array ended", lambda: ended(slurm, job), 150, logs=logs)
     assert [s["JobState"] for s in final] == ["COMPLETED", "CANCELLED", "COMPLETED"], _tails(logs)
     assert [final[0]["ExitCode"], final[2]["ExitCode"]] == ["0:0", "0:0"], _tails(logs)
+    assert "interrupted by SIGTERM" in logs[1].read_text(), _tails(logs)     # a clean stop
     trials = assert_every_trial_finished_once(tmp_path, url, 48)
     by_task = Counter(e["task"] for e in evaluations(tmp_path))
     assert by_task["1"] >= 3 and by_task["0"] and by_task["2"], by_task
