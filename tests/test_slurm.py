@@ -214,13 +214,13 @@ def test_an_array_of_three_tasks_finishes_one_study_with_exactly_its_budget(slur
     """sbatch --array=0-2 on one PostgreSQL study: exactly search.trials finished trials,
     each parameter set evaluated once, every task took part and ended on its own."""
     url = pg_server.new_database()
-    job, logs = submit_array(slurm, tmp_path, url, trials=36)
+    job, logs = submit_array(slurm, tmp_path, url, trials=60)   # 10 s of work for each task
     final = wait_for("the array ended", lambda: ended(slurm, job), 150, logs=logs)
     assert [(s["JobState"], s["ExitCode"]) for s in final] == [("COMPLETED", "0:0")] * 3, \
         _tails(logs)
-    trials = assert_every_trial_finished_once(tmp_path, url, 36)
+    trials = assert_every_trial_finished_once(tmp_path, url, 60)
     assert {e["task"] for e in evaluations(tmp_path)} == {"0", "1", "2"}, _tails(logs)
-    assert len(trials) == 36
+    assert len(trials) == 60
     assert all(no_process_of(s["JobId"]) for s in final)
 
 
