@@ -21,10 +21,17 @@ ends. Reported:
   a batch already runs its next trial, two when a group waits for a dispatch;
 - the coordinator's cost per trial around 100 and around 10,000 finished trials;
 - for Bayesian search, suggestions per second when 16 are asked in a row (one batch of
-  groups), at 200 and 500 told results.
+  groups), at 200 and 500 told results;
+- `auto` (a Gaussian process and CMA-ES, in the background as under MPI) at 64, 256 and
+  1,000 groups of 10-60 s trials (uniform), each ask costing the simulated seconds of its
+  real CPU time (simulate_model.py): the share of suggestions that were random fillers,
+  how busy the groups are, the searcher's CPU per ask; random search as the reference.
+  A row stops at SCALE_HORIZON_S simulated seconds (where the searcher cannot keep up,
+  each one costs a second of CPU).
 
     python benchmarks/simulate.py
     python benchmarks/simulate.py --groups 1000 --algorithms random --engines sqlite
+    python benchmarks/simulate.py --scale-only --scale-groups 64 256
 """
 from __future__ import annotations
 
@@ -178,7 +185,11 @@ def main(argv=None) -> int:
     ap.add_argument("--waves", type=int, default=3, help="trials = waves x groups")
     ap.add_argument("--saturate", type=int, default=10_000,
                     help="groups of 1 s trials for the saturated figure (0: skip)")
+    _scale_options(ap)
     args = ap.parse_args(argv)
+    if args.scale_only:
+        print_scale(args)
+        return 0
     server = None
     rows, growth, saturated = [], [], []
     with tempfile.TemporaryDirectory() as tmp:
@@ -238,7 +249,71 @@ def main(argv=None) -> int:
     print(table(growth))
     print("\nBayesian suggestions asked in a row (as for a batch of idle groups):\n")
     print(table(bayes_batches()))
+    if args.scale_groups:
+        print_scale(args)
     return 0
+
+
+# Model-based rows stop at this simulated second: 3 waves of 10-60 s trials end by about
+# 145 s when no group waits, while a row whose searcher is the bottleneck would go on for
+# as many seconds of CPU as it is behind (simulate_model.py's `horizon`).
+SCALE_HORIZON_S = 150.0
+
+
+def _scale_options(ap) -> None:
+    ap.add_argument("--scale-groups", nargs="*", type=int, default=[64, 256, 1000],
+                    help="groups for the model-based rows (none: skip them)")
+    ap.add_argument("--scale-waves", type=float, default=3.0,
+                    help="model-based rows: trials = waves x groups")
+    ap.add_argument("--scale-algorithms", nargs="+", default=["auto", "random"])
+    ap.add_argument("--scale-only", action="store_true", help="only the model-based rows")
+    ap.add_argument("--scale-horizon", type=float, default=SCALE_HORIZON_S,
+                    help="model-based rows: stop at this simulated second (0: never)")
+
+
+def scale_rows(groups: list[int], waves: float, algorithms: list[str],
+               horizon: float | None = None) -> list[dict]:
+    """The model-based rows (simulate_model.py), on Hartmann-6: six real parameters, so
+    `auto` runs its Gaussian process and CMA-ES pair."""
+    import simulate_model
+    from problems import _reals, hartmann6
+
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for n in groups:
+            for algorithm in algorithms:
+                trials = int(round(waves * n))
+                r = simulate_model.run(f"sqlite:///{Path(tmp) / f'{algorithm}-{n}.db'}",
+                                       _reals(6, 0.0, 1.0), hartmann6, algorithm, n, trials,
+                                       horizon=horizon or None)
+                asks = r["model asks"]
+                rows.append({"groups": n, "trials": trials, "algorithm": algorithm,
+                             "started": r["trials"], "finished": r["finished"],
+                             "fillers": r["fillers"], "filler share %": round(100 * r["filler share"], 1),
+                             "busy %": round(100 * r["busy"], 1),
+                             "mean wait s": round(r["mean wait s"], 2),
+                             "model asks": asks,
+                             "CPU per ask ms": (round(1e3 * r["searcher CPU s"] / asks, 1)
+                                                if r["searcher CPU s"] is not None else None),
+                             "simulated s": round(r["simulated s"]),
+                             "coordinator CPU s": round(r["coordinator s"], 1),
+                             "run CPU s": round(r["CPU s"]), "run wall s": round(r["wall s"])})
+                print(rows[-1], flush=True)
+    return rows
+
+
+def print_scale(args) -> None:
+    rows = scale_rows(args.scale_groups, args.scale_waves, args.scale_algorithms,
+                      args.scale_horizon)
+    print("\n### auto at scale (simulated groups and clock; each ask costs its real CPU time)\n")
+    print(f"Machine: {machine()}\n")
+    print(f"Hartmann-6, trials = {args.scale_waves:g} x groups, durations uniform 10-60 s "
+          "(seeded); busy = training group-seconds / group-seconds up to the last start (or "
+          "where the row stopped); "
+          "model asks = suggestions the searcher computed (random: every trial, in the loop)"
+          + (f"; a row stops at {args.scale_horizon:g} simulated s" if args.scale_horizon else "")
+          + "\n")
+    print(table(rows))
 
 
 if __name__ == "__main__":

@@ -8,12 +8,16 @@ SQLite and PostgreSQL side by side in one run.
 - queries on a study of N trials (default 10,000, filled with a bulk loader that uses the
   same write path): `studies` (list_studies), `status` (count + best), `trials --limit
   50 --sort value`, `best --top 10`, `show` of one trial, and the full `get_trials` read
-  that `export` does.
+  that `export` does;
+- `--changes`: only the read every job of a study makes every second or so
+  (Storage.changes) on a study of 1,000 finished trials and 16 running: incremental
+  (since the last read, two results new: what a live job asks each second) and whole
+  (since None: a job's first read), ms, median of 20.
 
 PostgreSQL is a throwaway local cluster started from Debian's server binaries (the tests'
 tests/pgserver.py), fsync off as in the tests: it measures mpiopt's SQL, not a disk.
 
-    python benchmarks/storage.py [--trials 10000] [--writes 500]
+    python benchmarks/storage.py [--trials 10000] [--writes 500] [--changes]
 """
 from __future__ import annotations
 
@@ -73,9 +77,10 @@ def run_engine(name: str, url: str, trials: int, writes: int) -> tuple[dict, dic
         sid = st.create_study("bench", "minimize", "value", "s", "0" * 64, "{}")
         per = write_path(st, sid, writes)
         blocks = [statistics.median(per[i:i + 50]) for i in range(0, len(per), 50)]
-        # as a job writes: each transaction first checks its lease (Storage.fence)
+        # as a job writes: each transaction first checks its job is live (Storage.fence)
         held = st.create_study("held", "minimize", "value", "s", "2" * 64, "{}")
-        st.fence = (held, st.acquire_lease(held, "n1", 1, period_s=30))
+        job = st.join_study(held, "n1", 1, 30)
+        st.fence = (job.id, job.token)
         fenced = write_path(st, held, writes)
         st.fence = None
         fenced = [statistics.median(fenced[i:i + 50]) for i in range(0, len(fenced), 50)]
@@ -91,10 +96,46 @@ def run_engine(name: str, url: str, trials: int, writes: int) -> tuple[dict, dic
     return write, q
 
 
+def changes_cost(name: str, url: str, finished: int = 1000, running: int = 16) -> dict:
+    """ms per changes() call, median of 20, incremental and whole (see the docstring)."""
+    from mpiopt.storage import open_storage
+
+    with open_storage(url, create=True) as st:
+        sid = st.create_study("changes", "minimize", "value", "s", "3" * 64, "{}")
+        job = st.join_study(sid, "n1", 1, 30)
+        st.fence = (job.id, job.token)
+        write_path(st, sid, finished - 2)
+        for i in range(running):
+            st.create_trial(sid, {"lr": 1e-3, "units": i, "act": "relu"}, seed=i, group=i)
+        at = st.changes(sid, None).at
+        write_path(st, sid, 2)
+
+        def incremental():
+            got = st.changes(sid, at)
+            assert len(got.finished) == 2 and len(got.running) == running
+
+        def whole():
+            st.changes(sid, None)
+        return {"engine": name,
+                "incremental ms": round(1e3 * statistics.median(_samples(incremental)), 2),
+                "whole ms": round(1e3 * statistics.median(_samples(whole)), 1)}
+
+
+def _samples(fn, n: int = 20) -> list[float]:
+    out = []
+    for _ in range(n):
+        t = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - t)
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--trials", type=int, default=10_000)
     ap.add_argument("--writes", type=int, default=500)
+    ap.add_argument("--changes", action="store_true",
+                    help="only the cost of Storage.changes (1,000 trials, 16 running)")
     args = ap.parse_args()
     from pgserver import PostgresServer, find_bindir
 
@@ -107,6 +148,11 @@ def main() -> int:
             server = PostgresServer(bindir)
             engines.append(("PostgreSQL 15", server.new_database()))
         try:
+            if args.changes:
+                rows = [changes_cost(n, u) for n, u in engines]
+                print(f"\n### Storage.changes: 1,000 finished trials, 16 running\n\n"
+                      f"Machine: {machine()}\n\n{table(rows)}")
+                return 0
             results = [run_engine(n, u, args.trials, args.writes) for n, u in engines]
         finally:
             if server is not None:

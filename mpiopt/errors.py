@@ -32,12 +32,22 @@ class LeaseLost(StorageError):
     write anything more, or the two jobs' records of the same trials would mix."""
 
 
+class TrialTaken(StorageError):
+    """Another job of a shared study restarted (or finished) the trial first: this job
+    leaves it to that one."""
+
+
 class DatabaseGone(StorageError):
     """The SQLite file this job opened was deleted or replaced by another file while it
     ran (storage/_sqlite_file.py): nothing more is written to it, and no retry can bring
     it back, so it is not a StorageUnavailable. The coordinator's storage wrapper
     (storage/resilient.py) keeps what could not be written in the recovery file, with the
     study as the job last saw it, and ends the job as for an outage given up."""
+
+
+class TrialTaken(StorageError):
+    """restart_trial on a trial that is no longer INTERRUPTED: another job claimed it
+    first (it is RUNNING for that job) or it finished. The caller leaves it alone."""
 
 
 class UnknownStudyError(StorageError):

@@ -59,8 +59,21 @@ KEEP_LAST = 4
 REWRITE_EVERY = 16
 
 
-def recovery_file(folder: Path, study: str) -> Path:
-    return Path(folder) / f"{file_stem(study)}{RECOVERY_SUFFIX}"
+def recovery_file(folder: Path, study: str, job: int | None = None) -> Path:
+    """STUDY.mpiopt-recovery.jsonl; a job of a shared study (`--join`) has its own,
+    STUDY.jobN.mpiopt-recovery.jsonl, so that jobs in one folder never write, import or
+    remove each other's (nor their leaders' files beside it: kept_folder)."""
+    return Path(folder) / f"{file_stem(study)}{'' if job is None else f'.job{job}'}{RECOVERY_SUFFIX}"
+
+
+def jobs_recovery_files(place: Path) -> list[Path]:
+    """Beside the recovery file `place`: the places of the shared study's jobs, where a
+    recovery file or a kept folder of theirs is (a start imports from each)."""
+    place = Path(place)
+    stem = glob.escape(str(place.with_name(place.name[:-len(RECOVERY_SUFFIX)])))
+    found = glob.glob(f"{stem}.job*{RECOVERY_SUFFIX}") + glob.glob(f"{stem}.job*.mpiopt-kept")
+    return sorted({Path(p[:-len(".mpiopt-kept")] + RECOVERY_SUFFIX)
+                   if p.endswith(".mpiopt-kept") else Path(p) for p in found})
 
 
 def kept_folder(place: Path) -> Path:

@@ -119,6 +119,7 @@ class FrozenTrial:
     member: int | None = None
     round: int | None = None
     parent: int | None = None
+    job: int | None = None            # the job that runs or ran it (mpiopt search --join)
 
 
 # ---- what travels with a trial between the coordinator, the groups and the objective ----

@@ -566,7 +566,7 @@ def test_a_single_process_study_whose_output_is_closed_stops_in_order(tmp_path):
     line = closing_line(subprocess.CompletedProcess([], 0, "", err))
     assert "the output was closed" in line and "resume with: mpiopt resume" in line, err
     study, trials = study_state(url)
-    assert study.status is StudyStatus.INTERRUPTED and study.lease is None
+    assert study.status is StudyStatus.INTERRUPTED and not study.lease.live
     assert not any(t.status is TrialStatus.RUNNING for t in trials)
     proc = mpiopt("resume", "c", "--storage", url, cwd=tmp_path, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr

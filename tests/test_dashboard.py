@@ -232,6 +232,8 @@ def test_a_trial_that_finishes_shows_up_without_a_reload(tmp_path, browser, serv
                          " == 8", "every trial finished")
         assert browser.js("window.sameDocument") == "yes"
         assert "complete" in browser.js("document.getElementById('study-meta').textContent")
+        jobs = browser.js("document.getElementById('study-jobs').textContent")
+        assert jobs.startswith("job 1 \u00b7 ") and jobs.endswith("ended"), jobs
         _sort_filter_and_detail(browser)
         assert browser.errors() == []
     finally:
@@ -270,6 +272,7 @@ def _sort_filter_and_detail(browser) -> None:
 EVIL_STUDY = "<script>window.evil='study'</script>"
 EVIL_PARAM = "<img src=x onerror=\"window.evil='param'\">"
 EVIL_VALUE = "<b onmouseover=\"window.evil='value'\">v</b>"
+EVIL_JOB = "<script>window.evil='job'</script>"
 EVIL_ERROR = "boom <script>window.evil='error'</script> <img src=y onerror=\"window.evil='error'\">"
 
 
@@ -290,6 +293,8 @@ def _evil_database(tmp_path) -> str:
             else:
                 st.finish_trial(t.id, TrialStatus.COMPLETE, value=float(k), duration=1.0,
                                 intermediate={1: k + 1.0, 2: float(k)})
+        job = st.join_study(sid, "<u>host</u>", 1, 30.0, launcher=EVIL_JOB)
+        st.end_job(job.id, job.token)
         plain = st.create_study("plain", "maximize", "acc", "study: {name: plain}", "1" * 64, "{}")
         st.finish_trial(st.create_trial(plain, {"x": 1.0}, seed=0, group=0).id,
                         TrialStatus.COMPLETE, value=0.5, duration=1.0)
@@ -311,6 +316,7 @@ def test_markup_from_the_database_is_shown_as_text(tmp_path, browser, serve):
     assert browser.js("document.querySelectorAll('main script, main img, main b, main u').length") == 0
     assert browser.js("document.getElementById('study-name').textContent") == f"Study {EVIL_STUDY}"
     assert browser.js("document.getElementById('trial-error').textContent") == EVIL_ERROR
+    assert EVIL_JOB in browser.js("document.getElementById('study-jobs').textContent")
     header = browser.js("[...document.querySelectorAll('#trial-table th')].map(h => h.textContent)")
     assert EVIL_PARAM in header
     assert EVIL_VALUE in browser.js("document.querySelector('#trial-table tbody').textContent")
@@ -421,6 +427,9 @@ class SlowStorage:
         from collections import Counter
 
         return Counter(t.status for t in self.trials)
+
+    def list_jobs(self, study_id):
+        return []
 
     def get_trials(self, study_id):
         self.reads += 1

@@ -61,16 +61,19 @@ def test_copy_from_sqlite_to_postgresql_keeps_every_field(tmp_path, pg_server):
 
 def _hold_lease(url, name, age_s=0.0):
     """Hold the study's lease as a live job elsewhere would (its last beat `age_s` ago)."""
-    from mpiopt.storage.models import StudyModel
+    from mpiopt.storage.models import JobModel
 
     with open_storage(url) as st:
         sid = st.get_study(name).id
-        if st.get_study(name).lease is None:
-            st.acquire_lease(sid, "n99", 4242, period_s=30)
+        held = st.get_study(name).lease
+        if held is None or not held.live:
+            st.join_study(sid, "n99", 4242, 30)
         if age_s:
-            beat = st.get_study(name).lease.beat_at.replace(tzinfo=None) - timedelta(seconds=age_s)
+            lease = st.get_study(name).lease
+            beat = lease.beat_at.replace(tzinfo=None) - timedelta(seconds=age_s)
             with st.engine.begin() as conn:
-                conn.execute(StudyModel.__table__.update().values(lease_beat_at=beat))
+                conn.execute(JobModel.__table__.update().where(JobModel.id == lease.id)
+                             .values(beat_at=beat))
 
 
 def test_delete_and_rename_refuse_a_running_study_unless_forced(tmp_path):

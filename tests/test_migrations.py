@@ -20,9 +20,10 @@ from mpiopt.errors import StorageError
 from mpiopt.storage import migrate, open_storage
 from mpiopt.storage._engine import make_engine
 from mpiopt.storage.models import Base
+from mpiopt.trial import TrialStatus
 
 ROOT = Path(__file__).resolve().parent.parent
-TABLES = {"studies", "trials", "trial_params", "trial_folds", "trial_intermediate",
+TABLES = {"studies", "jobs", "trials", "trial_params", "trial_folds", "trial_intermediate",
           "alembic_version"}
 
 
@@ -231,3 +232,36 @@ def test_0006_adds_the_lineage_columns_and_keeps_the_trials(tmp_path):
         assert st.get_trials(1)[1].parent == 0
         done = st.finish_trials([dict(trial_id=new.id, status="COMPLETE", value=0.1)])[0]
         assert (done.member, done.round, done.parent) == (2, 3, 0)
+
+
+def test_0009_makes_the_study_leases_jobs_and_keeps_the_trials(db_url):
+    """A 0008 database (one live lease, one released, trials), on SQLite and PostgreSQL:
+    its studies and trials survive 0009 whole (the batch copy of `studies` once cascaded
+    into `trials` on SQLite), the live lease is a live exclusive job, the released one an
+    ended job, and the schema is the models'."""
+    url = db_url
+    engine = make_engine(url)
+    migrate.upgrade(engine, "0008")
+    with engine.begin() as conn:          # as the mpiopt of revision 0008 wrote it
+        for name, token in (("live", "t" * 32), ("done", None)):
+            conn.execute(text(
+                "insert into studies (name, direction, metric, spec_text, fingerprint, "
+                "space_json, status, created_at, updated_at, lease_token, lease_host, "
+                "lease_pid, lease_started_at, lease_beat_at, lease_period) values (:n, "
+                "'minimize', 'value', 's', :fp, '{}', 'RUNNING', '2026-11-22 10:00:00', "
+                "'2026-11-22 10:00:00', :tok, 'n12', 4242, '2026-11-22 10:00:00', "
+                "'2026-11-22 10:05:00', 30.0)"), {"n": name, "fp": "0" * 64, "tok": token})
+        conn.execute(text("insert into trials (study_id, number, status, value, attempt, "
+                          "lost_attempts) values (1, 0, 'RUNNING', NULL, 0, 0), "
+                          "(2, 0, 'COMPLETE', 0.5, 0, 0)"))
+    engine.dispose()
+    with open_storage(url) as st:
+        assert _diff(st.engine) == []
+        assert [t.status for t in st.get_trials(1)] == [TrialStatus.RUNNING]
+        assert [(t.value, t.job) for t in st.get_trials(2)] == [(0.5, None)]
+        live, done = st.list_jobs(1), st.list_jobs(2)
+        assert [(j.host, j.pid, j.live, j.shared, j.period_s) for j in live] == \
+            [("n12", 4242, True, False, 30.0)]
+        assert [(j.end, j.ended_at == j.beat_at) for j in done] == [("ended", True)]
+        assert st.get_study("live").lease == live[0] and st.get_study("done").lease == done[0]
+        assert "lease_token" not in {c["name"] for c in inspect(st.engine).get_columns("studies")}

@@ -189,7 +189,7 @@ def test_a_postgresql_server_that_stops_answering_is_an_outage_a_stop_signal_end
     proc = mpiopt("search", spec, "--storage", url, "--resume", np=3, cwd=tmp_path,
                   timeout=180, env={**subprocess_env(), "MPIOPT_TEST_SLEEP": "0.05"})
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "was running when the last job ended" not in proc.stdout, proc.stdout
+    assert "was running when its job ended" not in proc.stdout, proc.stdout
     assert not recovery.exists()
     trials = assert_complete(url, 14)
     assert not [t.number for t in trials if t.lost_attempts], proc.stdout   # all in order

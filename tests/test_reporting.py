@@ -98,9 +98,52 @@ def test_timeline_efficiency_and_idle_gaps():
               trial(1, p, 1.0, group=0, start=6, seconds=4),
               trial(2, p, 1.0, group=1, start=0, seconds=5)]     # group 1: busy 0-5
     d = panel("timeline", view(trials)).data
-    assert d["groups"] == [0, 1] and d["wall"] == pytest.approx(10)
+    assert d["tracks"] == [{"job": None, "group": 0}, {"job": None, "group": 1}]
+    assert d["wall"] == pytest.approx(10) and d["held"] == pytest.approx(20)
     assert d["busy"] == pytest.approx(13) and d["efficiency"] == pytest.approx(13 / 20)
     assert sorted(map(tuple, d["idle"])) == [(0, 4.0, 6.0), (1, 5.0, 10.0)]
+
+
+def job_record(id, host, launcher=None):
+    return SimpleNamespace(id=id, host=host, launcher=launcher, pid=100 + id)
+
+
+def test_timeline_keeps_each_jobs_groups_together_and_counts_only_the_time_jobs_held():
+    """Two jobs both have a group 0: two tracks, job by job under their labels. Job 2
+    started after job 1 ended; the time between them is nobody's, so it is not idle."""
+    p = {"x": 0.5, "lr": 0.01, "act": "relu"}
+    trials = [trial(0, p, 1.0, group=0, start=0, seconds=4, job=1),
+              trial(1, p, 1.0, group=1, start=0, seconds=2, job=1),     # idle 2-4 in job 1
+              trial(2, p, 1.0, group=0, start=100, seconds=5, job=2),
+              trial(3, p, 1.0, group=0, start=105, seconds=5, job=2)]
+    v = StudyView.of(record(), trials, now=T0 + timedelta(hours=1),
+                     jobs=[job_record(1, "n1", "slurm 42_0"), job_record(2, "n2")])
+    d = panel("timeline", v).data
+    assert d["tracks"] == [{"job": 1, "group": 0}, {"job": 1, "group": 1}, {"job": 2, "group": 0}]
+    assert [(b["number"], b["track"]) for b in d["bars"]] == [(0, 0), (1, 1), (2, 2), (3, 2)]
+    assert [(j["label"], j["first"], j["last"]) for j in d["jobs"]] == [
+        ("job 1 (n1, slurm 42_0)", 0, 1), ("job 2 (n2)", 2, 2)]
+    assert d["held"] == pytest.approx(4 + 4 + 10) and d["busy"] == pytest.approx(4 + 2 + 10)
+    assert d["efficiency"] == pytest.approx(16 / 18)
+    assert [tuple(i) for i in d["idle"]] == [(1, 2.0, 4.0)]
+
+
+def test_the_drawn_timeline_labels_each_job_and_names_tracks_by_group():
+    from mpiopt.reporting.plotly_figures import figure
+
+    p = {"x": 0.5, "lr": 0.01, "act": "relu"}
+    trials = [trial(0, p, 1.0, group=0, start=0, seconds=4, job=1),
+              trial(1, p, 1.0, group=0, start=1, seconds=4, job=2)]
+    v = StudyView.of(record(), trials, now=T0 + timedelta(hours=1),
+                     jobs=[job_record(1, "n1", "slurm 42_0"), job_record(2, "n2", "slurm 42_1")])
+    layout = figure(panel("timeline", v))["layout"]
+    assert layout["yaxis"]["ticktext"] == ["group 0", "group 0"]
+    assert [(a["text"], a["y"]) for a in layout["annotations"]] == [
+        ("job 1 (n1, slurm 42_0)", 0.45), ("job 2 (n2, slurm 42_1)", 1.45)]
+    assert [s["y0"] for s in layout["shapes"] if s["type"] == "line"] == [0.5]
+    # a database from before jobs were recorded: no job labels
+    old = figure(panel("timeline", view([trial(0, p, 1.0, group=0)])))["layout"]
+    assert old["annotations"] == [] and old["yaxis"]["ticktext"] == ["group 0"]
 
 
 def test_a_running_trial_ends_now():
@@ -201,6 +244,20 @@ def test_chrome_trace_tracks_spans_and_suggestions():
     folds = {e["args"]["fold"]: e["tid"] for e in events
              if e["cat"] == "fold" and e["args"]["trial"] == 1}
     assert folds == {0: tracks["group 1 fold 0"], 1: tracks["group 1 fold 1"]}
+
+
+def test_chrome_trace_gives_each_job_a_process_of_its_own():
+    p = {"x": 0.5, "lr": 0.01, "act": "relu"}
+    trials = [trial(0, p, 1.0, group=0, start=0, seconds=4, job=1),
+              trial(1, p, 1.0, group=0, start=1, seconds=4, job=2)]
+    v = StudyView.of(record(), trials, now=T0 + timedelta(hours=1),
+                     jobs=[job_record(1, "n1", "slurm 42_0"), job_record(2, "n2")])
+    trace = chrome_trace(v)
+    names = {e["pid"]: e["args"]["name"] for e in trace["traceEvents"]
+             if e["ph"] == "M" and e["name"] == "process_name"}
+    assert names == {1: "study s, job 1 (n1, slurm 42_0)", 2: "study s, job 2 (n2)"}
+    placed = {e["name"]: (e["pid"], e["tid"]) for e in trace["traceEvents"] if e["ph"] == "X"}
+    assert placed == {"trial 0": (1, 1), "trial 1": (2, 1)}     # both group 0, apart
 
 
 def test_chrome_trace_of_an_old_database_has_trials_only():

@@ -244,7 +244,7 @@ def test_running_trials_a_job_could_not_interrupt_are_interrupted_on_import(tmp_
         assert import_recovery(st, path) == 2
         assert [t.status for t in st.get_trials(sid)] == [
             TrialStatus.COMPLETE, TrialStatus.INTERRUPTED, TrialStatus.RUNNING]
-        assert [t.number for t in st.note_lost_attempts(sid)] == [2]
+        assert [t.number for t in st.take_orphans(sid, count_lost_attempts=True)] == [2]
 
 
 def test_a_recovery_file_writes_only_to_the_study_it_is_imported_for(tmp_path):
@@ -314,3 +314,36 @@ def test_a_recovery_file_shared_by_two_databases_imports_each_line_into_its_own(
     finally:
         for st, _ in stores:
             st.close()
+
+
+def test_a_claim_whose_answer_was_lost_is_answered_and_another_jobs_claim_stays_refused(tmp_path):
+    """restart_trial is a claim: a retry after a try that committed but lost its answer
+    finds the trial RUNNING for this very job and answers it (not TrialTaken); a trial
+    another job claimed is still refused."""
+    from mpiopt.errors import TrialTaken
+
+    with open_storage(f"sqlite:///{tmp_path / 'r.db'}", create=True) as st:
+        sid = st.create_study("s", "minimize", "value", "s", "0" * 64, "{}")
+        a = st.join_study(sid, "n1", 1, 30, shared=True)
+        b = st.join_study(sid, "n1", 2, 30, shared=True)
+        mine, theirs = st.create_trials(sid, [dict(params={"x": float(i)}, seed=i, group=i)
+                                             for i in range(2)])
+        st.take_orphans(sid, count_lost_attempts=False)     # (no job ran them)
+        st.fence = (b.id, b.token)
+        st.restart_trial(theirs.id, group=0)
+        st.fence = (a.id, a.token)
+        real, calls = st.restart_trial, []
+
+        def answer_lost(*args, **kwargs):
+            calls.append(1)
+            got = real(*args, **kwargs)
+            if len(calls) == 1:
+                raise StorageUnavailable("db: connection reset after the commit")
+            return got
+        st.restart_trial = answer_lost
+        r, lines, _ = wrapped(st, tmp_path)
+        claimed = r.restart_trial(mine.id, group=1)
+        assert (claimed.status, claimed.job, claimed.attempt, len(calls)) == \
+            (TrialStatus.RUNNING, a.id, 1, 2)
+        with pytest.raises(TrialTaken, match=f"RUNNING for job {b.id}"):
+            r.restart_trial(theirs.id, group=1)

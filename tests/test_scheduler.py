@@ -415,6 +415,22 @@ def test_the_stock_follows_results_per_ask():
     assert searcher._waiting_costs_too_much()
 
 
+def test_a_queue_of_waiting_groups_is_a_wait_too():
+    """1,000 groups of 35 s trials finishing within 135 ms asks: one ask is under a
+    second, but the 100th group in the queue waits 13.5 s, far past 1% of a trial; and
+    the trial is the spacing of results times the groups that train, not all groups."""
+    from mpiopt.search.background import BackgroundSearcher
+
+    searcher = BackgroundSearcher(CountingSearcher(), max_stock=1000, clock=lambda: 0.0)
+    searcher._ask_s, searcher._gap_s = 0.135, 0.035
+    assert not searcher._waiting_costs_too_much(waiting=1, training=1000)
+    assert not searcher._waiting_costs_too_much(waiting=3, training=1000)   # 0.4 s
+    assert searcher._waiting_costs_too_much(waiting=100, training=900)
+    searcher._gap_s = 0.1            # 430 groups training, results 0.1 s apart: 43 s trials
+    assert searcher._waiting_costs_too_much(waiting=8, training=430)        # 1.1 s > 0.43 s
+    assert not searcher._waiting_costs_too_much(waiting=8, training=430 * 10_000)
+
+
 def test_results_are_kept_when_the_next_trial_cannot_be_created():
     from mpiopt.errors import StorageUnavailable
 

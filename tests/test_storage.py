@@ -21,7 +21,8 @@ import pytest
 import yaml
 from sqlalchemy import event, text
 
-from mpiopt.errors import ResumeError, StorageError, StorageUnavailable, UnknownStudyError
+from mpiopt.errors import (ResumeError, StorageError, StorageUnavailable, TrialTaken,
+                           UnknownStudyError)
 from mpiopt.storage import DuplicateStudyError, open_storage
 from mpiopt.trial import FrozenTrial, StudyStatus, TrialStatus
 
@@ -296,7 +297,7 @@ def test_status_transitions(storage):
     assert pruned.status is TrialStatus.PRUNED and pruned.attempt == 1
     with pytest.raises(StorageError, match="already PRUNED"):
         storage.finish_trial(t.id, TrialStatus.COMPLETE, value=1.0)
-    with pytest.raises(StorageError, match="only unfinished"):
+    with pytest.raises(TrialTaken, match="trial 0 is PRUNED; only an INTERRUPTED trial"):
         storage.restart_trial(t.id, group=0)
     assert storage.interrupt_running(sid) == 0
     assert len(storage.get_trials(sid)) == 1
@@ -491,14 +492,15 @@ def test_lost_attempts_are_counted_and_an_interrupted_trial_can_be_failed(storag
     a = storage.create_trial(sid, {"x": 1.0}, seed=1, group=0, host="n1", rank=3)
     storage.create_trial(sid, {"x": 2.0}, seed=2, group=1, host="n2", rank=5)
     storage.finish_trial(a.id, TrialStatus.COMPLETE, value=1.0)
-    lost = storage.note_lost_attempts(sid)
+    lost = storage.take_orphans(sid, count_lost_attempts=True)
     assert [(t.number, t.lost_attempts, t.rank, t.status) for t in lost] == \
         [(1, 1, 5, TrialStatus.INTERRUPTED)]
     storage.restart_trial(lost[0].id, group=0, host="n3", rank=1)
-    again = storage.note_lost_attempts(sid)
+    again = storage.take_orphans(sid, count_lost_attempts=True)
     assert [(t.lost_attempts, t.rank, t.host) for t in again] == [(2, 1, "n3")]
     failed = storage.finish_trial(again[0].id, TrialStatus.FAILED, error="killed its process 2 times")
-    assert failed.status is TrialStatus.FAILED and storage.note_lost_attempts(sid) == []
+    assert failed.status is TrialStatus.FAILED
+    assert storage.take_orphans(sid, count_lost_attempts=True) == []
 
 
 
@@ -511,35 +513,49 @@ def test_interrupting_keeps_the_trials_whose_rank_died_running(storage):
     assert storage.interrupt_running(sid, keep={dead.id}) == 1
     assert [t.status for t in storage.get_trials(sid)] == [TrialStatus.RUNNING,
                                                             TrialStatus.INTERRUPTED]
-    assert [(t.number, t.lost_attempts) for t in storage.note_lost_attempts(sid)] == [(0, 1)]
+    assert [(t.number, t.lost_attempts) for t in
+            storage.take_orphans(sid, count_lost_attempts=True)] == [(0, 1)]
 
 # ---- one coordinator per study ---------------------------------------------------------
-def test_a_fresh_lease_refuses_a_second_job_and_a_stale_one_is_taken_over(sql_storage):
-    storage = sql_storage          # (its SQL engine, its lease fence)
+def _age(storage, job, seconds: float) -> None:
+    """The job fell silent `seconds` ago (its last beat moved back)."""
     from datetime import timedelta
 
-    from mpiopt.errors import StudyBusyError
-    from mpiopt.storage.models import StudyModel
+    from mpiopt.storage.models import JobModel
+
+    with storage.engine.begin() as conn:
+        conn.execute(JobModel.__table__.update().where(JobModel.id == job.id).values(
+            beat_at=job.beat_at.replace(tzinfo=None) - timedelta(seconds=seconds)))
+
+
+def test_a_fresh_lease_refuses_a_second_job_and_a_stale_one_is_taken_over(sql_storage):
+    storage = sql_storage          # (its SQL engine, its lease fence)
+    from mpiopt.errors import LeaseLost, StudyBusyError
 
     sid = new_study(storage)
-    token = storage.acquire_lease(sid, "n12", 4242, period_s=30)
-    with pytest.raises(StudyBusyError, match=r"host n12, pid 4242.*last heartbeat \d+s ago"):
-        storage.acquire_lease(sid, "n13", 77, period_s=30)
-    storage.heartbeat(sid, token)
+    first = storage.join_study(sid, "n12", 4242, 30)
+    with pytest.raises(StudyBusyError, match=r"host n12, pid 4242.*last heartbeat \d+s ago") as busy:
+        storage.join_study(sid, "n13", 77, 30)
+    assert busy.value.lease.id == first.id and busy.value.lease.token is None
+    storage.job_heartbeat(first.id, first.token)
     lease = storage.get_study("s").lease
-    assert (lease.host, lease.pid, lease.period_s) == ("n12", 4242, 30.0)
-    with storage.engine.begin() as conn:        # the job died: no beat for 2 minutes
-        conn.execute(StudyModel.__table__.update().values(
-            lease_beat_at=lease.beat_at.replace(tzinfo=None) - timedelta(minutes=2)))
+    assert (lease.host, lease.pid, lease.period_s, lease.live) == ("n12", 4242, 30.0, True)
+    _age(storage, lease, 120)                   # the job died: no beat for 2 minutes
     assert storage.get_study("s").lease.is_stale(datetime.now(lease.beat_at.tzinfo))
-    second = storage.acquire_lease(sid, "n13", 77, period_s=30)
-    with pytest.raises(StorageError, match="lost its lease"):
-        storage.heartbeat(sid, token)             # the dead job, back, learns it lost
-    storage.release_lease(sid, token)             # and its release changes nothing
+    second = storage.join_study(sid, "n13", 77, 30)
+    with pytest.raises(LeaseLost, match="lost its lease"):
+        storage.job_heartbeat(first.id, first.token)    # the dead job, back, learns it lost
+    assert storage.end_job(first.id, first.token) == 1  # and its end changes nothing
+    jobs = storage.list_jobs(sid)
+    assert [(j.host, j.end, j.taken_by) for j in jobs] == [("n12", "lost", second.id),
+                                                          ("n13", None, None)]
     assert storage.get_study("s").lease.host == "n13"
-    storage.release_lease(sid, second)
-    assert storage.get_study("s").lease is None
-    storage.release_lease(sid, storage.acquire_lease(sid, "n14", 1, period_s=30))
+    assert storage.end_job(second.id, second.token) == 0
+    ended = storage.get_study("s").lease
+    assert (ended.id, ended.end, ended.live) == (second.id, "ended", False)
+    assert ended.is_stale(datetime.now(ended.beat_at.tzinfo))     # (an ended job is gone)
+    third = storage.join_study(sid, "n14", 1, 30)
+    assert storage.end_job(third.id, third.token, "interrupted") == 0
 
 
 @pytest.mark.parametrize("holder", ["killed", "alive", "signal"])
@@ -558,14 +574,14 @@ def test_a_holder_on_another_host_is_watched_before_the_study_is_refused(sqlite_
 
     storage, said = sqlite_storage, []
     sid = new_study(storage)
-    token = storage.acquire_lease(sid, "n12", 4242, period_s=0.5)
+    held = storage.join_study(sid, "n12", 4242, 0.5)
     with pytest.raises(StudyBusyError):                 # no wait: refused as before
         take_lease(storage, sid, 30.0)
     done = threading.Event()
     if holder == "alive":
         def beat():
             while not done.wait(0.1):
-                storage.heartbeat(sid, token)
+                storage.job_heartbeat(held.id, held.token)
         threading.Thread(target=beat, daemon=True).start()
     if holder == "signal":      # (Python's own handler: another test may have left one)
         before = signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -575,7 +591,7 @@ def test_a_holder_on_another_host_is_watched_before_the_study_is_refused(sqlite_
         if holder == "killed":
             mine = take_lease(storage, sid, 30.0, wait_s=60, say=lambda *a, **k: said.append(a[0]))
             assert storage.get_study("s").lease.host != "n12"
-            storage.release_lease(sid, mine)
+            storage.end_job(mine.id, mine.token)
         elif holder == "alive":
             with pytest.raises(StudyBusyError, match="host n12, pid 4242"):
                 take_lease(storage, sid, 30.0, wait_s=60, say=lambda *a, **k: said.append(a[0]))
@@ -603,7 +619,7 @@ def test_a_dead_holder_on_this_host_is_taken_over_at_once(sqlite_storage):
     gone = subprocess.Popen(["true"])
     gone.wait()
     sid = new_study(sqlite_storage)
-    sqlite_storage.acquire_lease(sid, socket.gethostname(), gone.pid, period_s=30)
+    sqlite_storage.join_study(sid, socket.gethostname(), gone.pid, 30)
     start = time.monotonic()
     take_lease(sqlite_storage, sid, 30.0)
     assert sqlite_storage.get_study("s").lease.pid == os.getpid()
@@ -616,34 +632,31 @@ def test_a_job_whose_lease_was_taken_over_writes_nothing_more(sql_storage):
     writes mixed with the other job's (a result over a trial the other ran again, the
     other's running trial marked INTERRUPTED, the study's status)."""
     storage = sql_storage          # (its SQL engine, its lease fence)
-    from datetime import timedelta
-
     from mpiopt.errors import LeaseLost
-    from mpiopt.storage.models import StudyModel
 
     sid = new_study(storage)
-    token = storage.acquire_lease(sid, "n12", 4242, period_s=30)
-    storage.fence = (sid, token)
+    job = storage.join_study(sid, "n12", 4242, 30)
+    storage.fence = (job.id, job.token)
     mine = storage.create_trial(sid, {"x": 1.0}, seed=1, group=0)     # while it holds it
-    with storage.engine.begin() as conn:        # silent for 2 minutes: taken over
-        conn.execute(StudyModel.__table__.update().values(
-            lease_beat_at=storage.get_study("s").lease.beat_at.replace(tzinfo=None)
-            - timedelta(minutes=2)))
+    assert mine.job == job.id
+    _age(storage, job, 120)                     # silent for 2 minutes: taken over
     storage.fence = None                        # (this storage acts as the other job)
-    other = storage.acquire_lease(sid, "n13", 77, period_s=30)
+    other = storage.join_study(sid, "n13", 77, 30)
+    storage.fence = (other.id, other.token)
     theirs = storage.create_trial(sid, {"x": 2.0}, seed=2, group=0)
-    storage.fence = (sid, token)
+    storage.fence = (job.id, job.token)
     for write in (lambda: storage.finish_trial(mine.id, TrialStatus.COMPLETE, value=1.0),
                   lambda: storage.interrupt_running(sid),
                   lambda: storage.create_trial(sid, {"x": 3.0}, seed=3, group=0),
                   lambda: storage.set_study_status(sid, StudyStatus.INTERRUPTED),
-                  lambda: storage.heartbeat(sid, token)):
+                  lambda: storage.take_orphans(sid, count_lost_attempts=True),
+                  lambda: storage.job_heartbeat(job.id, job.token)):
         with pytest.raises(LeaseLost, match="lost its lease"):
             write()
     assert storage.lost and "another job took it over" in storage.lost
     assert [t.status for t in storage.get_trials(sid)] == [TrialStatus.RUNNING] * 2
     assert storage.get_study("s").status is StudyStatus.RUNNING     # reads go on
-    storage.fence = (sid, other)                # the job that holds it writes as before
+    storage.fence = (other.id, other.token)     # the job that holds it writes as before
     assert storage.finish_trial(theirs.id, TrialStatus.COMPLETE, value=2.0).value == 2.0
 
 
@@ -778,7 +791,7 @@ def test_results_starts_and_trials_sent_ahead_are_one_transaction(sql_storage):
     assert finished[0].status is TrialStatus.COMPLETE and storage.get_trial(sid, 0).value == 1.0
     assert storage.get_trial(sid, 1).started_at is not None            # begun now
     assert made[0].number == 2 and storage.get_trial(sid, 2).started_at is None
-    lost = storage.note_lost_attempts(sid)                             # the job died here
+    lost = storage.take_orphans(sid, count_lost_attempts=True)         # the job died here
     assert [t.number for t in lost] == [1] and lost[0].lost_attempts == 1
     never = storage.get_trial(sid, 2)
     assert never.status is TrialStatus.INTERRUPTED and never.lost_attempts == 0

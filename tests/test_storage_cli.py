@@ -72,11 +72,11 @@ def test_one_job_per_study_and_a_dead_one_told_from_a_live_one(tmp_path, db_url)
         if job.poll() is None:
             os.killpg(job.pid, signal.SIGKILL)
     with open_storage(db_url) as st:                # as if its last beat was 5 minutes ago
-        from mpiopt.storage.models import StudyModel
+        from mpiopt.storage.models import JobModel
 
         with st.engine.begin() as conn:
-            conn.execute(StudyModel.__table__.update().values(
-                lease_host="n12", lease_beat_at=datetime.now(timezone.utc).replace(tzinfo=None)
+            conn.execute(JobModel.__table__.update().values(
+                host="n12", beat_at=datetime.now(timezone.utc).replace(tzinfo=None)
                 - timedelta(minutes=5)))
     table = mpiopt("studies", "--storage", db_url, cwd=tmp_path)
     assert "stopped (" in table.stdout and "n12" in table.stdout, table.stdout

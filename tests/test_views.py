@@ -377,9 +377,9 @@ def test_a_dead_job_reads_stopped_in_every_line_and_a_live_one_says_its_period(t
     gone.wait()
     with open_storage(url, create=True) as st:
         dead = st.create_study("dead", "minimize", "loss", spec("dead", "metric: loss"), "d" * 64, SPACE)
-        st.acquire_lease(dead, socket.gethostname(), gone.pid, period_s=30)
+        st.join_study(dead, socket.gethostname(), gone.pid, 30)
         live = st.create_study("live", "minimize", "loss", spec("live", "metric: loss"), "l" * 64, SPACE)
-        st.acquire_lease(live, socket.gethostname(), os.getpid(), period_s=30)
+        st.join_study(live, socket.gethostname(), os.getpid(), 30)
     lines = text(url, "status", "dead").splitlines()
     assert lines[0].startswith("study    dead (stopped (") and "RUNNING" not in lines[0]
     assert f"stopped without a word (its process {gone.pid} is gone" in lines[-1]

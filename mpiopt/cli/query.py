@@ -184,11 +184,12 @@ def cmd_export(args) -> int:
 
     with _opened(args) as (storage, record):
         trials = storage.get_trials(record.id)
+        jobs = storage.list_jobs(record.id) if args.format == "chrome-trace" else ()
     front = _front(storage, record, [t for t in trials if t.status == TrialStatus.COMPLETE])
     writer = write_csv if args.format == "csv" else write_json
     write = lambda trials, out: writer(trials, out, front)    # noqa: E731
     if args.format == "chrome-trace":
-        write = _trace_writer(record)
+        write = _trace_writer(record, jobs)
     if not args.output:
         write(trials, sys.stdout)
         return 0
@@ -201,11 +202,11 @@ def cmd_export(args) -> int:
     return 0
 
 
-def _trace_writer(record):
+def _trace_writer(record, jobs):
     from mpiopt.reporting.trace import write_chrome_trace
     from mpiopt.reporting.view import StudyView
 
-    return lambda trials, out: write_chrome_trace(StudyView.of(record, trials), out)
+    return lambda trials, out: write_chrome_trace(StudyView.of(record, trials, jobs=jobs), out)
 
 
 def cmd_status(args) -> int:
@@ -216,8 +217,9 @@ def cmd_status(args) -> int:
         best = storage.best_trials(record.id, 1)
         groups = storage.group_activity(record.id)
         front = _front(storage, record)
+        jobs = storage.list_jobs(record.id)
     summary = status_summary(record, counts, best[0] if best else None, groups,
-                             storage_url(args), front)
+                             storage_url(args), front, jobs)
     if args.format == "json":
         print(json.dumps(summary, indent=2))
     else:

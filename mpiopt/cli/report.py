@@ -46,7 +46,8 @@ def load_view(args):
 
     with open_storage(storage_url(args), read_only=True) as storage:
         record = storage.get_study(args.study)
-        return StudyView.of(record, storage.get_trials(record.id))
+        return StudyView.of(record, storage.get_trials(record.id),
+                            jobs=storage.list_jobs(record.id))
 
 
 def cmd_report(args) -> int:

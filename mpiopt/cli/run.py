@@ -13,6 +13,10 @@ def register(sub) -> None:
     p.add_argument("--resume-or-start", action="store_true",
                    help="continue the study if it exists, else start it (a batch job that is "
                         "requeued runs the same command every time)")
+    p.add_argument("--join", action="store_true",
+                   help="run the study together with other jobs (a job array, more "
+                        "allocations): start it if it does not exist, else join it; the "
+                        "budget and the search are shared through the database")
     p.add_argument("--retry-failed", action="store_true",
                    help="with --resume: FAILED trials become RETRIED (kept, no longer counted) "
                         "and their parameter sets run again first")
@@ -26,6 +30,8 @@ def register(sub) -> None:
     p.add_argument("--recovery", action="append", default=[], metavar="FILE",
                    help="a recovery file a database outage left (the job's closing line names "
                         "it): its results are written first")
+    p.add_argument("--join", action="store_true",
+                   help="run it together with the other jobs that run it now (see search --join)")
     _common(p)
     p.set_defaults(func=cmd_resume, starts_a_run=True)
 
@@ -49,18 +55,20 @@ def _overrides(args) -> dict:
 def cmd_search(args) -> int:
     def prepare():
         from mpiopt.cli.common import read_spec
-        from mpiopt.run.study_run import refuse_retry_of_rounds
+        from mpiopt.run.study_run import refuse_retry_of_rounds, refuse_shared
 
-        if args.retry_failed and not (args.resume or args.resume_or_start):
+        if args.retry_failed and not (args.resume or args.resume_or_start or args.join):
             raise MpioptError("--retry-failed needs --resume (or --resume-or-start): it "
                               "retries the failed trials of an existing study")
         if args.resume and args.resume_or_start:
             raise MpioptError("give --resume or --resume-or-start, not both")
         spec = read_spec(args.spec, overrides=_overrides(args))
         url = storage_url(args, spec.storage)
-        resume = "auto" if args.resume_or_start else args.resume
+        resume = "auto" if args.resume_or_start or (args.join and not args.resume) else args.resume
         refuse_retry_of_rounds(spec, args.retry_failed)
-        return spec, url, resume, {"retry_failed": args.retry_failed}
+        if args.join:
+            refuse_shared(spec, url)
+        return spec, url, resume, {"retry_failed": args.retry_failed, "shared": args.join}
 
     from mpiopt.run.launch import run_study_command
 
@@ -74,9 +82,13 @@ def _recovery_files(given: list[str], study: str) -> list[str]:
 
     from mpiopt.kept import recovery_file
 
+    import re
+
     expected = recovery_file(Path("."), study).name
+    stem, suffix = expected.split(".mpiopt-recovery", 1)
+    job_file = re.compile(re.escape(stem) + r"(\.job\d+)?" + re.escape(".mpiopt-recovery" + suffix))
     for name in given:
-        if Path(name).name != expected:
+        if not job_file.fullmatch(Path(name).name):
             raise MpioptError(f"--recovery: {name} is not study '{study}''s recovery file (that "
                               f"is {expected} in the folder the closing line named)")
         if not Path(name).is_file():
@@ -111,7 +123,7 @@ def _named_as_allowed(name: str, url: str) -> None:
 
 def cmd_resume(args) -> int:
     def prepare():
-        from mpiopt.run.study_run import refuse_retry_of_rounds
+        from mpiopt.run.study_run import refuse_retry_of_rounds, refuse_shared
         from mpiopt.spec import Spec
         from mpiopt.storage import open_storage
         from mpiopt.study.opening import stored_spec_dict
@@ -134,7 +146,10 @@ def cmd_resume(args) -> int:
             data.setdefault(section, {})[key] = value
         spec = Spec.from_dict(data, source=f"{url}#{args.study}")
         refuse_retry_of_rounds(spec, args.retry_failed)
-        return spec, url, True, {"retry_failed": args.retry_failed, "recovery": recovery}
+        if args.join:
+            refuse_shared(spec, url)
+        return spec, url, True, {"retry_failed": args.retry_failed, "recovery": recovery,
+                                 "shared": args.join}
 
     from mpiopt.run.launch import run_study_command
 

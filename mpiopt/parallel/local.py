@@ -162,7 +162,9 @@ def run_local(scheduler, executor, objective, comm, stopped=lambda: False, give_
             watch.start()
         if not stop.set:
             executor.run(scheduler.start())
-        while queue and not stop.set:
+        while (queue or _wait_for_other_jobs(scheduler, executor, stop)) and not stop.set:
+            if not queue:
+                continue
             action = queue.popleft()
             result = _evaluate(scheduler, executor, objective, comm, action, stop, watch)
             if keeper is not None:
@@ -187,6 +189,18 @@ def run_local(scheduler, executor, objective, comm, stopped=lambda: False, give_
             signal.signal(sig, handler)
         forget_signals()
         objective.close()
+
+
+def _wait_for_other_jobs(scheduler, executor, stop: _Stop) -> bool:
+    """With no trial to run, a job of a shared study waits while other jobs' trials run
+    (mpiopt.parallel.scheduler.shared), a poll at a time; False once it may end. The
+    wait ends with a stop signal, or once those trials end or their job is taken over."""
+    if not scheduler.waits_for_other_jobs:
+        return False
+    time.sleep(scheduler.shared.poll_s)
+    if not stop.set:
+        executor.run(scheduler.tick())
+    return True
 
 
 def _evaluate(scheduler, executor, objective, comm, action: Dispatch, stop: _Stop, watch=None):

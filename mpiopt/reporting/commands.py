@@ -8,16 +8,19 @@ import shlex
 from mpiopt.search import ALGORITHMS, traits
 
 
-def resume_command(name: str, url: str, recovery=None, launch: str = "") -> str:
+def resume_command(name: str, url: str, recovery=None, launch: str = "",
+                   shared: bool = False) -> str:
     """The exact command that continues a study, as every closing line prints it; with the
     recovery file an outage left (`recovery`), named so that it is imported even where the
     database's record of it is lost with the job's last writes (study_run.open_run);
-    `launch` goes first (`mpiexec -n 9 `: the same layout again, mpiopt.run.launcher)."""
+    `launch` goes first (`mpiexec -n 9 `: the same layout again, mpiopt.run.launcher);
+    `shared`: the job was one of several (`--join`), and so is the next."""
     shown = shown_url(url)
     hint = "" if shown == url else " (with the password: set MPIOPT_STORAGE to the full URL)"
     kept = f" --recovery {shlex.quote(str(recovery))}" if recovery else ""
     # (quoted for the shell: a folder with a space in it made a command that fails pasted)
-    return f"{launch}mpiopt resume {name} --storage {shlex.quote(shown)}{kept}{hint}"
+    join = " --join" if shared else ""
+    return f"{launch}mpiopt resume {name} --storage {shlex.quote(shown)}{join}{kept}{hint}"
 
 
 def after_failures(name: str, url: str, algorithm: str | None, launch: str = "") -> str:

@@ -84,18 +84,23 @@ class Studies:
 
     def study(self, name: str, have: str | None = None, rows: str | None = None) -> dict:
         """The study's header, its rows unless `rows` names the snapshot the page holds,
-        its figures unless `have` names theirs."""
+        its figures unless `have` names theirs, and the jobs that ran it
+        (mpiopt.reporting.jobs)."""
+        from mpiopt.reporting.jobs import job_row
         from mpiopt.reporting.tables import liveness
 
         with self.lock:
             record = self.storage.get_study(name)
             counts = self.storage.count_trials(record.id)
+            jobs = self.storage.list_jobs(record.id)
         with self.building:         # (two pages at once: one read, one build)
             snap = self._snapshot(record, counts)
             version, figures = self._figures(record, snap)
+        now = datetime.now(timezone.utc)
         out = {"name": record.name, "metric": record.metric, "direction": record.direction,
-               "status": record.status.value, "state": liveness(record, self.url)[1],
-               **snap.head, "rows_version": snap.version}
+               "status": record.status.value, "state": liveness(record, self.url, now, jobs)[1],
+               "jobs": [job_row(j, now) for j in jobs], **snap.head,
+               "rows_version": snap.version}
         if rows != snap.version:
             out["rows"] = snap.rows
         out["version"] = version
@@ -121,7 +126,8 @@ class Studies:
                 return old
         with self.lock:
             trials = self.storage.get_trials(record.id)
-        view = StudyView.of(record, trials)
+            jobs = self.storage.list_jobs(record.id)     # (the timeline's labels)
+        view = StudyView.of(record, trials, jobs=jobs)
         snap = _Snapshot(key, now, self.clock() - now, view, f"{record.id}-{int(now * 1000)}",
                          _head(view), [_row(t) for t in view.trials])
         self.snapshots[record.name] = snap

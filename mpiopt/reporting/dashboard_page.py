@@ -45,6 +45,7 @@ PAGE = f"""<!DOCTYPE html>
 <section id="study" hidden>
 <h2 id="study-name"></h2>
 <p class="meta" id="study-meta"></p>
+<ul class="meta" id="study-jobs"></ul>
 <p id="study-best"></p>
 <section id="trials"><h2>Trials</h2>
 <div class="controls"><input id="filter" type="search" placeholder="filter: any text in a row">
@@ -139,6 +140,11 @@ function drawStudy(d) {
     .map(s => d.counts[s.toLowerCase()] + " " + s.toLowerCase()).join(", ");
   document.getElementById("study-meta").textContent = d.metric + " (" + d.direction + ") \u00b7 " +
     d.state + " \u00b7 " + d.trials + " trials" + (counts ? ": " + counts : "");
+  document.getElementById("study-jobs").replaceChildren(...(d.jobs || []).map(j => el("li", {},
+    ["job " + j.id, j.host, j.launcher, j.groups === null ? null : j.groups + " groups",
+     j.running ? j.running + " running" : null,
+     j.state + (j.taken_by === null ? "" : ", taken over by job " + j.taken_by)]
+    .filter(x => x !== null && x !== "").join(" \u00b7 "))));
   const best = document.getElementById("study-best");
   best.textContent = d.best && d.best.front ? d.best.title + ": trial(s) " + d.best.front.join(", ")
     : d.best ? "Best " + d.metric + " " + fmt(d.best.value) + " (trial " +

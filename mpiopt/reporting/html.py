@@ -13,6 +13,7 @@ import math
 from datetime import datetime
 
 from mpiopt.reporting.figures import KINDS, MULTI_KINDS, PBT_KINDS, panel
+from mpiopt.reporting.timeline import held_text
 from mpiopt.reporting.view import Panel, StudyView, hover
 from mpiopt.trial import TrialStatus
 
@@ -72,8 +73,7 @@ def _header(view: StudyView) -> str:
     if timeline.note is None:
         d = timeline.data
         lines.append(f'<p class="figure">Efficiency <b id="efficiency">{d["efficiency"]:.1%}</b>'
-                     f" <span class=\"meta\">= {d['busy']:.1f} busy group-seconds / "
-                     f"({len(d['groups'])} groups × {d['wall']:.1f} s wall)</span></p>")
+                     f' <span class="meta">= {html.escape(held_text(d))}</span></p>')
     return "\n".join(lines)
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 
+from mpiopt.reporting.timeline import job_bands
 from mpiopt.reporting.view import STATUS_COLORS, Panel
 
 MARGIN = {"l": 60, "r": 20, "t": 30, "b": 50}
@@ -258,6 +259,8 @@ def hypervolume(d: dict) -> dict:
 
 
 def timeline(d: dict) -> dict:
+    """Tracks on a numeric axis (a track's index) named by tick text, so two jobs' groups
+    of one number stay apart; each job's groups under a band with its label."""
     data = []
     for status, color in STATUS_COLORS.items():
         bars = [b for b in d["bars"] if b["status"] == status]
@@ -265,18 +268,28 @@ def timeline(d: dict) -> dict:
             data.append(_trials({"type": "bar", "orientation": "h", "name": status.lower(),
                                  "base": [b["start"] for b in bars],
                                  "x": [b["end"] - b["start"] for b in bars],
-                                 "y": [f"group {b['group']}" for b in bars],
+                                 "y": [b["track"] for b in bars], "width": 0.9,
                                  "marker": {"color": color, "line": {"width": 1, "color": "white"}}},
                                 [b["number"] for b in bars]))
     shapes = [{"type": "rect", "xref": "x", "yref": "y", "x0": a, "x1": b,
-               "y0": d["groups"].index(g) - 0.45, "y1": d["groups"].index(g) + 0.45,
+               "y0": t - 0.45, "y1": t + 0.45,
                "fillcolor": "rgba(200,0,0,0.12)", "line": {"width": 0}, "layer": "below"}
-              for g, a, b in d["idle"]]
+              for t, a, b in d["idle"]]
+    bands = job_bands(d)
+    shapes += [{"type": "line", "xref": "paper", "yref": "y", "x0": 0, "x1": 1,
+                "y0": j["first"] - 0.5, "y1": j["first"] - 0.5,
+                "line": {"width": 1, "color": "#333"}} for j in bands if j["first"] > 0]
+    labels = [{"xref": "paper", "yref": "y", "x": 0, "y": j["last"] + 0.45, "xanchor": "left",
+               "yanchor": "top", "showarrow": False, "text": j["label"], "font": {"size": 11},
+               "bgcolor": "rgba(255,255,255,0.7)"} for j in bands]
+    tracks = d["tracks"]
     return {"data": data, "layout": {
-        "barmode": "overlay", "shapes": shapes, "height": 120 + 40 * len(d["groups"]),
+        "barmode": "overlay", "shapes": shapes, "annotations": labels,
+        "height": 120 + 40 * len(tracks),
         "xaxis": {"title": {"text": f"seconds since {d['t0'][:19].replace('T', ' ')} UTC"}},
-        "yaxis": {"type": "category", "categoryorder": "array", "automargin": True,
-                  "categoryarray": [f"group {g}" for g in d["groups"]]}}}
+        "yaxis": {"tickmode": "array", "tickvals": list(range(len(tracks))),
+                  "ticktext": [f"group {t['group']}" for t in tracks], "automargin": True,
+                  "range": [-0.5, len(tracks) - 0.5], "showgrid": False}}}
 
 
 def lineage(d: dict) -> dict:

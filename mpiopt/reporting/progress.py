@@ -269,8 +269,11 @@ class Progress:
         return text
 
     @_locked
-    def trial_finished(self, trial: FrozenTrial, sched) -> None:
-        self._finished(trial)
+    def trial_finished(self, trial: FrozenTrial, sched, other: bool = False) -> None:
+        """`other`: another job's trial (a shared study): counted, not one of this job's
+        groups."""
+        if not other:
+            self._finished(trial)
         self.counted.add(trial.id)
         if self.quiet:
             return
@@ -278,7 +281,8 @@ class Progress:
         done = sched.finished
         width_ = len(str(self.budget))
         value = "-" if trial.value is None else f"{trial.value:.6g}"
-        line = (f"[{done:>{width_}}/{self.budget}] trial {trial.number:<4} group {trial.group!s:<3} "
+        where = f"job {trial.job!s:<3}" if other else f"group {trial.group!s:<3}"
+        line = (f"[{done:>{width_}}/{self.budget}] trial {trial.number:<4} {where} "
                 f"{format_duration(trial.duration or 0):>7}  {trial.status.value:<8} value={value:<12}")
         front = _pareto(sched)
         if front is not None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from mpiopt.reporting.timeline import held_text, job_bands
 from mpiopt.reporting.view import STATUS_COLORS, Panel
 
 INFEASIBLE = "#bbbbbb"     # a trial that breaks a constraint: drawn, greyed
@@ -218,23 +219,30 @@ def hypervolume(fig, d: dict) -> None:
 
 def timeline(fig, d: dict) -> None:
     ax = fig.subplots()
-    groups = d["groups"]
-    fig.set_size_inches(9, 1.5 + 0.5 * len(groups))
-    for g, a, b in d["idle"]:
-        ax.barh(groups.index(g), b - a, left=a, height=0.9, color=(0.8, 0, 0, 0.12))
+    tracks = d["tracks"]
+    fig.set_size_inches(9, 1.5 + 0.5 * len(tracks))
+    for t, a, b in d["idle"]:
+        ax.barh(t, b - a, left=a, height=0.9, color=(0.8, 0, 0, 0.12))
     for bar in d["bars"]:
-        ax.barh(groups.index(bar["group"]), bar["end"] - bar["start"], left=bar["start"],
+        ax.barh(bar["track"], bar["end"] - bar["start"], left=bar["start"],
                 height=0.9, color=STATUS_COLORS.get(bar["status"], "#7f7f7f"), edgecolor="white")
     from matplotlib.patches import Patch
+    from matplotlib.transforms import blended_transform_factory
 
     shown = sorted({bar["status"] for bar in d["bars"]})
     ax.legend(handles=[Patch(color=STATUS_COLORS.get(s, "#7f7f7f"), label=s.lower()) for s in shown]
               + [Patch(color=(0.8, 0, 0, 0.12), label="idle")], loc="upper left",
               bbox_to_anchor=(1.0, 1.0), fontsize=8)
-    ax.set_yticks(range(len(groups)), [f"group {g}" for g in groups])
+    ax.set_yticks(range(len(tracks)), [f"group {t['group']}" for t in tracks])
+    ax.set_ylim(-0.5, len(tracks) - 0.5)
+    band = blended_transform_factory(ax.transAxes, ax.transData)
+    for job in job_bands(d):
+        if job["first"] > 0:
+            ax.axhline(job["first"] - 0.5, color="#333", lw=0.8)
+        ax.text(0.005, job["last"] + 0.45, job["label"], transform=band, va="top", ha="left",
+                fontsize=8, bbox={"facecolor": "white", "alpha": 0.7, "lw": 0, "pad": 1})
     ax.set_xlabel(f"seconds since {d['t0'][:19].replace('T', ' ')} UTC; efficiency "
-                  f"{d['efficiency']:.1%} = {d['busy']:.1f} busy group-s / "
-                  f"({len(groups)} groups × {d['wall']:.1f} s)")
+                  f"{d['efficiency']:.1%} = {held_text(d)}")
 
 
 def _unit(values: list) -> list:

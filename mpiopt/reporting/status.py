@@ -12,6 +12,8 @@ from typing import Any
 import yaml
 
 from mpiopt.durations import format_duration as _seconds
+from mpiopt.reporting.jobs import dead_here, job_lines, job_row, live_jobs
+from mpiopt.reporting.view import utc
 from mpiopt.search import traits
 from mpiopt.trial import FrozenTrial, TrialStatus
 
@@ -55,34 +57,54 @@ def _how_to_go_on(record, url: str | None) -> str:
             f"{after_failures(record.name, url, algorithm)}")
 
 
-def liveness(record, url: str | None, now: datetime | None = None) -> tuple[str, str]:
+def liveness(record, url: str | None, now: datetime | None = None,
+             jobs=None) -> tuple[str, str]:
     """(short, long) state of a study: its status, except that a RUNNING study is either
-    held by a live job or "stopped without a word" (its job died); the long one says how
-    to go on (`url`: the database's, for the commands it gives).
+    run by live jobs or "stopped without a word" (its last job died); the long one says
+    how to go on (`url`: the database's, for the commands it gives).
 
     A job beats its lease every period (MPIOPT_LEASE_PERIOD); one silent for three
     periods has died. On the job's own host a dead process is seen at once (its pid is
-    gone), so the study reads stopped without waiting out the three periods."""
+    gone), so the study reads stopped without waiting out the three periods. `jobs`
+    (storage.list_jobs): a study is running while any of its jobs lives, and stopped
+    only when none does; without them the record's lease (the job with the newest
+    beat) decides."""
     now = now or datetime.now(timezone.utc)
     if record.status.value != "RUNNING":
         text = record.status.value.lower()
         return text, text + _how_to_go_on(record, url)
     lease = getattr(record, "lease", None)
-    if lease is not None and not lease.is_stale(now) and not _dead_here(lease):
+    if jobs:
+        live = live_jobs(jobs, now)
+        if len(live) > 1:
+            return "running", _several_running(live, now)
+        lease = live[0] if live else max(jobs, key=lambda j: utc(j.beat_at))
+    if lease is not None and not lease.is_stale(now) and not dead_here(lease):
         text = (f"running (host {lease.host}, pid {lease.pid}, last heartbeat "
                 f"{_seconds(lease.age_s(now))} ago; it beats every {_seconds(lease.period_s)}, "
                 f"and {_seconds(3 * lease.period_s)} without one means the job died)")
         return "running", text
-    last = lease.beat_at if lease is not None else record.updated_at
+    last = utc(lease.beat_at) if lease is not None else record.updated_at
     ago = _seconds((now - last).total_seconds())
     if lease is None or not lease.host:        # (no lease names a host: none is made up)
         return (f"stopped ({ago} ago)", f"stopped without a word (last update {ago} ago); "
                 f"resume with: {_resume_command(record, url)}")
-    why = (f"its process {lease.pid} is gone" if _dead_here(lease)
+    why = (f"its process {lease.pid} is gone" if dead_here(lease)
            else f"last heartbeat {ago} ago")
     return (f"stopped ({ago} ago, {lease.host})",
             f"stopped without a word ({why}, host {lease.host}); resume with: "
             f"{_resume_command(record, url)}")
+
+
+def _several_running(live, now: datetime) -> str:
+    """The long state of a study that several live jobs run."""
+    hosts = ", ".join(dict.fromkeys(j.host for j in live))
+    newest = min(j.age_s(now) for j in live)
+    period = max(j.period_s for j in live)
+    return (f"running ({len(live)} jobs live, on {hosts}; newest heartbeat "
+            f"{_seconds(newest)} ago; each beats every {_seconds(period)}, and "
+            f"{_seconds(3 * period)} without one means that job died and the others take "
+            "its trials over)")
 
 
 def _resume_command(record, url: str | None) -> str:
@@ -98,27 +120,19 @@ def _resume_command(record, url: str | None) -> str:
     return resume_command(record.name, url, kept)
 
 
-def _dead_here(lease) -> bool:
-    """The lease's job ran on this host and its process is gone."""
-    import socket
-
-    from mpiopt.objective.processes import process_alive
-
-    return lease.host == socket.gethostname()[:255] and lease.pid > 0 and not process_alive(lease.pid)
-
-
 def status_summary(record, counts: dict, best: FrozenTrial | None, groups=(),
-                   url: str | None = None, front=None) -> dict[str, Any]:
+                   url: str | None = None, front=None, jobs=()) -> dict[str, Any]:
     """The numbers `mpiopt status` shows, read from the database alone. front (a
     mpiopt.reporting.front.Front, for a study with several objectives or constraints)
     says what "best" is: the best feasible trial, or (several objectives) no single
-    best but the Pareto front, under "front"."""
+    best but the Pareto front, under "front". jobs (storage.list_jobs, oldest first):
+    every job that ran the study, live or dead, under "jobs" (mpiopt.reporting.jobs)."""
     done = sum(n for s, n in counts.items() if TrialStatus(s).counts())
     now = datetime.now(timezone.utc)
     # the last recorded event: a trial started or finished, or the study's own record changed
     last_event = max([record.updated_at] + [g["last_at"] for g in groups])
     ahead = sum(g.get("ahead", 0) for g in groups)   # RUNNING rows not started yet
-    short, state = liveness(record, url, now)
+    short, state = liveness(record, url, now, jobs)
     if front is not None:
         best = front.best
     summary = {
@@ -137,7 +151,8 @@ def status_summary(record, counts: dict, best: FrozenTrial | None, groups=(),
         "elapsed": (now - record.created_at).total_seconds(),
         "since_update": (now - last_event).total_seconds(),
         "groups": [{**g, "since": (now - g["last_at"]).total_seconds(),
-                    "last_at": _iso(g["last_at"])} for g in groups],
+                    "last_at": _iso(g["last_at"])} for g in _groups_now(groups, jobs, now)],
+        "jobs": [job_row(j, now) for j in jobs],
     }
     if front is not None and front.constrained:
         summary["constraints"] = [c.text() for c in front.constraints]
@@ -148,6 +163,19 @@ def status_summary(record, counts: dict, best: FrozenTrial | None, groups=(),
                                         "values": dict(zip(front.names, front.values(t))),
                                         "params": dict(t.params)} for t in front.trials]}
     return summary
+
+
+def _groups_now(groups, jobs, now: datetime) -> list[dict]:
+    """The groups of the live jobs (every job had its own group 0); with none live, those
+    of the job that reported last: what was happening when the study stopped. A dead
+    job's groups are summed up by its line in the jobs (mpiopt.reporting.jobs)."""
+    known = {j.id for j in jobs}
+    if not known or not groups:
+        return list(groups)
+    live = {j.id for j in live_jobs(jobs, now)}
+    if not live:
+        live = {max(groups, key=lambda g: g["last_at"]).get("job")}
+    return [g for g in groups if g.get("job") in live or g.get("job") not in known]
 
 
 FRONT_LINES = 5     # trials of the front `mpiopt status` lists (all of them: mpiopt best)
@@ -173,12 +201,14 @@ def _best_lines(summary: dict[str, Any]) -> list[str]:
 
 
 def status_lines(summary: dict[str, Any]) -> list[str]:
-    """`mpiopt status` for people. The first line shows the study's state as the last
-    line does (a RUNNING study whose job died reads stopped in both)."""
+    """`mpiopt status` for people. The first line shows the study's state as the state
+    line does (a RUNNING study whose jobs died reads stopped in both), which comes after
+    the jobs and before the live groups, so that a stopped study ends on how to go on."""
     budget = summary["budget"] if summary["budget"] is not None else "?"
     objectives = summary.get("objectives") or {summary["metric"]: summary["direction"]}
     said = ", ".join(f"{k}, {v}" for k, v in objectives.items())
     constraints = summary.get("constraints")
+    several = len({g.get("job") for g in summary["groups"]}) > 1
     return [f"study    {summary['study']} ({summary.get('shown_status', summary['status'])}, "
             f"{said}" + (f"; {', '.join(constraints)}" if constraints else "") + ")",
             f"trials   {summary['done']}/{budget} done, {summary['running']} running"
@@ -191,11 +221,18 @@ def status_lines(summary: dict[str, Any]) -> list[str]:
             *_best_lines(summary),
             f"started  {summary['created_at']} ({_seconds(summary['elapsed'])} ago), "
             f"last update {_seconds(summary['since_update'])} ago",
+            *job_lines(summary.get("jobs") or []),
             f"state    {summary['state']}"] + [
-            f"group {g['group']:<3} {g['host'] or '?'}: last reported {_seconds(g['since'])} ago"
+            f"{_group_name(g, several)} {g['host'] or '?'}: last reported {_seconds(g['since'])} ago"
             + (f", running trial {g['running']}" if g["running"] is not None else "")
             + (f", {g['ahead']} sent ahead" if g.get("ahead") else "")
             for g in summary["groups"]]
+
+
+def _group_name(g: dict, several: bool) -> str:
+    """"group 2  ", or "job 3 group 2" where groups of several jobs are listed."""
+    name = f"group {g['group']:<3}"
+    return f"job {g.get('job')} {name}" if several else name
 
 
 def _sets_note(summary: dict[str, Any]) -> str:

@@ -1,7 +1,10 @@
 """A study as a Chrome Trace Event file: open it in https://ui.perfetto.dev or chrome://tracing.
 
 The JSON object format: {"traceEvents": [...], "displayTimeUnit": "ms", "otherData": {...}}.
-pid 1 is the study; each group is a thread track ("group G", tid G + 1) holding its
+Each job of the study is a process (pid 1, 2, ... job by job, oldest first, named "study
+S, job J (host, launcher)"; one pid 1 for trials from before jobs were recorded), so a
+study that several jobs ran (`--join`, a resume) shows each job's groups together;
+inside a job each group is a thread track ("group G", tid G + 1) holding its
 trials as "X" (complete) events, with ts and dur in microseconds since the study's first
 moment. Inside a trial, where the trial records them (FrozenTrial.spans: dicts with kind
 "fold" | "epoch", fold, epoch, start and end in seconds since the trial's start), fold
@@ -24,7 +27,7 @@ from datetime import timedelta
 from typing import Iterable
 
 from mpiopt.errors import first_line
-from mpiopt.reporting.timeline import intervals
+from mpiopt.reporting.timeline import intervals, job_order
 from mpiopt.reporting.view import StudyView
 
 PID = 1
@@ -38,33 +41,50 @@ def chrome_trace(view: StudyView) -> dict:
     starts = [s for _, s, _ in spans] + [s - _delta(getattr(t, "suggest_seconds", None))
                                          for t, s, _ in spans]
     t0 = min(starts) if starts else view.now
-    events, tracks = [], {}
+    jobs = sorted({t.job for t, _, _ in spans}, key=job_order) or [None]
+    pids = {job: PID + i for i, job in enumerate(jobs)}
+    events, tracks = [], {pid: {} for pid in pids.values()}
 
     def us(when) -> int:
         return round((when - t0).total_seconds() * 1e6)
 
-    suggestions = []
+    suggestions: dict[int, list] = {pid: [] for pid in pids.values()}
     for trial, start, end in spans:
-        tid = trial.group + 1
-        tracks[tid] = f"group {trial.group}"
+        pid, tid = pids[trial.job], trial.group + 1
+        tracks[pid][tid] = f"group {trial.group}"
         events.append(_complete(f"trial {trial.number}", "trial", us(start), us(end) - us(start),
-                                tid, _args(trial)))
+                                tid, _args(trial), pid))
         suggest = getattr(trial, "suggest_seconds", None)
         if suggest:
-            suggestions.append(_complete(f"suggest trial {trial.number}", "suggest",
-                                         us(start) - round(suggest * 1e6), round(suggest * 1e6),
-                                         0, {"trial": trial.number}))
-        events += _inner_spans(trial, us(start), us(end), tid, tracks)
-    events += _in_lanes(suggestions, tracks)
-    meta = [{"ph": "M", "name": "process_name", "pid": PID, "tid": 0,
-             "args": {"name": f"study {view.name}"}}]
-    for tid, name in sorted(tracks.items()):
-        meta.append({"ph": "M", "name": "thread_name", "pid": PID, "tid": tid, "args": {"name": name}})
-        meta.append({"ph": "M", "name": "thread_sort_index", "pid": PID, "tid": tid,
-                     "args": {"sort_index": tid}})
-    return {"traceEvents": meta + sorted(events, key=lambda e: (e["tid"], e["ts"], -e["dur"])),
+            suggestions[pid].append(_complete(f"suggest trial {trial.number}", "suggest",
+                                              us(start) - round(suggest * 1e6),
+                                              round(suggest * 1e6), 0,
+                                              {"trial": trial.number}, pid))
+        events += _inner_spans(trial, us(start), us(end), tid, tracks[pid], pid)
+    for pid, slices in suggestions.items():
+        events += _in_lanes(slices, tracks[pid])
+    meta = []
+    for job, pid in pids.items():
+        meta.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0,
+                     "args": {"name": _process_name(view, job)}})
+        for tid, name in sorted(tracks[pid].items()):
+            meta.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
+                         "args": {"name": name}})
+            meta.append({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid,
+                         "args": {"sort_index": tid}})
+    return {"traceEvents": meta + sorted(events, key=lambda e: (e["pid"], e["tid"], e["ts"],
+                                                                -e["dur"])),
             "displayTimeUnit": "ms",
             "otherData": {"study": view.name, "metric": view.metric, "t0": t0.isoformat()}}
+
+
+def _process_name(view: StudyView, job) -> str:
+    from mpiopt.reporting.jobs import job_label
+
+    if job is None:
+        return f"study {view.name}"
+    record = next((j for j in view.jobs if j.id == job), None)
+    return f"study {view.name}, " + (job_label(record) if record else f"job {job}")
 
 
 def write_chrome_trace(view: StudyView, out) -> None:
@@ -92,7 +112,8 @@ def _in_lanes(slices: list[dict], tracks: dict) -> list[dict]:
     return slices
 
 
-def _inner_spans(trial, trial_us: int, end_us: int, tid: int, tracks: dict) -> list[dict]:
+def _inner_spans(trial, trial_us: int, end_us: int, tid: int, tracks: dict,
+                 pid: int) -> list[dict]:
     spans = [s for s in (getattr(trial, "spans", None) or []) if _valid(s)]
     folds = [s for s in spans if s["kind"] == "fold"]
     concurrent = _overlap(folds)
@@ -107,12 +128,14 @@ def _inner_spans(trial, trial_us: int, end_us: int, tid: int, tracks: dict) -> l
         ts = min(end_us, trial_us + round(s["start"] * 1e6))
         end = min(end_us, trial_us + round(s["end"] * 1e6))
         out.append(_complete(name, s["kind"], ts, end - ts, track,
-                             {"trial": trial.number, "fold": s["fold"], "epoch": s.get("epoch")}))
+                             {"trial": trial.number, "fold": s["fold"], "epoch": s.get("epoch")},
+                             pid))
     return out
 
 
-def _complete(name: str, cat: str, ts: int, dur: int, tid: int, args: dict) -> dict:
-    return {"ph": "X", "name": name, "cat": cat, "ts": ts, "dur": max(0, dur), "pid": PID,
+def _complete(name: str, cat: str, ts: int, dur: int, tid: int, args: dict,
+              pid: int = PID) -> dict:
+    return {"ph": "X", "name": name, "cat": cat, "ts": ts, "dur": max(0, dur), "pid": pid,
             "tid": tid, "args": args}
 
 

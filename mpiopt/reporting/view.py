@@ -86,14 +86,17 @@ class StudyView:
     params: tuple[Param, ...]
     now: datetime                  # when the report was made: running trials end here
     spec_text: str = ""            # the stored spec: objectives, constraints, K-fold
+    jobs: tuple = ()               # the jobs that ran it (storage.list_jobs), oldest first
     cache: dict = field(default_factory=dict, compare=False, repr=False)   # shared fits
 
     @classmethod
-    def of(cls, record, trials: Sequence[FrozenTrial], now: datetime | None = None) -> "StudyView":
+    def of(cls, record, trials: Sequence[FrozenTrial], now: datetime | None = None,
+           jobs: Sequence = ()) -> "StudyView":
         trials = tuple(sorted(trials, key=lambda t: t.number))
         return cls(record.name, record.direction, record.metric, trials,
                    params_of(getattr(record, "space_json", None), trials),
-                   now or datetime.now(timezone.utc), getattr(record, "spec_text", None) or "")
+                   now or datetime.now(timezone.utc), getattr(record, "spec_text", None) or "",
+                   tuple(jobs))
 
     @property
     def maximize(self) -> bool:
@@ -170,6 +173,8 @@ def hover(trial: FrozenTrial, metric: str = "value") -> str:
     value = "-" if trial.value is None else f"{trial.value:.6g}"
     lines = [f"trial {trial.number} · {trial.status.value} · {metric} {value}"]
     where = f"group {trial.group}" if trial.group is not None else ""
+    if trial.job is not None:
+        where += f" of job {trial.job}"
     if trial.host:
         where += f" on {trial.host}"
     if where:

@@ -19,22 +19,24 @@ from mpiopt.run.signals import StopFlag
 class Request:
     """What the command asks for (its prepare(), on rank 0): the spec, the storage URL,
     `resume` (False, True or "auto": mpiopt.study.opening.open_study), whether FAILED
-    trials run again, recovery files to import first."""
+    trials run again, recovery files to import first, whether other jobs may run the study
+    at once (`--join`)."""
 
     spec: Any
     url: str
     resume: Any = False
     retry_failed: bool = False
     recovery: tuple = ()
+    shared: bool = False
 
     @classmethod
     def of(cls, prepared) -> "Request":
         """From prepare()'s (spec, url, resume[, options]); options: {"retry_failed":
-        bool, "recovery": [files]}."""
+        bool, "recovery": [files], "shared": bool}."""
         spec, url, resume, *options = prepared
         options = options[0] if options else {}
         return cls(spec, url, resume, bool(options.get("retry_failed", False)),
-                   tuple(options.get("recovery", ())))
+                   tuple(options.get("recovery", ())), bool(options.get("shared", False)))
 
 
 @dataclass(frozen=True)

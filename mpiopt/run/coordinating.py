@@ -66,7 +66,8 @@ def _set_up_run(world, started: Started, topo, comm, hosts, watch) -> RunContext
     artifacts = _keeper(spec)
     sched = _scheduler(started, topo, hosts, artifacts)
     executor = Executor(storage, lambda action: None, progress, artifacts, view=sched,
-                        holding=storage.holding)
+                        holding=storage.holding,
+                        others_live=opened.others_live if opened.shared else None)
     if artifacts is not None:        # what a job that died mid-way left behind
         executor.do(sched.settled_on_resume(opened.existing))
     # A job that is ending (a signal, a failed rank) does not wait out an outage: what
@@ -141,13 +142,15 @@ def _scheduler(started: Started, topo, hosts, artifacts):
     asks nothing ahead (its suggestions would be made with one more pending point per
     group, which costs them quality)."""
     from mpiopt.parallel.scheduler import Scheduler
+    from mpiopt.parallel.scheduler.shared import Shared
     from mpiopt.search import make_pruner, make_searcher
 
     spec, opened, n_groups = started.spec, started.opened, topo.n_groups
     multi = not topo.single_process
     ranks = [topo.leader(g) for g in range(n_groups)] if multi else [0]
     s = spec.search
-    searcher = make_searcher(s.algorithm, spec.space, s.options, s.seed, budget=s.trials,
+    searcher = make_searcher(s.algorithm, spec.space, s.options, opened.searcher_seed(s.seed),
+                             budget=s.trials,
                              parallel=n_groups, vector=spec.objective.vector)
     background = multi and searcher.slow
     if background:                        # no group waits for a model fit (see there)
@@ -163,7 +166,9 @@ def _scheduler(started: Started, topo, hosts, artifacts):
         send_first=send_first, ask_ahead=send_first and not background,
         study_id=opened.study_id, searcher=searcher,
         direction=spec.objective.direction, budget=s.trials, n_groups=n_groups, seed=s.seed,
-        pruner=make_pruner(spec.training.pruning), target=s.target, time_limit=s.time_limit,
+        pruner=make_pruner(spec.training.pruning), target=s.target,
+        time_limit=opened.shared_for(s.time_limit),
+        shared=Shared(opened.job.id) if opened.shared else None,
         max_initial_failures=s.max_initial_failures,
         max_failures_in_a_row=s.max_failures_in_a_row, existing=opened.existing,
         hosts=hosts, ranks=ranks, trial_timeout=s.trial_timeout, grace=s.grace,

@@ -74,7 +74,7 @@ def close(run, cause: str | None, interrupted: bool, stuck: str = "") -> int:
     taken = run.opened.taken_away(spec.study.name) if status is not StudyStatus.COMPLETE else None
     lost = run.opened.lost      # (another job runs the study now: no resume line)
     run.storage.discard_written_ahead()      # (the run's storage is a Resilient)
-    run.opened.close()
+    run.opened.close(status, "interrupted" if status is StudyStatus.INTERRUPTED else "ended")
     if status is StudyStatus.COMPLETE or (status is StudyStatus.FAILED and not cause):
         if status is StudyStatus.FAILED and sched.stop_reason == "failures":
             # (the cause is outside the parameters: a broken objective, a data file; the
@@ -92,7 +92,7 @@ def close(run, cause: str | None, interrupted: bool, stuck: str = "") -> int:
         return EXIT_FAILED
     kept, unkept = run.storage.kept_in(), run.storage.unkept_note()
     resume = resume_command(taken[1] if taken else spec.study.name, run.url, kept,
-                            launch=run.started.launch)
+                            launch=run.started.launch, shared=run.opened.shared)
     say(f"{cause or sched.message or 'stopped'}{unkept}; resume with: {resume}{stuck}")
     return EXIT_INTERRUPTED if sched.stop_reason == "interrupted" else EXIT_FAILED
 

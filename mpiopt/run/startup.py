@@ -124,11 +124,19 @@ def _open_with_flag(world, multi: bool, request: Request, isolated: bool):
             # ranks' wait for the verdict allows: study_run.take_lease)
             opened = open_run(request.spec, request.url, request.resume, isolated,
                               request.retry_failed, request.recovery,
-                              lease_wait=knobs.lease_wait_s(knobs.startup_limit()))
+                              lease_wait=knobs.lease_wait_s(knobs.startup_limit()),
+                              shared=request.shared, groups=_groups(world, multi, request.spec))
             return opened, installed_stop_flag()
     except MpioptError as exc:
         _send_verdict(world, multi, error=str(exc))
         raise
+
+
+def _groups(world, multi: bool, spec) -> int:
+    """How many groups this job runs (as `mpiopt status` lists its jobs)."""
+    if not multi:
+        return 1
+    return max(1, (world.Get_size() - 1) // max(1, spec.resources.group_size or 1))
 
 
 class _VerdictSent(KeyboardInterrupt):

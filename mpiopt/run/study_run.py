@@ -20,7 +20,10 @@ import os
 import socket
 import threading
 import time
+from datetime import datetime, timezone
 from pathlib import Path
+
+import numpy as np
 
 from mpiopt.objective.processes import process_alive
 from mpiopt.errors import LeaseLost, StorageError, StudyBusyError
@@ -36,28 +39,34 @@ def lease_period_s() -> float:
 
 
 class StudyRun:
-    """The opened study, its unfinished trials settled, its lease kept fresh by a thread.
+    """The opened study, its unfinished trials settled, its job's lease kept fresh by a
+    thread.
 
     The beat runs in its own thread (and its own database connection from the pool), not
     in the coordinator's loop: a single-process study runs its trial in that loop, and a
     ten-minute trial must not look like a dead job. A beat that finds the lease taken
-    over (this job was silent too long) is reported by `on_tick`, which ends the job.
+    over (this job was silent too long) is reported by `on_tick`, which ends the job. In
+    a shared study (`--join`) each beat also takes over the jobs whose leases went stale:
+    their running trials become INTERRUPTED (a lost attempt where a trial could have
+    killed its job), and whichever live job claims one first runs it again
+    (mpiopt.parallel.scheduler.shared).
     """
 
-    def __init__(self, storage, opened, notes, lease_token=None, period_s: float = 30.0,
-                 recovery=None):
+    def __init__(self, storage, opened, notes, job=None, period_s: float = 30.0,
+                 recovery=None, shared: bool = False, max_attempts: int = 2):
         self.storage, self.study_id = storage, opened.study_id
         self.recovery = recovery      # where results go if the database stays away (in order)
         self.existing, self.resumed = opened.existing, opened.resumed
         self.notes = notes
         self.warm: list[tuple[dict, float]] = []     # search.warm_start: told first
         self.isolated = True          # every trial in a sandbox (set by open_run)
-        self.lease_token = lease_token
-        if lease_token is not None:       # every write checks the lease (Storage.fence)
-            storage.fence = (self.study_id, lease_token)
+        self.job, self.shared, self.max_attempts = job, shared, max_attempts
+        self.lease_token = None if job is None else job.token
+        if job is not None:               # every write checks the lease (Storage.fence)
+            storage.fence = (job.id, job.token)
         self._stop = threading.Event()
         self._beat = None
-        if lease_token is not None:
+        if job is not None:
             self._beat = threading.Thread(target=self._beat_loop, args=(period_s,),
                                           name="mpiopt-lease", daemon=True)
             self._beat.start()
@@ -65,7 +74,10 @@ class StudyRun:
     def _beat_loop(self, period_s: float) -> None:
         while not self._stop.wait(period_s):
             try:
-                self.storage.heartbeat(self.study_id, self.lease_token)
+                self.storage.job_heartbeat(self.job.id, self.job.token)
+                if self.shared:
+                    settle_unfinished(self.storage, self.study_id, self.isolated,
+                                      self.max_attempts)
             except LeaseLost:
                 return
             except StorageError:
@@ -94,13 +106,45 @@ class StudyRun:
             return "deleted", None
         return ("renamed", now) if now != name else None
 
-    def close(self) -> None:
+    def others_live(self) -> bool:
+        """Whether another job of this shared study lives (it then records the study's
+        end, not this one); False for a job that runs its study alone."""
+        if not self.shared:
+            return False
+        now = datetime.now(timezone.utc)
+        return any(j.live and not j.is_stale(now) and j.id != self.job.id
+                   for j in self.storage.list_jobs(self.study_id))
+
+    def shared_for(self, seconds: float | None) -> float | None:
+        """A shared study's time limit, left for this job: it counts from the start of
+        the oldest job still live (a job that finds none live starts it anew, as a
+        resume does). Hosts' clocks are taken to agree to within seconds."""
+        if seconds is None or not self.shared:
+            return seconds
+        now = datetime.now(timezone.utc)
+        starts = [j.started_at for j in self.storage.list_jobs(self.study_id)
+                  if j.live and not j.is_stale(now)]
+        return max(0.0, seconds - (now - min(starts)).total_seconds()) if starts else seconds
+
+    def searcher_seed(self, seed: int) -> int:
+        """Jobs of a shared study draw from streams of their own (by job id), so two jobs
+        never suggest the same points; a job alone keeps the study's seed (a resume
+        suggests what an uninterrupted run would have)."""
+        if not self.shared:
+            return seed
+        return int(np.random.SeedSequence([seed, self.job.id]).generate_state(1)[0] % (2**31 - 1))
+
+    def close(self, status=None, end: str = "ended") -> None:
+        """Give the lease back (`end`: how this job ended, as `mpiopt status` lists it);
+        the last job of a shared study to end records the study's `status`."""
         self._stop.set()
         if self._beat is not None:
             self._beat.join(timeout=10)
         try:
-            if self.lease_token is not None and self.lost is None:
-                self.storage.release_lease(self.study_id, self.lease_token)
+            if self.job is not None and self.lost is None:
+                others = self.storage.end_job(self.job.id, self.job.token, end)
+                if self.shared and status is not None and not others:
+                    self.storage.set_study_status(self.study_id, status)
         except Exception:
             pass          # a lease left behind goes stale by itself
         finally:
@@ -108,8 +152,12 @@ class StudyRun:
 
 
 def take_lease(storage, study_id: int, period: float, wait_s: float = 0.0,
-               say=print) -> str:
-    """The study's lease for this job. A holder on this very host whose process is gone
+               say=print, shared: bool = False, groups: int | None = None):
+    """This job's lease on the study (a Job with its token). `shared` (`--join`): other
+    jobs may hold theirs at once (storage.join_study refuses only a job that runs the
+    study alone, and jobs on several hosts of one SQLite file).
+
+    For a job that runs the study alone: a holder on this very host whose process is gone
     (a job that ended while the database was away could not give its lease back) is
     taken over at once; elsewhere a silent holder goes stale after three periods.
 
@@ -121,15 +169,19 @@ def take_lease(storage, study_id: int, period: float, wait_s: float = 0.0,
     on this host's clock, means it is gone and its study is taken over. A stop signal
     ends the wait (KeyboardInterrupt; the start-up's signals are held meanwhile)."""
     host = socket.gethostname()
+
+    def join(takeover: bool = False):
+        return storage.join_study(study_id, host, os.getpid(), period, shared=shared,
+                                  takeover=takeover, groups=groups, launcher=launcher_job())
+
     try:
-        return storage.acquire_lease(study_id, host, os.getpid(), period_s=period)
+        return join()
     except StudyBusyError as exc:
         held = exc.lease
-        if held is None or (held.host == host[:255] and process_alive(held.pid)):
+        if shared or held is None or (held.host == host[:255] and process_alive(held.pid)):
             raise
         if held.host == host[:255]:
-            return storage.acquire_lease(study_id, host, os.getpid(), period_s=period,
-                                         takeover=True)
+            return join(takeover=True)
         if wait_s <= 0:
             raise
         busy = exc
@@ -146,7 +198,7 @@ def take_lease(storage, study_id: int, period: float, wait_s: float = 0.0,
             raise KeyboardInterrupt
         time.sleep(min(1.0, held.period_s / 10))
         try:
-            return storage.acquire_lease(study_id, host, os.getpid(), period_s=period)
+            return join()
         except StudyBusyError as again:
             now = again.lease
             if now is None or (now.beat_at, now.host, now.pid) != (held.beat_at, held.host,
@@ -156,23 +208,38 @@ def take_lease(storage, study_id: int, period: float, wait_s: float = 0.0,
         raise busy                        # (wait_s ran out first)
     say(f"study {name!r}: no heartbeat for {time.monotonic() - start:.0f}s: taking it "
         "over", flush=True)
-    return storage.acquire_lease(study_id, host, os.getpid(), period_s=period, takeover=True)
+    return join(takeover=True)
 
 
-def recovery_places(spec, url: str) -> list[Path]:
+def launcher_job() -> str | None:
+    """The batch system's name for this job, as `mpiopt status` lists it: Slurm's array
+    task or job id, PBS's, LSF's; None outside a batch job."""
+    env = os.environ
+    if env.get("SLURM_ARRAY_JOB_ID") and env.get("SLURM_ARRAY_TASK_ID"):
+        return f"slurm {env['SLURM_ARRAY_JOB_ID']}_{env['SLURM_ARRAY_TASK_ID']}"
+    for var, name in (("SLURM_JOB_ID", "slurm"), ("PBS_JOBID", "pbs"), ("LSB_JOBID", "lsf"),
+                      ("FLUX_JOB_ID", "flux")):
+        if env.get(var):
+            return f"{name} {env[var]}"[:255]
+    return None
+
+
+def recovery_places(spec, url: str, job: int | None = None) -> list[Path]:
     """Where a run's recovery file may be, in the order it is tried: beside the spec file
     (not when the spec came from the database, `mpiopt resume`), then in the current
     directory (a spec in a folder that cannot be written), then in the home folder, under
     a name of the database's own (a full disk or an exceeded quota where the study runs,
-    often a scratch file system, leaves the home folder's); a resume imports from each."""
+    often a scratch file system, leaves the home folder's); a resume imports from each.
+    `job`: a shared study's job, whose files are its own (kept.recovery_file)."""
     from mpiopt.kept import recovery_file
 
     source = Path(spec.source)
     folders = [source.parent] if source.suffix in (".yaml", ".yml") and source.is_file() else []
     folders.append(Path.cwd())
-    places = [recovery_file(f.resolve(), spec.study.name) for f in folders]
+    places = [recovery_file(f.resolve(), spec.study.name, job) for f in folders]
     home = _home_recovery_folder(url)
-    return list(dict.fromkeys(places + ([recovery_file(home, spec.study.name)] if home else [])))
+    return list(dict.fromkeys(places + ([recovery_file(home, spec.study.name, job)]
+                                        if home else [])))
 
 
 def _home_recovery_folder(url: str) -> Path | None:
@@ -194,12 +261,13 @@ def _import_recoveries(storage, spec, url: str, study_id: int, given=(),
     another folder) and those named (`mpiopt resume --recovery FILE`, as a closing line
     prints it), imported first; before them the files beside them where group leaders
     kept the results they sent (mpiopt.kept)."""
-    from mpiopt.kept import group_files, remove_if_empty
+    from mpiopt.kept import group_files, jobs_recovery_files, remove_if_empty
     from mpiopt.storage.recovery import import_recovery
 
     notes = []
     given, stored, found = [Path(p).resolve() for p in given], [Path(p) for p in stored], \
         recovery_places(spec, url)
+    found += [p for place in found for p in jobs_recovery_files(place)]
     places = given + [p for p in stored if _readable(p)] + found
     kept, key = 0, storage.location.key
     beside = (p for place in given + stored + found for p in group_files(place, key))
@@ -221,6 +289,16 @@ def _import_recoveries(storage, spec, url: str, study_id: int, given=(),
                          "?) were left in it, not imported; resume with the --storage its "
                          "job's closing line named")
     return notes
+
+
+def _others_live(storage, study_id: int, job) -> bool:
+    """Whether another job runs the study now (a shared study's join): the recovery and
+    kept files of a live job are its own to import."""
+    if job is None:
+        return False
+    now = datetime.now(timezone.utc)
+    return any(j.live and not j.is_stale(now) and j.id != job.id
+               for j in storage.list_jobs(study_id))
 
 
 def _forget_kept(storage, places) -> None:
@@ -256,12 +334,25 @@ def refuse_retry_of_rounds(spec, retry_failed: bool) -> None:
                         "round's member exploits another member instead); leave it off")
 
 
+def refuse_shared(spec, url: str) -> None:
+    """`--join` is refused, before any rank sets up, for a searcher whose trials are rounds
+    of one population (pbt): a population's rounds are planned by one job."""
+    if traits(spec.search.algorithm).rounds:
+        from mpiopt.errors import SpecError
+
+        raise SpecError("--join: search.algorithm pbt trains one population, planned by one "
+                        "job; run it without --join (a requeued job resumes it with "
+                        "--resume-or-start)")
+
+
 def open_run(spec, url: str, resume, isolated: bool, retry_failed: bool = False,
-             recovery=(), lease_wait: float = 0.0) -> StudyRun:
+             recovery=(), lease_wait: float = 0.0, shared: bool = False,
+             groups: int | None = None) -> StudyRun:
     """`resume`: see mpiopt.study.opening.open_study; `retry_failed` (`--retry-failed`): the
     resumed study's FAILED trials become RETRIED and their parameter sets run again;
     `recovery`: recovery files to import besides those the resume finds itself;
-    `lease_wait`: how long to watch a holder on another host (see take_lease)."""
+    `lease_wait`: how long to watch a holder on another host (see take_lease);
+    `shared` (`--join`): other jobs may run the study at once; `groups`: this job's."""
     from mpiopt.storage import open_storage
     from mpiopt.study.opening import open_study
 
@@ -278,19 +369,28 @@ def open_run(spec, url: str, resume, isolated: bool, retry_failed: bool = False,
         restored = restore_study(storage, recovery, spec.study.name,
                                  recovery_places(spec, url)) if rescued else None
         opened = open_study(storage, spec, resume, url,
-                            lambda study_id: take_lease(storage, study_id, period, lease_wait))
-        token = opened.lease_token
+                            lambda study_id: take_lease(storage, study_id, period, lease_wait,
+                                                        shared=shared, groups=groups))
         if getattr(spec, "artifacts", None):
             storage.set_study_artifacts(opened.study_id, spec.artifacts)
         notes = [n for n in (warm_note, restored) if n]
-        places = recovery_places(spec, url)
-        if opened.resumed:
+        job = opened.job
+        places = recovery_places(spec, url, job.id if shared else None)
+        if opened.resumed and not _others_live(storage, opened.study_id, job):
             stored = storage.get_study(spec.study.name).recovery
             notes += _import_recoveries(storage, spec, url, opened.study_id, recovery, stored)
             notes += settle_unfinished(storage, opened.study_id, isolated,
                                        getattr(spec.search, "max_attempts", 2))
             if retry_failed:
                 notes.append(_retry(storage, opened.study_id))
+            opened.existing = storage.get_trials(opened.study_id)
+        elif opened.resumed:       # (joined beside live jobs: their files are theirs)
+            notes += settle_unfinished(storage, opened.study_id, isolated,
+                                       getattr(spec.search, "max_attempts", 2))
+            if retry_failed:
+                notes.append("--retry-failed: not while other jobs run the study (their "
+                             "searchers would not know of it); give it to a job that starts "
+                             "it when none runs")
             opened.existing = storage.get_trials(opened.study_id)
         else:
             _forget_kept(storage, places)
@@ -299,7 +399,8 @@ def open_run(spec, url: str, resume, isolated: bool, retry_failed: bool = False,
             opened.resumed else len(getattr(spec.search, "initial_trials", ()))
         if queued:
             notes.append(f"{queued} queued parameter set(s) run before the searcher's own")
-        run = StudyRun(storage, opened, notes, token, period, places)
+        run = StudyRun(storage, opened, notes, job, period, places, shared=shared,
+                       max_attempts=getattr(spec.search, "max_attempts", 2))
         run.warm = warm
         run.isolated = isolated       # (else a trial can end the job: parallel/coordinator.py)
         return run
@@ -335,16 +436,18 @@ def settle_unfinished(storage, study_id: int, isolated: bool, max_attempts: int)
     """Mark trials left RUNNING by a job that died; FAIL those that killed it too often.
     Returns lines for the study's header."""
     if isolated:
-        n = storage.interrupt_running(study_id)
-        return [f"{n} trial(s) were running when the last job ended; they run again"] if n else []
+        before = storage.count_trials(study_id)[TrialStatus.INTERRUPTED]
+        storage.take_orphans(study_id, count_lost_attempts=False)
+        n = storage.count_trials(study_id)[TrialStatus.INTERRUPTED] - before
+        return [f"{n} trial(s) were running when their job ended; they run again"] if n > 0 else []
     notes = []
-    for t in storage.note_lost_attempts(study_id):
+    for t in storage.take_orphans(study_id, count_lost_attempts=True):
         if t.lost_attempts >= max_attempts:
             where = f"rank {t.rank if t.rank is not None else '?'}, host {t.host or '?'}"
             error = f"killed its process {t.lost_attempts} times (last: {where})"
             storage.finish_trial(t.id, TrialStatus.FAILED, error=error)
             notes.append(f"trial {t.number} FAILED: {error} (search.max_attempts = {max_attempts})")
         else:
-            notes.append(f"trial {t.number} was running when the last job ended (attempt "
+            notes.append(f"trial {t.number} was running when its job ended (attempt "
                          f"{t.lost_attempts} of {max_attempts}); it runs again")
     return notes

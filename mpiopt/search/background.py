@@ -13,13 +13,16 @@ When results come faster than the model can be asked (many groups of short trial
 loaded node), an idle group may get a random point from the space instead (a "filler",
 pending in the searcher like any suggestion, and told to it when done). A filler spends a
 trial of the budget on a random-search result, so it is given only where the wait it
-saves matters: longer than FILL_SHARE of a trial (the ask's expected time against the mean
-trial time, results' spacing x groups, Little's law again) and, unless the study has a
+saves matters: longer than FILL_SHARE of a trial and, unless the study has a
 time limit (then every second is budget), at least `min_fill_wait_s` (MIN_FILL_WAIT_S)
 in absolute terms: a wait of milliseconds costs nothing a user would notice, while a
 random trial costs the search. The study's summary says how many fillers there were, so
 a user sees that the trials are too short for the model (and `evolutionary` or `random`
-would do as well).
+would do as well). The wait is the last waiting group's: the ask in progress and one more
+for each group ahead of it (the thread makes one suggestion at a time, so with hundreds
+of groups finishing within one ask the queue, not the ask, is the wait); the mean trial
+time is the results' spacing x the groups training (Little's law; idle groups make no
+results, so counting them would stretch the trial as the queue grows).
 
 The price: a suggestion may be made before the last few results were told, as any
 asynchronous optimiser's are. Randomness stays keyed by trial number, so a replay still
@@ -89,25 +92,28 @@ class BackgroundSearcher:
             self._thread = threading.Thread(target=self._serve, name="mpiopt-searcher", daemon=True)
             self._thread.start()
 
-    def take(self) -> dict | None:
+    def take(self, waiting: int = 1, training: int | None = None) -> dict | None:
         """A ready suggestion, else a random filler when waiting for the model would cost
-        more than FILL_SHARE of a trial (see above), else None (the group waits)."""
+        more than FILL_SHARE of a trial (see above), else None (the group waits).
+        `waiting`: the groups without work now, this one included; `training`: the groups
+        that train (default: every group)."""
         self._raise_error()
         with self._wake:
             params, self.last_ask_s = self._ready.popleft() if self._ready else (None, None)
-            if params is None and self._waiting_costs_too_much():
+            if params is None and self._waiting_costs_too_much(waiting, training):
                 start = self.clock()
                 params = self._filler()
                 self.last_ask_s = self.clock() - start
             self._wake.notify()
         return params
 
-    def _waiting_costs_too_much(self) -> bool:
+    def _waiting_costs_too_much(self, waiting: int = 1, training: int | None = None) -> bool:
         if self._gap_s is None:        # fewer than two results: nothing known yet
             return False
-        since = self._asking_since
-        wait = max(self._ask_s or 0.0, 0.0 if since is None else self.clock() - since)
-        return wait > FILL_SHARE * self._gap_s * self.max_stock and wait >= self.min_fill_wait_s
+        since, ask = self._asking_since, self._ask_s or 0.0
+        wait = max(ask, 0.0 if since is None else self.clock() - since) + (waiting - 1) * ask
+        trial = self._gap_s * max(1, self.max_stock if training is None else training)
+        return wait > FILL_SHARE * trial and wait >= self.min_fill_wait_s
 
     def _filler(self) -> dict:
         """A random point, pending in the searcher (the thread adds it before its next ask)."""
@@ -169,27 +175,36 @@ class BackgroundSearcher:
                     if self._closed:
                         return
                     inbox, self._inbox = list(self._inbox), collections.deque()
-                for kind, params, value in inbox:
-                    if kind == "tell":
-                        self.inner.tell(params, value)
-                    elif kind == "pending":
-                        self.inner.pending[self.inner.key(params)] = params
-                    elif kind == "hold":
-                        self.inner.hold(params)
-                    else:
-                        self.inner.forget(params)
+                self._apply(inbox)
                 if len(self._ready) < self.stock_target:
                     self._ask_one()
         except BaseException as exc:   # raised to the coordinator at its next call
             self._error = exc
 
+    def _apply(self, inbox: list[tuple]) -> None:
+        """What the coordinator queued, in order, to the inner searcher (the thread only;
+        benchmarks/simulate_model.py calls it on a simulated clock)."""
+        for kind, params, value in inbox:
+            if kind == "tell":
+                self.inner.tell(params, value)
+            elif kind == "pending":
+                self.inner.pending[self.inner.key(params)] = params
+            elif kind == "hold":
+                self.inner.hold(params)
+            else:
+                self.inner.forget(params)
+
     def _ask_one(self) -> None:
         start = self._asking_since = self.clock()
         params = self.inner.ask(self._number)
+        self._publish(params, self.clock() - start)
+
+    def _publish(self, params: dict, took: float) -> None:
+        """A suggestion that took `took` seconds joins the stock (the thread only;
+        benchmarks/simulate_model.py calls it when a simulated ask ends)."""
         self._asking_since = None
         self._number += 1
         self.asks += 1
-        took = self.clock() - start
         self._ask_s = _average(self._ask_s, took)
         with self._wake:
             self._ready.append((params, took))

@@ -18,11 +18,25 @@ from mpiopt.trial import FrozenTrial, StudyStatus, TrialStatus
 class BaseStorage(abc.ABC):
     """Studies and trials, kept where every process of a study (and later ones) finds them.
 
-    **Writers.** Only the coordinator (world rank 0) of the job that holds a study's lease
-    writes its trials; a person's commands (delete, rename, enqueue, retry) write whole
-    studies that no job runs. Any number of processes read at any time, also while a
-    study runs (`mpiopt trials`). Writes are the methods under "writes" below; the rest
-    only read.
+    **Writers.** Only the coordinators (world rank 0) of the jobs running a study write its
+    trials: one job alone, or several that joined it with --join (shared), each through
+    its own row in `jobs` (join_study) and with its fence set; a person's commands
+    (delete, rename, enqueue, retry) write whole studies that no job runs. Any number of
+    processes read at any time, also while a study runs (`mpiopt trials`). Writes are the
+    methods under "writes" below; the rest only read.
+
+    **Jobs and the fence.** `fence = (job id, token)` (set by the job after join_study):
+    every write transaction first checks that this job is still live with that token,
+    else LeaseLost and nothing written (a job that was silent past three periods and was
+    marked "lost" by another writes nothing more); trials it creates, takes
+    (take_pending) or claims (restart_trial) are its own (FrozenTrial.job), and
+    interrupt_running touches only its own. A job is stale after three periods without
+    a beat; the next join_study or take_orphans of the study marks it "lost".
+
+    **The budget.** create_trials, finish_and_create and take_pending with `limit` (the
+    study's search.trials) count, under the study's lock in the same transaction, the
+    trials whose status is neither PENDING nor RETRIED, and create only what is left: N
+    jobs asking at once make exactly `limit` trials, numbered densely.
 
     **Transactions.** Each call is one transaction: it is written whole or not at all
     (a batch such as finish_trials too). A call that raised wrote nothing, except where
@@ -49,11 +63,16 @@ class BaseStorage(abc.ABC):
       a StorageError saying "already"; the caller takes that as written. (Of
       finish_and_create the trials it created are then unknown: they stay RUNNING without
       a start, and the next resume sets them INTERRUPTED without a lost attempt.)
-    - add_intermediate, set_study_*, interrupt_running, heartbeat, release_lease,
-      note_lost_attempts: the same write again, same end state.
-    - create_trial(s), enqueue_trials, retry_failed, take_pending, restart_trial: not
-      safe blindly (a second set of trials, or an attempt counted twice); the caller
-      gives up (the coordinator ends the job: a resume repairs it).
+    - add_intermediate, set_study_*, interrupt_running, job_heartbeat, end_job: the same
+      write again, same end state (end_job's count is read again).
+    - take_orphans: the same end state, but a trial that the first try counted a lost
+      attempt is INTERRUPTED now and not counted or returned again.
+    - create_trial(s), enqueue_trials, retry_failed, take_pending, join_study: not safe
+      blindly (a second set of trials, a second job); the caller gives up (the
+      coordinator ends the job: a resume or another job repairs it). With `limit`, a
+      second try still makes nothing past the budget.
+    - restart_trial: the trial is RUNNING for this job already, so the retry is
+      TrialTaken; Resilient answers the trial instead (its job is the fence's).
     - create_study: DuplicateStudyError names the study the first try made.
 
     **Trial numbers** are dense per study: 0, 1, 2, ... in order of creation, with no gap,
@@ -136,21 +155,54 @@ class BaseStorage(abc.ABC):
     def pending_trials(self, study_id: int, limit: int | None = None) -> list[FrozenTrial]: ...
 
     @abc.abstractmethod
-    def take_pending(self, requests: Sequence[dict]) -> list[FrozenTrial]: ...
+    def take_pending(self, requests: Sequence[dict], limit: int | None = None) -> list:
+        """Queued trials (dicts of trial_id, seed, group, host, rank, started) become
+        RUNNING for this job, each only once whoever asks. Without `limit`: those taken.
+        With it (the budget, see above): aligned with `requests`, None where not taken."""
 
     @abc.abstractmethod
     def retry_failed(self, study_id: int) -> list[int]: ...
 
-    # ---- one coordinator per study (writes) -------------------------------------------
+    # ---- jobs (writes, but list_jobs) ----------------------------------------------
     @abc.abstractmethod
-    def acquire_lease(self, study_id: int, host: str, pid: int, period_s: float,
-                      takeover: bool = False) -> str: ...
+    def join_study(self, study_id: int, host: str, pid: int, period_s: float, *,
+                   shared: bool = False, takeover: bool = False, groups: int | None = None,
+                   launcher: str | None = None):
+        """A new live job of the study; returns its Job, with the token that its
+        job_heartbeat, end_job and fence name. One write transaction, so two jobs joining
+        at once see each other. Live jobs silent for three periods are first marked
+        end="lost" (taken_by: the new job). Then:
+        - exclusive (shared=False): any other live job is a StudyBusyError naming its
+          host, pid and last beat (exc.lease: that Job), unless `takeover` (then it is
+          marked "lost" too);
+        - shared (--join): a live exclusive job is a StudyBusyError; on SQLite a live job
+          on another host is a StorageError (SQLite over a network file system corrupts:
+          jobs on several hosts need PostgreSQL)."""
 
     @abc.abstractmethod
-    def heartbeat(self, study_id: int, token: str) -> None: ...
+    def job_heartbeat(self, job_id: int, token: str) -> None:
+        """Renews the job's beat; LeaseLost if it is no longer live or the token differs
+        (another job found it stale and took its trials)."""
 
     @abc.abstractmethod
-    def release_lease(self, study_id: int, token: str) -> None: ...
+    def end_job(self, job_id: int, token: str, end: str = "ended") -> int:
+        """Marks the job ended ("ended", "interrupted", "failed"; "lost" is for others),
+        only if it is still live with that token (else nothing changes). Returns how many
+        OTHER live jobs of its study are not stale (0: this was the last one)."""
+
+    @abc.abstractmethod
+    def list_jobs(self, study_id: int) -> list:
+        """Every job of the study, live and ended, oldest first, each with `running`:
+        its RUNNING trials now."""
+
+    @abc.abstractmethod
+    def take_orphans(self, study_id: int, count_lost_attempts: bool) -> list[FrozenTrial]:
+        """One transaction: stale live jobs become "lost" (taken_by: the fence's job, if
+        any); every RUNNING trial whose job is not live (ended, lost, or none) becomes
+        INTERRUPTED, so that a live job claims it (restart_trial). With
+        count_lost_attempts each of those that had started (a start time) counts one
+        lost attempt. Returns those that counted one, updated, by number (none without
+        count_lost_attempts)."""
 
     # ---- trial writes (the coordinator only) ------------------------------------------
     def create_trial(self, study_id: int, params: dict, seed: int | None, group: int | None,
@@ -160,13 +212,22 @@ class BaseStorage(abc.ABC):
                                                   host=host, rank=rank)])[0]
 
     @abc.abstractmethod
-    def create_trials(self, study_id: int, requests: Sequence[dict]) -> list[FrozenTrial]:
+    def create_trials(self, study_id: int, requests: Sequence[dict], limit: int | None = None,
+                      distinct: bool = False) -> list:
         """create_trial's keyword dicts (and `started=False` for a trial sent ahead, not
-        yet begun), numbered in order, in one transaction."""
+        yet begun; "key": a str naming the parameter set), numbered in order, in one
+        transaction. With `distinct`, a request whose key a non-RETRIED trial of the study
+        or an earlier request of the batch holds is not created; then with `limit` only
+        as many as the budget has left (see above). With either, the answer is aligned
+        with `requests`: a FrozenTrial, or None where none was created; without, the
+        trials made."""
 
     @abc.abstractmethod
     def restart_trial(self, trial_id: int, group: int | None, host: str | None = None,
-                      rank: int | None = None, keep_intermediate: bool = False) -> FrozenTrial: ...
+                      rank: int | None = None, keep_intermediate: bool = False) -> FrozenTrial:
+        """A claim: an INTERRUPTED trial runs again for this job (a new attempt, its old
+        results dropped; keep_intermediate keeps its per-epoch values). A trial that is
+        not INTERRUPTED (another job claimed it first, or it finished) is TrialTaken."""
 
     def finish_trial(self, trial_id: int, status: TrialStatus, value: float | None = None,
                      value_std: float | None = None, fold_values: Sequence = (),
@@ -189,8 +250,10 @@ class BaseStorage(abc.ABC):
 
     @abc.abstractmethod
     def finish_and_create(self, outcomes: Sequence[dict], study_id: int, requests: Sequence[dict],
-                          started: Sequence[int] = ()) -> tuple[list[FrozenTrial], list[FrozenTrial]]:
-        """finish_trials and create_trials in one transaction."""
+                          started: Sequence[int] = (), limit: int | None = None,
+                          distinct: bool = False) -> tuple[list[FrozenTrial], list]:
+        """finish_trials and create_trials (with its limit and distinct: the created half
+        aligned where either is given) in one transaction; the results count first."""
 
     @abc.abstractmethod
     def add_intermediate(self, trial_id: int, epoch: int, value: float) -> None:
@@ -198,11 +261,8 @@ class BaseStorage(abc.ABC):
 
     @abc.abstractmethod
     def interrupt_running(self, study_id: int, keep=()) -> int:
-        """RUNNING trials (but those in `keep`) become INTERRUPTED; returns how many."""
-
-    @abc.abstractmethod
-    def note_lost_attempts(self, study_id: int) -> list[FrozenTrial]:
-        """Resume after a job that died: each RUNNING trial counts a lost attempt."""
+        """RUNNING trials (but those in `keep`) become INTERRUPTED; returns how many. With
+        a fence, only this job's."""
 
     # ---- reads ------------------------------------------------------------------------
     @abc.abstractmethod
@@ -231,3 +291,15 @@ class BaseStorage(abc.ABC):
 
     @abc.abstractmethod
     def group_activity(self, study_id: int) -> list[dict]: ...
+
+    @abc.abstractmethod
+    def changes(self, study_id: int, since):
+        """What every job reads of its study, in one read transaction (a Changes):
+        `finished`, the trials of any job finished (COMPLETE, PRUNED, FAILED) at or after
+        `since` (all if None), with params, per-epoch values and job; `running`, every
+        RUNNING trial (any job, started or not); `interrupted`, every INTERRUPTED trial
+        (waiting to be claimed); `counted`, the trials that count against the budget
+        (status neither PENDING nor RETRIED); `at`, the moment the read began (UTC): pass
+        it back, less a margin of a few seconds, as the next `since` (a result is written
+        with its finish time and committed a moment later). Cheap enough to call every
+        second (benchmarks/results/storage.md)."""

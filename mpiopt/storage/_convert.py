@@ -7,8 +7,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Sequence
 
+from sqlalchemy.orm import selectinload
+
 from mpiopt.errors import StorageError, cut
-from mpiopt.storage.models import NAME_LEN, StudyModel, TrialModel
+from mpiopt.storage.models import NAME_LEN, JobModel, StudyModel, TrialModel
 from mpiopt.trial import FrozenTrial, StudyStatus, TrialStatus
 
 
@@ -28,27 +30,68 @@ class StudyRecord:
     updated_at: datetime
     counts: dict[TrialStatus, int] = field(default_factory=dict)
     best_value: float | None = None
-    lease: "Lease | None" = None
+    lease: "Job | None" = None     # the live job with the newest beat, else the last ended
     artifacts: str | None = None      # the artifact store's folder (mpiopt.artifacts)
     recovery: tuple[str, ...] = ()    # the last job's recovery files (mpiopt.run.study_run)
 
 
 @dataclass(frozen=True)
-class Lease:
-    """Who runs a study now (or ran it last, if its job died without a word)."""
+class Job:
+    """One job running a study, or that ran it (storage/_jobs.py): its lease and its end.
 
+    `end` is None while it lives; then "ended", "interrupted", "failed" (it said so) or
+    "lost" (another job, `taken_by`, found its beat stale). `token` is set only in
+    join_study's answer (the job's own); `running` only by list_jobs."""
+
+    id: int
+    study_id: int
     host: str
     pid: int
+    launcher: str | None
+    groups: int | None
+    shared: bool
     started_at: datetime
     beat_at: datetime
     period_s: float
+    ended_at: datetime | None = None
+    end: str | None = None
+    taken_by: int | None = None
+    token: str | None = None
+    running: int = 0
+
+    @property
+    def live(self) -> bool:
+        return self.end is None
 
     def age_s(self, now: datetime) -> float:
         return (now - self.beat_at).total_seconds()
 
     def is_stale(self, now: datetime) -> bool:
-        """No beat for three periods: the job that held it is gone."""
-        return self.age_s(now) > 3 * self.period_s
+        """No beat for three periods: the job is gone. An ended job is gone too (so a
+        study whose last job ended reads as not running, as its lease did)."""
+        return not self.live or self.age_s(now) > 3 * self.period_s
+
+
+@dataclass(frozen=True)
+class Changes:
+    """What a job reads of its study every second or so (Storage.changes): the trials
+    finished since `since`, every RUNNING and INTERRUPTED trial, how many count against
+    the budget, and `at`, the moment of the read (the next call's `since`, less a margin
+    for writes that were committed after their finish time was taken)."""
+
+    finished: tuple[FrozenTrial, ...]
+    running: tuple[FrozenTrial, ...]
+    interrupted: tuple[FrozenTrial, ...]
+    counted: int
+    at: datetime
+
+
+def to_job(row: JobModel, token: str | None = None, running: int = 0) -> Job:
+    return Job(id=row.id, study_id=row.study_id, host=row.host, pid=row.pid,
+               launcher=row.launcher, groups=row.groups, shared=bool(row.shared),
+               started_at=row.started_at, beat_at=row.beat_at, period_s=float(row.period),
+               ended_at=row.ended_at, end=row.end, taken_by=row.taken_by, token=token,
+               running=running)
 
 
 def encode_param_row(trial_id: int, name: str, value: Any) -> dict:
@@ -108,6 +151,12 @@ def load_spans(text: str | None) -> list[dict]:
     return json.loads(text) if text else []
 
 
+def with_children(stmt):
+    """A SELECT of TrialModel rows that loads their params, folds and per-epoch values."""
+    return stmt.options(selectinload(TrialModel.params), selectinload(TrialModel.folds),
+                        selectinload(TrialModel.intermediate))
+
+
 def to_frozen(row: TrialModel) -> FrozenTrial:
     return FrozenTrial(
         id=row.id, study_id=row.study_id, number=row.number, status=TrialStatus(row.status),
@@ -120,25 +169,19 @@ def to_frozen(row: TrialModel) -> FrozenTrial:
         intermediate={i.epoch: i.value for i in sorted(row.intermediate, key=lambda i: i.epoch)},
         rank=row.rank, lost_attempts=row.lost_attempts or 0, device=row.device,
         suggest_seconds=row.suggest_seconds, spans=load_spans(row.spans_json),
-        member=row.member, round=row.round, parent=row.parent,
+        member=row.member, round=row.round, parent=row.parent, job=row.job_id,
     )
 
 
-def to_record(row: StudyModel, counts=None, best_value=None) -> StudyRecord:
+def to_record(row: StudyModel, counts=None, best_value=None, lease: Job | None = None
+              ) -> StudyRecord:
     return StudyRecord(
         id=row.id, name=row.name, direction=row.direction, metric=row.metric,
         spec_text=row.spec_text, fingerprint=row.fingerprint, space_json=row.space_json,
         status=StudyStatus(row.status), created_at=row.created_at, updated_at=row.updated_at,
-        counts=dict(counts or {}), best_value=best_value, lease=_lease(row),
+        counts=dict(counts or {}), best_value=best_value, lease=lease,
         artifacts=row.artifacts, recovery=tuple(json.loads(row.recovery or "[]")),
     )
-
-
-def _lease(row: StudyModel) -> Lease | None:
-    if row.lease_token is None:
-        return None
-    return Lease(row.lease_host or "?", row.lease_pid or 0, row.lease_started_at,
-                 row.lease_beat_at, float(row.lease_period or 30.0))
 
 
 def _short(text: str | None) -> str | None:

@@ -8,53 +8,38 @@ SQLite database's file is checked to still be the one opened (storage/_sqlite_fi
 from __future__ import annotations
 
 import json
-import uuid
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from typing import Iterable, Sequence
 
-from sqlalchemy import bindparam, event, func, select, update
+from sqlalchemy import delete, event, func, select, update
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Engine
-from sqlalchemy.orm import Session, selectinload, sessionmaker
+from sqlalchemy.orm import Session, sessionmaker
 
-from mpiopt.errors import (DuplicateStudyError, LeaseLost, StorageError, StudyBusyError,
-                           UnknownStudyError)
-from mpiopt.storage import _queries, _studies, _writes
+from mpiopt.errors import DuplicateStudyError, StorageError, TrialTaken, UnknownStudyError
+from mpiopt.storage import _jobs, _queries, _studies, _writes
 from mpiopt.storage._base import BaseStorage
-from mpiopt.storage._convert import (StudyRecord, dump_json, finite_or_none, prepared_outcomes,
-                                     to_frozen, to_record)
+from mpiopt.storage._convert import (Changes, StudyRecord, dump_json, finite_or_none,
+                                     prepared_outcomes, to_frozen, to_record,
+                                     with_children as _with_children)
+from mpiopt.storage._jobs import JobMethods
 from mpiopt.storage._engine import writer
 from mpiopt.storage._session import connection_scope, session_scope
 from mpiopt.storage._sqlite_file import SqliteFile
 from mpiopt.storage._stall import hurry_when
-from mpiopt.storage.models import StudyModel, TrialModel
+from mpiopt.storage.models import StudyModel, TrialFoldModel, TrialIntermediateModel, TrialModel
 from mpiopt.trial import FrozenTrial, StudyStatus, TrialStatus
 
 DIRECTIONS = ("minimize", "maximize")
 NUMBER_RETRIES = 5
 
 
-# The lease a write checks (Storage._check_fence), built once. On PostgreSQL the study's
-# row is locked FOR NO KEY UPDATE, first thing in the transaction: with a share lock two
-# of the job's own transactions (the heartbeat and a status write) could both hold it and
-# then both wait to update the row (a deadlock, by reasoning: not seen); this lock still
-# lets other jobs insert trials that refer to the study (mpiopt enqueue: their foreign key
-# takes a key-share lock)
-_LEASE_OF = (select(StudyModel.lease_token).where(StudyModel.id == bindparam("sid"))
-             .with_for_update(key_share=True))
-
-
 def _now() -> datetime:
     return datetime.now(timezone.utc)
 
 
-def _with_children(stmt):
-    return stmt.options(selectinload(TrialModel.params), selectinload(TrialModel.folds),
-                        selectinload(TrialModel.intermediate))
-
-
-class Storage(BaseStorage):
+class Storage(JobMethods, BaseStorage):
     """Studies and trials in one SQL database (any SQLAlchemy URL; see open_storage)."""
 
     def __init__(self, engine: Engine, url):
@@ -67,8 +52,9 @@ class Storage(BaseStorage):
         self._read = sessionmaker(engine, expire_on_commit=False)
         self._writer = writer(engine)
         self._write = sessionmaker(self._writer, expire_on_commit=False)
-        # (study id, lease token) once a job holds a study's lease (mpiopt.run.study_run): from
-        # then on every write transaction first checks that the lease is still this job's
+        # (job id, token) once a job joined its study (mpiopt.run.study_run): from then on
+        # every write transaction first checks that the job is still live with that token
+        # (storage/_jobs.py), and the trials it creates, takes or restarts are the job's
         self.fence: tuple[int, str] | None = None
         self.lost: str | None = None      # why, once a write or a heartbeat found it taken
 
@@ -109,31 +95,13 @@ class Storage(BaseStorage):
             yield session
 
     @contextmanager
-    def _writing_core(self):
+    def _writing_core(self, fenced: bool = True):
         """A write transaction for Core statements (the per-trial hot path, see _writes)."""
         self._check_file()
         with connection_scope(self._writer, self.shown_url) as conn:
-            self._check_fence(conn)
+            if fenced:
+                self._check_fence(conn)
             yield conn
-
-    def _lose_lease(self):
-        self.lost = (f"this job lost its lease on the study in {self.shown_url}: another job "
-                     "took it over while this one was silent (stopped or suspended) past the "
-                     "lease's period; this job writes nothing more, the other goes on")
-        raise LeaseLost(self.lost)
-
-    def _check_fence(self, conn) -> None:
-        """A fencing token (as for any lease: Kleppmann 2016): a job that was silent past
-        its lease (Ctrl-Z, a suspended or frozen node) while another job took the study
-        over writes nothing more, not a result of a trial the other job runs again, not
-        INTERRUPTED over the other job's running trials. The check is in the same
-        transaction as the write: SQLite's write lock, PostgreSQL's lock on the study's
-        row (_LEASE_OF), keep a takeover from coming between the two."""
-        if self.fence is None:
-            return
-        study_id, token = self.fence
-        if conn.execute(_LEASE_OF, {"sid": study_id}).scalar() != token:
-            self._lose_lease()
 
     # ---- studies -----------------------------------------------------------------------
     def create_study(self, name: str, direction: str, metric: str, spec_text: str,
@@ -163,7 +131,7 @@ class Storage(BaseStorage):
             if row is None:
                 known = s.scalars(select(StudyModel.name).order_by(StudyModel.name)).all()
                 raise UnknownStudyError(_queries.unknown(name, known, self.shown_url))
-            return to_record(row)
+            return to_record(row, lease=_jobs.leases(s.connection(), [row.id]).get(row.id))
 
     def list_studies(self) -> list[StudyRecord]:
         """Every study with its trial counts per status and best COMPLETE value."""
@@ -244,17 +212,38 @@ class Storage(BaseStorage):
                              .order_by(TrialModel.number)).all()
             return [to_frozen(r) for r in rows]
 
-    def take_pending(self, requests: Sequence[dict]) -> list[FrozenTrial]:
-        """Queued trials become RUNNING for this job, in one transaction: dicts of
-        trial_id, seed, group, host, rank (and started=False for one sent ahead). Returns those taken (a trial no longer
-        PENDING, deleted or taken before, is left out)."""
+    def take_pending(self, requests: Sequence[dict], limit: int | None = None) -> list:
+        """Queued trials become RUNNING for this job (the fence's), in one transaction:
+        dicts of trial_id, seed, group, host, rank (and started=False for one sent ahead).
+        Without `limit`: returns those taken (a trial no longer PENDING, deleted or taken
+        before, is left out). With it: only as many as the study's budget has left are
+        taken, and the answer is aligned with `requests` (None where none was taken)."""
         now, taken = _now(), []
         with self._writing_core() as conn:
+            left = self._budget_left(conn, requests, limit)
             for r in requests:
-                if _studies.take(conn, r["trial_id"], r.get("seed"), r.get("group"),
-                                 r.get("host"), r.get("rank"), now, r.get("started", True)):
-                    taken.append(r["trial_id"])
-        return [self.get_trial_by_id(t) for t in taken]
+                if left is not None and left <= 0:
+                    taken.append(None)
+                    continue
+                ok = _studies.take(conn, r["trial_id"], r.get("seed"), r.get("group"),
+                                   r.get("host"), r.get("rank"), now, r.get("started", True),
+                                   self.fenced_job)
+                taken.append(r["trial_id"] if ok else None)
+                left = None if left is None else left - ok
+        got = [None if t is None else self.get_trial_by_id(t) for t in taken]
+        return got if limit is not None else [t for t in got if t is not None]
+
+    def _budget_left(self, conn, requests, limit) -> int | None:
+        """How many trials the budget still allows (take_pending: the requests' study
+        locked first), or None without a limit."""
+        if limit is None or not requests:
+            return None
+        sid = conn.execute(select(TrialModel.study_id).where(
+            TrialModel.id.in_([r["trial_id"] for r in requests])).limit(1)).scalar()
+        if sid is None:
+            return 0
+        _jobs.lock_study(conn, sid, self.shown_url)
+        return len(_jobs.budgeted(conn, sid, [{}] * len(requests), limit, False))
 
     def retry_failed(self, study_id: int) -> list[int]:
         """FAILED trials become RETRIED and their parameter sets are queued again, in one
@@ -262,89 +251,69 @@ class Storage(BaseStorage):
         with self._writing_core() as conn:
             return _studies.retry_failed(conn, study_id, _now(), self.shown_url)
 
-    # ---- one coordinator per study ----------------------------------------------------
-    def acquire_lease(self, study_id: int, host: str, pid: int, period_s: float,
-                      takeover: bool = False) -> str:
-        """Take the study for this job; returns the token its beats and release name.
-
-        A fresh lease held by another job is a StudyBusyError naming the holder; a stale
-        one (no beat for three periods: the job died) is taken over. The check and the
-        take are one write transaction, so two jobs starting at once cannot both win.
-        """
-        now = _now()
-        token = uuid.uuid4().hex
-        with self._writing() as s:
-            row = self._require_study(s, study_id)
-            held = to_record(row).lease
-            if held is not None and not held.is_stale(now) and not takeover:
-                raise StudyBusyError(
-                    f"study '{row.name}' is being run by another job (host {held.host}, pid "
-                    f"{held.pid}, since {held.started_at:%Y-%m-%d %H:%M:%S} UTC, last heartbeat "
-                    f"{held.age_s(now):.0f}s ago): wait for it to end or stop it; a job that "
-                    f"died is taken over once its lease is {3 * held.period_s:.0f}s old", held)
-            row.lease_token, row.lease_host, row.lease_pid = token, host[:255], int(pid)
-            row.lease_started_at = row.lease_beat_at = now
-            row.lease_period = float(period_s)
-        return token
-
-    def heartbeat(self, study_id: int, token: str) -> None:
-        """Renew the lease; a StorageError if another job took it over meanwhile."""
-        with self._writing_core() as conn:
-            done = conn.execute(update(StudyModel).where(StudyModel.id == study_id,
-                                                         StudyModel.lease_token == token)
-                                .values(lease_beat_at=_now()))
-            if done.rowcount != 1:
-                self._lose_lease()
-
-    def release_lease(self, study_id: int, token: str) -> None:
-        with self._writing_core() as conn:
-            conn.execute(update(StudyModel).where(StudyModel.id == study_id,
-                                                  StudyModel.lease_token == token)
-                         .values(lease_token=None, lease_beat_at=_now()))
-
     # ---- trial writes (the coordinator) ------------------------------------------------
-    def create_trials(self, study_id: int, requests: Sequence[dict]) -> list[FrozenTrial]:
-        """Several create_trial calls (dicts of its keyword arguments) in one transaction,
-        numbered in order: many groups that become idle together cost one commit. SQLite
-        serialises writers (BEGIN IMMEDIATE), so max+1 is safe; on other backends a
-        concurrent writer trips the (study_id, number) constraint and it is tried again."""
+    def create_trials(self, study_id: int, requests: Sequence[dict], limit: int | None = None,
+                      distinct: bool = False) -> list:
+        """Several create_trial calls (dicts of its keyword arguments, and "key": the
+        parameter set's key) in one transaction, numbered in order: many groups that
+        become idle together cost one commit. With `limit` or `distinct`, the budget and
+        the keys decide which are made (storage/_jobs.budgeted) under the study's lock,
+        and the answer is aligned with `requests` (None where none was made). SQLite
+        serialises writers (BEGIN IMMEDIATE), PostgreSQL the study's row lock, so max+1 is
+        safe; a concurrent writer that still trips the (study_id, number) constraint is
+        tried again."""
         for attempt in range(NUMBER_RETRIES):
             try:
-                return self._insert_trials(study_id, requests)
+                with self._writing_core() as conn:
+                    return self._insert_trials(conn, study_id, requests, limit, distinct)
             except StorageError as exc:
                 if not isinstance(exc.__cause__, sa_exc.IntegrityError) or \
                         attempt == NUMBER_RETRIES - 1:
                     raise
         raise AssertionError("unreachable")
 
-    def _insert_trials(self, study_id, requests) -> list[FrozenTrial]:
+    def _insert_trials(self, conn, study_id, requests, limit, distinct) -> list:
+        """create_trials inside the caller's transaction."""
         now = _now()
         requests = [{**r, "suggest_seconds": finite_or_none(r.get("suggest_seconds"))}
                     for r in requests]
-        with self._writing_core() as conn:
-            return _writes.insert_trials(conn, study_id, requests, now, self.shown_url)
+        if limit is None and not distinct:
+            return _writes.insert_trials(conn, study_id, requests, now, self.shown_url,
+                                         self.fenced_job) if requests else []
+        _jobs.lock_study(conn, study_id, self.shown_url)
+        chosen = _jobs.budgeted(conn, study_id, requests, limit, distinct)
+        made = _writes.insert_trials(conn, study_id, [requests[i] for i in chosen], now,
+                                     self.shown_url, self.fenced_job) if chosen else []
+        return _jobs.aligned(requests, chosen, made)
 
     def restart_trial(self, trial_id: int, group: int | None,
                       host: str | None = None, rank: int | None = None,
                       keep_intermediate: bool = False) -> FrozenTrial:
-        """Run an unfinished trial again (resume): a new attempt, its old results dropped.
-        keep_intermediate: its per-epoch values stay (it continues from a checkpoint;
-        the epochs it trains again are merged by add_intermediate)."""
+        """Claim an INTERRUPTED trial and run it again for this job (the fence's): a new
+        attempt, its old results dropped. The status is checked in the UPDATE itself, so of
+        two jobs claiming one trial one wins; the other (and a claim of a trial RUNNING or
+        finished) gets TrialTaken. keep_intermediate: its per-epoch values stay (it
+        continues from a checkpoint; the epochs it trains again are merged by
+        add_intermediate)."""
+        trials = TrialModel.__table__
         with self._writing() as s:
-            row = self._trial_row(s, trial_id)
-            if TrialStatus(row.status).is_finished():
-                raise StorageError(f"trial {row.number} is {row.status.value}; only unfinished "
-                                   "trials can run again")
-            row.status, row.attempt, row.group, row.host = (TrialStatus.RUNNING, row.attempt + 1,
-                                                            group, host)
-            row.rank = rank
-            row.started_at, row.finished_at, row.duration = _now(), None, None
-            row.value = row.value_std = row.error = row.metrics_json = None
-            row.folds.clear()
+            done = s.execute(update(trials).where(
+                trials.c.id == trial_id, trials.c.status == TrialStatus.INTERRUPTED).values(
+                status=TrialStatus.RUNNING, attempt=trials.c.attempt + 1, group_index=group,
+                host=host, rank=rank, started_at=_now(), finished_at=None, duration=None,
+                value=None, value_std=None, error=None, metrics_json=None,
+                job_id=self.fenced_job))
+            if done.rowcount != 1:
+                row = self._trial_row(s, trial_id)
+                raise TrialTaken(
+                    f"trial {row.number} is {TrialStatus(row.status).value}"
+                    + (f" for job {row.job_id}" if row.job_id is not None else "")
+                    + "; only an INTERRUPTED trial can be claimed to run again")
+            s.execute(delete(TrialFoldModel).where(TrialFoldModel.trial_id == trial_id))
             if not keep_intermediate:
-                row.intermediate.clear()
-            s.flush()
-            return to_frozen(row)
+                s.execute(delete(TrialIntermediateModel)
+                          .where(TrialIntermediateModel.trial_id == trial_id))
+            return to_frozen(self._trial_row(s, trial_id))
 
     def finish_trials(self, outcomes: Sequence[dict], started: Sequence[int] = ()) -> list[FrozenTrial]:
         """Several finish_trial calls (dicts of its keyword arguments) in one transaction:
@@ -357,22 +326,22 @@ class Storage(BaseStorage):
             return _writes.finish_many(conn, prepared, now, self.shown_url)
 
     def finish_and_create(self, outcomes: Sequence[dict], study_id: int,
-                          requests: Sequence[dict], started: Sequence[int] = ()
-                          ) -> tuple[list[FrozenTrial], list[FrozenTrial]]:
+                          requests: Sequence[dict], started: Sequence[int] = (),
+                          limit: int | None = None, distinct: bool = False
+                          ) -> tuple[list[FrozenTrial], list]:
         """finish_trials and create_trials in one transaction: when every group of a batch
         already runs the trial it was sent ahead, nothing has to leave before the write,
-        and one commit records the results, those starts and the next trials sent ahead."""
+        and one commit records the results, those starts and the next trials sent ahead.
+        The results are written first, so the budget (`limit`) counts them."""
         prepared = prepared_outcomes(outcomes)
-        requests = [{**r, "suggest_seconds": finite_or_none(r.get("suggest_seconds"))}
-                    for r in requests]
         for attempt in range(NUMBER_RETRIES):
             try:
                 now = _now()
                 with self._writing_core() as conn:
                     _writes.mark_started(conn, started, now)
-                    finished = _writes.finish_many(conn, prepared, now, self.shown_url)
-                    made = (_writes.insert_trials(conn, study_id, requests, now, self.shown_url)
-                            if requests else [])
+                    finished = (_writes.finish_many(conn, prepared, now, self.shown_url)
+                                if prepared else [])
+                    made = self._insert_trials(conn, study_id, requests, limit, distinct)
                 return finished, made
             except StorageError as exc:     # a trial number taken meanwhile: all rolled back
                 if not isinstance(exc.__cause__, sa_exc.IntegrityError) or \
@@ -385,32 +354,25 @@ class Storage(BaseStorage):
             _writes.add_epoch(conn, trial_id, epoch, value, self.shown_url)
 
     def interrupt_running(self, study_id: int, keep=()) -> int:
-        """RUNNING trials become INTERRUPTED; returns how many. PENDING ones (queued by
-        `mpiopt enqueue`, never started) stay queued for the next job. Trial ids in `keep`
-        stay RUNNING: their rank died under them, and the resume counts a lost attempt."""
+        """RUNNING trials become INTERRUPTED; returns how many. With a fence, only this
+        job's: the others' trials run on. PENDING ones (queued by `mpiopt enqueue`, never
+        started) stay queued for the next job. Trial ids in `keep` stay RUNNING: their
+        rank died under them, and take_orphans counts them a lost attempt once this job
+        has ended."""
         with self._writing() as s:
             where = [TrialModel.study_id == study_id, TrialModel.status == TrialStatus.RUNNING]
+            if self.fence is not None:
+                where.append(TrialModel.job_id == self.fenced_job)
             if keep:
                 where.append(TrialModel.id.not_in(list(keep)))
             done = s.execute(update(TrialModel).where(*where)
                              .values(status=TrialStatus.INTERRUPTED, finished_at=_now()))
             return done.rowcount
 
-    def note_lost_attempts(self, study_id: int) -> list[FrozenTrial]:
-        """Resume after a job that died: each RUNNING trial counts one lost attempt and
-        becomes INTERRUPTED, in one transaction. Returns those trials, updated. A trial
-        sent ahead that never started (no start time) was not running: it becomes
-        INTERRUPTED without a lost attempt and is not returned."""
-        with self._writing() as s:
-            rows = s.scalars(_with_children(select(TrialModel).where(
-                TrialModel.study_id == study_id, TrialModel.status == TrialStatus.RUNNING))).all()
-            for row in rows:
-                if row.started_at is not None:
-                    row.lost_attempts = (row.lost_attempts or 0) + 1
-                row.status, row.finished_at = TrialStatus.INTERRUPTED, _now()
-            s.flush()
-            return [to_frozen(row) for row in sorted(rows, key=lambda r: r.number)
-                    if row.started_at is not None]
+    def changes(self, study_id: int, since: datetime | None) -> Changes:
+        """See BaseStorage.changes: one read transaction (storage/_queries.changes)."""
+        with self._reading() as s:
+            return _queries.changes(s, study_id, since, _now())
 
     # ---- trial reads -------------------------------------------------------------------
     def get_trials(self, study_id: int, statuses: Iterable[TrialStatus] | None = None,
@@ -463,9 +425,9 @@ class Storage(BaseStorage):
         return counts
 
     def group_activity(self, study_id: int) -> list[dict]:
-        """Per group: its host, when it last started or finished a trial, the trial it
-        runs now (None when idle) and how many were sent ahead to it (RUNNING, not yet
-        started), for `mpiopt status`."""
+        """Per group of each job ("job", "group"): its host, when it last started or
+        finished a trial, the trial it runs now (None when idle) and how many were sent
+        ahead to it (RUNNING, not yet started), for `mpiopt status`."""
         with self._reading() as s:
             return _queries.group_activity(s, study_id)
 

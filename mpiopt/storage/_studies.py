@@ -24,10 +24,11 @@ from sqlalchemy.engine import Connection
 
 from mpiopt.storage._convert import decode_value
 from mpiopt.storage._writes import EPOCHS, FOLDS, PARAMS, STUDIES, TRIALS, insert_trial
+from mpiopt.storage.models import JobModel
+
+JOBS = JobModel.__table__
 from mpiopt.trial import TrialStatus
 
-LEASE_COLUMNS = ("lease_token", "lease_host", "lease_pid", "lease_started_at", "lease_beat_at",
-                 "lease_period")
 CHILDREN = (PARAMS, FOLDS, EPOCHS)      # the tables whose rows hang off a trial
 
 
@@ -37,6 +38,7 @@ def delete_study(conn: Connection, study_id: int) -> int:
     for table in CHILDREN:          # explicit, not only ON DELETE CASCADE: any engine
         conn.execute(delete(table).where(table.c.trial_id.in_(trial_ids)))
     gone = conn.execute(delete(TRIALS).where(TRIALS.c.study_id == study_id)).rowcount
+    conn.execute(delete(JOBS).where(JOBS.c.study_id == study_id))
     conn.execute(delete(STUDIES).where(STUDIES.c.id == study_id))
     return gone
 
@@ -53,17 +55,18 @@ def dump_study(conn: Connection, study_id: int) -> dict:
 
 
 def load_study(conn: Connection, dump: dict, name: str, spec_text: str) -> int:
-    """Insert a dump_study() as study `name` (no lease: no job runs the copy); its new id.
-    The original's recovery files stay the original's: their lines name its trial ids,
-    which are other trials here."""
+    """Insert a dump_study() as study `name` (no job runs the copy, and its trials name
+    none: job ids are the original database's); its new id. The original's recovery files
+    stay the original's: their lines name its trial ids, which are other trials here."""
     study = {k: v for k, v in dump["study"].items() if k in STUDIES.c and k != "id"}
-    study.update({k: None for k in (*LEASE_COLUMNS, "recovery") if k in STUDIES.c}, name=name,
+    study.update({k: None for k in ("recovery",) if k in STUDIES.c}, name=name,
                  spec_text=spec_text)
     study_id = conn.execute(insert(STUDIES).values(**study)).inserted_primary_key[0]
     new_ids = {}
     for row in dump["trials"]:
         values = {k: v for k, v in row.items() if k in TRIALS.c and k != "id"}
         values["study_id"] = study_id
+        values.pop("job_id", None)
         new_ids[row["id"]] = conn.execute(insert(TRIALS).values(**values)).inserted_primary_key[0]
     for table in CHILDREN:
         rows = [{**{k: v for k, v in r.items() if k in table.c and k != "id"},
@@ -102,13 +105,14 @@ def pending_ids(conn: Connection, study_id: int, limit: int | None = None) -> li
 
 
 def take(conn: Connection, trial_id: int, seed, group, host, rank, now: datetime,
-         started: bool = True) -> bool:
-    """PENDING -> RUNNING for this job; False if it was no longer PENDING. started=False:
-    sent ahead to a busy group, its start noted later (see insert_trials)."""
+         started: bool = True, job_id: int | None = None) -> bool:
+    """PENDING -> RUNNING for job `job_id`; False if it was no longer PENDING.
+    started=False: sent ahead to a busy group, its start noted later (see insert_trials)."""
     done = conn.execute(update(TRIALS).where(TRIALS.c.id == trial_id,
                                              TRIALS.c.status == TrialStatus.PENDING)
                         .values(status=TrialStatus.RUNNING, seed=seed, group_index=group,
-                                host=host, rank=rank, started_at=now if started else None))
+                                host=host, rank=rank, started_at=now if started else None,
+                                job_id=job_id))
     return done.rowcount == 1
 
 

@@ -49,7 +49,7 @@ _HEADS = select(TRIALS.c.id, TRIALS.c.study_id, TRIALS.c.number, TRIALS.c.status
                 TRIALS.c.seed, TRIALS.c.attempt, TRIALS.c.group_index, TRIALS.c.host,
                 TRIALS.c.started_at, TRIALS.c.rank,
                 TRIALS.c.suggest_seconds, TRIALS.c.member, TRIALS.c.round,
-                TRIALS.c.parent).where(TRIALS.c.id.in_(_IDS))
+                TRIALS.c.parent, TRIALS.c.job_id).where(TRIALS.c.id.in_(_IDS))
 _SET_TRIAL = update(TRIALS).where(TRIALS.c.id == bindparam("tid"))   # SET from the params
 _MARK_STARTED = (update(TRIALS).where(TRIALS.c.id.in_(_IDS), TRIALS.c.started_at.is_(None))
                  .values(started_at=bindparam("now")))
@@ -57,9 +57,9 @@ _DROP_FOLDS_OF = delete(FOLDS).where(FOLDS.c.trial_id.in_(_IDS))
 _NEW_FOLDS = insert(FOLDS)
 LINEAGE = ("member", "round", "parent")     # search.algorithm pbt (migration 0006)
 PARAM, EPOCH, FOLD = 0, 1, 2
-# Trials' params, per-epoch values and folds in one statement: rows of
+# Trials' params, per-epoch values and folds in one statement (also _queries.changes): rows of
 # (trial, part, ord, name, kind, text, num); params ordered by id, the order they were written.
-_CHILDREN = union_all(
+CHILDREN_OF = union_all(
     select(PARAMS.c.trial_id.label("tid"), literal_column(str(PARAM)).label("part"),
            PARAMS.c.id.label("ord"), PARAMS.c.name, PARAMS.c.kind, PARAMS.c.value_text,
            null().label("num")).where(PARAMS.c.trial_id.in_(_IDS)),
@@ -88,10 +88,11 @@ def insert_trial(conn: Connection, study_id: int, params: dict, seed, group, hos
 
 
 def insert_trials(conn: Connection, study_id: int, requests: Sequence[dict], now: datetime,
-                  where: str) -> list[FrozenTrial]:
+                  where: str, job_id: int | None = None) -> list[FrozenTrial]:
     """RUNNING trials numbered max+1.. in request order: one lock, one multi-row INSERT of
     the trials (their ids back in order) and one of all their parameters, whatever the
-    number of trials (several groups that become idle together)."""
+    number of trials (several groups that become idle together). They are job `job_id`'s
+    (the fence's), with their request's "key" (create_trials(distinct=True))."""
     if conn.execute(_LOCK_STUDY, {"sid": study_id}).scalar() is None:
         _require_study(conn, study_id, where)
     last = conn.execute(_NEXT_NUMBER, {"sid": study_id}).scalar()
@@ -100,7 +101,8 @@ def insert_trials(conn: Connection, study_id: int, requests: Sequence[dict], now
               "seed": r.get("seed"), "attempt": 0, "group_index": r.get("group"),
               "host": r.get("host"), "rank": r.get("rank"), "lost_attempts": 0,
               "started_at": now if r.get("started", True) else None,
-              "suggest_seconds": r.get("suggest_seconds"), **{k: r.get(k) for k in LINEAGE}}
+              "suggest_seconds": r.get("suggest_seconds"), "job_id": job_id,
+              "params_key": r.get("key"), **{k: r.get(k) for k in LINEAGE}}
              for i, r in enumerate(requests)]
     if len(heads) == 1:      # the common case: no RETURNING round trip needed
         ids = [conn.execute(_NEW_TRIAL, heads[0]).inserted_primary_key[0]]
@@ -114,7 +116,8 @@ def insert_trials(conn: Connection, study_id: int, requests: Sequence[dict], now
     return [FrozenTrial(id=tid, study_id=study_id, number=h["number"], status=TrialStatus.RUNNING,
                         params=_decoded(trial_rows), seed=h["seed"], attempt=0,
                         group=h["group_index"], host=h["host"], started_at=h["started_at"], rank=h["rank"],
-                        suggest_seconds=h["suggest_seconds"], **{k: h[k] for k in LINEAGE})
+                        suggest_seconds=h["suggest_seconds"], job=job_id,
+                        **{k: h[k] for k in LINEAGE})
             for tid, h, trial_rows in zip(ids, heads, rows)]
 
 
@@ -162,7 +165,7 @@ def finish_many(conn: Connection, items: Sequence[tuple], now: datetime,
             fold_values=[r["value"] for r in folds], intermediate=dict(sorted(epochs.items())),
             rank=head.rank, device=outcome.get("device"), suggest_seconds=head.suggest_seconds,
             spans=load_spans(outcome.get("spans_json")),
-            member=head.member, round=head.round, parent=head.parent))
+            member=head.member, round=head.round, parent=head.parent, job=head.job_id))
     conn.execute(_SET_TRIAL, updates)
     if drop:
         conn.execute(_DROP_FOLDS_OF, {"ids": drop})
@@ -221,7 +224,7 @@ def _fold_rows(trial_id, fold_values, fold_metrics) -> list[dict]:
 def _children_of(conn, ids: list) -> dict:
     """{trial id: ({name: param}, {epoch: value}, whether folds exist)} from one SELECT."""
     out: dict = {}
-    for tid, part, order, name, kind, text, num in conn.execute(_CHILDREN, {"ids": ids}):
+    for tid, part, order, name, kind, text, num in conn.execute(CHILDREN_OF, {"ids": ids}):
         params, epochs, had_folds = out.setdefault(tid, ({}, {}, False))
         if part == PARAM:
             params[name] = decode_value(kind, text)

@@ -5,6 +5,8 @@ as the package mpiopt._alembic (see setup.cfg). No alembic.ini is needed.
 """
 from __future__ import annotations
 
+import contextlib
+
 from pathlib import Path
 
 from alembic import command
@@ -85,7 +87,7 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
     BEGIN IMMEDIATE on SQLite, a transaction-scoped advisory lock on PostgreSQL. The
     revision is read again under the lock, so only the first job migrates."""
     cfg = make_config(engine)
-    with writer(engine).begin() as conn:
+    with writer(engine).connect() as conn, _no_cascades(conn), conn.begin():
         if engine.dialect.name == "postgresql":
             conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_MIGRATION_LOCK})")
         if revision == "head" and \
@@ -96,6 +98,22 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
             command.upgrade(cfg, revision)
         except CommandError as exc:
             raise StorageError(_explain(exc, engine)) from exc
+
+
+@contextlib.contextmanager
+def _no_cascades(conn):
+    """SQLite's foreign keys off while migrating: a batch migration copies a table and
+    drops the old one, and with them on, dropping `studies` deleted every trial (ON
+    DELETE CASCADE). The pragma is set outside a transaction (inside one it does nothing)
+    on the DBAPI connection, before SQLAlchemy begins one, and set back after."""
+    raw = conn.connection.driver_connection if conn.dialect.name == "sqlite" else None
+    if raw is not None:
+        raw.execute("PRAGMA foreign_keys = OFF")
+    try:
+        yield
+    finally:
+        if raw is not None:
+            raw.execute("PRAGMA foreign_keys = ON")
 
 
 def ensure_current(engine: Engine) -> None:

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from sqlalchemy import (BigInteger, DateTime, Enum, Float, ForeignKey, Integer, MetaData, String,
-                        Text, TypeDecorator, UniqueConstraint, Index)
+from sqlalchemy import (BigInteger, Boolean, DateTime, Enum, Float, ForeignKey, Integer, MetaData,
+                        String, Text, TypeDecorator, UniqueConstraint, Index)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 from mpiopt.trial import StudyStatus, TrialStatus
@@ -69,13 +69,6 @@ class StudyModel(Base):
     status: Mapped[StudyStatus] = mapped_column(_status(StudyStatus, "studystatus"))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime())
-    # the lease of the job running the study (migration 0003; mpiopt.run.study_run)
-    lease_token: Mapped[str | None] = mapped_column(String(32))
-    lease_host: Mapped[str | None] = mapped_column(String(NAME_LEN))
-    lease_pid: Mapped[int | None] = mapped_column(Integer)
-    lease_started_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
-    lease_beat_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
-    lease_period: Mapped[float | None] = mapped_column(Float)
     # migration 0005: the folder of its checkpoints and kept models (mpiopt.artifacts)
     artifacts: Mapped[str | None] = mapped_column(Text)
     # migration 0008: the recovery files its last job would write to (JSON list; study_run)
@@ -85,11 +78,38 @@ class StudyModel(Base):
         back_populates="study", cascade="all, delete-orphan", passive_deletes=True)
 
 
+class JobModel(Base):
+    """One job (one MPI launch) running a study (migration 0009; storage/_jobs.py): its
+    lease, renewed by heartbeats, and how it ended. Several may be live at once when they
+    joined the study with --join (shared); the rows of ended jobs stay for `mpiopt status`."""
+
+    __tablename__ = "jobs"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    study_id: Mapped[int] = mapped_column(
+        ForeignKey("studies.id", ondelete="CASCADE"), index=True)
+    token: Mapped[str] = mapped_column(String(32))
+    shared: Mapped[bool] = mapped_column(Boolean)
+    host: Mapped[str] = mapped_column(String(NAME_LEN))
+    pid: Mapped[int] = mapped_column(Integer)
+    launcher: Mapped[str | None] = mapped_column(String(NAME_LEN))    # "slurm 4242_3"
+    groups: Mapped[int | None] = mapped_column(Integer)
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    beat_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    period: Mapped[float] = mapped_column(Float)
+    ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    # NULL while live; "ended", "interrupted", "failed", "lost"
+    end: Mapped[str | None] = mapped_column(String(STATUS_LEN))
+    taken_by: Mapped[int | None] = mapped_column(Integer)     # the job that found it stale
+
+
 class TrialModel(Base):
     __tablename__ = "trials"
     __table_args__ = (UniqueConstraint("study_id", "number"),
                       # the queue read on every dispatch (migration 0007)
-                      Index("ix_trials_queue", "study_id", "status", "number"))
+                      Index("ix_trials_queue", "study_id", "status", "number"),
+                      # create_trials(distinct=True) looks a parameter set up (migration 0009)
+                      Index("ix_trials_params_key", "study_id", "params_key"))
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     study_id: Mapped[int] = mapped_column(
@@ -117,6 +137,10 @@ class TrialModel(Base):
     member: Mapped[int | None] = mapped_column(Integer)
     round: Mapped[int | None] = mapped_column(Integer)
     parent: Mapped[int | None] = mapped_column(Integer)
+    # migration 0009: the job that runs or ran it last (no foreign key: a job row may go
+    # while its trials stay), and its parameter set's key for create_trials(distinct=True)
+    job_id: Mapped[int | None] = mapped_column(Integer, index=True)
+    params_key: Mapped[str | None] = mapped_column(String(64))
 
     study: Mapped[StudyModel] = relationship(back_populates="trials")
     params: Mapped[list["TrialParamModel"]] = relationship(

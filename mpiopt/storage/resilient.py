@@ -22,7 +22,11 @@ The recovery file is JSON lines, one record per line (mpiopt.kept: the format),
 flushed and fsynced as it is written; storage/recovery.py imports it.
 
 Every method of the contract is written out here: reads and writes that nothing journals
-go through the retry alone; finish_trial(s), finish_and_create, add_intermediate and
+go through the retry alone (the job's heartbeat and end too: the same end state again;
+a capped create as any create: the cap holds for the retry too, so a hidden commit costs
+trials left RUNNING for this job, never one past the budget; a claim, restart_trial,
+whose first try committed unseen finds the trial RUNNING for this very job and answers
+it, where the storage alone says TrialTaken); finish_trial(s), finish_and_create, add_intermediate and
 interrupt_running also name the records that stand for them in the file (interrupt_running
 too: a job that ends in order during an outage could not mark its running trials
 INTERRUPTED, and the resume counted each a lost attempt, which after `max_attempts` such
@@ -36,7 +40,7 @@ import os
 import time
 from pathlib import Path
 
-from mpiopt.errors import DatabaseGone, StorageError, StorageUnavailable
+from mpiopt.errors import DatabaseGone, StorageError, StorageUnavailable, TrialTaken
 from mpiopt.storage._base import BaseStorage
 from mpiopt.storage.recovery import import_recovery
 from mpiopt.kept import lines as _lines, record
@@ -127,27 +131,52 @@ class Resilient(BaseStorage):
     def pending_trials(self, study_id, limit=None):
         return self._call(lambda: self.storage.pending_trials(study_id, limit))
 
-    def take_pending(self, requests):
-        return self._call(lambda: self.storage.take_pending(requests))
+    def take_pending(self, requests, limit=None):
+        if limit is None:
+            return self._call(lambda: self.storage.take_pending(requests))
+        return self._call(lambda: self.storage.take_pending(requests, limit))
 
     def retry_failed(self, study_id):
         return self._call(lambda: self.storage.retry_failed(study_id))
 
-    def acquire_lease(self, *args, **kwargs) -> str:
-        return self._call(lambda: self.storage.acquire_lease(*args, **kwargs))
+    def join_study(self, *args, **kwargs):
+        return self._call(lambda: self.storage.join_study(*args, **kwargs))
 
-    def heartbeat(self, study_id, token) -> None:
-        return self._call(lambda: self.storage.heartbeat(study_id, token))
+    def job_heartbeat(self, job_id, token) -> None:
+        return self._call(lambda: self.storage.job_heartbeat(job_id, token))
 
-    def release_lease(self, study_id, token) -> None:
-        return self._call(lambda: self.storage.release_lease(study_id, token))
+    def end_job(self, job_id, token, end="ended") -> int:
+        return self._call(lambda: self.storage.end_job(job_id, token, end))
 
-    def create_trials(self, study_id, requests):
-        return self._call(lambda: self.storage.create_trials(study_id, requests))
+    def list_jobs(self, study_id):
+        return self._call(lambda: self.storage.list_jobs(study_id))
+
+    def take_orphans(self, study_id, count_lost_attempts):
+        return self._call(lambda: self.storage.take_orphans(study_id, count_lost_attempts))
+
+    def changes(self, study_id, since):
+        return self._call(lambda: self.storage.changes(study_id, since))
+
+    def create_trials(self, study_id, requests, limit=None, distinct=False):
+        if limit is None and not distinct:
+            return self._call(lambda: self.storage.create_trials(study_id, requests))
+        return self._call(lambda: self.storage.create_trials(study_id, requests, limit,
+                                                             distinct))
 
     def restart_trial(self, trial_id, group, host=None, rank=None, keep_intermediate=False):
-        return self._call(lambda: self.storage.restart_trial(
-            trial_id, group, host=host, rank=rank, keep_intermediate=keep_intermediate))
+        tries = []
+
+        def claim():
+            tries.append(1)
+            try:
+                return self.storage.restart_trial(trial_id, group, host=host, rank=rank,
+                                                  keep_intermediate=keep_intermediate)
+            except TrialTaken:
+                mine = _own_claim(self.storage, trial_id) if len(tries) > 1 else None
+                if mine is None:
+                    raise
+                return mine
+        return self._call(claim)
 
     def finish_trial(self, trial_id, status, **fields):
         """Journaled: after the give-up it returns None (the result is in the file)."""
@@ -160,9 +189,11 @@ class Resilient(BaseStorage):
             (lambda: self.storage.finish_trials(outcomes))
         return self._call(call, _finished(outcomes), finishing=True)
 
-    def finish_and_create(self, outcomes, study_id, requests, started=()):
+    def finish_and_create(self, outcomes, study_id, requests, started=(), limit=None,
+                          distinct=False):
+        extra = {} if limit is None and not distinct else {"limit": limit, "distinct": distinct}
         return self._call(lambda: self.storage.finish_and_create(outcomes, study_id, requests,
-                                                                 started),
+                                                                 started, **extra),
                           _finished(outcomes), finishing=True)
 
     def add_intermediate(self, trial_id, epoch, value) -> None:
@@ -173,8 +204,6 @@ class Resilient(BaseStorage):
         kept = [record("interrupt", study_id=study_id, keep=sorted(keep))]
         return self._call(lambda: self.storage.interrupt_running(study_id, keep=keep), kept)
 
-    def note_lost_attempts(self, study_id):
-        return self._call(lambda: self.storage.note_lost_attempts(study_id))
 
     def get_trials(self, study_id, statuses=None, order_by="number", limit=None,
                    descending=False):
@@ -396,6 +425,16 @@ class Resilient(BaseStorage):
             self.recovery = place
             return True
         return False
+
+
+def _own_claim(storage, trial_id: int):
+    """The trial, where a retried claim finds it RUNNING for this job (the fence's): the
+    try that lost its answer had claimed it. None otherwise."""
+    fence = getattr(storage, "fence", None)
+    trial = storage.get_trial_by_id(trial_id)
+    if fence is not None and trial.job == fence[0] and trial.status.value == "RUNNING":
+        return trial
+    return None
 
 
 def _finished(outcomes) -> list[dict]:

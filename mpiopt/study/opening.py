@@ -36,7 +36,7 @@ class OpenedStudy:
     study_id: int
     existing: list[FrozenTrial]
     resumed: bool
-    lease_token: str | None = None
+    job: object = None        # this job's row (storage Job, with its token), once joined
 
 
 def spec_text(spec) -> str:
@@ -70,7 +70,7 @@ def stored_spec_dict(storage, name: str) -> dict:
 
 
 def open_study(storage, spec, resume, url: str, take_lease=None) -> OpenedStudy:
-    """The study to run, created or resumed. `take_lease(study_id) -> token` runs before
+    """The study to run, created or resumed. `take_lease(study_id) -> Job` runs before
     anything of a resumed study changes, so a study another job runs is left untouched.
     `resume`: False (a new study), True (it must exist) or "auto" (`--resume-or-start`:
     resume it if it exists, else start it; a batch job that is requeued runs one command)."""
@@ -107,10 +107,10 @@ def open_study(storage, spec, resume, url: str, take_lease=None) -> OpenedStudy:
     if changes:
         raise ResumeError(f"study '{name}' was started with a different spec; only "
                           f"{', '.join(RESUMABLE_CHANGES)} may change on resume: " + "; ".join(changes))
-    token = take_lease(record.id)
+    job = take_lease(record.id)
     storage.update_study_spec(record.id, spec_text(spec))
     storage.set_study_status(record.id, StudyStatus.RUNNING)
-    return OpenedStudy(storage, record.id, storage.get_trials(record.id), True, token)
+    return OpenedStudy(storage, record.id, storage.get_trials(record.id), True, job)
 
 
 def spec_changes(stored: dict, spec) -> list[str]:

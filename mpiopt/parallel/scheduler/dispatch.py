@@ -7,6 +7,7 @@ readable: its methods are generators of instructions like the Scheduler's own.
 """
 from __future__ import annotations
 
+import hashlib
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -40,15 +41,15 @@ class Dispatching:
         """Work for every idle group the budget allows: re-runs first, then queued sets,
         then new trials, created in one transaction."""
         sent = False
-        while self.idle and self.reruns and self._can_dispatch():
-            yield from self._rerun(self.idle[0])
-            sent = True
+        while self.idle and self.reruns and self._may_rerun():
+            sent |= (yield from self._rerun(self.idle[0]))
         if self.idle and self._can_dispatch():
             sent |= (yield from self._take_queued(tick))
         fresh: list[tuple[dict, float | None]] = []
         while (len(fresh) < len(self.idle) and self._can_dispatch(extra=len(fresh))
                and self._space_left()):
-            suggestion = self._suggestion(self.next_number + len(fresh))
+            suggestion = self._suggestion(self.next_number + len(fresh),
+                                          waiting=len(self.idle) - len(fresh))
             if suggestion[0] is None:
                 break                   # the background searcher is still making one
             fresh.append(suggestion)
@@ -93,7 +94,12 @@ class Dispatching:
         taken = yield ins.TakeQueued(tuple(
             dict(trial_id=t.id, seed=trial_seed(self.seed, t.number), group=g,
                  host=self.hosts[g], rank=self.ranks[g], **later)
-            for t, g in zip(queued, groups)))
+            for t, g in zip(queued, groups)), **self._capped_queue())
+        if self.shared is not None:
+            if len([r for r in taken if r is not None]) < len(queued):
+                self._refused()
+            taken = [r for r in taken if r is not None]
+            self.shared.made += len(taken)
         for rec in taken:
             if ahead_of is None:
                 self.idle.remove(rec.group)
@@ -101,13 +107,15 @@ class Dispatching:
         self.queued_taken += len(taken)
         return bool(taken)
 
-    def _suggestion(self, number: int) -> tuple[dict | None, float | None]:
+    def _suggestion(self, number: int, waiting: int = 1) -> tuple[dict | None, float | None]:
         """The suggestion for trial `number` (keyed searchers draw by it), or None, with
-        the seconds the searcher took to make it (recorded with the trial)."""
+        the seconds the searcher took to make it (recorded with the trial); `waiting`: the
+        groups without work now (a background searcher's filler rule weighs their wait)."""
         if self.ahead.prefetched is not None:
             (params, took), self.ahead.prefetched = self.ahead.prefetched, None
         elif self.background:
-            params, took = self.searcher.take(), self.searcher.last_ask_s
+            params = self.searcher.take(waiting, training=len(self.running))
+            took = self.searcher.last_ask_s
         else:
             params, took = self.timed_ask(number)
         return (params if params is None else self._distinct(params, number)), took
@@ -149,10 +157,12 @@ class Dispatching:
         """New trials for idle groups, or (ahead_of) sent ahead to these busy ones."""
         groups = self.idle[:len(fresh)] if ahead_of is None else ahead_of
         records = yield ins.CreateTrials(
-            self.study_id, tuple(self._requests(fresh, groups, ahead=ahead_of is not None)))
+            self.study_id, tuple(self._requests(fresh, groups, ahead=ahead_of is not None)),
+            **self._capped())
         if ahead_of is None:
-            for g in groups:
-                self.idle.remove(g)     # only once they run: a failed write leaves them idle
+            for g, rec in zip(groups, records):
+                if rec is not None:     # only once they run: a failed write leaves them idle
+                    self.idle.remove(g)
         yield from self._began(groups, records, fresh, ahead=ahead_of is not None)
 
     def _requests(self, fresh, groups: list[int], ahead: bool) -> list[dict]:
@@ -160,25 +170,48 @@ class Dispatching:
         later = {"started": False} if ahead else {}
         return [dict(params=params, seed=trial_seed(self.seed, self.next_number + i),
                      group=g, host=self.hosts[g], rank=self.ranks[g], suggest_seconds=took,
-                     **later,
+                     **later, **self._key(params),
                      # pbt: each trial's member, round and parent
                      **(self.searcher.lineage(self.next_number + i) if self.numbered else {}))
                 for i, (g, (params, took)) in enumerate(zip(groups, fresh))]
 
+    def _key(self, params: dict) -> dict:
+        """A finite space's set, named for the database (`distinct` creates in a shared
+        study: mpiopt.parallel.scheduler.shared)."""
+        if self.shared is None or self.untried is None:
+            return {}
+        return {"key": hashlib.sha1(repr(self.untried.key(params)).encode()).hexdigest()}
+
     def _began(self, groups, records, fresh, ahead: bool):
         if self.numbered:        # the storage may have numbered them otherwise (a queued set)
             self.searcher.renumber({self.next_number + i: rec.number
-                                    for i, rec in enumerate(records)})
+                                    for i, rec in enumerate(records) if rec is not None})
         for g, rec, (params, _) in zip(groups, records, fresh):
+            if rec is None:      # a shared study's database refused it (shared.py)
+                self.searcher.forget(params)
+                continue
+            if self.shared is not None:
+                self.shared.made += 1
             yield self._running(g, rec, params, ahead=ahead)
+        if self.shared is not None and any(rec is None for rec in records):
+            self._refused()
 
     def _rerun(self, group: int):
-        old = self.reruns[0]
-        rec = yield ins.RestartTrial(old.id, group, self.hosts[group], self.ranks[group],
-                                     keep_intermediate=self.checkpoints)
-        self.reruns.pop(0)
+        """The first unfinished trial runs again on this group; False where another job
+        of a shared study claimed it first."""
+        old = self.reruns.pop(0)
+        try:
+            rec = yield from self._claim(ins.RestartTrial(
+                old.id, group, self.hosts[group], self.ranks[group],
+                keep_intermediate=self.checkpoints))
+        except BaseException:
+            self.reruns.insert(0, old)
+            raise
+        if rec is None:
+            return False
         self.idle.remove(group)
         yield self._running(group, rec, old.params)
+        return True
 
     def _running(self, group: int, rec: FrozenTrial, params: dict, ahead: bool = False) -> ins.Dispatch:
         self.next_number = max(self.next_number, rec.number + 1)
@@ -194,7 +227,7 @@ class Dispatching:
                                          self.trial_timeout, round=rec.round, parent=rec.parent))
 
     def _stop_idle(self):
-        if self._can_dispatch():
+        if self._can_dispatch() or self._lingers():
             return
         yield from self.stop_all()
 

@@ -34,23 +34,26 @@ class Executor:
     """`send(instruction)`: the shell's way to a group (Dispatch, Answer, StopGroup,
     Withdraw). `holding(outcomes)`: a context manager of the outage wrapper (storage/
     resilient.py) that writes results ahead to the recovery file should a call made
-    meanwhile meet an outage; `view`: what the progress line reads (the scheduler)."""
+    meanwhile meet an outage; `view`: what the progress line reads (the scheduler);
+    `others_live()`: whether other jobs run this (shared) study, which then goes on: its
+    status is theirs to record."""
 
     def __init__(self, storage, send, progress=None, artifacts=None, view=None,
-                 holding=None):
+                 holding=None, others_live=None):
         self.storage, self.send = storage, send
+        self.others_live = others_live
         self.progress, self.artifacts, self.view = progress, artifacts, view
         self.holding = holding
         self._holds: list = []
         self._table = {
             **{kind: self._message for kind in ins.MESSAGES},
             ins.CreateTrials: self._create, ins.ReadQueue: self._read_queue,
-            ins.TakeQueued: lambda i: storage.take_pending(list(i.requests)),
+            ins.TakeQueued: self._take_queued, ins.ReadChanges: self._changes,
             ins.RestartTrial: self._restart, ins.WriteResults: self._write,
             ins.WriteResultsAndCreate: self._write_and_create,
             ins.AddIntermediate: self._intermediate,
             ins.InterruptRunning: lambda i: storage.interrupt_running(i.study_id, keep=set(i.keep)),
-            ins.SetStudyStatus: lambda i: storage.set_study_status(i.study_id, i.status),
+            ins.SetStudyStatus: self._set_status,
             ins.Say: self._say, ins.TrialDone: self._trial_done,
             ins.TrialsSettled: self._settled, ins.RefitEnded: self._refit_ended,
             ins.Hold: self._hold, ins.Release: self._release,
@@ -89,7 +92,18 @@ class Executor:
         self._holds.pop().__exit__(None, None, None)
 
     def _create(self, i: ins.CreateTrials):
-        return self.storage.create_trials(i.study_id, list(i.requests))
+        return self.storage.create_trials(i.study_id, list(i.requests), **_capped(i))
+
+    def _take_queued(self, i: ins.TakeQueued):
+        capped = {} if i.limit is None else {"limit": i.limit}
+        return self.storage.take_pending(list(i.requests), **capped)
+
+    def _changes(self, i: ins.ReadChanges):
+        return self.storage.changes(i.study_id, i.since)
+
+    def _set_status(self, i: ins.SetStudyStatus):
+        if self.others_live is None or not self.others_live():
+            self.storage.set_study_status(i.study_id, i.status)
 
     def _read_queue(self, i: ins.ReadQueue):
         return self.storage.pending_trials(i.study_id, limit=i.limit)
@@ -110,7 +124,8 @@ class Executor:
 
     def _write_and_create(self, i: ins.WriteResultsAndCreate):
         written = self.storage.finish_and_create(list(i.outcomes), i.study_id,
-                                                 list(i.requests), started=list(i.started))
+                                                 list(i.requests), started=list(i.started),
+                                                 **_capped(i))
         return None if written is None else written[1]
 
     def _say(self, i: ins.Say):
@@ -119,7 +134,7 @@ class Executor:
 
     def _trial_done(self, i: ins.TrialDone):
         if self.progress is not None:
-            self.progress.trial_finished(i.trial, self.view)
+            self.progress.trial_finished(i.trial, self.view, other=i.other)
 
     def _settled(self, i: ins.TrialsSettled):
         if self.artifacts is not None:
@@ -133,3 +148,10 @@ class Executor:
             first = i.error.splitlines()[0] if i.error else ""
             line = f"refit: {i.status.value.lower()}: {first}"
         self._say(ins.Say(line))
+
+
+def _capped(i) -> dict:
+    """A shared study's create names its budget (and a finite space's distinct sets);
+    an exclusive job's create is the plain call."""
+    out = {} if i.limit is None else {"limit": i.limit}
+    return {**out, "distinct": True} if i.distinct else out

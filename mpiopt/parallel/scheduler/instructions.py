@@ -11,7 +11,7 @@ them in that order. An instruction that fails is thrown back into the generator 
 yield, so the scheduler puts its own state right before the error goes on up.
 
 Messages to groups: Dispatch, Answer, StopGroup, Withdraw. Database writes (one storage
-call each, one transaction): CreateTrials, ReadQueue, TakeQueued, RestartTrial,
+call each, one transaction): CreateTrials, ReadQueue, ReadChanges, TakeQueued, RestartTrial,
 WriteResults, WriteResultsAndCreate, AddIntermediate, InterruptRunning, SetStudyStatus;
 Hold and Release bracket calls made while finished results wait to be written.
 What the user sees and what is kept on disk: Say, TrialDone, TrialsSettled, RefitEnded.
@@ -54,9 +54,13 @@ class Withdraw:
 # ---- to the database (answered with what the storage call returns) --------------------
 @dataclass(frozen=True)
 class CreateTrials:
-    """New RUNNING trials (Storage.create_trials), numbered by the database."""
+    """New RUNNING trials (Storage.create_trials), numbered by the database. With a
+    `limit` (a shared study's budget) or `distinct`, answered aligned with the requests:
+    None where the database created none (parallel/scheduler/shared.py)."""
     study_id: int
     requests: tuple[dict, ...]
+    limit: int | None = None
+    distinct: bool = False
 
 
 @dataclass(frozen=True)
@@ -68,13 +72,23 @@ class ReadQueue:
 
 @dataclass(frozen=True)
 class TakeQueued:
-    """Queued trials become RUNNING for these groups (Storage.take_pending)."""
+    """Queued trials become RUNNING for these groups (Storage.take_pending); with a
+    `limit`, aligned as CreateTrials."""
     requests: tuple[dict, ...]
+    limit: int | None = None
+
+
+@dataclass(frozen=True)
+class ReadChanges:
+    """What every job of a shared study did since `since` (Storage.changes)."""
+    study_id: int
+    since: Any = None
 
 
 @dataclass(frozen=True)
 class RestartTrial:
-    """An unfinished trial runs again (a resume): a new attempt."""
+    """An unfinished trial runs again (a resume, or one a lost job left): a new attempt;
+    TrialTaken where another job of a shared study restarted it first."""
     trial_id: int
     group: int
     host: str | None
@@ -101,6 +115,8 @@ class WriteResultsAndCreate:
     study_id: int
     requests: tuple[dict, ...]
     started: tuple[int, ...] = ()
+    limit: int | None = None
+    distinct: bool = False
 
 
 @dataclass(frozen=True)
@@ -147,8 +163,10 @@ class Say:
 
 @dataclass(frozen=True)
 class TrialDone:
-    """A trial's result is written: its progress line."""
+    """A trial's result is written: its progress line (`other`: another job's, of a
+    shared study)."""
     trial: FrozenTrial
+    other: bool = False
 
 
 @dataclass(frozen=True)

@@ -28,11 +28,13 @@ from mpiopt.parallel.scheduler.budget import Budget
 from mpiopt.parallel.scheduler.dispatch import Dispatching, Running
 from mpiopt.parallel.scheduler.outcomes import Outcomes, is_number, usable
 from mpiopt.parallel.scheduler.refit import Refit
+from mpiopt.parallel.scheduler.shared import SharingJobs
+from mpiopt.parallel.scheduler.teaching import Teaching
 from mpiopt.search.background import BackgroundSearcher
 from mpiopt.search.untried import Untried
 from mpiopt.trial import Decision, FrozenTrial, Report, Result, StudyStatus, TrialStatus, Verdict
 
-class Scheduler(Dispatching):
+class Scheduler(Dispatching, SharingJobs, Teaching):
     """Dispatch, record, tell, ask ahead. One instance per study run, on rank 0."""
 
     def __init__(self, *, study_id: int, searcher, direction: str, budget: int,
@@ -45,7 +47,7 @@ class Scheduler(Dispatching):
                  stuck_grace: float = 60.0, objective=None,
                  warm: list[tuple[dict, float]] = (), refit_wanted: bool = False,
                  checkpoints: bool = False, send_first: bool = False,
-                 ask_ahead: bool = False):
+                 ask_ahead: bool = False, shared=None):
         self.study_id, self.searcher, self.seed, self.pruner = study_id, searcher, seed, pruner
         self.clock = clock
         self.limits = Budget(budget, clock, time_limit, grace)
@@ -73,6 +75,10 @@ class Scheduler(Dispatching):
         # a finite space: each parameter set once, then the end (mpiopt.search.untried)
         self.untried = None if self.numbered else Untried.of(searcher.space, seed)
         self.queued_taken = 0          # queued parameter sets started by this run
+        self.shared = shared           # a Shared: other jobs run the study too (shared.py)
+        if shared is not None:         # (their running trials are theirs, not reruns)
+            existing = [t for t in existing if t.status is not TrialStatus.RUNNING]
+            shared.seen.update(t.id for t in existing if t.status.is_finished())
         self._queue_read_at: float | None = None   # None: read it at the next dispatch
         self._restore(existing, warm)
         if self.background:
@@ -93,7 +99,7 @@ class Scheduler(Dispatching):
     @property
     def done(self) -> bool:
         return (not self.running and not self.ahead.trials and not self._can_dispatch()
-                and not self.refit.due(self))
+                and not self.refit.due(self) and not self._lingers())
 
     def waits_for_dispatch(self, group: int, trial_id: int) -> bool:
         """Whether the group runs this trial and, when it ends, waits for rank 0 (nothing
@@ -149,12 +155,15 @@ class Scheduler(Dispatching):
         return self.limits.allows(self._started(extra))
 
     def _started(self, extra: int = 0) -> int:
+        if self.shared is not None:
+            return self._shared_started(extra)
         return (self.finished + len(self.running) + len(self.ahead.trials) + self.finishing
                 + extra)
 
     # ---- events -------------------------------------------------------------------
     def start(self):
         """Dispatch to every idle group at once; stop the groups the budget leaves idle."""
+        yield from self._read_others(force=True)
         yield from self._fill_idle()
         yield from self._stop_idle()
 
@@ -164,6 +173,7 @@ class Scheduler(Dispatching):
     def on_results(self, batch: list[tuple[int, Result]]):
         """Results that arrived together: written in one transaction, and their groups'
         next trials created in one (see the module docstring for the order)."""
+        yield from self._read_others()
         done, outcomes, begun, freed = yield from self._settle(batch)
         if not done:
             yield from self._refit_if_due()
@@ -298,7 +308,7 @@ class Scheduler(Dispatching):
         try:
             records = yield ins.WriteResultsAndCreate(
                 tuple(outcomes), self.study_id, tuple(self._requests(fresh, groups, ahead=True)),
-                started=tuple(begun))
+                started=tuple(begun), **self._capped())
         except BaseException:
             for params, _ in fresh:
                 self.searcher.forget(params)
@@ -339,14 +349,6 @@ class Scheduler(Dispatching):
         yield ins.WriteResults(({"trial_id": run.trial_id, "status": TrialStatus.INTERRUPTED,
                                  "error": error},))
 
-    def _warn_unread(self, names: list[str]):
-        """Once per run: search-space parameters the model never read change nothing."""
-        if names and not self.warned_unread:
-            self.warned_unread = True
-            listed = ", ".join(f"'{n}'" for n in names)
-            yield ins.Say(f"warning: build_model never read search_space parameter(s) "
-                          f"{listed}: they change nothing (a misspelt name?)")
-
     def _teach_and_fill(self, trials: list[FrozenTrial], settle=()):
         """Tell the searcher and give idle groups work: work that is ready first, else the
         tells first (the next ask must know these results). `settle`: written results
@@ -383,7 +385,8 @@ class Scheduler(Dispatching):
 
     def tick(self):
         """While waiting: notices the time limit; idle groups take suggestions the
-        background searcher made meanwhile."""
+        background searcher made meanwhile; a shared study's other jobs are read."""
+        yield from self._read_others()
         yield from self._fill_idle(tick=True)
         yield from self._stop_idle()
 
@@ -477,24 +480,3 @@ class Scheduler(Dispatching):
 
     def withdraw_ahead(self):
         yield from self.ahead.withdraw()
-
-    # ---- telling the searcher ------------------------------------------------------------
-    def _teach(self, trial: FrozenTrial) -> None:
-        """Tell the searcher; it never sees a non-finite value or a failed trial's params."""
-        value = self.outcomes.told_value(trial) if usable(trial) else None
-        if value is not None and self.numbered:
-            self.searcher.tell_trial(trial.number, trial.params, value)
-        elif value is not None:
-            self.searcher.tell(trial.params, value)
-        else:
-            self._forget(trial.number, trial.params)
-
-    def _forget(self, number: int, params: dict) -> None:
-        if self.numbered:
-            self.searcher.forget_trial(number, params)
-        else:
-            self.searcher.forget(params)
-
-    def _needed(self) -> set | None:
-        """Finished trials whose checkpoints must stay (pbt: rounds may start from them)."""
-        return self.searcher.needed() if self.numbered else None
