@@ -36,6 +36,7 @@ TEST_WORKERS ?= 2
 test: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 	.ci/ensure-postgresql
+	.ci/ensure-slurm
 	.ci/ensure-chromium
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -q --durations=30 \
 		-n $(TEST_WORKERS) --dist loadfile tests
