@@ -134,13 +134,12 @@ def study_state(url, name="s"):
         storage.close()
 
 
-def assert_every_trial_finished_once(tmp_path, url, budget, one_job=True):
+def assert_every_trial_finished_once(tmp_path, url, budget):
     """Trials 0..budget-1 COMPLETE, and the evaluations that ran to their end are exactly
     those trials' parameter sets, each once: nothing finished was lost, nothing ran twice.
-    A study that one job ran is COMPLETE (the jobs of an array record the study's status
-    as they end; tests/test_jobs.py checks that)."""
+    The study is COMPLETE (the last job of an array to end records it)."""
     study, trials = study_state(url)
-    assert study.status is StudyStatus.COMPLETE or not one_job
+    assert study.status is StudyStatus.COMPLETE
     assert sorted(t.number for t in trials) == list(range(budget))
     assert {t.status for t in trials} == {TrialStatus.COMPLETE}
     ran = Counter((e["x"], e["y"]) for e in evaluations(tmp_path))
@@ -219,7 +218,7 @@ def test_an_array_of_three_tasks_finishes_one_study_with_exactly_its_budget(slur
     final = wait_for("the array ended", lambda: ended(slurm, job), 150, logs=logs)
     assert [(s["JobState"], s["ExitCode"]) for s in final] == [("COMPLETED", "0:0")] * 3, \
         _tails(logs)
-    trials = assert_every_trial_finished_once(tmp_path, url, 60, one_job=False)
+    trials = assert_every_trial_finished_once(tmp_path, url, 60)
     assert {e["task"] for e in evaluations(tmp_path)} == {"0", "1", "2"}, _tails(logs)
     assert len(trials) == 60
     assert all(no_process_of(s["JobId"]) for s in final)
@@ -240,7 +239,7 @@ def test_a_cancelled_array_task_leaves_its_trials_to_the_others(slurm, tmp_path)
     assert [s["JobState"] for s in final] == ["COMPLETED", "CANCELLED", "COMPLETED"], _tails(logs)
     assert [final[0]["ExitCode"], final[2]["ExitCode"]] == ["0:0", "0:0"], _tails(logs)
     assert "interrupted by SIGTERM" in logs[1].read_text(), _tails(logs)     # a clean stop
-    trials = assert_every_trial_finished_once(tmp_path, url, 48, one_job=False)
+    trials = assert_every_trial_finished_once(tmp_path, url, 48)
     by_task = Counter(e["task"] for e in evaluations(tmp_path))
     assert by_task["1"] >= 3 and by_task["0"] and by_task["2"], by_task
     assert len(trials) == 48
