@@ -41,6 +41,18 @@ def mpiopt(*args, cwd=None, np: int | None = None, timeout: float = 300, check: 
     return proc
 
 
+def study_state(url: str, name: str):
+    """(the study's record, its trials), read afresh from the database."""
+    from mpiopt.storage import open_storage
+
+    storage = open_storage(url)
+    try:
+        study = storage.get_study(name)
+        return study, storage.get_trials(study.id)
+    finally:
+        storage.close()
+
+
 @pytest.fixture
 def run_mpiopt():
     return mpiopt

@@ -20,7 +20,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from conftest import BIN, mpiopt, resume_with, subprocess_env  # noqa: E402
+from conftest import BIN, mpiopt, resume_with, study_state, subprocess_env  # noqa: E402
 from test_training import MODEL_SOURCE  # noqa: E402
 
 pytest.importorskip("tensorflow")
@@ -59,14 +59,7 @@ def write_study(tmp_path: Path, form: str) -> Path:
 
 
 def trials_of(url: str, name: str):
-    from mpiopt.storage import open_storage
-
-    storage = open_storage(url)
-    try:
-        study = storage.get_study(name)
-        return study, storage.get_trials(study.id)
-    finally:
-        storage.close()
+    return study_state(url, name)
 
 
 def wait_for_a_finished_trial(url: str, name: str, job, limit_s=240) -> None:

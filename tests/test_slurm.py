@@ -17,8 +17,10 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+
 import yaml
 
+import conftest
 from conftest import BIN, EXAMPLES, ROOT, mpiopt
 from mpiopt.trial import StudyStatus, TrialStatus
 from slurmcluster import SlurmCluster, SlurmUnavailable, missing_binaries
@@ -124,14 +126,7 @@ def evaluations(tmp_path) -> list[dict]:
 
 
 def study_state(url, name="s"):
-    from mpiopt.storage import open_storage
-
-    storage = open_storage(url)
-    try:
-        study = storage.get_study(name)
-        return study, storage.get_trials(study.id)
-    finally:
-        storage.close()
+    return conftest.study_state(url, name)
 
 
 def assert_every_trial_finished_once(tmp_path, url, budget):
