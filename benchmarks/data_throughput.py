@@ -12,16 +12,21 @@ run:
                TensorFlow runs under it (it does not under RLIMIT_AS).
   memory       the peak PSS (/proc/PID/smaps_rollup: shared pages divided among their
                sharers) summed over the ranks of the node, for 1..4 ranks, streamed and
-               in memory on the data that fits, and streamed on the whole data set. "data" is that peak less each rank's PSS before its data was
-               read (TensorFlow's own pages are per rank whatever the data path).
+               in memory on the data that fits, and streamed on the whole data set, split
+               into "mapped" (the PSS of the data files' mappings: the data's pages) and
+               "other" (the rest: each rank's Python, TensorFlow and training memory);
+               "base" is the ranks' PSS after importing Keras, before any data, "data"
+               the peak less that. The whole-set runs repeat for each VARIANTS runtime.
   read         seconds to read the same arrays through mpiopt's readers, in windowed
                batches as training does: HDF5 (contiguous, memory-mapped), ROOT written
-               by uproot uncompressed and with its default compression, HDF5 gzip.
+               by uproot uncompressed (memory-mapped baskets), HDF5 gzip and ROOT with
+               uproot's default compression (zlib); each ROOT file against its HDF5 pair.
 
 The model is a small dense network, so that the data path, not the model, sets the pace.
 
     python benchmarks/data_throughput.py                       # 4 GB: the issue's figures
     python benchmarks/data_throughput.py --gb 1 --pss-ranks 1,2 # a quick look
+    python benchmarks/data_throughput.py --sections read        # ROOT against HDF5 only
 """
 from __future__ import annotations
 
@@ -54,6 +59,17 @@ def build(params):
 '''
 PART_JETS = 50_000          # 49 MiB a part
 ROOT_BASKET = 10_000        # entries per basket: 10 MB, near ROOT's default 30 MB clusters
+# the ranks' runtime in the whole-set PSS runs: (what it is, environment, modules hidden)
+VARIANTS = {
+    "plain": ("as mpiopt runs it", {}, ()),
+    "lean": ("Keras imported with pandas, matplotlib and scikit-learn hidden: its optional "
+             "imports (DataFrame input, plots, the sklearn wrapper), unused by training",
+             {}, ("pandas", "matplotlib", "sklearn")),
+    "arena2": ("MALLOC_ARENA_MAX=2: glibc's malloc arenas (8 x cores by default) capped",
+               {"MALLOC_ARENA_MAX": "2"}, ()),
+}
+PAIRS = {"root (uncompressed)": "hdf5 (contiguous)",   # read in place, both
+         "root (uproot default)": "hdf5 (gzip)"}       # decompressed by block, both
 
 
 # ----------------------------------------------------------------------- one mpiexec job
@@ -67,7 +83,11 @@ def worker(config: dict) -> None:
     from mpiopt.training.stream import streamed
 
     comm = MPI.COMM_WORLD
+    hidden = [m for m in config.get("hide", ()) if m not in sys.modules]
+    sys.modules.update(dict.fromkeys(hidden))     # None: an ImportError inside keras
     import keras  # noqa: F401  (TensorFlow's pages belong to the baseline)
+    for m in hidden:
+        del sys.modules[m]
     base = pss()
     peak = Peak()
     spec = load_spec(config["spec"])
@@ -84,6 +104,8 @@ def worker(config: dict) -> None:
             "pss_mb": sum(r["peak"] for r in ranks) / 2**20,
             "data_mb": sum(r["peak"] - r["base"] for r in ranks) / 2**20,
             "mapped_mb": sum(r["mapped"] for r in ranks) / 2**20,
+            "other_mb": sum(r["peak"] - r["mapped"] for r in ranks) / 2**20,
+            "base_mb": sum(r["base"] for r in ranks) / 2**20,
             "value": result["value"]}))
 
 
@@ -124,7 +146,7 @@ class Peak:
 
 
 def run_job(tmp: Path, name: str, parts: str, ranks: int, in_memory, limit: int | None,
-            epochs: int, batch: int) -> dict:
+            epochs: int, batch: int, variant: str = "plain") -> dict:
     spec = tmp / f"{name}.yaml"
     import yaml
     spec.write_text(yaml.safe_dump({
@@ -138,11 +160,13 @@ def run_job(tmp: Path, name: str, parts: str, ranks: int, in_memory, limit: int 
     }))
     out = tmp / f"{name}.json"
     cmd = [str(BIN / "mpiexec"), "-n", str(ranks), sys.executable, __file__, "--worker",
-           json.dumps({"spec": str(spec), "out": str(out), "folder": str(tmp)})]
+           json.dumps({"spec": str(spec), "out": str(out), "folder": str(tmp),
+                       "hide": VARIANTS[variant][2]})]
     if limit:
         cmd = ["prlimit", f"--data={limit}", *cmd]
     start = time.monotonic()
-    proc = subprocess.run(cmd, env=env(), capture_output=True, text=True, timeout=3600)
+    proc = subprocess.run(cmd, env=env(**VARIANTS[variant][1]), capture_output=True,
+                          text=True, timeout=3600)
     if proc.returncode != 0 or not out.exists():
         return {"error": (proc.stderr or proc.stdout).strip().splitlines()[-1:]}
     return {**json.loads(out.read_text()), "wall_s": time.monotonic() - start}
@@ -193,13 +217,16 @@ def read_speeds(tmp: Path, jets: int, batch: int = 512, window: int = 65536,
     for label, (data, path) in files.items():
         _opened.clear()
         spec = DataSpec(**{"features": "images", **data}, labels="labels", in_memory=False)
-        seconds = min(_read_all(load_data(spec).x, order, batch) for _ in range(repeat))
-        total = flat.nbytes
+        x = load_data(spec).x
+        seconds = min(_read_all(x, order, batch) for _ in range(repeat))
         rows.append({"format": label, "file MB": path.stat().st_size / 2**20,
-                     "read s": seconds, "MB/s": total / 2**20 / seconds})
-    base = rows[0]["read s"]
+                     "memory-mapped": x.sources[0].mapped is not None, "read s": seconds,
+                     "MB/s": flat.nbytes / 2**20 / seconds})
+    seconds = {r["format"]: r["read s"] for r in rows}
     for r in rows:
-        r["x hdf5"] = r["read s"] / base
+        r["x hdf5 (contiguous)"] = r["read s"] / rows[0]["read s"]
+        pair = PAIRS.get(r["format"])
+        r["x its hdf5 pair"] = r["read s"] / seconds[pair] if pair else "-"
     return rows
 
 
@@ -213,8 +240,12 @@ def main(argv=None) -> int:
                     help="RLIMIT_DATA of each rank streaming the whole set (GiB)")
     ap.add_argument("--ranks", type=int, default=2, help="ranks of the throughput runs")
     ap.add_argument("--pss-ranks", default="1,2,3,4", help="on the data that fits")
-    ap.add_argument("--pss-full-ranks", default="1,4",
+    ap.add_argument("--pss-full-ranks", default="1,2,4",
                     help="streamed, on the whole data set ('' for none)")
+    ap.add_argument("--pss-variants", default="plain,lean",
+                    help=f"runtimes of the whole-set PSS runs: {', '.join(VARIANTS)}")
+    ap.add_argument("--sections", default="throughput,memory,read",
+                    help="which parts to run (comma-separated)")
     ap.add_argument("--read-jets", type=int, default=400_000)
     ap.add_argument("--batch", type=int, default=512)
     ap.add_argument("--repeat", type=int, default=3, help="runs of each throughput case")
@@ -232,17 +263,33 @@ def main(argv=None) -> int:
 
 def _run(args, tmp: Path) -> int:
     t0 = time.monotonic()
-    (tmp / "model.py").write_text(MODEL)
-    parts = ensure_big(args.gb, tmp / "big", part_jets=PART_JETS)
-    size = sum(f.stat().st_size for p in parts for f in p.iterdir())
-    fit = min(len(parts), max(1, int(round(args.fit_gb * 2**30 / (PART_JETS * 1024)))))
-    (tmp / "fit").mkdir()
-    for p in parts[:fit]:                  # the data that fits: the first parts
-        (tmp / "fit" / p.name).symlink_to(p)
-    fit_glob = str(tmp / "fit" / "part_*")
-    print(f"{machine()}; {len(parts)} parts, {size / 2**30:.2f} GiB in {tmp} "
-          f"({time.monotonic() - t0:.0f} s to write)", flush=True)
+    sections = set(args.sections.split(","))
+    tables = []
+    if sections & {"throughput", "memory"}:
+        (tmp / "model.py").write_text(MODEL)
+        parts = ensure_big(args.gb, tmp / "big", part_jets=PART_JETS)
+        size = sum(f.stat().st_size for p in parts for f in p.iterdir())
+        fit = min(len(parts), max(1, int(round(args.fit_gb * 2**30 / (PART_JETS * 1024)))))
+        (tmp / "fit").mkdir()
+        for p in parts[:fit]:                  # the data that fits: the first parts
+            (tmp / "fit" / p.name).symlink_to(p)
+        print(f"{machine()}; {len(parts)} parts, {size / 2**30:.2f} GiB in {tmp} "
+              f"({time.monotonic() - t0:.0f} s to write)", flush=True)
+    if "throughput" in sections:
+        tables.append(throughput(args, tmp, fit, size))
+    if "memory" in sections:
+        tables.append(memory(args, tmp))
+    if "read" in sections:
+        tables.append(read_speeds(tmp, args.read_jets, args.batch))
+    for rows in tables:
+        print(table(rows))
+    print(f"({time.monotonic() - t0:.0f} s)")
+    return 0
 
+
+def throughput(args, tmp: Path, fit: int, size: int) -> list[dict]:
+    """Streamed against in memory on the data that fits; the whole set under RLIMIT_DATA."""
+    fit_glob = str(tmp / "fit" / "part_*")
     runs = {True: [], False: []}
     for _ in range(args.repeat):   # alternated, the best of each: a shared machine's load
         for mode in (True, False):
@@ -260,42 +307,45 @@ def _run(args, tmp: Path) -> int:
     rows.append({"data": f"{size / 2**30:.2f} GiB", "path": "auto", "ranks": args.ranks,
                  "RLIMIT_DATA": f"{args.limit_gb:g} GiB", **_cells(r)})
     print(rows[-1], flush=True)
-    throughput = rows[:]
     if "samples/s" in rows[0] and "samples/s" in rows[1]:
         print(f"streamed / in memory: {rows[1]['samples/s'] / rows[0]['samples/s']:.2f}x")
+    return rows
 
-    memory = []
-    for ranks in map(int, args.pss_ranks.split(",")):
+
+MEMORY_KEYS = ("pss_mb", "mapped_mb", "other_mb", "base_mb", "data_mb")
+
+
+def memory(args, tmp: Path) -> list[dict]:
+    """Peak PSS per node: in memory and streamed on the data that fits, then streamed on
+    the whole set for each variant of the ranks' runtime (VARIANTS)."""
+    fit_glob = str(tmp / "fit" / "part_*")
+    rows = []
+    for ranks in map(int, filter(None, args.pss_ranks.split(","))):
         for mode in (True, False):
             r = run_job(tmp, f"pss{ranks}{int(mode)}", fit_glob, ranks, mode, None, 1, args.batch)
-            memory.append({"path": "in memory" if mode else "streamed", "ranks": ranks,
-                           **_cells(r, ("pss_mb", "data_mb", "mapped_mb"))})
-            print(memory[-1], flush=True)
-    for ranks in map(int, filter(None, args.pss_full_ranks.split(","))):
-        r = run_job(tmp, f"full{ranks}", str(tmp / "big" / "part_*"), ranks, False, None, 1,
-                    args.batch)
-        memory.append({"path": "streamed, all", "ranks": ranks,
-                       **_cells(r, ("pss_mb", "data_mb", "mapped_mb"))})
-        print(memory[-1], flush=True)
-    for row in memory:
-        one = next(m for m in memory if m["path"] == row["path"] and m["ranks"] == 1)
-        for key in ("PSS MB", "data MB", "mapped MB"):
+            rows.append({"path": "in memory" if mode else "streamed", "ranks": ranks,
+                         **_cells(r, MEMORY_KEYS)})
+            print(rows[-1], flush=True)
+    for variant in filter(None, args.pss_variants.split(",")):
+        for ranks in map(int, filter(None, args.pss_full_ranks.split(","))):
+            r = run_job(tmp, f"full{ranks}", str(tmp / "big" / "part_*"), ranks, False, None,
+                        1, args.batch, variant)
+            rows.append({"path": f"streamed, all, {variant}", "ranks": ranks,
+                         **_cells(r, MEMORY_KEYS)})
+            print(rows[-1], flush=True)
+    for row in rows:
+        one = next((m for m in rows if m["path"] == row["path"] and m["ranks"] == 1), {})
+        for key in ("PSS MB", "mapped MB", "other MB"):
             if key in row and key in one and one[key] > 1:
-                row[f"{key} / 1 rank"] = row[key] / one[key]
-
-    reads = read_speeds(tmp, args.read_jets, args.batch)
-    print(table(throughput))
-    print(table(memory))
-    print(table(reads))
-    print(f"({time.monotonic() - t0:.0f} s)")
-    return 0
+                row[f"{key.split()[0]} / 1 rank"] = row[key] / one[key]
+    return rows
 
 
 def _cells(r: dict, keys=("samples_s", "pss_mb")) -> dict:
     if "error" in r:
         return {"error": " ".join(r["error"])[:120]}
     names = {"samples_s": "samples/s", "pss_mb": "PSS MB", "data_mb": "data MB",
-             "mapped_mb": "mapped MB"}
+             "mapped_mb": "mapped MB", "other_mb": "other MB", "base_mb": "base MB"}
     out = {names[k]: r[k] for k in keys}
     if "streamed" in r:
         out["streamed"] = r["streamed"]

@@ -11,8 +11,10 @@ them) and how to read the features of some samples. Formats:
   streaming (save with np.savez, or use `in_memory: true`);
 - `hdf5`: a contiguous dataset without filters is memory-mapped at its offset; a chunked
   or compressed one is read through h5py, by sample ranges;
-- `root`: flat branches of a TTree read through uproot by entry ranges, one column per
-  branch (a branch with a fixed-size array per entry gives that many columns). Jagged
+- `root`: flat branches of a TTree, one column per branch (a branch with a fixed-size
+  array per entry gives that many columns). Branches whose baskets are all stored
+  uncompressed are memory-mapped and read by sample (mpiopt.training.baskets states the
+  rule); the others are read through uproot by entry ranges (whole clusters). Jagged
   branches (a variable number of values per entry) are refused, naming the branch.
 
 Memory-mapped features live in the page cache, which every rank on the node shares: one
@@ -27,6 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from mpiopt.errors import DataError
+from mpiopt.training.baskets import mapped_branches
 
 
 @dataclass
@@ -196,6 +199,9 @@ def _root(file, features, labels, tree) -> Source:
             raise DataError(f"{file}: branch '{name}' is jagged (a variable number of values "
                             f"per entry); only flat branches are read: flatten or pad it")
     y = t.arrays([labels], library="np")[labels]
+    mapped = mapped_branches(file, t, branches)
+    if mapped is not None:
+        return _made(file, mapped, y)
     first = _columns(t, branches, 0, min(1, t.num_entries))
     handle: dict = {}
 
