@@ -378,3 +378,34 @@ def test_the_last_job_to_end_records_the_study_status(storage):
     assert storage.get_study("s").status is StudyStatus.RUNNING
     assert storage.end_job(b.id, b.token, "ended", study_status=StudyStatus.COMPLETE) == 0
     assert storage.get_study("s").status is StudyStatus.COMPLETE
+
+
+def test_jobs_creating_one_study_at_once_get_one_study_and_the_others_a_duplicate(url):
+    """The tasks of an array all start the study at once (--join): one creates it, every
+    other one is told it exists (and joins it), on PostgreSQL too, where the name's
+    unique index, not the look before the insert, settles it."""
+    import threading
+
+    from mpiopt.errors import DuplicateStudyError
+
+    open_storage(url, create=True).close()
+    barrier, answers = threading.Barrier(4), []
+
+    def create():
+        st = open_storage(url)
+        try:
+            barrier.wait()
+            answers.append(st.create_study("race", "minimize", "loss", "", "0" * 64, "{}"))
+        except DuplicateStudyError:
+            answers.append("duplicate")
+        except Exception as exc:           # (any other answer fails the test below)
+            answers.append(repr(exc))
+        finally:
+            st.close()
+
+    threads = [threading.Thread(target=create) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert sorted(a == "duplicate" for a in answers) == [False, True, True, True], answers

@@ -116,14 +116,23 @@ class Storage(JobMethods, BaseStorage):
         row = StudyModel(name=name, direction=direction, metric=metric, spec_text=spec_text,
                          fingerprint=fingerprint, space_json=space_json,
                          status=StudyStatus.RUNNING, created_at=now, updated_at=now)
-        with self._writing() as s:
-            if s.scalar(select(StudyModel.id).where(StudyModel.name == name)) is not None:
-                raise DuplicateStudyError(f"study '{name}' already exists in {self.shown_url}")
-            s.add(row)
-            s.flush()
-            if enqueued:
-                _studies.enqueue(s.connection(), row.id, enqueued, now, self.shown_url)
-            return row.id
+        duplicate = DuplicateStudyError(f"study '{name}' already exists in {self.shown_url}")
+        try:
+            with self._writing() as s:
+                if s.scalar(select(StudyModel.id).where(StudyModel.name == name)) is not None:
+                    raise duplicate
+                s.add(row)
+                s.flush()
+                if enqueued:
+                    _studies.enqueue(s.connection(), row.id, enqueued, now, self.shown_url)
+                return row.id
+        except StorageError as exc:   # (PostgreSQL: another job inserted the name after
+            if exc is duplicate or not isinstance(exc.__cause__, sa_exc.IntegrityError):
+                raise                 # the look above, as jobs of an array do at once)
+            with self._reading() as s:
+                if s.scalar(select(StudyModel.id).where(StudyModel.name == name)) is None:
+                    raise
+            raise duplicate from None
 
     def get_study(self, name: str) -> StudyRecord:
         with self._reading() as s:

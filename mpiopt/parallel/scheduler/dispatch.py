@@ -176,11 +176,14 @@ class Dispatching:
                 for i, (g, (params, took)) in enumerate(zip(groups, fresh))]
 
     def _key(self, params: dict) -> dict:
-        """A finite space's set, named for the database (`distinct` creates in a shared
-        study: mpiopt.parallel.scheduler.shared)."""
-        if self.shared is None or self.untried is None:
+        """A parameter set, named for the database (`distinct` creates in a shared study:
+        mpiopt.parallel.scheduler.shared); floats at 12 significant digits, as searchers
+        compare them (mpiopt.search._base.params_key)."""
+        if self.shared is None:
             return {}
-        return {"key": hashlib.sha1(repr(self.untried.key(params)).encode()).hexdigest()}
+        canon = sorted((name, float(f"{value:.12g}") if isinstance(value, float) else value)
+                       for name, value in params.items())
+        return {"key": hashlib.sha1(repr(canon).encode()).hexdigest()}
 
     def _began(self, groups, records, fresh, ahead: bool):
         if self.numbered:        # the storage may have numbered them otherwise (a queued set)

@@ -8,8 +8,9 @@ The database is where jobs meet; no job talks to another. So:
   creates only what fits, in the same transaction (Storage.create_trials). What this job
   believes is left (`counted`, read every POLL_S, plus its own creates since) only saves
   it asking for suggestions the database would refuse; a refusal makes it take the budget
-  as spent until the next read says otherwise. A finite space's sets are claimed by key
-  (`distinct`), so two jobs never run the same one.
+  as spent until the next read says otherwise. Parameter sets are claimed by key
+  (`distinct`), so two jobs never run the same one (model-based searchers of two jobs
+  can both pick a corner of the space within one read).
 - **One search.** Every POLL_S the job reads what changed (Storage.changes): finished
   trials of other jobs are told to its searcher (and their per-epoch values go to the
   pruner's history, so pruning compares with every job's trials at the same step); their
@@ -149,7 +150,7 @@ class SharingJobs:
         """What a create names so the database keeps the budget (see the module docstring)."""
         if self.shared is None:
             return {}
-        return {"limit": self.budget, "distinct": self.untried is not None}
+        return {"limit": self.budget, "distinct": True}
 
     def _refused(self) -> None:
         """The database created fewer than asked: the budget is spent (or the set was
