@@ -140,3 +140,18 @@ def test_another_jobs_result_at_the_target_stops_this_job():
     storage.changes = Changes(finished=[other(70, 5, 1.0, value=0.1)])
     sched.tick()
     assert sched.stop_reason == "target" and "another job" in sched.message
+
+
+def test_every_create_names_its_set_so_two_jobs_never_run_one():
+    """Two jobs' model-based searchers may pick the same point (a corner of the space)
+    within one read: the database creates each set once (distinct keys, the same key for
+    the same set read back at 12 digits)."""
+    sched, storage, searcher = make()
+    seen = []
+    create = storage._create
+    storage._table[ins.CreateTrials] = lambda i: seen.append(i) or create(i)
+    sched.start()
+    assert seen and all(i.distinct and i.limit == 6 for i in seen)
+    keys = [r["key"] for i in seen for r in i.requests]
+    assert len(set(keys)) == len(keys) == 2
+    assert sched.sched._key({"x": 0.1 + 0.2}) == sched.sched._key({"x": 0.3})
