@@ -64,9 +64,9 @@ def cmd_dashboard(args) -> int:
                   "machine: anyone who can reach it reads every study of the database "
                   "(names, parameters, errors, host names)", file=sys.stderr, flush=True)
         _stop_on_signals()      # (before the line that says it serves: a stop may follow it)
-        print(f"mpiopt dashboard: {mask_url(url)} at http://{shown}:{port}/ (read-only; "
-              "Ctrl-C stops it)", flush=True)
         try:
+            print(f"mpiopt dashboard: {mask_url(url)} at http://{shown}:{port}/ (read-only; "
+                  "Ctrl-C stops it)", flush=True)
             server.serve_forever(poll_interval=0.5)
         except KeyboardInterrupt:
             pass
