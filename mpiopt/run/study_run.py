@@ -109,11 +109,7 @@ class StudyRun:
     def others_live(self) -> bool:
         """Whether another job of this shared study lives (it then records the study's
         end, not this one); False for a job that runs its study alone."""
-        if not self.shared:
-            return False
-        now = datetime.now(timezone.utc)
-        return any(j.live and not j.is_stale(now) and j.id != self.job.id
-                   for j in self.storage.list_jobs(self.study_id))
+        return self.shared and _others_live(self.storage, self.study_id, self.job)
 
     def shared_for(self, seconds: float | None) -> float | None:
         """A shared study's time limit, left for this job: it counts from the start of
