@@ -16,7 +16,7 @@ run:
                into "mapped" (the PSS of the data files' mappings: the data's pages) and
                "other" (the rest: each rank's Python, TensorFlow and training memory);
                "base" is the ranks' PSS after importing Keras, before any data, "data"
-               the peak less that. The whole-set runs repeat for each VARIANTS runtime.
+               the peak less that.
   read         seconds to read the same arrays through mpiopt's readers, in windowed
                batches as training does: HDF5 (contiguous, memory-mapped), ROOT written
                by uproot uncompressed (memory-mapped baskets), HDF5 gzip and ROOT with
@@ -59,15 +59,6 @@ def build(params):
 '''
 PART_JETS = 50_000          # 49 MiB a part
 ROOT_BASKET = 10_000        # entries per basket: 10 MB, near ROOT's default 30 MB clusters
-# the ranks' runtime in the whole-set PSS runs: (what it is, environment, modules hidden)
-VARIANTS = {
-    "plain": ("as mpiopt runs it", {}, ()),
-    "lean": ("Keras imported with pandas, matplotlib and scikit-learn hidden: its optional "
-             "imports (DataFrame input, plots, the sklearn wrapper), unused by training",
-             {}, ("pandas", "matplotlib", "sklearn")),
-    "arena2": ("MALLOC_ARENA_MAX=2: glibc's malloc arenas (8 x cores by default) capped",
-               {"MALLOC_ARENA_MAX": "2"}, ()),
-}
 PAIRS = {"root (uncompressed)": "hdf5 (contiguous)",   # read in place, both
          "root (uproot default)": "hdf5 (gzip)"}       # decompressed by block, both
 
@@ -83,24 +74,21 @@ def worker(config: dict) -> None:
     from mpiopt.training.stream import streamed
 
     comm = MPI.COMM_WORLD
-    hidden = [m for m in config.get("hide", ()) if m not in sys.modules]
-    sys.modules.update(dict.fromkeys(hidden))     # None: an ImportError inside keras
     import keras  # noqa: F401  (TensorFlow's pages belong to the baseline)
-    for m in hidden:
-        del sys.modules[m]
     base = pss()
     peak = Peak()
     spec = load_spec(config["spec"])
-    data = load_data(spec.objective.data, spec.base_dir)
     result = run_training(spec, {"u": 1.0}, comm, seed=1)
     peak.stop()
     comm.Barrier()         # every rank still maps its files: their pages' sharers are all here
     mapped = mapped_pss(config["folder"])
+    # after the peak: a Dataset held here would be a second one beside the training's
+    is_streamed = streamed(load_data(spec.objective.data, spec.base_dir).x)
     ranks = comm.gather({"base": base, "peak": peak.value, "mapped": mapped}, root=0)
     if comm.Get_rank() == 0:
         t = result["timing"]
         Path(config["out"]).write_text(json.dumps({
-            "samples_s": t["samples"] / t["train_s"], "streamed": streamed(data.x),
+            "samples_s": t["samples"] / t["train_s"], "streamed": is_streamed,
             "pss_mb": sum(r["peak"] for r in ranks) / 2**20,
             "data_mb": sum(r["peak"] - r["base"] for r in ranks) / 2**20,
             "mapped_mb": sum(r["mapped"] for r in ranks) / 2**20,
@@ -146,7 +134,7 @@ class Peak:
 
 
 def run_job(tmp: Path, name: str, parts: str, ranks: int, in_memory, limit: int | None,
-            epochs: int, batch: int, variant: str = "plain") -> dict:
+            epochs: int, batch: int) -> dict:
     spec = tmp / f"{name}.yaml"
     import yaml
     spec.write_text(yaml.safe_dump({
@@ -160,12 +148,11 @@ def run_job(tmp: Path, name: str, parts: str, ranks: int, in_memory, limit: int 
     }))
     out = tmp / f"{name}.json"
     cmd = [str(BIN / "mpiexec"), "-n", str(ranks), sys.executable, __file__, "--worker",
-           json.dumps({"spec": str(spec), "out": str(out), "folder": str(tmp),
-                       "hide": VARIANTS[variant][2]})]
+           json.dumps({"spec": str(spec), "out": str(out), "folder": str(tmp)})]
     if limit:
         cmd = ["prlimit", f"--data={limit}", *cmd]
     start = time.monotonic()
-    proc = subprocess.run(cmd, env=env(**VARIANTS[variant][1]), capture_output=True,
+    proc = subprocess.run(cmd, env=env(), capture_output=True,
                           text=True, timeout=3600)
     if proc.returncode != 0 or not out.exists():
         return {"error": (proc.stderr or proc.stdout).strip().splitlines()[-1:]}
@@ -242,8 +229,6 @@ def main(argv=None) -> int:
     ap.add_argument("--pss-ranks", default="1,2,3,4", help="on the data that fits")
     ap.add_argument("--pss-full-ranks", default="1,2,4",
                     help="streamed, on the whole data set ('' for none)")
-    ap.add_argument("--pss-variants", default="plain,lean",
-                    help=f"runtimes of the whole-set PSS runs: {', '.join(VARIANTS)}")
     ap.add_argument("--sections", default="throughput,memory,read",
                     help="which parts to run (comma-separated)")
     ap.add_argument("--read-jets", type=int, default=400_000)
@@ -317,7 +302,7 @@ MEMORY_KEYS = ("pss_mb", "mapped_mb", "other_mb", "base_mb", "data_mb")
 
 def memory(args, tmp: Path) -> list[dict]:
     """Peak PSS per node: in memory and streamed on the data that fits, then streamed on
-    the whole set for each variant of the ranks' runtime (VARIANTS)."""
+    the whole set."""
     fit_glob = str(tmp / "fit" / "part_*")
     rows = []
     for ranks in map(int, filter(None, args.pss_ranks.split(","))):
@@ -326,13 +311,11 @@ def memory(args, tmp: Path) -> list[dict]:
             rows.append({"path": "in memory" if mode else "streamed", "ranks": ranks,
                          **_cells(r, MEMORY_KEYS)})
             print(rows[-1], flush=True)
-    for variant in filter(None, args.pss_variants.split(",")):
-        for ranks in map(int, filter(None, args.pss_full_ranks.split(","))):
-            r = run_job(tmp, f"full{ranks}", str(tmp / "big" / "part_*"), ranks, False, None,
-                        1, args.batch, variant)
-            rows.append({"path": f"streamed, all, {variant}", "ranks": ranks,
-                         **_cells(r, MEMORY_KEYS)})
-            print(rows[-1], flush=True)
+    for ranks in map(int, filter(None, args.pss_full_ranks.split(","))):
+        r = run_job(tmp, f"full{ranks}", str(tmp / "big" / "part_*"), ranks, False, None,
+                    1, args.batch)
+        rows.append({"path": "streamed, all", "ranks": ranks, **_cells(r, MEMORY_KEYS)})
+        print(rows[-1], flush=True)
     for row in rows:
         one = next((m for m in rows if m["path"] == row["path"] and m["ranks"] == 1), {})
         for key in ("PSS MB", "mapped MB", "other MB"):

@@ -89,6 +89,27 @@ def test_every_format_streams_the_same_samples_as_in_memory(tmp_path, kind, comp
     assert isinstance(memory.x, np.ndarray) and np.array_equal(memory.x, full)
 
 
+@pytest.mark.parametrize("kind", ["npy", "npz", "hdf5"])
+def test_streamed_labels_are_mapped_from_their_files_and_a_fold_does_not_copy_them(tmp_path, kind):
+    """Every rank holds the labels once (the concatenation): the files' own are the page
+    cache's, and a fold's training and validation labels are read with each batch."""
+    from mpiopt.spec import TrainingSpec
+    from mpiopt.training.folds import make_splits
+
+    parts = [arrays(n, s) for s, n in enumerate((50, 70, 30))]
+    files = write_parts(tmp_path, kind, parts)
+    data = D.load_data(DataSpec(**files, in_memory=False))
+    assert all(not s.labels.flags.writeable for s in data.x.sources)   # mapped read-only
+    memory = D.load_data(DataSpec(**files, in_memory=True))
+    training = TrainingSpec(kfold=3)
+    for fold in range(3):
+        x, y, xv, yv = make_splits(data, training, 5).arrays(data, fold)
+        mx, my, mxv, myv = make_splits(memory, training, 5).arrays(memory, fold)
+        assert isinstance(y, S.View) and y.base is data.y and yv.base is data.y
+        assert np.array_equal(y[np.arange(len(y))], my) and np.array_equal(yv[:], myv)
+        assert np.array_equal(x[5:9], mx[5:9]) and np.array_equal(y[5:9], my[5:9])
+
+
 def test_in_memory_auto_follows_the_stated_rule(monkeypatch):
     monkeypatch.setattr(D, "memory_per_rank", lambda: 1000.0)
     assert D.in_memory("auto", 250) and not D.in_memory("auto", 251)

@@ -83,3 +83,48 @@ def test_holdout_keeps_one_sample_on_each_side():
     assert len(val) == 1 and len(train) == 2
     train, val = holdout_split(np.array([0, 1]), 0.99, seed=0)
     assert len(val) == 1 and len(train) == 1
+
+
+def _digest(arrays) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    for a in arrays:
+        h.update(np.asarray(a, dtype=np.int64).tobytes())
+        h.update(b"|")
+    return h.hexdigest()[:16]
+
+
+def test_the_splits_and_orders_are_the_ones_studies_already_ran():
+    """Digests of the splits and epoch orders as the int64 code made them before the
+    index arrays narrowed to int32: a study resumed across versions trains its folds on
+    the same samples in the same order."""
+    from mpiopt.training.data import epoch_order
+    from mpiopt.training.kfold import group_kfold_splits
+
+    y = np.random.default_rng(0).choice(3, 10_007, p=[0.6, 0.3, 0.1])
+    g = np.repeat(np.arange(9), [50, 90, 10, 300, 20, 80, 110, 7, 40])
+    assert _digest([a for pair in kfold_splits(y, 5, 11) for a in pair]) == "1d8b8f3453952829"
+    assert _digest([a for pair in kfold_splits(y, 3, 11, stratify=False)
+                    for a in pair]) == "f8218dcffa5d66c0"
+    assert _digest(holdout_split(y, 0.1, 3)) == "1842ffab0a6fd439"
+    assert _digest([a for pair in group_kfold_splits(g, 3, 5) for a in pair]) == "12bf6e7502dd6a07"
+    assert _digest([epoch_order(10_007, 9, 2),
+                    epoch_order(10_007, 9, 2, window=100)]) == "25258bd56c55329d"
+
+
+def test_index_arrays_take_four_bytes_an_index_and_folds_one_byte_a_sample():
+    """Every rank holds them for all the samples: their width is memory on every rank."""
+    from mpiopt.training.data import epoch_order
+    from mpiopt.training.stream import index_dtype, nonzero_indices
+
+    y = classes(n=1000)
+    folds = kfold_splits(y, 4, seed=1)
+    assert folds.fold.dtype == np.uint8
+    assert {a.dtype for pair in folds for a in pair} == {np.dtype(np.int32)}
+    assert {a.dtype for a in holdout_split(y, 0.2, seed=1)} == {np.dtype(np.int32)}
+    assert epoch_order(1000, 1, 0).dtype == np.int32
+    assert epoch_order(1000, 1, 0, window=64).dtype == np.int32
+    assert index_dtype(2**31) == np.int64                 # past int32, the full width
+    mask = np.random.default_rng(2).random(3_000_001) < 0.3   # more than one chunk
+    assert np.array_equal(nonzero_indices(mask), np.flatnonzero(mask))

@@ -34,7 +34,7 @@ import numpy as np
 
 from mpiopt.errors import DataError, SpecError
 from mpiopt.training.sources import open_source
-from mpiopt.training.stream import FileArray, streamed, window_order
+from mpiopt.training.stream import FileArray, file_numbers, index_dtype, streamed, window_order
 
 
 @dataclass
@@ -139,8 +139,7 @@ def _read(data, base_dir, files: list) -> Dataset:
     stream = not in_memory(data.in_memory, nbytes)
     x, y = _features(train, stream), _labels(train)
     xv, yv = (_features(val, stream), _labels(val)) if val else (None, None)
-    groups = np.repeat(np.arange(len(train)), [s.n for s in train]) \
-        if data.split_by == "file" else None
+    groups = file_numbers(train) if data.split_by == "file" else None
     return check_finite(Dataset(x, y, xv, yv, groups=groups))
 
 
@@ -339,8 +338,10 @@ def epoch_order(n: int, seed: int, epoch: int, shuffle: bool = True,
                 window: int | None = None) -> np.ndarray:
     """The sample order of one epoch, the same on every rank; window: data.shuffle_window
     samples per window (data.shuffle: window), None: an exact permutation."""
+    order = np.arange(n, dtype=index_dtype(n))
     if not shuffle:
-        return np.arange(n)
+        return order
     if window:
         return window_order(n, seed, epoch, window)
-    return np.random.default_rng([int(seed) % 2**32, int(epoch)]).permutation(n)
+    np.random.default_rng([int(seed) % 2**32, int(epoch)]).shuffle(order)
+    return order

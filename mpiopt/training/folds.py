@@ -19,13 +19,14 @@ inside a collective.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from mpiopt.training import resume
 from mpiopt.training.kfold import group_holdout_split, group_kfold_splits, holdout_split, kfold_splits
-from mpiopt.training.stream import take
+from mpiopt.training.stream import View, streamed
 
 
 @dataclass
@@ -33,13 +34,15 @@ class Splits:
     """Index splits of the data: K folds, a holdout, or the data's own validation set."""
 
     k: int
-    pairs: list | None  # (train indices, validation indices) per fold; None = given val set
+    pairs: Sequence | None  # (train indices, validation indices) per fold; None: the given val set
 
     def arrays(self, data, fold: int):
         if self.pairs is None:
             return data.x, data.y, data.x_val, data.y_val
         train, val = self.pairs[fold]
-        return take(data.x, train), data.y[train], take(data.x, val), data.y[val]
+        if streamed(data.x):   # the labels stay where they are too: read with each batch
+            return View(data.x, train), View(data.y, train), View(data.x, val), View(data.y, val)
+        return data.x[train], data.y[train], data.x[val], data.y[val]
 
 
 def make_splits(data, training, seed: int) -> Splits:

@@ -4,10 +4,20 @@ Every rank computes the same splits from the same seed, so nothing is communicat
 Stratification deals the shuffled members of each class round-robin over the folds, with
 the dealing continuing from one class to the next: every fold gets each class's share to
 within one sample and the fold sizes differ by at most one.
+
+Every rank holds these indices for all the samples, so they are kept small: int32 indices
+(while the samples number under 2^31), a fold number of one byte per sample, and the K
+folds' index arrays made one fold at a time (`Folds`), when that fold is trained. The
+indices are the same numbers in any width, so the splits do not change.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
+
+from mpiopt.training.stream import index_dtype, nonzero_indices
+
 
 
 def class_labels(y) -> np.ndarray | None:
@@ -22,37 +32,54 @@ def class_labels(y) -> np.ndarray | None:
     if y.ndim != 1:
         return None
     if y.dtype.kind in "biu":
-        return y.astype(np.int64)
+        return y                  # classes as they are: stratifying only compares them
     if y.dtype.kind == "f" and np.all(np.isfinite(y)) and np.all(y == np.round(y)):
         if len(np.unique(y)) <= min(100, max(2, len(y) // 2)):
             return y.astype(np.int64)
     return None
 
 
+class Folds(Sequence):
+    """The K (train indices, validation indices) pairs of a fold number per sample, each
+    pair made when it is asked for."""
+
+    def __init__(self, fold: np.ndarray, k: int):
+        self.fold, self.k = fold, k
+
+    def __len__(self) -> int:
+        return self.k
+
+    def __getitem__(self, f):
+        if not -self.k <= f < self.k:
+            raise IndexError(f)
+        f %= self.k
+        return nonzero_indices(self.fold != f), nonzero_indices(self.fold == f)
+
+
 def _fold_of(y, k: int, seed: int, stratify: bool) -> np.ndarray:
     n = len(y)
     rng = np.random.default_rng(int(seed) % 2**32)
     labels = class_labels(y) if stratify else None
-    fold = np.empty(n, dtype=np.int64)
+    fold = np.empty(n, dtype=np.min_scalar_type(k - 1))
+    counting = np.arange(n, dtype=index_dtype(n))
     if labels is None:
-        fold[rng.permutation(n)] = np.arange(n) % k
+        fold[rng.permutation(counting)] = counting % k
         return fold
     dealt = 0
     for c in np.unique(labels):
-        members = rng.permutation(np.flatnonzero(labels == c))
-        fold[members] = (dealt + np.arange(len(members))) % k
+        members = rng.permutation(nonzero_indices(labels == c))
+        fold[members] = (dealt + counting[:len(members)]) % k
         dealt += len(members)
     return fold
 
 
-def kfold_splits(y, k: int, seed: int, stratify: bool = True) -> list[tuple[np.ndarray, np.ndarray]]:
+def kfold_splits(y, k: int, seed: int, stratify: bool = True) -> Folds:
     """K (train indices, validation indices) pairs; the validation parts are disjoint and
     together cover every sample once."""
     n = len(y)
     if k < 2 or k > n:
         raise ValueError(f"kfold {k} needs 2 <= k <= the number of samples ({n})")
-    fold = _fold_of(y, k, seed, stratify)
-    return [(np.flatnonzero(fold != f), np.flatnonzero(fold == f)) for f in range(k)]
+    return Folds(_fold_of(y, k, seed, stratify), k)
 
 
 def holdout_split(y, fraction: float, seed: int, stratify: bool = True) -> tuple[np.ndarray, np.ndarray]:
@@ -63,25 +90,27 @@ def holdout_split(y, fraction: float, seed: int, stratify: bool = True) -> tuple
         raise ValueError("a holdout split needs at least 2 samples")
     rng = np.random.default_rng(int(seed) % 2**32)
     labels = class_labels(y) if stratify else None
-    groups = [np.arange(n)] if labels is None else [np.flatnonzero(labels == c) for c in np.unique(labels)]
+    classes = [None] if labels is None else np.unique(labels)
     val = []
-    for members in groups:
-        members = rng.permutation(members)
-        val.append(members[: int(round(fraction * len(members)))])
+    for c in classes:   # one class's indices at a time: only its held-out part is kept
+        members = rng.permutation(np.arange(n, dtype=index_dtype(n)) if c is None
+                                  else nonzero_indices(labels == c))
+        val.append(members[: int(round(fraction * len(members)))].copy())
+        del members
     val = np.concatenate(val)
     if len(val) == 0:
-        val = rng.permutation(n)[:1]
+        val = rng.permutation(np.arange(n, dtype=index_dtype(n)))[:1]
     elif len(val) == n:
         val = val[1:]
     val = np.sort(val)
     train = np.ones(n, dtype=bool)
     train[val] = False
-    # A mask of n bytes, not setdiff1d: that sorts a copy of every index (several times
-    # n x 8 bytes at once on each rank) to produce the same sorted train indices.
-    return np.flatnonzero(train), val
+    # A mask of n bytes, not setdiff1d: that sorts a copy of every index to produce the
+    # same sorted train indices.
+    return nonzero_indices(train), val
 
 
-def group_kfold_splits(groups, k: int, seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
+def group_kfold_splits(groups, k: int, seed: int) -> Folds:
     """K folds of whole groups (files, for data.split_by: file): the groups are shuffled
     with the seed and dealt round-robin, so fold sizes in files differ by at most one."""
     ids = np.unique(groups)
@@ -89,10 +118,9 @@ def group_kfold_splits(groups, k: int, seed: int) -> list[tuple[np.ndarray, np.n
         raise ValueError(f"kfold {k} with data.split_by: file needs 2 <= k <= the number of "
                          f"files ({len(ids)})")
     rng = np.random.default_rng(int(seed) % 2**32)
-    fold_of = np.empty(len(ids), dtype=np.int64)
+    fold_of = np.empty(len(ids), dtype=np.min_scalar_type(k - 1))
     fold_of[rng.permutation(len(ids))] = np.arange(len(ids)) % k
-    fold = fold_of[np.searchsorted(ids, groups)]
-    return [(np.flatnonzero(fold != f), np.flatnonzero(fold == f)) for f in range(k)]
+    return Folds(fold_of[np.searchsorted(ids, groups)], k)
 
 
 def group_holdout_split(groups, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -103,4 +131,4 @@ def group_holdout_split(groups, fraction: float, seed: int) -> tuple[np.ndarray,
     rng = np.random.default_rng(int(seed) % 2**32)
     n_val = min(len(ids) - 1, max(1, int(round(fraction * len(ids)))))
     held = np.isin(groups, rng.permutation(ids)[:n_val])
-    return np.flatnonzero(~held), np.flatnonzero(held)
+    return nonzero_indices(~held), nonzero_indices(held)

@@ -1,8 +1,9 @@
 """One data file opened for streaming: its labels in memory, its features read on demand.
 
 A Source knows its file's sample count, the shape and dtype of one sample's features, the
-labels (read whole: they are a small part of the data and stratified K-fold needs all of
-them) and how to read the features of some samples. Formats:
+labels (whole: stratified K-fold needs all of them; memory-mapped where the features are,
+so a rank's copy is only the one the training concatenates) and how to read the features
+of some samples. Formats:
 
 - `npy`: a directory holding `<features>.npy` and `<labels>.npy`, memory-mapped
   (np.load mmap_mode="r");
@@ -119,7 +120,7 @@ def _npy(directory, features, labels, tree) -> Source:
     with named(paths["features"], "features"):
         x = np.load(paths["features"], mmap_mode="r")
     with named(paths["labels"], "labels"):
-        y = np.load(paths["labels"])
+        y = np.load(paths["labels"], mmap_mode="r")
     return _made(directory, x, y)
 
 
@@ -130,23 +131,16 @@ def _npz(file, features, labels, tree) -> Source:
             if name not in names:
                 raise DataError(f"{file}: no array '{name}' (has {', '.join(names)})")
         info = z.getinfo(f"{features}.npy")
-        with z.open(info) as member:
-            version = np.lib.format.read_magic(member)
-            read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
-                           else np.lib.format.read_array_header_2_0)
-            shape, fortran, dtype = read_header(member)
-            header = member.tell()
-    with np.load(file) as npz:
-        y = npz[labels]
-    if fortran or dtype.hasobject or not shape:
-        raise DataError(f"{file}: array '{features}' is Fortran-ordered, a scalar or holds objects")
-    if info.compress_type == zipfile.ZIP_STORED:
-        with open(file, "rb") as f:
-            f.seek(info.header_offset)
-            local = f.read(30)
-        start = info.header_offset + 30 + int.from_bytes(local[26:28], "little") \
-            + int.from_bytes(local[28:30], "little")
-        mapped = np.memmap(file, dtype=dtype, mode="r", offset=start + header, shape=shape)
+        shape, fortran, dtype, _ = _member_header(z, info)
+        if fortran or dtype.hasobject or not shape:
+            raise DataError(f"{file}: array '{features}' is Fortran-ordered, a scalar or "
+                            f"holds objects")
+        y = _mapped_member(file, z, f"{labels}.npy")
+        mapped = _mapped_member(file, z, f"{features}.npy")
+    if y is None:
+        with np.load(file) as npz:
+            y = npz[labels]
+    if mapped is not None:
         return _made(file, mapped, y)
 
     def read(lo, hi):        # np.savez_compressed: only whole (the in-memory path)
@@ -154,6 +148,31 @@ def _npz(file, features, labels, tree) -> Source:
             return npz[features][lo:hi]
 
     return Source(file, shape[0], tuple(shape[1:]), dtype, np.asarray(y), reader=read, extra={"compressed": True})
+
+
+def _member_header(z: zipfile.ZipFile, info) -> tuple:
+    """(shape, fortran order, dtype) of an .npy member, and the header's length."""
+    with z.open(info) as member:
+        version = np.lib.format.read_magic(member)
+        read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                       else np.lib.format.read_array_header_2_0)
+        shape, fortran, dtype = read_header(member)
+        return shape, fortran, dtype, member.tell()
+
+
+def _mapped_member(file, z: zipfile.ZipFile, name: str):
+    """The .npy member `name`, memory-mapped where it lies in the zip; None when it is
+    compressed (or not a plain C-ordered array)."""
+    info = z.getinfo(name)
+    shape, fortran, dtype, header = _member_header(z, info)
+    if info.compress_type != zipfile.ZIP_STORED or fortran or dtype.hasobject or not shape:
+        return None
+    with open(file, "rb") as f:
+        f.seek(info.header_offset)
+        local = f.read(30)
+    start = info.header_offset + 30 + int.from_bytes(local[26:28], "little") \
+        + int.from_bytes(local[28:30], "little")
+    return np.memmap(file, dtype=dtype, mode="r", offset=start + header, shape=shape)
 
 
 def _hdf5(file, features, labels, tree) -> Source:
@@ -164,7 +183,7 @@ def _hdf5(file, features, labels, tree) -> Source:
             if name not in h5:
                 raise DataError(f"{file}: no dataset '{name}' (has {', '.join(h5.keys())})")
         ds = h5[features]
-        y = h5[labels][()]
+        y = _mapped_dataset(file, h5[labels])
         offset = ds.id.get_offset()
         plain = ds.chunks is None and offset is not None and not ds.compression
         shape, dtype, ds_chunks = ds.shape, ds.dtype, ds.chunks
@@ -179,6 +198,14 @@ def _hdf5(file, features, labels, tree) -> Source:
 
     rows = chunks[0] if (chunks := ds_chunks) else 1
     return Source(file, shape[0], tuple(shape[1:]), np.dtype(dtype), np.asarray(y), reader=read, bounds=np.arange(0, shape[0], rows))
+
+
+def _mapped_dataset(file, ds) -> np.ndarray:
+    """An HDF5 dataset memory-mapped when it is contiguous and unfiltered, else read."""
+    offset = ds.id.get_offset()
+    if ds.chunks is None and offset is not None and not ds.compression and ds.shape:
+        return np.memmap(file, dtype=ds.dtype, mode="r", offset=offset, shape=ds.shape)
+    return ds[()]
 
 
 def _root(file, features, labels, tree) -> Source:

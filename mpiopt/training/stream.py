@@ -120,7 +120,7 @@ class FileArray:
 
     def file_of_samples(self) -> np.ndarray:
         """The file number of every sample (for split_by: file)."""
-        return np.repeat(np.arange(len(self.sources)), [s.n for s in self.sources])
+        return file_numbers(self.sources)
 
 
 def _check_finite(out: np.ndarray, idx: np.ndarray, array: FileArray) -> None:
@@ -135,7 +135,8 @@ def _check_finite(out: np.ndarray, idx: np.ndarray, array: FileArray) -> None:
 
 
 class View:
-    """Samples `indices` of a FileArray (or of another View), read on demand."""
+    """Samples `indices` of a FileArray (or of another View, or of an array in memory:
+    a fold's labels when its features stream), read on demand."""
 
     def __init__(self, base, indices):
         if isinstance(base, View):
@@ -151,8 +152,9 @@ class View:
 
     def __getitem__(self, key):
         if np.isscalar(key):
-            return self.base.gather(self.indices[[key]])[0]
-        return self.base.gather(self.indices[key])
+            return self[[key]][0]
+        idx = self.indices[key]
+        return self.base.gather(idx) if isinstance(self.base, FileArray) else self.base[idx]
 
 
 def take(x, idx):
@@ -162,6 +164,12 @@ def take(x, idx):
     return x[idx]
 
 
+def file_numbers(sources) -> np.ndarray:
+    """The number of each sample's file, in the narrowest integer type that holds it."""
+    dtype = np.min_scalar_type(max(0, len(sources) - 1))
+    return np.repeat(np.arange(len(sources), dtype=dtype), [s.n for s in sources])
+
+
 def streamed(x) -> bool:
     return isinstance(x, (FileArray, View))
 
@@ -169,9 +177,38 @@ def streamed(x) -> bool:
 def window_order(n: int, seed: int, epoch: int, window: int) -> np.ndarray:
     """The windowed shuffle in the module docstring; the same on every rank."""
     rng = np.random.default_rng([int(seed) % 2**32, int(epoch), 1])
-    starts = np.arange(0, n, window)
-    parts = [rng.permutation(np.arange(s, min(s + window, n))) for s in rng.permutation(starts)]
-    return np.concatenate(parts) if parts else np.arange(0)
+    dtype = index_dtype(n)
+    order = np.empty(n, dtype)
+    at = 0
+    for s in rng.permutation(np.arange(0, n, window)):
+        size = min(s + window, n) - s
+        order[at:at + size] = rng.permutation(np.arange(s, s + size, dtype=dtype))
+        at += size
+    return order
+
+
+# ------------------------------------------------------------------ index arrays
+# Every rank keeps index arrays over all the samples (splits, each epoch's order), so
+# they take 4 bytes an index while the samples number under 2^31. The same numbers in
+# any width index the same samples.
+_WHERE_CHUNK = 1 << 20
+
+
+def index_dtype(n: int) -> np.dtype:
+    return np.dtype(np.int32 if n < 2**31 else np.int64)
+
+
+def nonzero_indices(mask: np.ndarray) -> np.ndarray:
+    """np.flatnonzero(mask) in index_dtype(len(mask)), without its int64 array of them
+    all (a chunk of the mask at a time)."""
+    mask = np.asarray(mask).ravel()
+    out = np.empty(int(np.count_nonzero(mask)), index_dtype(len(mask)))
+    at = 0
+    for start in range(0, len(mask), _WHERE_CHUNK):
+        part = np.flatnonzero(mask[start:start + _WHERE_CHUNK])
+        out[at:at + len(part)] = part + start
+        at += len(part)
+    return out
 
 
 # ----------------------------------------------------------------------- prefetch
