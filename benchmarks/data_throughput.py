@@ -10,8 +10,11 @@ run:
                well under its size. RLIMIT_DATA counts a rank's own memory (heap,
                anonymous maps), not the page cache of files it maps read-only, and
                TensorFlow runs under it (it does not under RLIMIT_AS).
-  memory       the peak PSS (/proc/PID/smaps_rollup: shared pages divided among their
-               sharers) summed over the ranks of the node, for 1..4 ranks, streamed and
+  memory       the node's peak PSS (/proc/PID/smaps_rollup: shared pages divided among
+               their sharers): the ranks' PSS summed at one instant, sampled every 50 ms
+               from outside, its largest sum ("node peak"); beside it each rank's own peak
+               summed ("sum of rank peaks": an upper bound, the ranks peak at different
+               times, and a page's share falls as more ranks touch it); for 1..4 ranks, streamed and
                in memory on the data that fits, and streamed on the whole data set, split
                into "mapped" (the PSS of the data files' mappings: the data's pages) and
                "other" (the rest: each rank's Python, TensorFlow and training memory);
@@ -97,9 +100,9 @@ def worker(config: dict) -> None:
             "value": result["value"]}))
 
 
-def pss() -> int:
-    """This process's proportional set size in bytes."""
-    for line in Path("/proc/self/smaps_rollup").read_text().splitlines():
+def pss(rollup: str = "/proc/self/smaps_rollup") -> int:
+    """A process's proportional set size in bytes."""
+    for line in Path(rollup).read_text().splitlines():
         if line.startswith("Pss:"):
             return int(line.split()[1]) * 1024
     return 0
@@ -152,11 +155,54 @@ def run_job(tmp: Path, name: str, parts: str, ranks: int, in_memory, limit: int 
     if limit:
         cmd = ["prlimit", f"--data={limit}", *cmd]
     start = time.monotonic()
-    proc = subprocess.run(cmd, env=env(), capture_output=True,
-                          text=True, timeout=3600)
+    with NodePeak(str(out)) as node:
+        proc = subprocess.run(cmd, env=env(), capture_output=True, text=True, timeout=3600)
     if proc.returncode != 0 or not out.exists():
         return {"error": (proc.stderr or proc.stdout).strip().splitlines()[-1:]}
-    return {**json.loads(out.read_text()), "wall_s": time.monotonic() - start}
+    return {**json.loads(out.read_text()), "node_mb": node.value / 2**20,
+            "wall_s": time.monotonic() - start}
+
+
+class NodePeak:
+    """The largest sum of the ranks' PSS at one instant: every 50 ms the ranks whose
+    worker configuration holds `marker` (those of one job) are read together."""
+
+    def __init__(self, marker: str):
+        self.marker, self.value, self._stop = marker, 0, threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self):
+        while not self._stop.wait(0.05):
+            total = 0
+            for pid in _ranks(self.marker):
+                try:
+                    total += pss(f"/proc/{pid}/smaps_rollup")
+                except OSError:          # the rank ended between the scan and the read
+                    pass
+            self.value = max(self.value, total)
+
+
+def _ranks(marker: str) -> list[str]:
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmdline = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+            args = cmdline.split(b"\0")     # python THIS_FILE --worker CONFIG: a rank
+            if len(args) > 3 and args[1:3] == [__file__.encode(), b"--worker"] \
+                    and marker.encode() in args[3]:
+                pids.append(entry.name)
+    return pids
 
 
 # ----------------------------------------------------------------------- ROOT vs HDF5
@@ -297,7 +343,7 @@ def throughput(args, tmp: Path, fit: int, size: int) -> list[dict]:
     return rows
 
 
-MEMORY_KEYS = ("pss_mb", "mapped_mb", "other_mb", "base_mb", "data_mb")
+MEMORY_KEYS = ("node_mb", "pss_mb", "mapped_mb", "other_mb", "base_mb", "data_mb")
 
 
 def memory(args, tmp: Path) -> list[dict]:
@@ -318,7 +364,7 @@ def memory(args, tmp: Path) -> list[dict]:
         print(rows[-1], flush=True)
     for row in rows:
         one = next((m for m in rows if m["path"] == row["path"] and m["ranks"] == 1), {})
-        for key in ("PSS MB", "mapped MB", "other MB"):
+        for key in ("node peak MB", "PSS MB", "mapped MB", "other MB"):
             if key in row and key in one and one[key] > 1:
                 row[f"{key.split()[0]} / 1 rank"] = row[key] / one[key]
     return rows
@@ -328,6 +374,7 @@ def _cells(r: dict, keys=("samples_s", "pss_mb")) -> dict:
     if "error" in r:
         return {"error": " ".join(r["error"])[:120]}
     names = {"samples_s": "samples/s", "pss_mb": "PSS MB", "data_mb": "data MB",
+             "node_mb": "node peak MB",
              "mapped_mb": "mapped MB", "other_mb": "other MB", "base_mb": "base MB"}
     out = {names[k]: r[k] for k in keys}
     if "streamed" in r:

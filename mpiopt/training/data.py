@@ -1,9 +1,10 @@
 """Training data: from a Python loader, or file lists (npz, .npy, HDF5, ROOT).
 
 K-fold splits, per-epoch shuffles and batch shards are index arithmetic that every rank
-computes identically from the seed, with no data ever sent over MPI. The labels are
-always held in memory (stratified folds need them all; they are a small part of the
-data). The features are either read into memory on every rank, or streamed: left in their
+computes identically from the seed, with no data ever sent over MPI. Each rank holds the
+labels in memory once (stratified folds need them all; the files' own are memory-mapped
+where the format allows), and its index arrays at 4 bytes an index (stream.index_dtype).
+The features are either read into memory on every rank, or streamed: left in their
 files and read by sample (mpiopt.training.stream), memory-mapped where the format allows
 so that the ranks of a node share one copy in the page cache.
 
