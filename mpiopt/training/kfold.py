@@ -19,7 +19,6 @@ import numpy as np
 from mpiopt.training.stream import index_dtype, nonzero_indices
 
 
-
 def class_labels(y) -> np.ndarray | None:
     """Integer class labels when y holds classes (integers, booleans, one-hot rows, or
     integral floats with few distinct values); None when y looks like a regression target."""

@@ -118,10 +118,6 @@ class FileArray:
         f = int(np.searchsorted(self.starts, i, side="right") - 1)
         return self.sources[f].file, int(i - self.starts[f])
 
-    def file_of_samples(self) -> np.ndarray:
-        """The file number of every sample (for split_by: file)."""
-        return file_numbers(self.sources)
-
 
 def _check_finite(out: np.ndarray, idx: np.ndarray, array: FileArray) -> None:
     """A NaN or an infinity would make every weight NaN (see data.check_finite): refused
