@@ -137,7 +137,9 @@ class Peak:
 
 
 def run_job(tmp: Path, name: str, parts: str, ranks: int, in_memory, limit: int | None,
-            epochs: int, batch: int) -> dict:
+            epochs: int, batch: int, node_peak: bool = False) -> dict:
+    """node_peak: sample the node's PSS from outside (memory runs only: reading the ranks'
+    page tables every 50 ms takes CPU time from them)."""
     spec = tmp / f"{name}.yaml"
     import yaml
     spec.write_text(yaml.safe_dump({
@@ -155,7 +157,7 @@ def run_job(tmp: Path, name: str, parts: str, ranks: int, in_memory, limit: int 
     if limit:
         cmd = ["prlimit", f"--data={limit}", *cmd]
     start = time.monotonic()
-    with NodePeak(str(out)) as node:
+    with NodePeak(str(out), ranks, active=node_peak) as node:
         proc = subprocess.run(cmd, env=env(), capture_output=True, text=True, timeout=3600)
     if proc.returncode != 0 or not out.exists():
         return {"error": (proc.stderr or proc.stdout).strip().splitlines()[-1:]}
@@ -167,22 +169,28 @@ class NodePeak:
     """The largest sum of the ranks' PSS at one instant: every 50 ms the ranks whose
     worker configuration holds `marker` (those of one job) are read together."""
 
-    def __init__(self, marker: str):
-        self.marker, self.value, self._stop = marker, 0, threading.Event()
+    def __init__(self, marker: str, ranks: int, active: bool = True):
+        self.marker, self.ranks, self.active = marker, ranks, active
+        self.value, self._stop = 0, threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def __enter__(self):
-        self._thread.start()
+        if self.active:
+            self._thread.start()
         return self
 
     def __exit__(self, *exc):
         self._stop.set()
-        self._thread.join()
+        if self.active:
+            self._thread.join()
 
     def _run(self):
+        pids: list = []
         while not self._stop.wait(0.05):
+            if len(pids) < self.ranks:            # until every rank has started
+                pids = _ranks(self.marker)
             total = 0
-            for pid in _ranks(self.marker):
+            for pid in pids:
                 try:
                     total += pss(f"/proc/{pid}/smaps_rollup")
                 except OSError:          # the rank ended between the scan and the read
@@ -353,13 +361,14 @@ def memory(args, tmp: Path) -> list[dict]:
     rows = []
     for ranks in map(int, filter(None, args.pss_ranks.split(","))):
         for mode in (True, False):
-            r = run_job(tmp, f"pss{ranks}{int(mode)}", fit_glob, ranks, mode, None, 1, args.batch)
+            r = run_job(tmp, f"pss{ranks}{int(mode)}", fit_glob, ranks, mode, None, 1, args.batch,
+                        node_peak=True)
             rows.append({"path": "in memory" if mode else "streamed", "ranks": ranks,
                          **_cells(r, MEMORY_KEYS)})
             print(rows[-1], flush=True)
     for ranks in map(int, filter(None, args.pss_full_ranks.split(","))):
         r = run_job(tmp, f"full{ranks}", str(tmp / "big" / "part_*"), ranks, False, None,
-                    1, args.batch)
+                    1, args.batch, node_peak=True)
         rows.append({"path": "streamed, all", "ranks": ranks, **_cells(r, MEMORY_KEYS)})
         print(rows[-1], flush=True)
     for row in rows:

@@ -107,6 +107,8 @@ def _check_labels(src: Source, labels: str) -> None:
 
 
 def _made(file, mapped, labels, **kw) -> Source:
+    if isinstance(mapped, np.memmap):   # the same pages, without np.memmap's Python-level
+        mapped = mapped.view(np.ndarray)  # indexing: a batch indexes dozens of files
     return Source(file, len(mapped), tuple(mapped.shape[1:]), mapped.dtype,
                   np.asarray(labels), mapped=mapped, **kw)
 
