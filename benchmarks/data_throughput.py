@@ -20,6 +20,9 @@ run:
                "other" (the rest: each rank's Python, TensorFlow and training memory);
                "base" is the ranks' PSS after importing Keras, before any data, "data"
                the peak less that.
+  gather       samples/s of one thread gathering a rank's share of shuffled batches from
+               every memory-mapped part (the prefetch thread's work), against indexing
+               an array in memory
   read         seconds to read the same arrays through mpiopt's readers, in windowed
                batches as training does: HDF5 (contiguous, memory-mapped), ROOT written
                by uproot uncompressed (memory-mapped baskets), HDF5 gzip and ROOT with
@@ -271,6 +274,31 @@ def read_speeds(tmp: Path, jets: int, batch: int = 512, window: int = 65536,
     return rows
 
 
+def gather_speed(tmp: Path, size: int, batches: int = 2000) -> list[dict]:
+    """Samples/s of one thread gathering a rank's share of shuffled batches (`size`
+    random samples each) from every memory-mapped part, against the same indexing of an
+    array in memory (the first parts)."""
+    from mpiopt.spec import DataSpec
+    from mpiopt.training.data import load_data
+
+    x = load_data(DataSpec(npy=[str(tmp / "big" / "part_*")], features="images",
+                           labels="labels", in_memory=False)).x
+    order = np.resize(np.random.default_rng(0).permutation(len(x)), batches * size)
+    memory = np.concatenate([s.read(0, s.n) for s in x.sources[:4]])
+    in_memory = np.resize(np.random.default_rng(0).permutation(len(memory)), batches * size)
+    rows = []
+    for label, gather, idx in (("streamed, all parts", x.gather, order),
+                               ("in memory, 4 parts", memory.__getitem__, in_memory)):
+        gather(idx[:size])
+        start = time.perf_counter()
+        for b in range(batches):
+            gather(idx[b * size:(b + 1) * size])
+        rows.append({"gather": label, "parts": len(x.sources) if "all" in label else 4,
+                     "samples a gather": size,
+                     "samples/s": batches * size / (time.perf_counter() - start)})
+    return rows
+
+
 # ----------------------------------------------------------------------- the run
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -283,7 +311,7 @@ def main(argv=None) -> int:
     ap.add_argument("--pss-ranks", default="1,2,3,4", help="on the data that fits")
     ap.add_argument("--pss-full-ranks", default="1,2,4",
                     help="streamed, on the whole data set ('' for none)")
-    ap.add_argument("--sections", default="throughput,memory,read",
+    ap.add_argument("--sections", default="throughput,memory,gather,read",
                     help="which parts to run (comma-separated)")
     ap.add_argument("--read-jets", type=int, default=400_000)
     ap.add_argument("--batch", type=int, default=512)
@@ -304,7 +332,7 @@ def _run(args, tmp: Path) -> int:
     t0 = time.monotonic()
     sections = set(args.sections.split(","))
     tables = []
-    if sections & {"throughput", "memory"}:
+    if sections & {"throughput", "memory", "gather"}:
         (tmp / "model.py").write_text(MODEL)
         parts = ensure_big(args.gb, tmp / "big", part_jets=PART_JETS)
         size = sum(f.stat().st_size for p in parts for f in p.iterdir())
@@ -318,6 +346,8 @@ def _run(args, tmp: Path) -> int:
         tables.append(throughput(args, tmp, fit, size))
     if "memory" in sections:
         tables.append(memory(args, tmp))
+    if "gather" in sections:
+        tables.append(gather_speed(tmp, args.batch // args.ranks))
     if "read" in sections:
         tables.append(read_speeds(tmp, args.read_jets, args.batch))
     for rows in tables:
