@@ -26,7 +26,7 @@ from test_training import MODEL_SOURCE  # noqa: E402
 pytest.importorskip("tensorflow")
 
 # Trials of about a second on 2 groups: the SIGINT, sent within 0.3 s of the first trial's
-# end, must land with most of the study still to run (6 once finished in the 4.7 s before it).
+# end, must land with most of the study still to run.
 BUDGET = 16
 
 

@@ -96,9 +96,9 @@ def _digest(arrays) -> str:
 
 
 def test_the_splits_and_orders_are_the_ones_studies_already_ran():
-    """Digests of the splits and epoch orders as the int64 code made them before the
-    index arrays narrowed to int32: a study resumed across versions trains its folds on
-    the same samples in the same order."""
+    """Digests of splits and epoch orders that studies have trained on: the width of the
+    index arrays must not change which samples a fold holds or the order of an epoch (a
+    study resumed across versions trains its folds on the same samples, in order)."""
     from mpiopt.training.data import epoch_order
     from mpiopt.training.kfold import group_kfold_splits
 
