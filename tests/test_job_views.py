@@ -46,7 +46,7 @@ def make_stale(st, job_id: int) -> None:
 def gone_pid() -> int:
     """The pid of a process of this host that has ended."""
     proc = subprocess.Popen([sys.executable, "-c", "pass"])
-    proc.wait()
+    proc.wait(timeout=60)
     return proc.pid
 
 

@@ -389,7 +389,7 @@ def test_jobs_creating_one_study_at_once_get_one_study_and_the_others_a_duplicat
     from mpiopt.errors import DuplicateStudyError
 
     open_storage(url, create=True).close()
-    barrier, answers = threading.Barrier(4), []
+    barrier, answers = threading.Barrier(4, timeout=60), []   # a thread that died breaks it
 
     def create():
         st = open_storage(url)
