@@ -186,6 +186,15 @@ def rank0_silence_s(startup: float, rank: int) -> float:
     return 2 * startup + (0 if rank == 1 else AFTER_RANK1_S)
 
 
+def job_end_s(storage_retry: float) -> float:
+    """How long a rank whose group was stopped waits for rank 0 to reach the job's end
+    before its own exit starts (and with it MPIOPT_EXIT_GRACE's bound, since MPI_Finalize
+    waits for rank 0): rank 0's wind-down, then its closing writes (the study's end, which
+    may ride out an outage of storage.retry_timeout, and the lease given back, as long
+    again), with the least exit grace to spare."""
+    return WIND_DOWN_S + 2 * storage_retry + EXIT_GRACE_LEAST_S
+
+
 def stuck_grace_s(timeout: float | None) -> float:
     """How long past its timeout a trial that did not stop may hold its group before the
     job ends: as long as the timeout, within STUCK_GRACE_LEAST_S .. STUCK_GRACE_MOST_S (a

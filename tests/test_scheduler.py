@@ -117,7 +117,7 @@ def test_the_budget_counts_a_result_still_being_written():
     sched, storage, _ = make(n_groups=2, budget=2, send_first=True)
     first = sched.start()
     actions = sched.on_result(0, done(first[0].trial.trial_id, 3.0))
-    assert actions == [StopGroup(0)] and len(storage.trials) == 2
+    assert actions == [] and len(storage.trials) == 2      # idle until the last trial ends
 
 
 def test_without_a_prefetched_suggestion_the_result_is_told_before_the_next_ask():
@@ -133,10 +133,10 @@ def test_budget_counts_finished_and_running_then_stops_groups():
     b = sched.on_result(0, done(a[0].trial.trial_id))
     assert isinstance(b[0], Dispatch)
     c = sched.on_result(1, done(a[1].trial.trial_id))
-    assert c == [StopGroup(1)]                      # budget of 3: nothing left to start
+    assert c == []           # budget of 3: nothing left to start, group 1 waits for the end
     assert not sched.done
     d = sched.on_result(0, done(b[0].trial.trial_id))
-    assert d == [StopGroup(0)] and sched.done
+    assert sorted(d, key=lambda a: a.group) == [StopGroup(0), StopGroup(1)] and sched.done
     assert sched.finish() is StudyStatus.COMPLETE and storage.status is StudyStatus.COMPLETE
 
 
@@ -162,9 +162,9 @@ def test_maximize_tells_negated_values_and_tracks_best():
 def test_target_stops_dispatch_but_running_trials_finish():
     sched, _, _ = make(n_groups=2, budget=10, target=0.5)
     a = sched.start()
-    assert sched.on_result(0, done(a[0].trial.trial_id, 0.4)) == [StopGroup(0)]
+    assert sched.on_result(0, done(a[0].trial.trial_id, 0.4)) == []
     assert sched.stop_reason == "target" and not sched.done
-    assert sched.on_result(1, done(a[1].trial.trial_id, 0.3)) == [StopGroup(1)]
+    assert sched.on_result(1, done(a[1].trial.trial_id, 0.3)) == [StopGroup(0), StopGroup(1)]
     assert sched.done
 
 
@@ -551,9 +551,9 @@ def test_a_stop_withdraws_trials_not_begun_and_records_them_interrupted():
     assert sched.on_result(1, done(ids[1], 0.9)) == []      # promoted, but called back
     assert not storage.trials[ids[3]]["started"]
     answer = sched.on_result(1, Result(ids[3], TrialStatus.INTERRUPTED, error="not started"))
-    assert answer == [StopGroup(1)] and storage.trials[ids[3]]["status"] == "INTERRUPTED"
+    assert answer == [] and storage.trials[ids[3]]["status"] == "INTERRUPTED"
     assert {"x": 3}["x"] in searcher.forgotten
-    assert sched.on_result(0, done(ids[2], 0.7)) == [StopGroup(0)] and sched.done
+    assert sched.on_result(0, done(ids[2], 0.7)) == [StopGroup(1), StopGroup(0)] and sched.done
 
 
 def test_a_cancelled_trial_does_not_note_its_successor_as_started():

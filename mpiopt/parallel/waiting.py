@@ -38,6 +38,20 @@ def wait_message(comm, source=MPI.ANY_SOURCE, tag=MPI.ANY_TAG, backoff: Backoff 
         backoff.sleep()
 
 
+def meet(comm, limit_s: float) -> bool:
+    """Wait, sleeping between tests, until every rank of `comm` has called meet() (a
+    non-blocking barrier); False when `limit_s` seconds pass first (the request is left
+    to MPI_Finalize, whose own bound then applies)."""
+    request = comm.Ibarrier()
+    deadline = time.monotonic() + limit_s
+    backoff = Backoff(limit=0.05)
+    while not request.Test():
+        if time.monotonic() >= deadline:
+            return False
+        backoff.sleep()
+    return True
+
+
 def quiet_bcast(comm, obj=None, root: int = 0, tag: int = 0, limit_s: float | None = None):
     """Broadcast a small object so that receivers sleep while the root is still working
     (TimeoutError on a receiver after `limit_s`)."""

@@ -82,14 +82,22 @@ def _set_up_run(world, started: Started, topo, comm, hosts, watch) -> RunContext
 def _run_coordinator(run: RunContext) -> int:
     """The coordinator's loop over the groups, then the closing; MPI_Abort where a rank
     never said BYE (stuck in user code)."""
+    from mpiopt.knobs import WIND_DOWN_S
     from mpiopt.parallel.coordinator import Coordinator
+    from mpiopt.parallel.waiting import meet
 
     ending = Coordinator(run.world, run.topo, run.sched, run.storage, run.progress,
                          run.artifacts, run.flag, on_tick=run.opened.on_tick,
                          watch=run.watch).run()
     stuck = "" if ending.orderly else (f" (rank(s) {', '.join(map(str, ending.stuck))} did not "
                                        "stop: ending the job with MPI_Abort)")
-    code = close(run, ending.cause, ending.interrupted, stuck)
+    try:
+        code = close(run, ending.cause, ending.interrupted, stuck)
+    finally:
+        if ending.orderly:
+            # Every other rank waits here for the closing (knobs.job_end_s), so that no
+            # rank's exit, bounded on its own, has waited in MPI_Finalize all that time.
+            meet(run.world, WIND_DOWN_S)
     if not ending.orderly:
         abort(run.world, code)
     return code

@@ -72,6 +72,7 @@ def _serve(world, spec, objective, payload: dict, verdict: dict) -> int:
     from mpiopt.parallel.group import run_group
     from mpiopt.parallel.topology import make_topology
     from mpiopt.kept import KeptResults
+    from mpiopt.parallel.waiting import meet
 
     leave_signals_to_rank0()
     topo, comm = make_topology(world, spec.resources.group_size)
@@ -89,6 +90,7 @@ def _serve(world, spec, objective, payload: dict, verdict: dict) -> int:
         if heartbeat:
             heartbeat.stop()
     comm.Free()
+    meet(world, knobs.job_end_s(spec.storage_retry))    # (rank 0 closes the study first)
     return status
 
 

@@ -230,7 +230,11 @@ class Dispatching:
                                          self.trial_timeout, round=rec.round, parent=rec.parent))
 
     def _stop_idle(self):
-        if self._can_dispatch() or self._lingers():
+        """Idle groups are stopped only at the study's end, once no trial runs: a rank
+        that leaves earlier waits in MPI_Finalize for the ranks still training, and its
+        exit's bound (MPIOPT_EXIT_GRACE) is for an exit, not for the longest trial left
+        (a study's last long trial ended every such job, the idle rank killed by it)."""
+        if self.running or self.ahead.trials or self._can_dispatch() or self._lingers():
             return
         yield from self.stop_all()
 
