@@ -53,6 +53,21 @@ def study_state(url: str, name: str):
         storage.close()
 
 
+def rank0_pid(job: subprocess.Popen) -> int:
+    """The pid of world rank 0's `mpiopt` under the mpiexec `job` (from its environment)."""
+    from mpiopt.objective.processes import descendants
+
+    for pid in sorted(descendants(job.pid)):
+        try:
+            env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"PMI_RANK=0" in env and b"mpiopt" in cmdline:
+            return pid
+    raise AssertionError("no rank 0 found")
+
+
 @pytest.fixture
 def run_mpiopt():
     return mpiopt

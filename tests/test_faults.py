@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import BIN, mpiopt, subprocess_env
+from conftest import BIN, mpiopt, rank0_pid, subprocess_env
 from mpiopt.objective.processes import process_alive
 
 BIG = 20 * 2**20       # a 20 MB exception message
@@ -217,25 +217,17 @@ def test_a_child_detached_with_setsid_ends_with_its_trial(tmp_path):
 
 
 # ---------------------------------------------------------------- a frozen coordinator (item 4)
-def _rank0(job) -> int:
-    from mpiopt.objective.processes import descendants
-
-    for pid in sorted(descendants(job.pid)):
-        try:
-            env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if b"PMI_RANK=0" in env and b"mpiopt" in Path(f"/proc/{pid}/cmdline").read_bytes():
-            return pid
-    raise AssertionError("no rank 0 found")
-
-
-def test_a_coordinator_stopped_past_the_silence_limit_and_continued_goes_on(tmp_path):
-    """SIGSTOP of rank 0 for twice the silence limit, then SIGCONT (a suspended VM, a
-    swapped node): the coordinator that woke blamed the groups for its own silence and
-    ended a healthy job. Now it sees the jump of its own clock, the leaders see it stopped,
-    and the study finishes with every trial."""
-    limit = 3
+@pytest.mark.parametrize("limit, after, frozen", [
+    (3, 2, 7),        # twice the limit, once the leaders have heard rank 0's beats
+    (24, 1, 27),      # past the limit, before rank 0's first beat (one every 2 s here)
+])
+def test_a_coordinator_stopped_past_the_silence_limit_and_continued_goes_on(tmp_path, limit,
+                                                                            after, frozen):
+    """SIGSTOP of rank 0 past the silence limit, then SIGCONT (a suspended VM, a swapped
+    node): the coordinator that woke blamed the groups for its own silence and ended a
+    healthy job. Now it sees the jump of its own clock, the leaders see it stopped (they
+    know its process from the start-up, not from its first beat: stopped before that, the
+    leaders ended the job), and the study finishes with every trial."""
     spec = write_spec(tmp_path, "slow", "import time\ndef slow(p):\n    time.sleep(0.5)\n"
                       "    return p['x']\n", trials=16)
     db = tmp_path / "r.db"
@@ -247,12 +239,12 @@ def test_a_coordinator_stopped_past_the_silence_limit_and_continued_goes_on(tmp_
                            start_new_session=True)
     try:
         end = time.monotonic() + 120
-        while _complete(db) < 2 and job.poll() is None and time.monotonic() < end:
-            time.sleep(0.1)
+        while _complete(db) < after and job.poll() is None and time.monotonic() < end:
+            time.sleep(0.05)
         assert job.poll() is None, job.communicate()
-        rank0 = _rank0(job)
+        rank0 = rank0_pid(job)
         os.kill(rank0, signal.SIGSTOP)
-        time.sleep(2 * limit + 1)
+        time.sleep(frozen)
         os.kill(rank0, signal.SIGCONT)
         out, err = job.communicate(timeout=90)
     finally:

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import BIN, study_state, subprocess_env
+from conftest import BIN, rank0_pid, study_state, subprocess_env
 from mpiopt.knobs import EXIT_BACKSTOP_S, EXIT_GRACE_LEAST_S
 
 # The exit's last resort fires at grace + 2 backstops: a part that outlasts it.
@@ -101,17 +101,6 @@ def test_a_group_part_that_outlasts_the_group_wait_ends_the_study_complete(tmp_p
     _ended_complete(tmp_path, job, out, err)
 
 
-def _rank0(job: subprocess.Popen) -> int:
-    from mpiopt.objective.processes import descendants
-
-    for pid in sorted(descendants(job.pid)):
-        with contextlib.suppress(OSError):
-            env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-            if b"PMI_RANK=0" in env and b"mpiopt" in Path(f"/proc/{pid}/cmdline").read_bytes():
-                return pid
-    raise AssertionError("no rank 0 found")
-
-
 def test_a_job_end_that_outlasts_the_exit_grace_ends_the_study_complete(tmp_path):
     """Rank 0's closing (its summary written, the study's end and the lease still to be
     recorded) held up past the other ranks' exit grace, as a database that answers slowly
@@ -126,7 +115,7 @@ def test_a_job_end_that_outlasts_the_exit_grace_ends_the_study_complete(tmp_path
                 break
             out += line
         assert "study complete" in out, out
-        rank0 = _rank0(job)
+        rank0 = rank0_pid(job)
         os.kill(rank0, signal.SIGSTOP)
         time.sleep(EXIT_OUTLASTED_S)
         with contextlib.suppress(ProcessLookupError):   # (the launcher ended the job)

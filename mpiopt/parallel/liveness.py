@@ -116,12 +116,12 @@ class Heartbeat:
     thread watches rank 0: silent past `limit`, it calls on_silent(seconds) and ends."""
 
     def __init__(self, comm, targets, period: float, heard=None, lock=None,
-                 limit: float | None = None, on_silent=None, look=None):
+                 limit: float | None = None, on_silent=None, look=None, coordinator=None):
         self.comm, self.targets, self.period = comm, targets, period
         self.heard = heard or (lambda source: None)
         self.look = look or (lambda: None)
         self.me = (socket.gethostname(), os.getpid())     # each beat says who sends it
-        self.coordinator = None                           # rank 0's (host, pid), once heard
+        self.coordinator = coordinator    # rank 0's (host, pid): from the start-up, or its beats
         self.lock = lock or threading.Lock()
         self.limit, self.on_silent = limit, on_silent
         self.last_from_0 = time.monotonic()

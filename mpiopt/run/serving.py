@@ -78,7 +78,8 @@ def _serve(world, spec, objective, payload: dict, verdict: dict) -> int:
     topo, comm = make_topology(world, spec.resources.group_size)
     leader_hosts(world, topo)
     heartbeat = _heartbeat(world, world.Dup(), payload.get("liveness"),
-                           leader=comm.Get_rank() == 0, resume=payload.get("resume", ""))
+                           leader=comm.Get_rank() == 0, resume=payload.get("resume", ""),
+                           rank0=payload.get("rank0"))
     keep = verdict.get("keep")
     try:
         pin_threads(spec, comm)
@@ -94,8 +95,10 @@ def _serve(world, spec, objective, payload: dict, verdict: dict) -> int:
     return status
 
 
-def _heartbeat(world, alive_comm, limit: float | None, leader: bool, resume: str):
-    """This rank's beats to rank 0; a leader also ends the job when rank 0 falls silent."""
+def _heartbeat(world, alive_comm, limit: float | None, leader: bool, resume: str, rank0=None):
+    """This rank's beats to rank 0; a leader also ends the job when rank 0 falls silent.
+    `rank0`: its (host, pid), so that a coordinator stopped before its first beat is
+    known as stopped (mpiopt.parallel.liveness)."""
     if not limit:
         return None
     from mpiopt.parallel.liveness import Heartbeat, period_for
@@ -107,7 +110,8 @@ def _heartbeat(world, alive_comm, limit: float | None, leader: bool, resume: str
         abort(world, EXIT_FAILED)
 
     return Heartbeat(alive_comm, lambda: (0,), period_for(limit), limit=limit,
-                     on_silent=coordinator_silent if leader else None).start()
+                     on_silent=coordinator_silent if leader else None,
+                     coordinator=tuple(rank0) if rank0 else None).start()
 
 
 def pin_threads(spec, comm) -> None:

@@ -44,7 +44,8 @@ def start_rank0(world, prepare, quiet: bool, launch: str) -> Started:
         limit = _liveness() if multi else None      # every rank's heartbeats use rank 0's
         if multi:
             _tell_every_rank(world, {"spec": spec.to_dict(), "native_log": log,
-                                     "liveness": limit, "resume": resume_command(
+                                     "liveness": limit, "rank0": (socket.gethostname(), os.getpid()),
+                                     "resume": resume_command(
                                          spec.study.name, url, launch=launch)})
     except (MpioptError, KeyboardInterrupt) as exc:
         if multi:   # (the other ranks leave signals to rank 0: they wait for its word;
