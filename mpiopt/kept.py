@@ -52,6 +52,7 @@ import os
 from collections import deque
 from pathlib import Path
 
+from mpiopt import jsontext
 from mpiopt.names import file_stem
 
 RECOVERY_SUFFIX = ".mpiopt-recovery.jsonl"
@@ -128,7 +129,7 @@ def lines(records: list[dict], db_key: str | None = None) -> str:
     out = []
     for r in records:
         head = {"v": FORMAT_VERSION, "kind": r["kind"], **({"db": db_key} if db_key else {})}
-        out.append(json.dumps({**head, **{k: v for k, v in r.items() if k != "kind"}},
+        out.append(jsontext.exact({**head, **{k: v for k, v in r.items() if k != "kind"}},
                               default=_json_default) + "\n")
     return "".join(out)
 

@@ -629,3 +629,43 @@ def test_bayesian_initial_design_covers_the_space_evenly():
               for s in range(3)]
     assert any(q != [0, 0, 1, 1, 2, 2, 3, 3] for q in uneven)
 
+
+
+# ---- the edges of what a space holds (mpiopt.space.limits) -----------------------------
+TOP, NORMAL = 1.7976931348623157e308, 2.2250738585072014e-308   # the largest, smallest normal float
+EDGES = {
+    "a width of the largest float": Real("x", -TOP / 2, TOP / 2),
+    "zero to the largest float": Real("x", 0.0, TOP),
+    "the largest float to zero": Real("x", -TOP, 0.0),
+    "a width of the smallest normal float": Real("x", 0.0, NORMAL),
+    "subnormal bounds, a normal width": Real("x", -1e-310, 3e-308),
+    "two neighbouring floats": Real("x", 1.0, math.nextafter(1.0, 2.0)),
+    "log from the smallest float to the largest": Real("x", 5e-324, TOP, "log-uniform"),
+    "log where low x high is the smallest float": Real("x", 5e-324, 1.0, "log-uniform"),
+    "integers to 2**53 each side": Integer("x", -2**53, 2**53),
+    "the two top integers": Integer("x", 2**53 - 1, 2**53),
+    "log integers to 2**53": Integer("x", 1, 2**53, "log-uniform"),
+}
+EDGE_ALGORITHMS = [("random", 2), ("bayesian", 2), ("tpe", 2), ("cmaes", 2),
+                   ("evolutionary", 2), ("auto", 1), ("auto", 4), ("pbt", 2)]
+
+
+@pytest.mark.parametrize("edge", EDGES)
+@pytest.mark.parametrize("algorithm, groups", EDGE_ALGORITHMS,
+                         ids=[f"{a}-{g}" for a, g in EDGE_ALGORITHMS])
+def test_every_algorithm_works_at_the_edges_of_the_ranges_a_space_takes(algorithm, groups, edge):
+    """Past these edges the space refuses a range (tests/test_space.py); up to them every
+    searcher suggests native values inside it, past its random start (auto on one group
+    and on four: each of its choices)."""
+    space = Space([EDGES[edge], Real("y", 0.0, 1.0)])
+    objective = lambda p: (space["x"].encode(p["x"]) - 0.3) ** 2 + p["y"]   # noqa: E731
+    searcher = make_searcher(algorithm, space, {"population": 4} if algorithm == "pbt" else {},
+                             seed=1, budget=16, parallel=groups)
+    for number in range(16):
+        params = searcher.ask(number)
+        space.check(params)
+        assert type(params["x"]) is type(EDGES[edge].low)
+        if algorithm == "pbt":
+            searcher.tell_trial(number, params, objective(params))
+        else:
+            searcher.tell(params, objective(params))

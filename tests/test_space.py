@@ -83,6 +83,43 @@ def test_invalid_dimensions(make, field, fragment):
     assert fragment in info.value.message
 
 
+TOP = 1.7976931348623157e308          # the largest float
+NORMAL = 2.2250738585072014e-308      # the smallest normal float
+
+
+@pytest.mark.parametrize("make, field, fragment", [
+    (lambda: Real("x", -1e308, 1e308), "x", "too wide: high - low and high + low must stay "
+                                           "within ±1.798e+308, the largest float"),
+    (lambda: Real("x", -TOP, TOP), "x", "too wide"),
+    (lambda: Real("x", 1e308, TOP), "x", "too wide"),          # the sum overflows
+    (lambda: Real("x", 5e-324, 1e-323), "x", "too narrow: high - low (4.941e-324) must be at "
+                                             "least 2.225e-308, the smallest normal float"),
+    (lambda: Real("x", 0.0, 1e-310), "x", "too narrow"),
+    (lambda: Real("x", NORMAL, math.nextafter(NORMAL, 1.0)), "x", "too narrow"),
+    (lambda: Real("x", math.nextafter(TOP, 0.0), TOP, "log-uniform"), "x",
+     "too narrow: log(high) - log(low) (0) must be at least 2.225e-308"),
+    (lambda: Real("x", 1e-200, 1e-150, "log-uniform"), "x.low",
+     "low × high of at least 4.9e-324, the smallest float"),
+    (lambda: Real("x", 5e-324, 1e-323, "log-uniform"), "x.low", "underflows to 0"),
+    (lambda: Real("x", 0, 10**400), "x.high", "expected a finite number (within ±1.798e+308)"),
+    (lambda: Integer("n", 0, 10**23), "n.high", "beyond ±2**53 (9007199254740992)"),
+    (lambda: Integer("n", -2**53 - 1, 0), "n.low", "beyond ±2**53"),
+    (lambda: Integer("n", 2**60, 2**60 + 3), "n.low", "beyond ±2**53"),
+    (lambda: Integer("n", 0, 10**400), "n.high", "beyond ±2**53"),
+    (lambda: Integer("n", 2**53 - 1, 2**53, "log-uniform"), "n",
+     "too narrow: log(high) - log(low) (0) must be at least 2.225e-308, the smallest normal "
+     "float (a uniform prior takes this range)"),
+    (lambda: Categorical("c", [1, 10**400]), "c.choices[1]", "within ±1.798e+308"),
+])
+def test_ranges_searchers_cannot_compute_with_are_refused(make, field, fragment):
+    """Each range here passed once and then crashed a searcher mid-study (an OverflowError
+    in tpe and cmaes, NaN in bayesian's model, a division by zero in evolutionary)."""
+    with pytest.raises(SpaceError) as info:
+        make()
+    assert info.value.field == field
+    assert fragment in info.value.message, info.value.message
+
+
 def test_duplicate_names_and_empty_space():
     with pytest.raises(SpaceError, match="duplicate"):
         Space([Real("x", 0, 1), Integer("x", 0, 1)])

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from conftest import mpiopt
 from mpiopt.errors import SpecError
 from mpiopt.refs import check_ref, load_callable
 from mpiopt.spec import Spec, load_spec, parse_overrides, shipped_searchspaces
@@ -474,6 +475,39 @@ def test_cli_rejects_a_bad_spec_with_one_line(folder):
     assert proc.stdout == ""
     assert proc.stderr == f"mpiopt: error: {path}: search.trails: unknown field; did you mean 'trials'?\n"
     assert not list(folder.glob("*.db"))  # nothing written
+
+
+TOO_WIDE = ("search_space.lr: [-1e+308, 1e+308] is too wide: high - low and high + low must "
+            "stay within ±1.798e+308, the largest float")
+
+
+def test_a_range_no_searcher_computes_with_ends_the_job_at_once_with_one_line(folder):
+    """Issue 65: -1e308..1e308 passed validate, then tpe and cmaes died of an OverflowError
+    and bayesian of a NaN in its model, exit 1, with the study left behind."""
+    data = changed(_set("search_space.lr", {"type": "real", "low": -1.0e308, "high": 1.0e308}))
+    data["search"]["algorithm"] = "tpe"
+    path = write(folder, data)
+    proc = mpiopt("search", path, "--storage", f"sqlite:///{folder / 'r.db'}", np=3,
+                  cwd=folder, timeout=120)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stdout == "" and proc.stderr == f"mpiopt: error: {path}: {TOO_WIDE}\n"
+    assert not (folder / "r.db").exists()         # nothing written
+
+
+@pytest.mark.parametrize("entry, expected", [
+    ({"type": "integer", "low": 0, "high": 10**23},
+     "search_space.lr.high: 100000000000000000000000 is beyond ±2**53 (9007199254740992)"),
+    ({"type": "real", "low": 5e-324, "high": 1e-323},
+     "search_space.lr: [5e-324, 1e-323] is too narrow: high - low (4.941e-324) must be at "
+     "least 2.225e-308, the smallest normal float"),
+])
+def test_validate_names_the_field_and_the_limit_of_a_range_searchers_cannot_take(folder, entry,
+                                                                                 expected):
+    path = write(folder, changed(_set("search_space.lr", entry)))
+    proc = cli(path, cwd=folder)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.startswith(f"mpiopt: error: {path}: {expected}")
+    assert len(proc.stderr.splitlines()) == 1
 
 
 def test_cli_rejects_broken_yaml_and_import_errors(folder):

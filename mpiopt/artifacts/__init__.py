@@ -17,12 +17,12 @@ coordinator (which alone knows the ranking) places and deletes them (keeper.Keep
 """
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from mpiopt import jsontext
 from mpiopt.errors import ArtifactStoreError
 
 MIN_FREE_BYTES = 50 * 2**20     # refused at start below this: a checkpoint could not fit
@@ -86,7 +86,7 @@ def write_json(path: Path, data: dict) -> None:
     """A small JSON note (a kept model's), whole or not at all."""
     tmp = atomic_path(path)
     try:
-        tmp.write_text(json.dumps(data, indent=1, default=float))
+        tmp.write_text(jsontext.dumps(data, indent=1, default=float))
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from mpiopt import jsontext
 from mpiopt.artifacts import atomic_path
 
 FORMAT = 1
@@ -41,7 +42,7 @@ def save(path: Path, meta: dict, state: list, validated=None, best=None) -> None
     meta = dict(meta, format=FORMAT, n_state=len(state),
                 rng={"python": _jsonable(random.getstate()),
                      "numpy": [numpy_state[0], *map(_scalar, numpy_state[2:])]})
-    arrays["meta"] = np.array(json.dumps(meta, default=_plain))
+    arrays["meta"] = np.array(jsontext.exact(meta, default=_plain))
     tmp = atomic_path(path)
     try:
         with open(tmp, "wb") as f:

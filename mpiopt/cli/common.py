@@ -1,10 +1,10 @@
 """Options and output shared by the commands."""
 from __future__ import annotations
 
-import json
 import sys
 from typing import Any, Sequence
 
+from mpiopt import jsontext
 
 
 def add_storage_option(parser) -> None:
@@ -34,7 +34,7 @@ def print_rows(rows: Sequence[dict[str, Any]], fmt: str, columns: Sequence[str] 
     """Print rows as an aligned table for people or as JSON for scripts."""
     out = out or sys.stdout
     if fmt == "json":
-        json.dump(list(rows), out, indent=2, default=str)
+        jsontext.dump(list(rows), out, indent=2, default=str)
         out.write("\n")
         return
     columns = list(columns or (rows[0].keys() if rows else []))

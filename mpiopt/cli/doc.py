@@ -24,7 +24,8 @@ it says what `mpiopt COMMAND --help` says.
 Commands that read a database take `--storage URL`; without it they use
 `$MPIOPT_STORAGE`, then the spec's `storage` (where a spec is given), then
 `sqlite:///mpiopt.db` in the current directory. Query commands open the database
-read-only and work while a study runs; `--format json` prints JSON for scripts.
+read-only and work while a study runs; `--format json` prints JSON for scripts
+(strict JSON: a NaN or an infinity is `null`, as `jq` and `JSON.parse` read it).
 """
 
 

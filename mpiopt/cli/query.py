@@ -5,11 +5,11 @@ missing file is an error naming it (open_storage without create).
 """
 from __future__ import annotations
 
-import json
 import sys
 from contextlib import contextmanager
 from pathlib import Path
 
+from mpiopt import jsontext
 from mpiopt.cli.common import add_format_option, add_storage_option, print_rows, storage_url
 from mpiopt.errors import MpioptError
 from mpiopt.trial import TrialStatus
@@ -171,7 +171,7 @@ def cmd_show(args) -> int:
         parent = None if trial.parent is None else storage.get_trial(record.id, trial.parent)
         front = _front(storage, record)
     if args.format == "json":
-        print(json.dumps(trial_dict(trial, front), indent=2))
+        print(jsontext.dumps(trial_dict(trial, front), indent=2))
         return 0
     for line in show_lines(trial, record.name, record.metric, record.direction,
                            unicode_ok=_can_encode("▁█"), parent=parent, front=front):
@@ -221,7 +221,7 @@ def cmd_status(args) -> int:
     summary = status_summary(record, counts, best[0] if best else None, groups,
                              storage_url(args), front, jobs)
     if args.format == "json":
-        print(json.dumps(summary, indent=2))
+        print(jsontext.dumps(summary, indent=2))
     else:
         print("\n".join(status_lines(summary)))
     return 0

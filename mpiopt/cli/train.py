@@ -17,8 +17,9 @@ with a JSON note beside it (FILE with .json: fold, value, epoch, seed, params).
 """
 from __future__ import annotations
 
-import json
 import sys
+
+from mpiopt import jsontext
 
 
 def register(subparsers) -> None:
@@ -182,7 +183,7 @@ def _print_result(spec, params, seed, result, fmt) -> None:
     if fmt == "json":
         out = {"params": params, "seed": seed, "metric": metric,
                **{k: v for k, v in result.items() if k != "timing"}}
-        json.dump(out, sys.stdout, indent=2)
+        jsontext.dump(out, sys.stdout, indent=2)
         sys.stdout.write("\n")
         return
     folds = ", ".join(_num(v) for v in result["fold_values"])

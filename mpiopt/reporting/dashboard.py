@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import hashlib
 import html
-import json
 import math
 import socket
 import sys
@@ -46,8 +45,9 @@ from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
+from mpiopt import jsontext
 from mpiopt.errors import MpioptError
-from mpiopt.reporting.html import finite_only
+
 from mpiopt.trial import FrozenTrial, TrialStatus
 
 POLL_S = 2.0
@@ -255,7 +255,7 @@ def _iso(when: datetime | None) -> str | None:
 
 
 def to_json(value) -> bytes:
-    return json.dumps(finite_only(value), allow_nan=False, default=str).encode("utf-8")
+    return jsontext.dumps(value, default=str).encode("utf-8")
 
 
 class Handler(BaseHTTPRequestHandler):

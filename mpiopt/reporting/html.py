@@ -8,10 +8,9 @@ figures.KINDS, then the failures table; a section with nothing to draw shows its
 from __future__ import annotations
 
 import html
-import json
-import math
 from datetime import datetime
 
+from mpiopt import jsontext
 from mpiopt.reporting.figures import KINDS, MULTI_KINDS, PBT_KINDS, panel
 from mpiopt.reporting.timeline import held_text
 from mpiopt.reporting.view import Panel, StudyView, hover
@@ -170,19 +169,7 @@ def _params(params: dict) -> str:
 def _json(value) -> str:
     """JSON safe inside <script>: no '</' can end the element early; an infinite value
     (a diverged epoch) becomes null, as JSON has no infinity."""
-    return json.dumps(finite_only(value), separators=(",", ":"), allow_nan=False,
-                      default=float).replace("</", "<\\/")
-
-
-def finite_only(value):
-    """Non-finite floats as null (JSON has no infinity); nothing else changed."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: finite_only(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [finite_only(v) for v in value]
-    return value
+    return jsontext.dumps(value, separators=(",", ":"), default=float).replace("</", "<\\/")
 
 
 def _first_line(text: str) -> str:

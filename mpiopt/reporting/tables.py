@@ -6,11 +6,11 @@ share one formatting path.
 from __future__ import annotations
 
 import csv
-import json
 import math
 from datetime import datetime
 from typing import Any, Iterable, Sequence
 
+from mpiopt import jsontext
 from mpiopt.durations import format_duration
 from mpiopt.errors import cut
 from mpiopt.trial import FrozenTrial, TrialStatus
@@ -157,7 +157,7 @@ def write_csv(trials: Iterable[FrozenTrial], out, front=None) -> None:
 
 
 def write_json(trials: Iterable[FrozenTrial], out, front=None) -> None:
-    json.dump([trial_dict(t, front) for t in trials], out, indent=2)
+    jsontext.dump([trial_dict(t, front) for t in trials], out, indent=2)
     out.write("\n")
 
 

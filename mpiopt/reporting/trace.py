@@ -22,10 +22,10 @@ slice (a trial's slice ends where its group's next trial starts).
 """
 from __future__ import annotations
 
-import json
 from datetime import timedelta
 from typing import Iterable
 
+from mpiopt import jsontext
 from mpiopt.errors import first_line
 from mpiopt.reporting.timeline import intervals, job_order
 from mpiopt.reporting.view import StudyView
@@ -88,7 +88,7 @@ def _process_name(view: StudyView, job) -> str:
 
 
 def write_chrome_trace(view: StudyView, out) -> None:
-    json.dump(chrome_trace(view), out, separators=(",", ":"))
+    jsontext.dump(chrome_trace(view), out, separators=(",", ":"))
     out.write("\n")
 
 

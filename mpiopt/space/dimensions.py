@@ -40,6 +40,7 @@ from typing import Any, Union
 
 
 from mpiopt.errors import SpaceError, shown  # noqa: F401  (raised here; importable from here too)
+from mpiopt.space.limits import check_bound, check_choice, check_log_product, check_scale
 
 PRIORS = ("uniform", "log-uniform")
 NEUTRAL = 0.5   # the gene (and encoded column) of an absent parameter: see the docstring
@@ -84,8 +85,7 @@ def _check_bounds(name: str, low: Any, high: Any, prior: str, integer: bool) -> 
     for key, value in (("low", low), ("high", high)):
         if not ok(value):
             raise SpaceError(f"{name}.{key}", f"expected {what}, got {shown(value)}")
-        if not math.isfinite(value):
-            raise SpaceError(f"{name}.{key}", f"expected a finite number, got {shown(value)}")
+        check_bound(f"{name}.{key}", value, integer)
     if prior not in PRIORS:
         raise SpaceError(f"{name}.prior", f"expected one of {', '.join(PRIORS)}, got {shown(prior)}")
     if low >= high:
@@ -107,6 +107,10 @@ class Real:
         _check_bounds(self.name, self.low, self.high, self.prior, integer=False)
         object.__setattr__(self, "low", float(self.low))
         object.__setattr__(self, "high", float(self.high))
+        if self.is_log:
+            check_log_product(self.name, self.low, self.high)
+        check_scale(self.name, self.low, self.high, self._scale(self.low), self._scale(self.high),
+                    self.is_log)
 
     @property
     def is_log(self) -> bool:
@@ -158,6 +162,7 @@ class Integer:
         _check_bounds(self.name, self.low, self.high, self.prior, integer=True)
         object.__setattr__(self, "low", int(self.low))
         object.__setattr__(self, "high", int(self.high))
+        check_scale(self.name, self.low, self.high, *self._edges(), self.is_log)
 
     @property
     def is_log(self) -> bool:
@@ -222,8 +227,7 @@ class Categorical:
             if not isinstance(choice, CHOICE_TYPES):
                 raise SpaceError(f"{self.name}.choices[{i}]",
                                  f"expected a string, number or boolean, got {shown(choice)}")
-            if isinstance(choice, float) and not math.isfinite(choice):
-                raise SpaceError(f"{self.name}.choices[{i}]", f"expected a finite number, got {shown(choice)}")
+            check_choice(f"{self.name}.choices[{i}]", choice)
             j = positions.setdefault(choice, i)
             if j != i:
                 raise SpaceError(f"{self.name}.choices[{i}]",

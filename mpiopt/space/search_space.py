@@ -4,11 +4,11 @@ encoded rows, point sets)."""
 from __future__ import annotations
 
 import hashlib
-import json
 from typing import Any, Iterable, Sequence
 
 import numpy as np
 
+from mpiopt import jsontext
 from mpiopt.errors import SpaceError, shown
 from mpiopt.space.conditions import dependency_order, parse_when
 from mpiopt.space.dimensions import NEUTRAL, Categorical, Dimension, dimension_from_dict
@@ -186,7 +186,7 @@ class Space:
     def fingerprint(self) -> str:
         """sha256 of the description, independent of declaration order: reordering the
         parameters changes neither the meaning of stored trials nor a replay."""
-        text = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+        text = jsontext.exact(self.to_dict(), sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(text.encode()).hexdigest()
 
     def diff(self, other: "Space") -> list[str]:

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
+from mpiopt import jsontext
 from mpiopt.errors import SpecError
 from mpiopt.space import Space
 from mpiopt.spec._build import _apply_override, _build
@@ -86,7 +86,7 @@ class Spec:
         return {"space": self.space.to_dict(), "objective": objective}
 
     def fingerprint(self) -> str:
-        text = json.dumps(self._identity(), sort_keys=True, separators=(",", ":"))
+        text = jsontext.exact(self._identity(), sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(text.encode()).hexdigest()
 
     def diff(self, other: "Spec") -> list[str]:

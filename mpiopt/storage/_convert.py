@@ -9,6 +9,7 @@ from typing import Any, Sequence
 
 from sqlalchemy.orm import selectinload
 
+from mpiopt import jsontext
 from mpiopt.errors import StorageError, cut
 from mpiopt.storage.models import NAME_LEN, JobModel, StudyModel, TrialModel
 from mpiopt.trial import FrozenTrial, StudyStatus, TrialStatus
@@ -111,7 +112,7 @@ def _encode(value: Any) -> tuple[str, float | None, str]:
         return "float", finite_or_none(value), repr(float(value))
     if isinstance(value, str):
         return "str", None, value
-    return "json", None, json.dumps(value)
+    return "json", None, jsontext.exact(value)
 
 
 _DECODERS = {"bool": lambda t: t == "true", "int": int, "float": float, "str": str,
@@ -136,7 +137,7 @@ def finite_or_none(value: float | None) -> float | None:
 
 
 def dump_json(value: dict | None) -> str | None:
-    return None if not value else json.dumps(value, default=float)
+    return None if not value else jsontext.exact(value, default=float)
 
 
 def load_json(text: str | None) -> dict:
@@ -144,7 +145,7 @@ def load_json(text: str | None) -> dict:
 
 
 def dump_spans(spans) -> str | None:
-    return json.dumps(list(spans), default=float) if spans else None
+    return jsontext.exact(list(spans), default=float) if spans else None
 
 
 def load_spans(text: str | None) -> list[dict]:

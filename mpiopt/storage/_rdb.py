@@ -7,7 +7,6 @@ SQLite database's file is checked to still be the one opened (storage/_sqlite_fi
 """
 from __future__ import annotations
 
-import json
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from typing import Iterable, Sequence
@@ -17,6 +16,7 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
+from mpiopt import jsontext
 from mpiopt.errors import DuplicateStudyError, StorageError, TrialTaken, UnknownStudyError
 from mpiopt.storage import _jobs, _queries, _studies, _writes
 from mpiopt.storage._base import BaseStorage
@@ -166,7 +166,7 @@ class Storage(JobMethods, BaseStorage):
     def set_study_recovery(self, study_id: int, places: Sequence[str]) -> None:
         """The recovery files this job would write to, so that a resume from any folder
         finds the one a killed job left (mpiopt.run.study_run)."""
-        self._update_study(study_id, recovery=json.dumps([str(p) for p in places]))
+        self._update_study(study_id, recovery=jsontext.exact([str(p) for p in places]))
 
     def _update_study(self, study_id: int, **values) -> None:
         with self._writing() as s:

@@ -5,12 +5,12 @@ All refusals happen here, before a single trial is written: an existing study wi
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
+from mpiopt import jsontext
 from mpiopt.errors import DuplicateStudyError, ResumeError, UnknownStudyError
 from mpiopt.knobs import NATIVE_LOG
 from mpiopt.names import file_stem
@@ -90,7 +90,7 @@ def open_study(storage, spec, resume, url: str, take_lease=None) -> OpenedStudy:
         try:
             study_id = storage.create_study(
                 name, spec.objective.direction, spec.objective.metric, spec_text(spec),
-                spec.fingerprint(), json.dumps(spec.space.to_dict()),
+                spec.fingerprint(), jsontext.exact(spec.space.to_dict()),
                 enqueued=list(getattr(spec.search, "initial_trials", ())))
             return OpenedStudy(storage, study_id, [], False, take_lease(study_id))
         except DuplicateStudyError:
