@@ -1,5 +1,7 @@
 """mpiopt.objective.settings: what a trial changes in the process it shares with mpiopt's
-own code is put back as it ends, and mpiopt's code called during it runs with mpiopt's."""
+own code is put back as it ends, and mpiopt's code called during it runs with mpiopt's;
+what it breaks there that is no setting costs the searcher a guided suggestion, not the
+study (mpiopt.search._base)."""
 from __future__ import annotations
 
 import io
@@ -138,3 +140,44 @@ def test_a_study_whose_objective_changes_the_process_s_settings_ends(tmp_path):
     assert [t.status for t in trials] == [TrialStatus.COMPLETE] * 7
     seen = [json.loads(line) for line in (tmp_path / "seen.jsonl").read_text().splitlines()]
     assert len(seen) == 7 and all(s == seen[0] for s in seen), seen
+
+
+BREAKS = """
+import scipy.stats
+
+
+def broken(*args, **kwargs):
+    raise RuntimeError("broken by the objective")
+
+
+def f(params):
+    scipy.stats.norm.pdf = broken       # what the GP's expected improvement computes with
+    return (params["x"] - 0.3) ** 2 + params["y"] ** 2
+"""
+
+
+def test_a_searcher_broken_in_the_coordinator_s_process_draws_at_random_and_the_study_ends(
+        tmp_path):
+    """No setting: a function of a library the searcher uses, replaced by the objective
+    in the process they share. The study's loop ended on the searcher's first model-guided
+    ask, and every resume, which starts afresh, ran one more trial and ended the same way:
+    a study that could never finish. Now such a suggestion is drawn at random, the
+    failure said once, and the study ends."""
+    (tmp_path / "breaks.py").write_text(BREAKS)
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump({
+        "study": {"name": "broken"},
+        "objective": {"function": "breaks.py:f", "direction": "minimize", "isolate": False},
+        "search_space": {"x": {"type": "real", "low": 0.0, "high": 1.0},
+                         "y": {"type": "real", "low": -2.0, "high": 2.0}},
+        "search": {"algorithm": "bayesian", "trials": 6, "seed": 3,
+                   "bayesian": {"initial_points": 3}}}))
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    proc = mpiopt("search", "s.yaml", "--storage", url, cwd=tmp_path, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    study, trials = study_state(url, "broken")
+    assert study.status is StudyStatus.COMPLETE
+    assert [t.status for t in trials] == [TrialStatus.COMPLETE] * 6
+    said = [ln for ln in (proc.stdout + proc.stderr).splitlines() if "could not" in ln]
+    assert said == ["warning: bayesian could not make a suggestion (RuntimeError: broken by "
+                    "the objective): such a trial's parameters are drawn at random (said "
+                    "once)"], proc.stdout + proc.stderr
