@@ -5,8 +5,9 @@ Two levels of checking, because they run in different places:
 - :func:`check_ref` is static: it reads the file's syntax tree and looks for a top-level
   definition of ``name``. Nothing of the user's is executed, so loading a spec on every MPI
   rank, or for a query, never imports TensorFlow or runs side effects.
-- :func:`load_callable` imports the file (under a module name unique to its absolute path,
-  so two ``model.py`` files never collide) and returns the object.
+- :func:`load_callable` imports the file under the name ``import`` finds it by from its
+  folder (a name unique to its absolute path where that name is another module's, so two
+  ``model.py`` files never collide) and returns the object.
 
 Both raise SpecError with the usual one line ``FILE: field: message``.
 """
@@ -90,19 +91,40 @@ def check_ref(ref: object, base_dir: Path | str | None, source: str = "<spec>",
 
 
 def _module_name(file: Path) -> str:
+    """The name the file is imported under: its stem, where ``import STEM`` finds this
+    very file (its folder is on sys.path by then). A process pool's workers started by
+    ``spawn`` or ``forkserver`` (Python 3.14's default on Linux) get the parent's sys.path
+    and import, by name, the module of every function and class they are sent: under a
+    name only this process knows they die of ModuleNotFoundError, and the pool waits for
+    ever for the task they lost. Where the stem finds another module (a file named like
+    one already imported, a second ``model.py`` from another folder, a stem with a dot)
+    the file gets a name unique to its path instead: two files never share a module,
+    and only such a file's pool workers cannot import it."""
+    if "." not in file.stem and _finds(file.stem, file):
+        return file.stem
     digest = hashlib.sha256(str(file).encode()).hexdigest()[:12]
     stem = "".join(c if c.isalnum() else "_" for c in file.stem)
     return f"mpiopt_user_{stem}_{digest}"
 
 
+def _finds(name: str, file: Path) -> bool:
+    """Whether ``import name`` gives this file, here and in a process started with this
+    sys.path (the same finders, in the same order)."""
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):      # (a module loaded without a spec)
+        return False
+    origin = spec.origin if spec is not None else None
+    return bool(origin) and Path(origin).resolve() == file
+
+
 def load_callable(ref: str, base_dir: Path | str | None = None, source: str = "<spec>",
                   field: str = "objective.function") -> Callable:
-    """Import the file once per process and return the callable it defines under name.
-
-    The file's directory goes on sys.path so it can import its sibling modules."""
+    """Import the file once per process and return the callable it defines under name."""
     file, name = resolve_ref(ref, base_dir, source, field)
     if not file.is_file():
         raise SpecError(f"{source}: {field}: file not found: {file}")
+    _on_path(file.parent)
     module_name = _module_name(file)
     module = sys.modules.get(module_name)
     if module is None:
@@ -115,10 +137,14 @@ def load_callable(ref: str, base_dir: Path | str | None = None, source: str = "<
     return obj
 
 
+def _on_path(folder: Path) -> None:
+    """The file's folder goes first on sys.path (unless already there), so the file can
+    import its sibling modules, and a process started with this sys.path finds it."""
+    if str(folder) not in sys.path:
+        sys.path.insert(0, str(folder))
+
+
 def _import_file(file: Path, module_name: str, source: str, field: str):
-    folder = str(file.parent)
-    if folder not in sys.path:
-        sys.path.insert(0, folder)
     spec = importlib.util.spec_from_file_location(module_name, file)
     module = importlib.util.module_from_spec(spec)
     sys.modules[module_name] = module  # before exec: dataclasses and pickle look it up

@@ -28,6 +28,7 @@ class Records:
         self.log: list[tuple] = []
         self.status = None
         self.intermediate = []
+        self.said: list[str] = []                      # the lines for the user (Say)
         self.failing: dict[type, BaseException] = {}   # instruction kind -> error to raise
         self._table = {
             ins.CreateTrials: self._create, ins.RestartTrial: self._restart,
@@ -36,6 +37,7 @@ class Records:
             ins.InterruptRunning: self._interrupt,
             ins.SetStudyStatus: lambda i: setattr(self, "status", i.status),
             ins.ReadQueue: self._read_queue, ins.TakeQueued: self._take,
+            ins.Say: lambda i: self.said.append(i.line),
         }
 
     def do(self, instruction):

@@ -389,6 +389,51 @@ def test_a_trial_may_use_process_pools_and_their_workers_end_with_it(tmp_path, m
     assert len(list(pids.iterdir())) >= 4 and not alive, alive
 
 
+SPAWNS = """
+import multiprocessing
+from dataclasses import dataclass
+
+
+@dataclass
+class Point:
+    x: float
+
+
+def square(point):
+    return Point(point.x * point.x)
+
+
+def f(params):
+    with multiprocessing.get_context("{method}").Pool(2) as pool:
+        return sum(p.x for p in pool.map(square, [Point(params["x"]), Point(1.0)]))
+"""
+
+
+@pytest.mark.parametrize("method, isolate", [("spawn", True), ("forkserver", False)])
+def test_a_pool_that_spawns_its_workers_imports_the_objective_s_module(tmp_path, method,
+                                                                       isolate):
+    """A pool's workers started by spawn or forkserver (Python 3.14's default on Linux)
+    import, by name, the module of each function and class they are sent: under a name
+    only the rank knew, they died of ModuleNotFoundError and every trial waited for its
+    timeout. The objective's module is imported under the name its folder gives it."""
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "pooled.py").write_text(SPAWNS.format(method=method))
+    spec = tmp_path / "s.yaml"
+    spec.write_text(yaml.safe_dump({
+        "study": {"name": "c"},
+        "objective": {"function": "code/pooled.py:f", "direction": "minimize",
+                      "isolate": isolate},
+        "search_space": {"x": {"type": "real", "low": 0.0, "high": 1.0}},
+        "search": {"algorithm": "random", "trials": 4, "trial_timeout": "20s"}}))
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    proc, _ = run(tmp_path, url, spec)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    _, trials = assert_settled(url, 4)
+    assert all(t.status is TrialStatus.COMPLETE for t in trials), [t.error for t in trials]
+    assert "ModuleNotFoundError" not in proc.stderr
+
+
 @pytest.mark.parametrize("function, grace, line", [
     ("leaves_a_thread", "GRACE_S",
      r"mpiopt: rank 1 on .*: \d+ thread\(s\) the objective started \(left-running"),

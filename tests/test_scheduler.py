@@ -42,6 +42,9 @@ class CountingSearcher:
         self.rerun.extend(pending)
         self.next_number = next_number
 
+    def take_failures(self):
+        return []
+
 
 def make(n_groups=2, budget=4, **kw):
     storage, searcher = Records(), CountingSearcher()
@@ -392,6 +395,31 @@ def test_a_failing_background_searcher_ends_the_study_with_its_error():
                       direction="minimize", budget=4, n_groups=1)
     with pytest.raises(RuntimeError, match="searcher failed: ValueError: singular matrix"):
         _until(lambda: sched.start() or sched.tick(), "the error")
+
+
+def test_a_searcher_s_failure_is_said_once_and_the_study_goes_on():
+    """A suggestion the searcher fails to make is drawn at random (mpiopt.search._base):
+    the study ends COMPLETE, and the failure is said once per run, not with every trial."""
+    from mpiopt.search import make_searcher
+    from mpiopt.space import Real, Space
+
+    def broken():
+        raise RuntimeError("broken in the coordinator's process")
+
+    searcher = make_searcher("random", Space([Real("x", 0.0, 1.0)]), {}, 0)
+    searcher._suggest = broken
+    storage = Records()
+    sched = scheduler(storage=storage, study_id=1, searcher=searcher, direction="minimize",
+                      budget=3, n_groups=1)
+    sent = [a for a in sched.start() if isinstance(a, Dispatch)]
+    while sent:
+        trial = sent[0].trial
+        sent = [a for a in sched.on_result(0, done(trial.trial_id, trial.params["x"]))
+                if isinstance(a, Dispatch)]
+    assert sched.finish() is StudyStatus.COMPLETE and sched.finished == 3
+    assert storage.said == ["warning: random could not make a suggestion (RuntimeError: broken "
+                            "in the coordinator's process): such a trial's parameters are "
+                            "drawn at random (said once)"]
 
 
 def test_the_stock_follows_results_per_ask():

@@ -204,6 +204,41 @@ def test_tell_refuses_non_finite_values(algorithm, bad):
         searcher.tell(params, bad)
 
 
+def _fails(*args):
+    raise FloatingPointError("underflow encountered in exp")
+
+
+def test_a_searcher_that_fails_draws_at_random_and_keeps_what_it_is_told():
+    """A failure that comes from the study's history (what a model cannot fit, a library
+    broken in the coordinator's process) comes back on every resume, which replays that
+    history: it costs one guided suggestion, not the study. The draw is the trial's own
+    (the same after a resume); the failure is taken once, for the coordinator to say."""
+    a, b = (make_searcher("bayesian", SQUARE, {"initial_points": 2}, seed=0) for _ in range(2))
+    for searcher in (a, b):
+        for number in range(2):
+            params = searcher.ask(number)
+            searcher.tell(params, square_objective(params))
+        searcher._suggest = _fails
+    drawn = a.ask(2)
+    assert drawn == b.ask(2) and SQUARE.contains(drawn) and a.key(drawn) in a.pending
+    assert a.take_failures() == [("suggest", "bayesian could not make a suggestion "
+                                  "(FloatingPointError: underflow encountered in exp): such "
+                                  "a trial's parameters are drawn at random")]
+    assert a.take_failures() == []
+    a._on_tell = _fails
+    a.tell(drawn, 0.5)
+    assert a.told[-1] == (drawn, 0.5) and a.key(drawn) not in a.pending
+    assert [kind for kind, _ in a.take_failures()] == ["learn"]
+
+
+def test_a_portfolio_gives_its_members_failures():
+    searcher = make_searcher("portfolio", SQUARE, {}, seed=0)
+    for member in searcher.members:
+        member._suggest = _fails
+    assert SQUARE.contains(searcher.ask(0))
+    assert [kind for kind, _ in searcher.take_failures()] == ["suggest"]
+
+
 def test_searchers_leave_global_random_state_alone():
     """DEAP draws from the global generators; a searcher must not disturb (or depend on) them."""
     random.seed(1)

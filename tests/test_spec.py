@@ -462,6 +462,19 @@ def test_load_callable(folder):
         load_callable("obj.py:nope", folder)
 
 
+def test_a_user_file_is_imported_under_the_name_its_folder_gives_it(tmp_path):
+    """So that a process started with this sys.path (a spawned pool's worker) imports the
+    same module by that name; a name that finds another module gets one of its own."""
+    (tmp_path / "nameme_objective.py").write_text("def f(params):\n    return 1.0\n")
+    fn = load_callable("nameme_objective.py:f", tmp_path)
+    assert fn.__module__ == "nameme_objective"
+    assert __import__("nameme_objective").f is fn
+    (tmp_path / "json.py").write_text("def f(params):\n    return 2.0\n")
+    shadowed = load_callable("json.py:f", tmp_path)
+    assert shadowed({}) == 2.0 and shadowed.__module__.startswith("mpiopt_user_json_")
+    assert sys.modules["json"].__name__ == "json" and hasattr(sys.modules["json"], "dumps")
+
+
 # ----------------------------------------------------------------------------- the CLI
 def cli(*args, cwd=None):
     return subprocess.run([str(MPIOPT), "validate", *map(str, args)], capture_output=True,

@@ -39,6 +39,7 @@ from mpiopt.errors import ArtifactStoreError, Pruned, StopRequested, TrialStoppe
 from mpiopt.objective.world_guard import world_guarded
 from mpiopt.trial import Result, Trial
 from mpiopt.objective.processes import own_stop_handlers, stop_signal_seen
+from mpiopt.objective.settings import kept, ours
 from mpiopt.trial import TrialStatus
 
 OPTIONAL_ARGS = ("comm", "seed", "report")
@@ -119,14 +120,16 @@ class Objective:
             self._sandbox = None
 
     def run_here(self, trial: Trial, comm, report: Callable | None = None) -> Result:
-        """Run the trial in this process; a plain function's deadline is a SIGALRM."""
+        """Run the trial in this process; a plain function's deadline is a SIGALRM. The
+        process-wide settings it changes are put back as it ends, and its reports run
+        with mpiopt's (mpiopt.objective.settings)."""
         start, pid = time.perf_counter(), os.getpid()
         stop_signal_seen()        # (what came before this trial is not its concern)
         try:
-            with own_stop_handlers(), \
+            with kept() as noted, own_stop_handlers(), \
                     _alarm(trial.timeout if self._function is not None else None), \
                     world_guarded(self.namespace):
-                result = self._run(trial, comm, report)
+                result = self._run(trial, comm, ours(noted, report) if report else None)
         except TrialStopped as exc:
             result = stopped_result(trial, exc, self.where)
         except ArtifactStoreError as exc:   # not the trial's fault: it runs again on resume,

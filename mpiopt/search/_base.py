@@ -9,6 +9,7 @@ coordinator negates them for maximisation) and always finite.
 from __future__ import annotations
 
 import abc
+import collections
 import math
 from typing import Any, Iterable
 
@@ -117,6 +118,9 @@ class Searcher(abc.ABC):
         self.spent: set[tuple] = set()
         self.next_number = 0  # the trial number the next ask() is for, unless it says
         self.number = 0       # the trial number being suggested (ask) right now
+        # the failures of _suggest and _on_tell met and worked round, not yet taken (a
+        # deque: a background searcher's thread adds while the coordinator takes)
+        self._failures: collections.deque[tuple[str, str]] = collections.deque()
 
     # ---- public API ---------------------------------------------------------------
     def ask(self, number: int | None = None) -> dict:
@@ -124,7 +128,7 @@ class Searcher(abc.ABC):
         until told or forgotten."""
         self.number = self.next_number if number is None else int(number)
         self._reseed(_ASK, self.number)
-        params = self.space.active(self._suggest())   # only what is present leaves
+        params = self.space.active(self._suggest_or_draw())   # only what is present leaves
         self.pending[self.key(params)] = params
         self.next_number = max(self.next_number, self.number + 1)
         return params
@@ -140,7 +144,10 @@ class Searcher(abc.ABC):
         was_pending = self.pending.pop(self.key(params), None) is not None
         self._reseed(_TELL, len(self.told))
         self.told.append((dict(params), value))
-        self._on_tell(params, value, was_pending)
+        try:
+            self._on_tell(params, value, was_pending)
+        except Exception as exc:       # it learns the next results (see _suggest_or_draw)
+            self._failed("learn", exc, "it goes on with the results it learnt")
 
     def hold(self, params: dict) -> None:
         """Another searcher's suggestion, pending here too (a portfolio's members share
@@ -174,6 +181,34 @@ class Searcher(abc.ABC):
             self.pending[self.key(params)] = params
         self.next_number = count + len(reruns) if next_number is None else int(next_number)
         self._on_replay(reruns)
+
+    def take_failures(self) -> list[tuple[str, str]]:
+        """What failed in this searcher and was worked round since the last call: a kind
+        ("suggest", "learn") and a line saying it, for the coordinator."""
+        taken = []
+        while self._failures:
+            taken.append(self._failures.popleft())
+        return taken
+
+    def _suggest_or_draw(self) -> dict:
+        """The strategy's suggestion; where it fails, a random draw from the space (from
+        this trial's own stream), the failure noted (take_failures). A failure that comes
+        from the study's history (results a model cannot fit, a library broken in the
+        coordinator's process by an objective run there) comes back on every resume,
+        which replays that history: ending the study's loop on it would make a study
+        that can never finish. A random point costs one guided suggestion instead."""
+        try:
+            return self._suggest()
+        except Exception as exc:
+            self._failed("suggest", exc, "such a trial's parameters are drawn at random")
+            self._reseed(_DRAW, self.number)
+            return self.space.sample(self.rng)
+
+    def _failed(self, kind: str, exc: Exception, instead: str) -> None:
+        lines = str(exc).strip().splitlines()
+        what = f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+        self._failures.append((kind, f"{self.algorithm} could not {_DOING[kind]} ({what}): "
+                                     f"{instead}"))
 
     def key(self, params: dict) -> tuple:
         """params' identity; in a conditional space only its active parameters count, so
@@ -218,4 +253,7 @@ class Searcher(abc.ABC):
         """Called at the end of a replay with the parameter sets that will run again."""
 
 
-_ASK, _TELL = 0, 1  # the first word of a stream's key: streams for asks and tells never meet
+# the first word of a stream's key: streams for asks, tells and the draws that replace a
+# failed suggestion never meet
+_ASK, _TELL, _DRAW = 0, 1, 3
+_DOING = {"suggest": "make a suggestion", "learn": "learn a result"}

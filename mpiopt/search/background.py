@@ -29,9 +29,10 @@ asynchronous optimiser's are. Randomness stays keyed by trial number, so a repla
 gives what an uninterrupted study would have asked, whenever a suggestion happens to be
 made with the same results told.
 
-Only the thread touches the searcher once it runs; replay() comes before. An error in the
-searcher is raised from the next take(), so the coordinator ends the job as for any of
-its own errors. The thread checks its stop flag between asks (close() waits at most
+Only the thread touches the searcher once it runs; replay() comes before. A suggestion
+or a tell that fails is worked round by the searcher itself (mpiopt.search._base), and
+take_failures() hands the coordinator what failed; any other error in the thread is
+raised from the next take(), so the coordinator ends the job as for any of its own errors. The thread checks its stop flag between asks (close() waits at most
 CLOSE_WAIT_S for it) and is a daemon, so a job never waits on it.
 """
 from __future__ import annotations
@@ -106,6 +107,10 @@ class BackgroundSearcher:
                 self.last_ask_s = self.clock() - start
             self._wake.notify()
         return params
+
+    def take_failures(self) -> list[tuple[str, str]]:
+        """The inner searcher's (Searcher.take_failures), met in the thread."""
+        return self.inner.take_failures()
 
     def _waiting_costs_too_much(self, waiting: int = 1, training: int | None = None) -> bool:
         if self._gap_s is None:        # fewer than two results: nothing known yet

@@ -85,6 +85,10 @@ class PortfolioSearcher(Searcher):
             member.forget(params)
         self.owner.pop(self.key(params), None)
 
+    def take_failures(self) -> list[tuple[str, str]]:
+        """Its own and its members' (a member that fails suggests at random in its turn)."""
+        return [*super().take_failures(), *(f for m in self.members for f in m.take_failures())]
+
     def replay(self, trials, pending=(), next_number=None) -> None:
         trials, pending = list(trials), list(pending)
         for member in self.members:

@@ -66,6 +66,7 @@ class Scheduler(Dispatching, SharingJobs, Teaching):
         self.given_up: set[int] = set()         # groups stuck in a trial past its timeout
         self.forecast = Forecast()              # when the loop should poll finely
         self.warned_unread = False
+        self.searcher_failures_said: set[str] = set()
         self.next_number = 0
         self.reruns: list[FrozenTrial] = []
         self.finishing = 0            # results being written while their group already runs
@@ -165,6 +166,7 @@ class Scheduler(Dispatching, SharingJobs, Teaching):
         """Dispatch to every idle group at once; stop the groups the budget leaves idle."""
         yield from self._read_others(force=True)
         yield from self._fill_idle()
+        yield from self._say_searcher_failures()
         yield from self._stop_idle()
 
     def on_result(self, group: int, result: Result):
@@ -193,6 +195,7 @@ class Scheduler(Dispatching, SharingJobs, Teaching):
                 for t in done:
                     self._free(t.group, freed)
                 yield from self._teach_and_fill(done, settle=done)
+        yield from self._say_searcher_failures()
         yield from self._refit_if_due()
         yield from self._stop_idle()
 
@@ -388,6 +391,7 @@ class Scheduler(Dispatching, SharingJobs, Teaching):
         background searcher made meanwhile; a shared study's other jobs are read."""
         yield from self._read_others()
         yield from self._fill_idle(tick=True)
+        yield from self._say_searcher_failures()
         yield from self._stop_idle()
 
     def stop(self, reason: str, message: str) -> None:

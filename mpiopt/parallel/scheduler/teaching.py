@@ -28,6 +28,14 @@ class Teaching:
         """Finished trials whose checkpoints must stay (pbt: rounds may start from them)."""
         return self.searcher.needed() if self.numbered else None
 
+    def _say_searcher_failures(self):
+        """What the searcher failed at and worked round (mpiopt.search._base), each kind
+        said once per run: one that fails at every ask would say it with every trial."""
+        for kind, line in self.searcher.take_failures():
+            if kind not in self.searcher_failures_said:
+                self.searcher_failures_said.add(kind)
+                yield ins.Say(f"warning: {line} (said once)")
+
     def _warn_unread(self, names: list[str]):
         """Once per run: search-space parameters the model never read change nothing."""
         if names and not self.warned_unread:
