@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from mpiopt.errors import ERROR_TEXT_LIMIT, cut
+from mpiopt.errors import cut
 from mpiopt.storable import storable_text
 
 
@@ -188,8 +188,7 @@ class Result:
         # recovery files, the database, the log and the report (mpiopt.errors.cut,
         # mpiopt.storable)
         if self.error is not None:
-            error = storable_text(self.error)
-            object.__setattr__(self, "error", cut(error) if len(error) > ERROR_TEXT_LIMIT else error)
+            object.__setattr__(self, "error", cut(storable_text(self.error)))
 
     def record(self) -> dict:
         """Its record for Storage.finish_trial(s) (the coordinator's write, and the line a
