@@ -1,7 +1,8 @@
 """What a trial sends that the database cannot hold (issue 65, item 7): the value is refused
 in the trial's own process, the trial is FAILED with one line that names it, and the
-study goes on. Real jobs (mpiexec -n 3), real databases; the checks themselves
-(mpiopt.storable) alone first."""
+study goes on; a trial whose message still ends the coordinator counts a lost attempt, so
+that search.max_attempts ends the repeat on resume. Real jobs (mpiexec -n 3), real
+databases; the checks themselves (mpiopt.storable) alone first."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -130,3 +131,62 @@ def test_what_a_trial_sends_that_the_database_cannot_hold_fails_that_trial_alone
             assert t.status is TrialStatus.COMPLETE, (kind, t.error)
             assert t.metrics == {"value": kind ** 2, "n_params": 1e30}
             assert list(t.intermediate) == [0, 1]
+
+
+# On rank 0, a write of the per-epoch value 0.125 fails as no write of a checked value can:
+# what a trial sends ends the coordinator, the case a check cannot foresee.
+FAILING_WRITE = '''
+import os
+if os.environ.get("PMI_RANK") == "0":
+    from mpiopt.storage import _writes
+
+    _plain = _writes.add_epoch
+
+    def add_epoch(conn, trial_id, epoch, value, where):
+        if value == 0.125:
+            raise RuntimeError("this value cannot be written")
+        return _plain(conn, trial_id, epoch, value, where)
+
+    _writes.add_epoch = add_epoch
+'''
+REPORTS = '''
+import time
+
+def reports(params, report):
+    if params["x"] == 1.0:
+        report(0, 0.125)
+    time.sleep(0.5)
+    return float(params["x"])
+'''
+
+
+def test_a_trial_whose_report_ends_the_coordinator_is_failed_after_max_attempts(tmp_path):
+    """A trial whose report the coordinator could not handle ended the job, was
+    INTERRUPTED with no attempt counted, ran again on every resume and ended each job the
+    same way: the study could never finish. Now it counts a lost attempt per job it ends,
+    as a trial that kills its process does, and after search.max_attempts it is FAILED
+    with the coordinator's error; the study then completes, and the other group's trial,
+    interrupted each time, runs to its end."""
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "sitecustomize.py").write_text(FAILING_WRITE)
+    env = {**subprocess_env(), "PYTHONPATH": f"{tmp_path / 'site'}:"
+           f"{subprocess_env().get('PYTHONPATH', '')}".rstrip(":")}
+    spec = _spec(tmp_path, REPORTS, "reports", [1.0, 2.0], trials=4, max_attempts=2,
+                 space={"x": {"type": "real", "low": 0.0, "high": 10.0}})
+    url = f"sqlite:///{tmp_path / 'v.db'}"
+    runs = [mpiopt("search", spec, "--storage", url, np=3, cwd=tmp_path, env=env, timeout=240)]
+    while runs[-1].returncode != 0 and len(runs) < 4:
+        runs.append(mpiopt("resume", "v", "--storage", url, np=3, cwd=tmp_path, env=env,
+                           timeout=240))
+    said = [r.stderr for r in runs]
+    assert [r.returncode for r in runs] == [1, 1, 0], said
+    assert all("coordinator failed on rank 0" in s and "cannot be written" in s
+               for s in said[:2]), said
+    assert "attempt 1 of 2" in runs[0].stdout, runs[0].stdout
+    study, trials = study_state(url, "v")
+    assert study.status is StudyStatus.COMPLETE
+    poison = [t for t in trials if t.params["x"] == 1]
+    assert len(poison) == 1 and poison[0].status is TrialStatus.FAILED, poison
+    assert poison[0].error.startswith("ended its job 2 times (last: coordinator failed on "
+                                      "rank 0"), poison[0].error
+    assert sorted(t.status.value for t in trials) == ["COMPLETE"] * 3 + ["FAILED"]
