@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from mpiopt.errors import ERROR_TEXT_LIMIT, cut
+from mpiopt.errors import cut
+from mpiopt.storable import storable_text
 
 
 class TrialStatus(str, enum.Enum):
@@ -183,10 +184,11 @@ class Result:
                          # failed): the study stops in order, the trial runs again on resume
 
     def __post_init__(self):
-        # cut where it is made: it travels to rank 0, into the kept and recovery files,
-        # the database, the log and the report (mpiopt.errors.cut)
-        if self.error is not None and len(self.error) > ERROR_TEXT_LIMIT:
-            object.__setattr__(self, "error", cut(self.error))
+        # cut and made storable where it is made: it travels to rank 0, into the kept and
+        # recovery files, the database, the log and the report (mpiopt.errors.cut,
+        # mpiopt.storable)
+        if self.error is not None:
+            object.__setattr__(self, "error", cut(storable_text(self.error)))
 
     def record(self) -> dict:
         """Its record for Storage.finish_trial(s) (the coordinator's write, and the line a

@@ -1,5 +1,6 @@
 """mpiopt.run.launcher: the printed resume line starts the same layout again (`mpiexec -n 3
-mpiopt resume ...` for a job of three ranks, the plain line for one process)."""
+mpiopt resume ...` for a job of three ranks, the plain line for one process); copies of
+mpiopt that a batch system started as several tasks, but MPI sees alone, are stopped."""
 from __future__ import annotations
 
 import os
@@ -83,3 +84,51 @@ def test_the_printed_resume_line_resumes_with_the_same_layout(tmp_path, np):
     assert again.returncode == 0, again.stdout + again.stderr
     layout = "2 groups x 1 rank + coordinator" if np else "single process"
     assert f"6 trials, {layout}" in again.stdout and "resuming:" in again.stdout, again.stdout
+
+
+# A batch system's tasks as its launcher starts them ({r}: the task's number)
+BATCH_TASKS = {
+    "srun": {"SLURM_STEP_NUM_TASKS": "3", "SLURM_NTASKS": "3", "SLURM_PROCID": "{r}",
+             "SLURM_STEP_ID": "0", "ENVIRONMENT": "BATCH"},
+    "srun-ntasks": {"SLURM_NTASKS": "3", "SLURM_PROCID": "{r}"},
+    "flux": {"FLUX_JOB_SIZE": "3", "FLUX_TASK_RANK": "{r}"},
+    "pbsdsh": {"PBS_NP": "3", "PBS_VNODENUM": "{r}", "PBS_TASKNUM": "{r}7"},
+}
+
+
+@pytest.mark.parametrize("tasks", BATCH_TASKS.values(), ids=BATCH_TASKS.keys())
+def test_tasks_a_batch_system_started_but_mpi_sees_alone_are_stopped(tmp_path, tasks):
+    """srun (flux run, pbsdsh) starting three copies of mpiopt that mpi4py's MPI does not
+    join (built without the batch system's PMI): each saw a world of one, one ran the
+    whole study alone and the others ended with "already exists" or "being run by
+    another job". Now every task ends with status 2, the one line says why (from task 0),
+    and nothing is written."""
+    spec = _spec(tmp_path)
+    url = f"sqlite:///{tmp_path / 'r.db'}"
+    procs = []
+    for rank in range(3):
+        env = {**subprocess_env(), **{k: v.format(r=rank) for k, v in tasks.items()}}
+        procs.append(subprocess.run([str(BIN / "mpiopt"), "search", str(spec), "--storage", url],
+                                    cwd=tmp_path, env=env, capture_output=True, text=True,
+                                    timeout=120))
+    assert [p.returncode for p in procs] == [2] * 3, [p.stderr for p in procs]
+    said = [ln for p in procs for ln in p.stderr.splitlines() if ln.startswith("mpiopt:")]
+    assert len(said) == 1 and "started as one of 3 processes" in said[0], said
+    assert "but MPI sees only this one" in said[0]
+    assert not (tmp_path / "r.db").exists()
+
+
+@pytest.mark.parametrize("env", [
+    {"SLURM_NTASKS": "4", "SLURM_PROCID": "0", "ENVIRONMENT": "BATCH"},     # sbatch's script
+    {"SLURM_STEP_NUM_TASKS": "1", "SLURM_NTASKS": "1", "SLURM_PROCID": "0",
+     "SLURM_STEP_ID": "3", "ENVIRONMENT": "BATCH"},                       # srun -n 1
+    {"SLURM_NTASKS": "4"},                                                  # salloc's shell
+    {"PBS_NP": "4", "PBS_VNODENUM": "0", "PBS_TASKNUM": "1"},               # PBS's script
+    {"FLUX_JOB_SIZE": "1", "FLUX_TASK_RANK": "0"},                          # flux run -n 1
+    {}])
+def test_one_process_a_batch_job_runs_alone_is_not_taken_for_a_task_of_several(env):
+    """A batch script's own environment gives the allocation's size (SLURM_NTASKS, PBS_NP)
+    with the script's task number: mpiopt run there alone is a single-process study."""
+    from mpiopt.run.launcher import launcher_count
+
+    assert launcher_count(env) is None

@@ -30,8 +30,8 @@ LAYERS = [
     {"search"},
     {"space"},
     {"field", "refs", "kept"},
-    {"errors", "trial", "durations", "backoff", "knobs", "names", "jsontext", "_alembic",
-     "_searchspaces"},
+    {"errors", "trial", "durations", "backoff", "knobs", "names", "jsontext", "storable",
+     "_alembic", "_searchspaces"},
 ]
 FACE = {"__init__", "__main__"}
 LEVEL = {room: i for i, rooms in enumerate(LAYERS) for room in rooms}

@@ -37,6 +37,7 @@ from mpiopt.objective.device import describe_device
 from mpiopt.durations import format_duration
 from mpiopt.errors import ArtifactStoreError, Pruned, StopRequested, TrialStopped, TrialTimeout
 from mpiopt.objective.world_guard import world_guarded
+from mpiopt.storable import epoch_problem, metric_name_problem
 from mpiopt.trial import Result, Trial
 from mpiopt.objective.processes import own_stop_handlers, stop_signal_seen
 from mpiopt.objective.settings import kept, ours
@@ -129,7 +130,8 @@ class Objective:
             with kept() as noted, own_stop_handlers(), \
                     _alarm(trial.timeout if self._function is not None else None), \
                     world_guarded(self.namespace):
-                result = self._run(trial, comm, ours(noted, report) if report else None)
+                result = _storable(self._run(trial, comm,
+                                             ours(noted, report) if report else None))
         except TrialStopped as exc:
             result = stopped_result(trial, exc, self.where)
         except ArtifactStoreError as exc:   # not the trial's fault: it runs again on resume,
@@ -208,6 +210,18 @@ class Objective:
                       value=_finite(_number(returned, self.metric), self.metric))
 
 
+def _storable(result: Result) -> Result:
+    """The result, or a ValueError raised here, in the trial's process, where a metric's
+    name is one the database cannot keep (mpiopt.storable): its trial fails with it,
+    rather than the coordinator's write of it, which ended the job."""
+    for name in result.metrics:
+        problem = metric_name_problem(name)
+        if problem:
+            raise ValueError(f"objective returned a metric named {_short(name)}, which "
+                             f"{problem} (a stored metric's name)")
+    return result
+
+
 def _plain_report(report: Callable | None) -> Callable | None:
     """What a plain function sees: report(epoch, value) -> bool; a cancel or a deadline
     raises (a BaseException, so the function's own `except Exception` lets it through)."""
@@ -242,15 +256,18 @@ def _end_a_forked_copy(pid: int, code) -> None:
 
 def report_args(epoch, value) -> tuple[int, float]:
     """report()'s arguments as the coordinator records them, or a TypeError / ValueError
-    raised in the objective's own code, where its trial fails with it (a sandboxed
-    function's `report("a", 1.0)` used to fail in its rank instead, which ended the job)."""
+    raised in the objective's own code, where its trial fails with it: a value the
+    coordinator could not record (an epoch that is no integer, or past the database's
+    INTEGER column; a value past a float's range) ended its rank or the coordinator, and
+    with it the job, on every resume again (mpiopt.storable)."""
     try:
         step = operator.index(epoch)
     except TypeError:
         raise TypeError(f"report(epoch, value): epoch must be an integer, got "
                         f"{type(epoch).__name__} {_short(epoch)}") from None
-    if step < 0:
-        raise ValueError(f"report(epoch, value): epoch must be >= 0, got {step}")
+    problem = epoch_problem(step)
+    if problem:
+        raise ValueError(f"report(epoch, value): epoch {problem}")
     try:
         if isinstance(value, (str, bytes)):
             raise TypeError
@@ -258,6 +275,9 @@ def report_args(epoch, value) -> tuple[int, float]:
     except (TypeError, ValueError):
         raise TypeError(f"report(epoch, value): value must be a number, got "
                         f"{type(value).__name__} {_short(value)}") from None
+    except OverflowError:
+        raise ValueError(f"report(epoch, value): value {_short(value)} is beyond a float's "
+                         "range (the database keeps 64-bit floats)") from None
     return step, number
 
 
@@ -329,18 +349,24 @@ def _is_number(value: Any) -> bool:
     try:
         _number(value, "")
         return True
+    except OverflowError:     # a number, too large for a float: reading it fails the trial
+        return True
     except (TypeError, ValueError):
         return False
 
 
 def _number(value: Any, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (numbers.Real, decimal.Decimal,
-                                                          np.integer, np.floating)):
-        if getattr(value, "shape", None) == ():  # 0-d arrays and tensors
-            return float(value)
-        raise TypeError(f"objective returned {type(value).__name__} for '{name}'; expected a "
-                        "number or a dict of numbers")
-    return float(value)
+    try:
+        if isinstance(value, bool) or not isinstance(value, (numbers.Real, decimal.Decimal,
+                                                              np.integer, np.floating)):
+            if getattr(value, "shape", None) == ():  # 0-d arrays and tensors
+                return float(value)
+            raise TypeError(f"objective returned {type(value).__name__} for {name!r}; "
+                            "expected a number or a dict of numbers")
+        return float(value)
+    except OverflowError:
+        raise OverflowError(f"objective returned {_short(value)} for {name!r}, beyond a "
+                            "float's range (the database keeps 64-bit floats)") from None
 
 
 def _finite(value: float, name: str) -> float:

@@ -71,10 +71,9 @@ class Coordinator:
         self.stop_flag = stop_flag   # is_set(), signum: mpiopt.run.signals.StopFlag
         self.on_tick = on_tick or (lambda: None)
         self.clock = clock
-        self.handlers = {
-            Tag.RESULT: self._on_result,
-            Tag.REPORT: lambda group, report: self.sched.on_report(group, report),
-        }
+        self.handlers = {Tag.RESULT: self._on_result, Tag.REPORT: self._on_report}
+        self.handling: tuple[int, ...] = ()   # the trials whose messages are being handled
+        self.unanswered: tuple[int, int] | None = None   # (group, trial id) of a report
         self.byes: set[int] = set()
         self.watch = watch                   # mpiopt.parallel.liveness.Watch, or None
         self.stopped_ranks: set[int] = watch.stopped if watch else set()
@@ -103,6 +102,7 @@ class Coordinator:
             cause = (f"coordinator failed on rank 0 ({socket.gethostname()}): "
                      f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}")
             self.sched.stop("error", cause)
+            self._blame()
         return self.wind_down(cause)
 
     def _loop(self) -> str | None:
@@ -115,7 +115,8 @@ class Coordinator:
                 return self.sched.message
             if self.received:    # taken in during an outage: written first (those trials
                 # ended in time, whatever the timeouts below would say of them now)
-                self.execute(self.sched.on_results(self._take_received()))
+                batch = self._take_received()
+                self._handle(self.sched.on_results(batch), batch)
                 continue
             late = self.execute(self.sched.overdue())
             if late is not None:
@@ -137,7 +138,7 @@ class Coordinator:
                 if tag is Tag.BYE:
                     self._bye(source)
                     continue
-                self.execute(self.handlers[tag](self.topo.group_of(source), msg))
+                self.handlers[tag](self.topo.group_of(source), msg)
                 backoff.reset()
             elif not self.sched.prefetch():
                 self.execute(self.sched.tick())
@@ -148,12 +149,25 @@ class Coordinator:
                     self.sched.clock(), self.sched.waits_for_dispatch, backoff.delay))
         return None
 
-    def _on_result(self, group, result):
+    def _on_result(self, group, result) -> None:
         """This result and every other one already waiting (or taken in during an
         outage), as one batch (one write for all; at most two results per group can be
         waiting, its trial's and the one sent ahead, so the drain is bounded)."""
-        return self.sched.on_results([*self._take_received(), (group, result),
-                                      *self._waiting_results()])
+        batch = [*self._take_received(), (group, result), *self._waiting_results()]
+        self._handle(self.sched.on_results(batch), batch)
+
+    def _on_report(self, group, report) -> None:
+        self.unanswered = (group, report.trial_id)
+        self._handle(self.sched.on_report(group, report), [(group, report)])
+        self.unanswered = None
+
+    def _handle(self, steps, batch: list) -> None:
+        """Carry out `steps`, the scheduler's handler of these (group, message) pairs:
+        while they run, the pairs' trials are those a failure of the coordinator is
+        blamed on (run)."""
+        self.handling = tuple(msg.trial_id for _, msg in batch)
+        self.execute(steps)
+        self.handling = ()
 
     def _waiting_results(self) -> list:
         batch = []
@@ -161,6 +175,17 @@ class Coordinator:
             source = status.Get_source()
             batch.append((self.topo.group_of(source), self.world.recv(source=source, tag=Tag.RESULT)))
         return batch
+
+    def _blame(self) -> None:
+        """The coordinator failed on what these trials sent: what it met once it may meet
+        on every resume, so each counts a lost attempt (the scheduler's blame). A report
+        it took in is answered CANCEL: its leader waits for the answer, and would not
+        stop in order (MPI_Abort)."""
+        self.sched.blame(self.handling)
+        if self.unanswered is not None:
+            group, trial_id = self.unanswered
+            self._send(Decision(trial_id, Verdict.CANCEL), self.topo.leader(group), Tag.DECISION)
+            self.unanswered = None
 
     def _take_in_results(self) -> list[dict]:
         """Between the tries of a write during an outage (the storage calls this): results
@@ -236,8 +261,11 @@ class Coordinator:
         # (after an outage given up, always: the write that failed may have committed all
         # the same, a trial created RUNNING that this job never heard of; journaled, the
         # interrupt reaches it on resume instead of counting it a lost attempt)
+        # (and where trials were blamed: every other one of the job must be INTERRUPTED
+        # before the job's end counts what it left RUNNING: mpiopt.run.study_run)
         if not self.sched.running and not self.sched.ahead.trials and \
-                self.sched.stop_reason != "interrupted" and self.storage.given_up is None:
+                self.sched.stop_reason != "interrupted" and self.storage.given_up is None \
+                and not self.sched.blamed:
             return False
         try:
             self.execute(self.sched.interrupt())

@@ -74,7 +74,9 @@ def close(run, cause: str | None, interrupted: bool, stuck: str = "") -> int:
     taken = run.opened.taken_away(spec.study.name) if status is not StudyStatus.COMPLETE else None
     lost = run.opened.lost      # (another job runs the study now: no resume line)
     run.storage.discard_written_ahead()      # (the run's storage is a Resilient)
-    run.opened.close(status, "interrupted" if status is StudyStatus.INTERRUPTED else "ended")
+    for line in run.opened.close(status, "interrupted" if status is StudyStatus.INTERRUPTED
+                                 else "ended", blamed=cause if sched.blamed else None):
+        progress_line(line)
     if status is StudyStatus.COMPLETE or (status is StudyStatus.FAILED and not cause):
         if status is StudyStatus.FAILED and sched.stop_reason == "failures":
             # (the cause is outside the parameters: a broken objective, a data file; the

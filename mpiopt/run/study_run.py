@@ -130,9 +130,14 @@ class StudyRun:
             return seed
         return int(np.random.SeedSequence([seed, self.job.id]).generate_state(1)[0] % (2**31 - 1))
 
-    def close(self, status=None, end: str = "ended") -> None:
+    def close(self, status=None, end: str = "ended", blamed: str | None = None) -> list[str]:
         """Give the lease back (`end`: how this job ended, as `mpiopt status` lists it);
-        the last job of a shared study to end records the study's `status`."""
+        the last job of a shared study to end records the study's `status`. `blamed`:
+        why the job ended, where it ended on what some trials sent (the coordinator's
+        failure, mpiopt.parallel.scheduler's blame): those trials, left RUNNING, each
+        count a lost attempt (lines for the person returned). Counted here, at the end,
+        since only this job knows it; a resume counts none where trials run in a sandbox
+        (a job killed from outside is not their doing)."""
         self._stop.set()
         if self._beat is not None:
             self._beat.join(timeout=10)
@@ -140,10 +145,18 @@ class StudyRun:
             if self.job is not None and self.lost is None:
                 self.storage.end_job(self.job.id, self.job.token, end,
                                      study_status=status if self.shared else None)
+                if blamed:
+                    # (the job's own trials after its own end, taken as a resume takes
+                    # them: its fence, which ended with it, would refuse the write)
+                    self.storage.fence = None
+                    return count_lost_attempts(
+                        self.storage, self.study_id, self.max_attempts,
+                        lambda t: f"ended its job {t.lost_attempts} times (last: {blamed})")
         except Exception:
             pass          # a lease left behind goes stale by itself
         finally:
             self.storage.close()
+        return []
 
 
 def take_lease(storage, study_id: int, period: float, wait_s: float = 0.0,
@@ -435,11 +448,19 @@ def settle_unfinished(storage, study_id: int, isolated: bool, max_attempts: int)
         storage.take_orphans(study_id, count_lost_attempts=False)
         n = storage.count_trials(study_id)[TrialStatus.INTERRUPTED] - before
         return [f"{n} trial(s) were running when their job ended; they run again"] if n > 0 else []
+    return count_lost_attempts(
+        storage, study_id, max_attempts, lambda t: f"killed its process {t.lost_attempts} "
+        f"times (last: rank {t.rank if t.rank is not None else '?'}, host {t.host or '?'})")
+
+
+def count_lost_attempts(storage, study_id: int, max_attempts: int, failure) -> list[str]:
+    """Each trial left RUNNING by a job that has ended counts one lost attempt and runs
+    again, or, at `max_attempts`, is FAILED with `failure(trial)`, so that one bad
+    parameter set cannot end every resume. Returns lines for the person."""
     notes = []
     for t in storage.take_orphans(study_id, count_lost_attempts=True):
         if t.lost_attempts >= max_attempts:
-            where = f"rank {t.rank if t.rank is not None else '?'}, host {t.host or '?'}"
-            error = f"killed its process {t.lost_attempts} times (last: {where})"
+            error = failure(t)
             storage.finish_trial(t.id, TrialStatus.FAILED, error=error)
             notes.append(f"trial {t.number} FAILED: {error} (search.max_attempts = {max_attempts})")
         else:

@@ -11,6 +11,7 @@ from sqlalchemy.orm import selectinload
 
 from mpiopt import jsontext
 from mpiopt.errors import StorageError, cut
+from mpiopt.storable import storable_text
 from mpiopt.storage.models import NAME_LEN, JobModel, StudyModel, TrialModel
 from mpiopt.trial import FrozenTrial, StudyStatus, TrialStatus
 
@@ -199,7 +200,8 @@ def prepared_outcomes(outcomes: Sequence[dict]) -> list[tuple]:
             raise StorageError(f"finish_trial needs a final status, not {status.value}")
         prepared.append((o["trial_id"], status, {
             "value": finite_or_none(o.get("value")),
-            "value_std": finite_or_none(o.get("value_std")), "error": cut(o.get("error")),
+            "value_std": finite_or_none(o.get("value_std")),
+            "error": cut(storable_text(o.get("error"))),
             "metrics_json": dump_json(o.get("metrics")), "duration": o.get("duration"),
             "device": _short(o.get("device")), "spans_json": dump_spans(o.get("spans"))},
             o.get("fold_values") or (), o.get("fold_metrics") or (), o.get("intermediate") or {}))

@@ -184,5 +184,5 @@ class TrialIntermediateModel(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     trial_id: Mapped[int] = mapped_column(ForeignKey("trials.id", ondelete="CASCADE"), index=True)
-    epoch: Mapped[int] = mapped_column(Integer)
+    epoch: Mapped[int] = mapped_column(Integer)     # at most mpiopt.storable.EPOCH_MAX
     value: Mapped[float | None] = mapped_column(Float)

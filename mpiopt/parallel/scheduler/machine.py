@@ -63,6 +63,7 @@ class Scheduler(Dispatching, SharingJobs, Teaching):
         self.stopped: set[int] = set()
         self.running: dict[int, Running] = {}
         self.lost_ids: set[int] = set()         # trials whose group died under them (lose)
+        self.blamed: set[int] = set()           # trials whose messages ended the run (blame)
         self.given_up: set[int] = set()         # groups stuck in a trial past its timeout
         self.forecast = Forecast()              # when the loop should poll finely
         self.warned_unread = False
@@ -438,6 +439,14 @@ class Scheduler(Dispatching, SharingJobs, Teaching):
         the rest is interrupted, so the resume counts each a lost attempt."""
         self.lost_ids.update(self.running[g].trial_id for g in groups
                              if g in self.running and not self.running[g].refit)
+
+    def blame(self, trial_ids) -> None:
+        """The coordinator failed on what these trials sent (a report, a result): like a
+        trial that kills its process, each stays RUNNING when the rest is interrupted,
+        and the run's end counts it a lost attempt (mpiopt.run.study_run), so that after
+        search.max_attempts it is FAILED instead of ending every resume the same way."""
+        self.blamed.update(trial_ids)
+        self.lost_ids.update(trial_ids)
 
     def interrupt(self):
         """SIGINT/SIGTERM: running trials become INTERRUPTED; they run again on resume."""
