@@ -54,7 +54,7 @@ def run_training(spec, params: dict, comm, seed: int, report=None, on_epoch=None
     threads.pin_threads(comm)
     t0 = comm.bcast(time.time(), root=0)   # spans are seconds since here, on every rank
     from mpiopt.refs import load_callable
-    from mpiopt.training import backend, searched
+    from mpiopt.training import frameworks, searched
 
     spec, params, learning_rate = searched.split(spec, params)
     if segment is not None:          # a pbt round trains up to its last epoch
@@ -71,8 +71,8 @@ def run_training(spec, params: dict, comm, seed: int, report=None, on_epoch=None
         splits = make_splits(data, spec.training, seed if segment is None else segment.split_seed)
     build = together(comm, lambda: load_callable(obj.model, spec.base_dir, field="objective.model"))
     tracked = ReadTracker(params)
-    model = together(comm, lambda: backend.KerasModel(
-        backend.with_learning_rate(backend.build_model(build, tracked, seed), learning_rate),
+    model = together(comm, lambda: frameworks.build_model(
+        build, tracked, seed, spec, learning_rate,
         data.x[:2] if streamed(data.x) else data.x, data.y))
 
     def make_trainer(fold_comm, fold: int) -> FoldTrainer:
@@ -95,27 +95,27 @@ def run_training(spec, params: dict, comm, seed: int, report=None, on_epoch=None
     result = run_folds(comm, plan, make_trainer, spec.training.epochs, report, on_epoch, note)
     result["unread"] = tracked.unread()
     if comm.Get_rank() == 0:
-        result["metrics"].update(model_metrics(spec, model.model, data.x))
+        result["metrics"].update(model_metrics(spec, model, data.x))
     return comm.bcast(result, root=0)
 
 
 LATENCY_RUNS = 5
 
 
-def model_metrics(spec, keras_model, x) -> dict:
+def model_metrics(spec, model, x) -> dict:
     """Metrics of the model itself, for objectives and constraints beside accuracy:
     n_params (its parameter count) always; latency_ms (one forward pass over a batch of
     training.batch_size samples, the median of 5 after a warm-up, on the group's first
     rank) when objective.metrics or a constraint names it."""
     wanted = {n for n, _ in spec.objective.objectives} | {c.metric for c in spec.objective.constraints}
-    out = {"n_params": float(keras_model.count_params())}
+    out = {"n_params": float(model.n_params())}
     if "latency_ms" in wanted:
         batch = x[: spec.training.batch_size]
-        keras_model(batch, training=False)
+        model.predict(batch)
         runs = []
         for _ in range(LATENCY_RUNS):
             start = time.perf_counter()
-            keras_model(batch, training=False)
+            model.predict(batch)
             runs.append(time.perf_counter() - start)
         out["latency_ms"] = float(np.median(runs) * 1000)
     return out
@@ -241,6 +241,7 @@ class FoldTrainer:
         self.timing.add(stats, time.perf_counter() - start - stats.wall_s)
         metrics["loss"] = float(stats.loss)
         value = self._figure(metrics)
+        self.model.end_epoch(value)      # an epoch-wise learning-rate schedule steps
         self.epoch += 1
         self._span(began)
         self._track(value, metrics)
