@@ -33,6 +33,7 @@ GOOD = {
 
 def write(folder: Path, data: dict) -> Path:
     (folder / "model.py").write_text(MODEL)
+    (folder / "keras_model.py").write_text("def build(params):\n    import keras\n")
     path = folder / "spec.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
@@ -123,6 +124,9 @@ BAD = [
      "be searched; these can: training.batch_size,"),
     (lambda d: d.update(objective={"function": "model.py:build"}),
      "training.loss: is for a torch model (objective.model)"),
+    (lambda d: d["objective"].update(model="keras_model.py:build"),
+     "training.loss: is for a torch model; keras_model.py builds a Keras model, which "
+     "build_model compiles itself"),
 ]
 
 

@@ -82,18 +82,21 @@ def check_torch(source: str, objective, training, space, check_files: bool) -> N
             raise SpecError(f"{source}: search_space.{name}: searches an argument of "
                             f"training.{field}, which names no class; give training.{field}: "
                             f"{{name: ...}} (or search training.{field}.name)")
-    if not check_files:
+    if not check_files or objective.model is None:
         return
+    from mpiopt.refs import imports_of, resolve_ref
+
+    file = Path(resolve_ref(objective.model, None, source, "objective.model")[0])
+    imports = imports_of(file)
+    if (given or searched) and "torch" not in imports and imports & {"keras", "tensorflow"}:
+        raise SpecError(f"{source}: {(given or searched)[0]}: is for a torch model; "
+                        f"{file.name} builds a Keras model, which build_model compiles itself")
     if (given or searched) and not torch_names.installed():
         raise SpecError(f"{source}: {(given or searched)[0]}: needs PyTorch, which is not "
                         f"installed: {torch_names.EXTRA}")
-    if objective.model and not torch_names.installed():
-        from mpiopt.refs import imports_of, resolve_ref
-
-        file, _ = resolve_ref(objective.model, None, source, "objective.model")
-        if "torch" in imports_of(Path(file)):
-            raise SpecError(f"{source}: objective.model: {Path(file).name} imports torch, which "
-                            f"is not installed: {torch_names.EXTRA}")
+    if "torch" in imports and not torch_names.installed():
+        raise SpecError(f"{source}: objective.model: {file.name} imports torch, which is not "
+                        f"installed: {torch_names.EXTRA}")
 
 
 def check_searched_call(name: str, entry, source: str, where: str) -> None:

@@ -24,11 +24,11 @@ import sys
 import numpy as np
 
 from mpiopt.training import threads
-from mpiopt.training.frameworks import keras_model
+from mpiopt.training.frameworks import keras_model, torch_model
 from mpiopt.training.frameworks._base import FlatModel
 from mpiopt.training.tracking import ReadTracker
 
-FRAMEWORKS = (keras_model,)
+FRAMEWORKS = (keras_model, torch_model)
 
 __all__ = ["FRAMEWORKS", "FlatModel", "build_model", "preload", "native_stderr_to_log"]
 
