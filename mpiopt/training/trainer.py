@@ -43,7 +43,8 @@ def run_training(spec, params: dict, comm, seed: int, report=None, on_epoch=None
                  artifacts=None, all_data: bool = False, segment=None) -> dict:
     """Train and evaluate params; the same result dict on every rank of comm.
 
-    Returns {value, value_std, fold_values, metrics, epochs, intermediate, timing}.
+    Returns {value, value_std, fold_values, metrics, epochs, intermediate, timing,
+    framework}.
     report(epoch, value) -> False prunes: every rank raises training.Pruned together.
     on_epoch(epoch, value, metrics) is called on rank 0 for logging (mpiopt train).
     artifacts (mpiopt.artifacts.TrialArtifacts): each fold continues from its checkpoint
@@ -94,6 +95,7 @@ def run_training(spec, params: dict, comm, seed: int, report=None, on_epoch=None
             "params": dict(params)}
     result = run_folds(comm, plan, make_trainer, spec.training.epochs, report, on_epoch, note)
     result["unread"] = tracked.unread()
+    result["framework"] = model.framework
     if comm.Get_rank() == 0:
         result["metrics"].update(model_metrics(spec, model, data.x))
     return comm.bcast(result, root=0)

@@ -30,7 +30,8 @@ from mpiopt.training.tracking import ReadTracker
 
 FRAMEWORKS = (keras_model, torch_model)
 
-__all__ = ["FRAMEWORKS", "FlatModel", "build_model", "preload", "native_stderr_to_log"]
+__all__ = ["FRAMEWORKS", "FlatModel", "build_model", "preload", "native_stderr_to_log",
+           "suffix_of"]
 
 
 def build_model(build, params, seed: int, spec, learning_rate: float | None, x, y) -> FlatModel:
@@ -43,6 +44,11 @@ def build_model(build, params, seed: int, spec, learning_rate: float | None, x, 
     if framework not in ready:      # its generators were not seeded: build it again, seeded
         built = _seeded_build(build, params, seed, [framework])
     return framework.wrap(built, spec, learning_rate, x, y)
+
+
+def suffix_of(framework: str) -> str:
+    """The kept model file's suffix for a framework's name (a result's "framework")."""
+    return {"keras": keras_model.KerasModel.suffix, "torch": torch_model.TorchModel.suffix}[framework]
 
 
 def _seeded_build(build, params, seed: int, frameworks):
