@@ -29,6 +29,15 @@ def build(params):
     return nn.Sequential(nn.Linear(6, width), nn.Tanh(), nn.Dropout(0.1), nn.Linear(width, 3))
 
 
+def build_plain(params):
+    """No dropout: ranks that share a batch follow one rank's trajectory exactly."""
+    import torch
+    from torch import nn
+
+    width = params.get("width", 8)
+    return nn.Sequential(nn.Linear(6, width), nn.Tanh(), nn.Linear(width, 3))
+
+
 def build_own(params):
     """The loss, optimizer and schedule given by the module (Lightning's forms)."""
     import torch

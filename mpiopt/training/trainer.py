@@ -180,6 +180,12 @@ def validate(model, comm, x, y, batch_size: int) -> dict:
     return {f"val_{k}": v for k, v in model.metric_results(state).items()}
 
 
+def epoch_seed(fold_seed: int, epoch: int, rank: int) -> int:
+    """A rank's seed for one epoch of a fold: its own stream (dropout masks independent
+    across ranks), the same however the fold got to that epoch."""
+    return int(np.random.SeedSequence([fold_seed, epoch, rank]).generate_state(1)[0])
+
+
 @dataclass
 class Timing:
     train_s: float = 0.0
@@ -234,6 +240,7 @@ class FoldTrainer:
         order = epoch_order(len(self.x), self.seed, self.epoch, self.training.shuffle, window)
         began = self._since_t0()
         start = time.perf_counter()
+        self.model.begin_epoch(epoch_seed(self.seed, self.epoch, self.comm.Get_rank()))
         stats = self.algorithm.train_epoch(self.x, self.y, order)
         raise_together(self.comm, self.algorithm.read_failures)
         stats.wall_s = time.perf_counter() - start

@@ -54,6 +54,14 @@ class FlatModel(ABC):
         self.set_weights(weights)
         self.gradient(x, y, scale, out)
 
+    def begin_epoch(self, seed: int) -> None:
+        """Before an epoch's training, with a seed of the fold, the epoch and the rank: a
+        framework whose random stream advances by how much each rank draws (torch's
+        dropout) is reseeded here, so that every rank's stream at an epoch is the same
+        whether the fold ran straight through or continued from a checkpoint (which holds
+        only one rank's state). Keras's seed generators advance alike on every rank and
+        are part of its state."""
+
     def end_epoch(self, value: float) -> None:
         """After an epoch's validation (value: its figure of merit): an epoch-wise
         learning-rate schedule steps here. Keras keeps its schedules in the optimizer."""

@@ -193,6 +193,11 @@ class TorchModel(FlatModel):
         if self.scheduler is not None and self.interval == "step":
             self._step_schedule()
 
+    def begin_epoch(self, seed: int) -> None:
+        import torch
+
+        torch.manual_seed(seed)
+
     def end_epoch(self, value: float) -> None:
         if self.scheduler is not None and self.interval == "epoch":
             self._step_schedule(value)
