@@ -335,3 +335,27 @@ def test_a_missing_loss_or_a_bad_argument_is_one_line_naming_the_field(tmp_path,
     with pytest.raises(ValueError) as info:
         train(tmp_path, training=training)
     assert str(info.value).startswith(expected) and "\n" not in str(info.value), info.value
+
+
+@pytest.mark.parametrize("kind", ["npz", "npy", "hdf5", "root"])
+def test_every_file_format_streamed_gives_the_value_read_into_memory_gives(tmp_path, kind):
+    """The data sources are the Keras path's, unchanged: file lists read whole or streamed
+    by batch (memory-mapped, read-only arrays included)."""
+    pytest.importorskip("h5py")
+    if kind == "root":
+        pytest.importorskip("uproot")
+    from test_data_stream import arrays, write_parts
+
+    data = write_parts(tmp_path / "data", kind, [arrays(120, seed=s) for s in range(3)])
+    results = []
+    for in_memory in (True, False):
+        path = write_torch_case(tmp_path / f"in-memory-{in_memory}",
+                                training={"kfold": 2, "epochs": 2, "metrics": ["auc"]})
+        spec = yaml.safe_load(path.read_text())
+        spec["objective"]["data"] = {**data, "in_memory": in_memory}
+        path.write_text(yaml.safe_dump(spec))
+        results.append(train_spec(path))
+    whole, streamed = results
+    assert streamed["value"] == whole["value"] and streamed["intermediate"] == whole["intermediate"]
+    assert streamed["metrics"]["val_auc"] == whole["metrics"]["val_auc"]
+    assert whole["value"] > 0.5
