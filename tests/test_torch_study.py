@@ -98,3 +98,35 @@ def test_one_rank_and_a_group_of_two_give_the_same_value(tmp_path):
     assert group.value == pytest.approx(one.value, rel=1e-4)
     assert group.metrics["val_accuracy"] == pytest.approx(one.metrics["val_accuracy"], abs=0.02)
     assert one.metrics["val_accuracy"] > 0.6          # it trained (chance is 1/3)
+
+
+def test_the_jets_torch_example_trains_and_saves_a_model_plain_pytorch_loads(tmp_path):
+    """examples/jets/torch.yaml on a small copy of its generated data, through
+    `mpiopt train --save`."""
+    import importlib.util
+    import shutil
+
+    from conftest import EXAMPLES
+
+    for name in ("torch.yaml", "torch_model.py", "data.py", "generate.py"):
+        shutil.copy(EXAMPLES / "jets" / name, tmp_path / name)
+
+    def module(name):
+        spec = importlib.util.spec_from_file_location(f"jets_{name}", tmp_path / f"{name}.py")
+        loaded = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(loaded)
+        return loaded
+
+    generate = module("generate")
+    generate.JETS_PER_FILE = 100
+    assert len(generate.ensure()) == 4          # where data.py's loader finds them
+    params = ["filters=4", "kernel_size=3", "dense_units=8", "dropout=0.1",
+              "training.optimizer.lr=0.003", "training.epochs=2"]
+    proc = mpiopt("train", tmp_path / "torch.yaml", *[a for p in params for a in ("--set", p)],
+                  "--save", tmp_path / "jets.keras", cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "figure of merit: val_auc" in proc.stdout
+    assert f"model saved to {tmp_path / 'jets.pt'}" in proc.stdout   # the framework's suffix
+    net = module("torch_model").JetCNN(4, 3, 8, 0.1)
+    net.load_state_dict(torch.load(tmp_path / "jets.pt"))
+    assert net(torch.zeros(2, 16, 16, 1)).shape == (2, 1)
