@@ -167,3 +167,14 @@ def test_the_names_the_spec_knows_are_the_installed_torch_classes():
     assert [n for n in torch_names.LOSSES if not hasattr(torch.nn, n)] == []
     assert [n for n in torch_names.OPTIMIZERS if not hasattr(torch.optim, n)] == []
     assert [n for n in torch_names.SCHEDULERS if not hasattr(torch.optim.lr_scheduler, n)] == []
+
+
+def test_a_model_files_imports_are_read_without_running_it(tmp_path):
+    from mpiopt.refs import imports_of
+
+    (tmp_path / "m.py").write_text(
+        "import numpy as np\nfrom torch import nn\n\ndef build(p):\n    import keras.layers\n"
+        "    try:\n        import tensorflow\n    except ImportError:\n        pass\n")
+    assert imports_of(tmp_path / "m.py") == {"numpy", "torch", "keras"}   # a try: tolerated
+    (tmp_path / "broken.py").write_text("def (:\n")
+    assert imports_of(tmp_path / "broken.py") == set()
