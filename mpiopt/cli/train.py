@@ -153,7 +153,7 @@ def _train(spec, params: dict, seed: int, fmt: str, save=None) -> int:
 
 
 def _native_log(name: str) -> None:
-    """TensorFlow's native start-up lines go to ./NAME.train.log, not the terminal."""
+    """The framework's native start-up lines go to ./NAME.train.log, not the terminal."""
     import os
     from pathlib import Path
 
