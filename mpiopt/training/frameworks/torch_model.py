@@ -21,9 +21,11 @@ import warnings
 
 import numpy as np
 
+from mpiopt.trial import Direction
 from mpiopt.training import threads
 from mpiopt.training.frameworks._base import FlatModel
 from mpiopt.training.frameworks.metrics import Accumulators
+from mpiopt.training.frameworks.torch_names import METRICS
 from mpiopt.training.frameworks.torch_parts import parts
 
 NAME = "torch"
@@ -65,8 +67,9 @@ def prepare(seed: int) -> None:
 
 
 def wrap(module, spec, learning_rate: float | None, sample_x, sample_y) -> "TorchModel":
-    from mpiopt.trial import Direction
-
+    """The module with its loss, optimizer and schedule behind the flat-buffer interface.
+    Its validation metrics: training.metrics and those the objective or a constraint
+    names (val_accuracy asks for accuracy), so a figure of merit is never missing."""
     if callable(getattr(module, "training_step", None)):
         raise ValueError("objective.model: build_model returned a module with its own "
                          "training_step (Lightning's contract); mpiopt trains a torch module "
@@ -76,10 +79,7 @@ def wrap(module, spec, learning_rate: float | None, sample_x, sample_y) -> "Torc
     maximize = Direction.parse(spec.objective.direction) is Direction.MAXIMIZE
     wanted = [m[len("val_"):] for m in _named_metrics(spec.objective) if m.startswith("val_")]
     return TorchModel(module, parts(module, spec.training, learning_rate, maximize),
-                      [*spec.training.metrics, *(m for m in wanted if m in _KNOWN)])
-
-
-_KNOWN = ("accuracy", "auc", "mse", "mae")
+                      [*spec.training.metrics, *(m for m in wanted if m in METRICS)])
 
 
 def _named_metrics(objective) -> list:
