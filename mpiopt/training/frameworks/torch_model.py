@@ -118,7 +118,7 @@ class TorchModel(FlatModel):
     def __init__(self, module, p, metrics):
         import torch
 
-        self.module, self.model = module, module
+        self.module = module
         self.criterion, self.optimizer = p.loss, p.optimizer
         self.scheduler, self.interval = p.scheduler, p.interval
         self.index_targets = p.loss_name in INDEX_TARGETS
@@ -139,6 +139,9 @@ class TorchModel(FlatModel):
 
     # ------------------------------------------------------------------ batches
     def _loss(self, x, y):
+        """(output, mean loss) of a batch; the targets in the form the loss takes
+        (INDEX_TARGETS, else shaped like the output; a module's own criterion gets them
+        as they are)."""
         import torch
 
         output = self.module(_tensor(x, self.floats))
@@ -152,10 +155,11 @@ class TorchModel(FlatModel):
         return output, self.criterion(output, target)
 
     def _gradients(self, x, y, scale: float):
-        self.module.train()
-        _, loss = self._loss(x, y)
+        """(loss, gradients of scale * loss): returned, never accumulated into .grad."""
         import torch
 
+        self.module.train()
+        _, loss = self._loss(x, y)
         grads = torch.autograd.grad(loss * scale, self.trainable, allow_unused=True)
         return loss, grads
 
@@ -172,7 +176,7 @@ class TorchModel(FlatModel):
     def apply(self, flat_grad: np.ndarray) -> None:
         import torch
 
-        flat = torch.from_numpy(flat_grad)
+        flat = _tensor(flat_grad, torch.float32)
         for q, (a, b) in zip(self.trainable, self.spans):
             q.grad = flat[a:b].view_as(q).to(q.dtype)
         self.optimizer.step()
