@@ -2,6 +2,11 @@
 # Both create .venv when it is missing and (re)install the package editable with the
 # extras they need; the install is skipped while setup.cfg is unchanged.
 PYTHON ?= python3
+# PyTorch's CPU build: make test trains torch models on CPU, and the default Linux wheel
+# pulls several GB of CUDA libraries. pip finds it where it is configured to look (a
+# find-links folder, or PyTorch's index of CPU builds: PIP_EXTRA_INDEX_URL=
+# https://download.pytorch.org/whl/cpu); installed first, it satisfies the [torch] extra.
+TORCH  ?= torch==2.13.0+cpu
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.mpiopt-installed
@@ -14,7 +19,8 @@ venv: $(STAMP)
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e ".[tensorflow,mpich,postgresql,report,docs,uproot,dev]"
+	$(BIN)/python -m pip install -q "$(TORCH)"
+	$(BIN)/python -m pip install -q -e ".[tensorflow,torch,mpich,postgresql,report,docs,uproot,dev]"
 	touch $(STAMP)
 
 # The demo study's database is build/demo.db; it is recreated on every `make demo`.

@@ -60,7 +60,7 @@ def worker(model_name: str, mode: str, epochs: int, out: Path) -> None:
     comm = MPI.COMM_WORLD
     threads.pin_threads(comm)
     from mpiopt.refs import load_callable
-    from mpiopt.training import backend
+    from mpiopt.training.frameworks import keras_model as backend
 
     cfg = MODELS[model_name]
     x, y = load_callable(str(ROOT / cfg["data"]))()

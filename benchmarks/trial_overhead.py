@@ -39,7 +39,7 @@ def one_trial(spec, params, seed, comm) -> tuple[float, float]:
 def breakdown(spec, params, seed) -> dict:
     """Seconds of each fixed part of one trial."""
     from mpiopt.refs import load_callable
-    from mpiopt.training import backend
+    from mpiopt.training.frameworks import keras_model as backend
     from mpiopt.training.data import load_data
 
     data = load_data(spec.objective.data, spec.base_dir)

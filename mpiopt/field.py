@@ -20,7 +20,8 @@ REQUIRED = object()   # the default of a field that must be given
 # kinds read by `Field.read`; any other kind (below) is read by its section's own code
 PLAIN = ("text", "integer", "number", "flag", "duration")
 STRUCTURED = {"ref": "`file.py:name`", "paths": "path or list of paths", "list": "list",
-              "mapping": "mapping", "switch": "mapping, `true` or `null`"}
+              "mapping": "mapping", "switch": "mapping, `true` or `null`",
+              "call": "name, or mapping of `name` and arguments"}
 _TYPES = {"text": "string", "integer": "integer", "number": "number", "flag": "boolean",
           "duration": "duration", **STRUCTURED}
 

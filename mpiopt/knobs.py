@@ -145,7 +145,7 @@ STORAGE = Knob(
     "sit in a spec file or a shell history)", kind=str)
 NATIVE_LOG = Knob(
     "MPIOPT_NATIVE_LOG", None, "a file path",
-    "where a rank's native stderr (TensorFlow's start-up lines) goes; the launcher sets it",
+    "where a rank's native stderr (a framework's start-up lines) goes; the launcher sets it",
     kind=str)
 
 KNOBS = (STARTUP_TIMEOUT, GROUP_WAIT, SILENCE_LIMIT, LEASE_PERIOD, EXIT_GRACE, SQLITE_BUSY_MS,

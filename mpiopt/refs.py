@@ -90,6 +90,27 @@ def check_ref(ref: object, base_dir: Path | str | None, source: str = "<spec>",
     return f"{file}:{name}"
 
 
+def imports_of(file: Path) -> set[str]:
+    """The top-level packages a file imports anywhere (in functions too), read from its
+    syntax tree; imports inside a `try` are left out (a fallback the file tolerates
+    missing). An unreadable file imports nothing as far as this can tell."""
+    try:
+        tree = ast.parse(Path(file).read_bytes(), filename=str(file))
+    except (OSError, SyntaxError, ValueError):
+        return set()
+    tolerated = {id(n) for t in ast.walk(tree) if isinstance(t, ast.Try)
+                 for part in t.body for n in ast.walk(part)}
+    found = set()
+    for node in ast.walk(tree):
+        if id(node) in tolerated:
+            continue
+        if isinstance(node, ast.Import):
+            found |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.add(node.module.split(".")[0])
+    return found
+
+
 def _module_name(file: Path) -> str:
     """The name the file is imported under: its stem, where ``import STEM`` finds this
     very file (its folder is on sys.path by then). A process pool's workers started by

@@ -27,6 +27,63 @@ def subprocess_env() -> dict:
     return env
 
 
+WATCHED_IMPORTS = ("tensorflow", "keras", "torch")
+_IMPORT_WATCH = f"""import os
+import sys
+
+
+class _Watch:
+    \"\"\"Appends 'PID NAME' to $MPIOPT_TEST_IMPORTS when the process imports one of
+    {WATCHED_IMPORTS}: when the module's code runs, not when a library only asks
+    whether it is installed (importlib.util.find_spec, as torch._dynamo does).\"\"\"
+
+    def find_spec(self, name, path=None, target=None):
+        if name not in {WATCHED_IMPORTS!r}:
+            return None
+        for finder in sys.meta_path:
+            spec = None if finder is self or not hasattr(finder, "find_spec") \\
+                else finder.find_spec(name, path, target)
+            if spec is not None and spec.loader is not None:
+                break
+        else:
+            return None
+        run = spec.loader.exec_module
+
+        def recorded(module):
+            with open(os.environ["MPIOPT_TEST_IMPORTS"], "a") as f:
+                f.write(f"{{os.getpid()}} {{name}}\\n")
+            run(module)
+
+        spec.loader.exec_module = recorded
+        return spec
+
+
+sys.meta_path.insert(0, _Watch())
+"""
+
+
+def watching_imports(folder: Path) -> tuple[dict, Path]:
+    """(an environment, a file): every Python process started with the environment (each
+    rank of an mpiexec job) writes a line 'PID NAME' to the file when it imports
+    tensorflow, keras or torch (a sitecustomize module first on PYTHONPATH)."""
+    watch = folder / "import-watch"
+    watch.mkdir(parents=True, exist_ok=True)
+    (watch / "sitecustomize.py").write_text(_IMPORT_WATCH)
+    env = subprocess_env()
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(watch), env.get("PYTHONPATH")) if p)
+    env["MPIOPT_TEST_IMPORTS"] = str(folder / "imports.txt")
+    return env, folder / "imports.txt"
+
+
+def imported(log: Path) -> dict[str, set[int]]:
+    """{watched name: the process ids that imported it} from a watching_imports file."""
+    out: dict[str, set[int]] = {name: set() for name in WATCHED_IMPORTS}
+    for line in log.read_text().splitlines() if log.exists() else ():
+        pid, name = line.split()
+        out[name].add(int(pid))
+    return out
+
+
 def mpiopt(*args, cwd=None, np: int | None = None, timeout: float = 300, check: bool = False,
            **popen) -> subprocess.CompletedProcess:
     """Run `mpiopt ARGS` (under `mpiexec -n NP` when np is given) and capture its output."""

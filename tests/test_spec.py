@@ -544,7 +544,7 @@ def test_cli_prints_the_resolved_spec(folder):
 
 
 @pytest.mark.parametrize("path", ["examples/branin/spec.yaml", "examples/mixed/spec.yaml",
-                                  "examples/jets/pbt.yaml"])
+                                  "examples/jets/pbt.yaml", "examples/jets/torch.yaml"])
 def test_cli_accepts_the_examples(path):
     proc = cli(ROOT / path)
     assert proc.returncode == 0, proc.stderr

@@ -160,3 +160,18 @@ def test_read_tracker_names_only_parameters_never_looked_at():
     assert p.unread() == ["momentum"]
     q = ReadTracker({"a": 1, "b": 2})
     assert dict(**q) == {"a": 1, "b": 2} and q.unread() == []   # unpacking reads them all
+
+
+def test_a_keras_model_refuses_the_torch_training_fields(tmp_path):
+    path = write_case(tmp_path, training={"epochs": 1, "loss": "MSELoss", "metrics": ["mse"]})
+    with (tmp_path / "tiny.py").open("a") as f:   # a file that mentions torch: no refusal up front
+        f.write("\n\ndef _elsewhere():\n    import torch\n")
+    from mpi4py import MPI
+
+    from mpiopt.spec import load_spec
+    from mpiopt.training import run_training
+
+    with pytest.raises(ValueError) as info:
+        run_training(load_spec(path), {"width": 8, "lr": 0.02}, MPI.COMM_SELF, 5)
+    assert str(info.value).startswith("training.loss, training.metrics: only for a torch model; "
+                                      "build_model returned a Keras model"), info.value

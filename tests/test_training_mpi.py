@@ -30,7 +30,7 @@ def allreduce_weights(comm, folder: Path) -> np.ndarray:
     """Weights after two epochs of allreduce steps over fixed global batches of 25 samples
     (110 samples: every batch splits unevenly over 2 ranks, the last one is short)."""
     from mpiopt.refs import load_callable
-    from mpiopt.training import backend
+    from mpiopt.training.frameworks import keras_model as backend
     from mpiopt.training.allreduce import AllreduceSGD
 
     build = load_callable(f"{folder / 'tiny.py'}:build")

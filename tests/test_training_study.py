@@ -1,4 +1,5 @@
-"""An end-to-end Keras study on 5 ranks (coordinator + 2 groups of 2) with pruning on.
+"""An end-to-end Keras study on 5 ranks (coordinator + 2 groups of 2) with pruning on,
+which imports no torch on any rank.
 
 Tiny on purpose: 6 trials of a one-layer network on 300 samples, 3 epochs, 2 folds that
 each group trains concurrently (one rank per fold). Checks that what the trainer reports
@@ -15,7 +16,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from conftest import mpiopt, subprocess_env  # noqa: E402
+from conftest import imported, mpiopt, watching_imports  # noqa: E402
 from test_training import write_case  # noqa: E402
 
 
@@ -34,9 +35,12 @@ def test_keras_study_with_pruning_on_five_ranks(tmp_path):
     spec["resources"] = {"group_size": 2}
     spec_path.write_text(yaml.safe_dump(spec))
     url = f"sqlite:///{tmp_path / 'study.db'}"
-    env = {**subprocess_env(), "TF_CPP_MIN_LOG_LEVEL": "0"}     # all of TensorFlow's noise
+    env, imports = watching_imports(tmp_path)
+    env["TF_CPP_MIN_LOG_LEVEL"] = "0"                          # all of TensorFlow's noise
     proc = mpiopt("search", spec_path, "--storage", url, np=5, cwd=tmp_path, timeout=400, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    seen = imported(imports)            # the four group ranks loaded Keras; nobody torch
+    assert len(seen["keras"]) == 4 and not seen["torch"], seen
     # TensorFlow's native start-up lines went to the study's log, none to the terminal
     log = tmp_path / "tiny.log"
     assert f"start-up messages go to {log}" in proc.stdout

@@ -10,6 +10,10 @@ every rank can reach (on a cluster: a shared one). Its path is recorded with the
     <root>/models/incoming/trial-<number>.keras      written by a group, placed by rank 0
     <root>/refit.keras (+ .json)                     training.refit's model
 
+A model file's suffix is its framework's (MODEL_SUFFIXES): `.keras` (a file plain Keras
+loads) or `.pt` (a torch module's state_dict, which plain PyTorch loads into the module
+the study's build_model makes); the training writes it, everything else finds it by stem.
+
 Files are keyed by trial number, which a trial keeps across attempts, so a rerun on
 resume finds its checkpoints. Every file appears whole or not at all (written under a
 temporary name, then renamed). Only mpiopt.training writes checkpoints and models; the
@@ -26,9 +30,11 @@ from mpiopt import jsontext
 from mpiopt.errors import ArtifactStoreError
 
 MIN_FREE_BYTES = 50 * 2**20     # refused at start below this: a checkpoint could not fit
+MODEL_SUFFIXES = (".keras", ".pt")    # a kept model's file, by framework (Keras, torch)
 
 __all__ = ["ArtifactStoreError", "TrialArtifacts", "default_root", "resolve", "check_root",
-           "trial_artifacts", "refit_artifacts", "checkpoint_dir", "models_dir", "atomic_path"]
+           "trial_artifacts", "refit_artifacts", "checkpoint_dir", "models_dir", "atomic_path",
+           "MODEL_SUFFIXES", "model_file", "with_model_suffix"]
 
 
 def default_root(url: str, study: str) -> Path:
@@ -76,6 +82,25 @@ def models_dir(root) -> Path:
     return Path(root) / "models"
 
 
+def model_file(stem) -> Path | None:
+    """The model file kept under this stem (root/"refit" -> refit.keras or refit.pt), or
+    None when there is none."""
+    for suffix in MODEL_SUFFIXES:
+        path = Path(stem).with_suffix(suffix)
+        if path.is_file():
+            return path
+    return None
+
+
+def with_model_suffix(path, suffix: str) -> Path:
+    """`path` ending in the framework's suffix: added where it has no model suffix, put in
+    place of another framework's."""
+    path = Path(path)
+    if path.suffix in MODEL_SUFFIXES or not path.suffix:
+        return path.with_suffix(suffix)
+    return path.with_name(path.name + suffix)
+
+
 def atomic_path(final: Path) -> Path:
     """The temporary name a file is written under before its rename (same folder, so
     the rename is atomic; a name a reader never mistakes for a finished file)."""
@@ -98,7 +123,8 @@ class TrialArtifacts:
     each rank builds it from the spec and the trial number).
 
     checkpoints: the trial's checkpoint folder, or None (off); every: epochs between
-    checkpoints; model: where the leader writes the final model, or None."""
+    checkpoints; model: where the leader writes the final model, or None (its suffix
+    becomes the framework's: with_model_suffix)."""
 
     checkpoints: str | None = None
     every: int = 1
@@ -114,7 +140,7 @@ def refit_artifacts(spec) -> TrialArtifacts:
     root = Path(spec.artifacts)
     every = spec.training.checkpoint_every
     return TrialArtifacts(checkpoints=str(root / "checkpoints" / "refit") if every else None,
-                          every=every, model=str(root / "refit.keras"), final=True)
+                          every=every, model=str(root / "refit"), final=True)
 
 
 def trial_artifacts(spec, number: int) -> TrialArtifacts | None:
@@ -128,4 +154,4 @@ def trial_artifacts(spec, number: int) -> TrialArtifacts | None:
         return None
     return TrialArtifacts(
         checkpoints=str(checkpoint_dir(root, number)) if every else None, every=every,
-        model=str(models_dir(root) / "incoming" / f"trial-{number}.keras") if keep else None)
+        model=str(models_dir(root) / "incoming" / f"trial-{number}") if keep else None)

@@ -17,7 +17,7 @@ import os
 import shutil
 from pathlib import Path
 
-from mpiopt.artifacts import checkpoint_dir, models_dir, write_json
+from mpiopt.artifacts import MODEL_SUFFIXES, checkpoint_dir, model_file, models_dir, write_json
 from mpiopt.trial import Direction, TrialStatus
 
 
@@ -62,27 +62,28 @@ class Keeper:
         except OSError as exc:
             self.say(f"warning: could not remove the checkpoints of trial {number}: {exc}")
 
-    def refit_path(self) -> Path:
-        return self.root / "refit.keras"
+    def refit_path(self) -> Path | None:
+        """The refit model's file, once it is made."""
+        return model_file(self.root / "refit")
 
     def refit_wanted(self) -> bool:
         """training.refit asked and not yet made (a resumed study made it already)."""
-        return self.refit and not self.refit_path().is_file()
+        return self.refit and self.refit_path() is None
 
     def refit_done(self) -> None:
         shutil.rmtree(self.root / "checkpoints" / "refit", ignore_errors=True)
 
     def _place(self, t) -> None:
-        incoming = models_dir(self.root) / "incoming" / f"trial-{t.number}.keras"
-        note = incoming.with_suffix(".json")
-        if not incoming.exists():
+        stem = models_dir(self.root) / "incoming" / f"trial-{t.number}"
+        note, incoming = stem.with_suffix(".json"), model_file(stem)
+        if incoming is None:
             note.unlink(missing_ok=True)
             return
         value = t.value
         usable = (t.status is TrialStatus.COMPLETE and isinstance(value, (int, float))
                   and math.isfinite(value) and self.keep > 0)
         if usable and (len(self.kept) < self.keep or self._rank(t.number, value) < self._rank(*self._worst())):
-            final = models_dir(self.root) / f"trial-{t.number}.keras"
+            final = models_dir(self.root) / f"trial-{t.number}{incoming.suffix}"
             data = json.loads(note.read_text()) if note.exists() else {}
             data.update(trial=t.number, value=value)
             write_json(final.with_suffix(".json"), data)
@@ -103,9 +104,9 @@ class Keeper:
         return number, self.kept[number]
 
     def _drop(self, number: int) -> None:
-        final = models_dir(self.root) / f"trial-{number}.keras"
-        final.unlink(missing_ok=True)
-        final.with_suffix(".json").unlink(missing_ok=True)
+        stem = models_dir(self.root) / f"trial-{number}"
+        for suffix in (*MODEL_SUFFIXES, ".json"):
+            stem.with_suffix(suffix).unlink(missing_ok=True)
         del self.kept[number]
 
 
@@ -116,7 +117,7 @@ def kept_models(root) -> dict[int, float]:
     for note in folder.glob("trial-*.json") if folder.is_dir() else ():
         try:
             data = json.loads(note.read_text())
-            if note.with_suffix(".keras").exists():
+            if model_file(note.with_suffix("")) is not None:
                 out[int(data["trial"])] = float(data["value"])
         except (OSError, ValueError, KeyError):
             continue

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from mpiopt.artifacts import models_dir
+from mpiopt.artifacts import model_file, models_dir
 from mpiopt.artifacts.keeper import kept_models
 from mpiopt.errors import MpioptError
 from mpiopt.trial import Direction
@@ -13,7 +13,7 @@ from mpiopt.trial import Direction
 def store_of(record) -> Path:
     """The study's artifact store, as recorded with it."""
     if not getattr(record, "artifacts", None):
-        raise MpioptError(f"study '{record.name}' keeps no models (it trains no Keras model, or "
+        raise MpioptError(f"study '{record.name}' keeps no models (it trains no model, or "
                           "it was run by an mpiopt without an artifact store)")
     return Path(record.artifacts)
 
@@ -23,13 +23,14 @@ def listing(record) -> list[dict]:
     root = store_of(record)
     sign = Direction.parse(record.direction).sign
     rows = []
-    refit = root / "refit.keras"
-    if refit.is_file():
+    refit = model_file(root / "refit")
+    if refit is not None:
         rows.append(_row("refit", refit, _note(refit)))
     kept = kept_models(root)
     for number in sorted(kept, key=lambda n: (sign * kept[n], n)):
-        path = models_dir(root) / f"trial-{number}.keras"
-        rows.append(_row(number, path, _note(path)))
+        path = model_file(models_dir(root) / f"trial-{number}")
+        if path is not None:        # (removed since it was listed: a study running)
+            rows.append(_row(number, path, _note(path)))
     return rows
 
 
@@ -38,15 +39,15 @@ def model_path(record, storage, number: int | None = None) -> tuple[Path, dict]:
     model when training.refit made one)."""
     root = store_of(record)
     if number is None:
-        refit = root / "refit.keras"
-        if refit.is_file():
+        refit = model_file(root / "refit")
+        if refit is not None:
             return refit, _note(refit)
         best = storage.best_trials(record.id, 1)
         if not best:
             raise MpioptError(f"study '{record.name}' has no complete trial yet")
         number = best[0].number
-    path = models_dir(root) / f"trial-{number}.keras"
-    if not path.is_file():
+    path = model_file(models_dir(root) / f"trial-{number}")
+    if path is None:
         kept = sorted(kept_models(root))
         shown = ", ".join(map(str, kept)) if kept else "none"
         raise MpioptError(f"study '{record.name}': no kept model of trial {number} in "

@@ -18,7 +18,8 @@ def register(subparsers) -> None:
     add_storage_option(p)
     add_format_option(p)
     p.set_defaults(func=cmd_list)
-    p = sub.add_parser("export", help="copy one kept model (a .keras file plain Keras loads)")
+    p = sub.add_parser("export", help="copy one kept model (a .keras file plain Keras loads, or a "
+                         "torch state_dict .pt)")
     p.add_argument("study", help="study name")
     p.add_argument("--trial", type=int, default=None, metavar="N",
                    help="trial number (default: the best trial, or the refit model)")
@@ -47,8 +48,9 @@ def cmd_list(args) -> int:
 
 
 def cmd_export(args) -> int:
-    from mpiopt.artifacts import atomic_path
+    from mpiopt.artifacts import MODEL_SUFFIXES, atomic_path
     from mpiopt.artifacts.models import model_path
+    from mpiopt.errors import MpioptError
     from pathlib import Path
 
     storage, record = _record(args)
@@ -57,12 +59,15 @@ def cmd_export(args) -> int:
     finally:
         storage.close()
     out = Path(args.output)
+    if out.suffix in MODEL_SUFFIXES and out.suffix != path.suffix:
+        raise MpioptError(f"-o {args.output}: the kept model is a {path.suffix} file; name "
+                          f"its copy {out.with_suffix(path.suffix).name}")
     tmp = atomic_path(out)
     try:
         shutil.copyfile(path, tmp)
         os.replace(tmp, out)
     finally:
         tmp.unlink(missing_ok=True)
-    what = "the refit model" if path.name == "refit.keras" else f"trial {note.get('trial')}"
+    what = "the refit model" if path.stem == "refit" else f"trial {note.get('trial')}"
     print(f"{what} ({record.metric} = {note.get('value')}) -> {out}")
     return 0

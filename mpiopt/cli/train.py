@@ -12,8 +12,10 @@ this command does not use (training.checkpoint_every, training.refit) is refused
 line, never ignored. Parameters not set take the middle of their range (geometric middle
 for log priors, the middle choice of a categorical).
 
---save FILE writes the trained model (the last fold at its best epoch) as a .keras file,
-with a JSON note beside it (FILE with .json: fold, value, epoch, seed, params).
+--save FILE writes the trained model (the last fold at its best epoch) as a file its
+framework loads (FILE.keras for a Keras model, FILE.pt for a torch module's state_dict: the
+suffix becomes the framework's), with a JSON note beside it (FILE with .json: fold, value,
+epoch, seed, params).
 """
 from __future__ import annotations
 
@@ -36,7 +38,7 @@ def register(subparsers) -> None:
                         help="seed of the initial weights, shuffles and folds (default: search.seed)")
     parser.add_argument("--format", choices=("table", "json"), default="table",
                         help="table: epochs as they finish; json: one object at the end")
-    parser.add_argument("--save", metavar="FILE.keras", default=None,
+    parser.add_argument("--save", metavar="FILE", default=None,
                         help="write the trained model (the last fold at its best epoch) here")
     parser.set_defaults(func=run)
 
@@ -85,7 +87,7 @@ def run(args) -> int:
     given, overrides = split_settings(names, settings)
     spec = load_spec(args.spec, overrides)
     if not spec.objective.model:
-        raise SpecError(f"{args.spec}: objective.model: `mpiopt train` trains a Keras model; "
+        raise SpecError(f"{args.spec}: objective.model: `mpiopt train` trains a model; "
                         "this spec has a function objective")
     params = resolve_params(spec.space, given)
     seed = spec.search.seed if args.seed is None else args.seed
@@ -94,16 +96,18 @@ def run(args) -> int:
 
 
 def _save_path(text: str | None):
-    """--save: a .keras file in a folder that exists (checked before training starts)."""
+    """--save: a .keras or .pt file in a folder that exists (checked before training starts)."""
     if text is None:
         return None
     from pathlib import Path
 
+    from mpiopt.artifacts import MODEL_SUFFIXES
     from mpiopt.errors import SpecError     # (bad input, the same on every rank: said once)
 
     path = Path(text).resolve()
-    if path.suffix != ".keras":
-        raise SpecError(f"--save {text}: the file name must end in .keras (Keras's format)")
+    if path.suffix not in MODEL_SUFFIXES:
+        raise SpecError(f"--save {text}: the file name must end in .keras (a Keras model) or .pt "
+                        "(a torch module's state_dict)")
     if not path.parent.is_dir():
         raise SpecError(f"--save {text}: the folder {path.parent} does not exist")
     return path
@@ -141,12 +145,16 @@ def _train(spec, params: dict, seed: int, fmt: str, save=None) -> int:
     if leader:
         _print_result(spec, params, seed, result, fmt)
         if save and fmt == "table":
-            print(f"model saved to {save}", flush=True)
+            from mpiopt.artifacts import with_model_suffix
+            from mpiopt.training.frameworks import suffix_of
+
+            print(f"model saved to {with_model_suffix(save, suffix_of(result['framework']))}",
+                  flush=True)
     return 0
 
 
 def _native_log(name: str) -> None:
-    """TensorFlow's native start-up lines go to ./NAME.train.log, not the terminal."""
+    """The framework's native start-up lines go to ./NAME.train.log, not the terminal."""
     import os
     from pathlib import Path
 

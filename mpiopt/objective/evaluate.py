@@ -69,7 +69,7 @@ class Objective:
             self._function = load_callable(spec.objective.function, spec.base_dir)
             self._accepts = _accepted_args(self._function)
         elif spec.objective.model:        # (its import is the set-up's, not the first trial's)
-            from mpiopt.training.backend import preload
+            from mpiopt.training.frameworks import preload
 
             preload(spec.objective.model, spec.base_dir)
 

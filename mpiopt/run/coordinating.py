@@ -217,4 +217,4 @@ def _announce(run: RunContext) -> None:
     for line in getattr(run.opened, "notes", ()):
         progress.say(line)
     if spec.objective.model and NATIVE_LOG.get():
-        progress.say(f"TensorFlow's start-up messages go to {NATIVE_LOG.get()}")
+        progress.say(f"the framework's native start-up messages go to {NATIVE_LOG.get()}")

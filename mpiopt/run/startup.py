@@ -206,7 +206,7 @@ def _liveness() -> float | None:
 
 
 def use_native_log(path: str | None) -> str | None:
-    """Where this rank's native stderr goes once TensorFlow is imported (training.backend)."""
+    """Where this rank's native stderr goes once a framework is imported (training.frameworks)."""
     if path and not knobs.NATIVE_LOG.get():
         os.environ[knobs.NATIVE_LOG.env] = path
     return knobs.NATIVE_LOG.get()

@@ -15,6 +15,7 @@ from mpiopt.spec._search import _search
 from mpiopt.spec._sections import _check_objectives, _objective, _resources, _study
 from mpiopt.spec._space import _space
 from mpiopt.spec._storage import _storage
+from mpiopt.spec._torch import check_torch
 from mpiopt.spec._training import _training
 from mpiopt.spec._types import TOP_KEYS
 
@@ -63,6 +64,7 @@ def _build(raw: Any, source: str, base_dir: Path, check_files: bool) -> dict:
     objective, search = _objective(top, base_dir, check_files), _search(top, space)
     _check_objectives(source, objective, search)
     training = _training(top)
+    check_torch(source, objective, training, space, check_files)
     check_pbt(source, objective, search, training, space)
     return dict(
         study=_study(top),

@@ -85,4 +85,9 @@ def _training_dict(t: TrainingSpec) -> dict:
         out["checkpoint_every"] = t.checkpoint_every
     if t.refit:
         out["refit"] = True
+    for name in ("loss", "optimizer", "lr_scheduler"):    # (absent when unused, as above)
+        if getattr(t, name):
+            out[name] = dict(getattr(t, name))
+    if t.metrics:
+        out["metrics"] = list(t.metrics)
     return out

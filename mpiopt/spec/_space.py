@@ -82,12 +82,16 @@ def _renamed(dim, name: str):
 
 def _check_searched(name: str, entry: Any, source: str, where: str) -> None:
     """`training.<field>` entries: only the fields mpiopt.training.searched can vary."""
+    from mpiopt.spec._torch import CALLS, check_searched_call
     from mpiopt.training.searched import SEARCHABLE
 
     field = name[len(SEARCHED_PREFIX):]
+    if field.split(".")[0] in CALLS and field.count(".") == 1:   # training.optimizer.lr
+        return check_searched_call(name, entry, source, where)
     if field not in SEARCHABLE:
         raise SpecError(f"{source}: {where}: training.{field} cannot be searched; these can: "
-                        + ", ".join(f"training.{k}" for k in SEARCHABLE))
+                        + ", ".join([*(f"training.{k}" for k in SEARCHABLE),
+                                     *(f"training.{c}.ARGUMENT" for c in CALLS)]))
     kind = entry.get("type") if isinstance(entry, dict) else "categorical"
     if SEARCHABLE[field] is int and kind == "real":
         raise SpecError(f"{source}: {where}: training.{field} takes whole numbers: use "

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from mpiopt.field import Field, Fields
 from mpiopt.spec._reader import _Section
+from mpiopt.spec._torch import CALLS, read_call, read_metrics
 from mpiopt.spec._types import EarlyStoppingSpec, PruningSpec, TrainingSpec
 
 TRAINING = Fields(
@@ -29,7 +30,20 @@ TRAINING = Fields(
           "the artifact store (`0`: none); a trial that runs again continues from its last one.",
           low=0),
     Field("refit", False, "flag", "After the search, train the best parameters once more on all "
-          "the data (one group) and keep that model (`refit.keras`)."),
+          "the data (one group) and keep that model (`refit.keras`, `refit.pt`)."),
+    Field("loss", None, "call", "A torch model's loss: a `torch.nn` loss class (`CrossEntropyLoss`, "
+          "`BCEWithLogitsLoss`, `MSELoss`, ...), or `{name: CrossEntropyLoss, label_smoothing: "
+          "0.1}`; else the module's own `criterion`. A Keras model compiles its own.", shown="–"),
+    Field("optimizer", None, "call", "A torch model's optimizer: a `torch.optim` class (`Adam`, "
+          "`AdamW`, `SGD`, ...), or `{name: AdamW, lr: 1.0e-3, weight_decay: 0.01}`; else the "
+          "module's own `configure_optimizers()`.", shown="–"),
+    Field("lr_scheduler", None, "call", "A torch model's learning-rate schedule: "
+          "`{name: StepLR, step_size: 5}` (a `torch.optim.lr_scheduler` class), stepped after "
+          "every epoch, or every batch with `interval: step`; `ReduceLROnPlateau` is given the "
+          "epoch's figure of merit.", shown="–"),
+    Field("metrics", [], "list", "A torch model's validation metrics beside `val_loss`: "
+          "`accuracy`, `auc`, `mse`, `mae`, recorded as `val_NAME`; those the objective or a "
+          "constraint names are computed anyway."),
 )
 EARLY_STOPPING = Fields(
     Field("patience", 3, "integer", "Epochs without an improvement before the trial's "
@@ -58,7 +72,8 @@ def _training(top: _Section) -> TrainingSpec:
     return TrainingSpec(**TRAINING.read(sec),
                         early_stopping=_optional(sec, "early_stopping", EARLY_STOPPING,
                                                  EarlyStoppingSpec),
-                        pruning=_optional(sec, "pruning", PRUNING, PruningSpec))
+                        pruning=_optional(sec, "pruning", PRUNING, PruningSpec),
+                        **{f: read_call(sec, f) for f in CALLS}, metrics=read_metrics(sec))
 
 
 def _optional(sec: _Section, key: str, fields: Fields, spec: type):

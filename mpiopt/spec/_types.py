@@ -110,6 +110,11 @@ class TrainingSpec:
     shuffle: bool = True
     checkpoint_every: int = 1       # epochs between checkpoints (0: none); mpiopt.artifacts
     refit: bool = False             # train the best parameters once more on all the data
+    # a torch model's (mpiopt.spec._torch): {"name": class, argument: value, ...} or None
+    loss: dict | None = None
+    optimizer: dict | None = None
+    lr_scheduler: dict | None = None
+    metrics: tuple = ()             # validation metrics beside the loss (torch_names.METRICS)
 
 
 @dataclass(frozen=True)

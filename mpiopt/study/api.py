@@ -243,12 +243,18 @@ class Study:
         return self.best_trial.value
 
     def best_model(self, trial: int | None = None):
-        """The kept model of the best trial (or of trial number `trial`), loaded with
-        keras.models.load_model; the refit model when training.refit made one. Needs
-        Keras; an MpioptError names the kept trials when that one was not kept."""
+        """The kept model of the best trial (or of trial number `trial`); the refit model
+        when training.refit made one. A Keras model comes loaded with
+        keras.models.load_model; a torch model as its state_dict (torch.load), to load
+        into the module the study's build_model makes. An MpioptError names the kept
+        trials when that one was not kept."""
         from mpiopt.artifacts.models import model_path
 
         path, _ = model_path(self.record, self._storage, trial)
+        if path.suffix == ".pt":
+            import torch
+
+            return torch.load(path)
         import keras
 
         return keras.models.load_model(path)

@@ -1,4 +1,4 @@
-"""MPI_Learn-style nested training of a Keras model on one communicator.
+"""MPI_Learn-style nested training of a Keras or PyTorch model on one communicator.
 
 Public surface: run_training(spec, params, comm, seed, report=None) -> result dict, and
 Pruned (mpiopt.errors.Pruned, which mpiopt.objective.evaluate catches). Importing this package imports neither

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from mpiopt.artifacts import atomic_path, checkpoint, write_json
+from mpiopt.artifacts import atomic_path, checkpoint, with_model_suffix, write_json
 from mpiopt.errors import ArtifactStoreError
 
 
@@ -57,18 +57,20 @@ def save_if_due(comm, trainer, ran: bool) -> None:
 
 
 def save_model(comm, trainer, k: int, meta: dict) -> None:
-    """The model of the last fold at its best epoch, as a .keras file plain Keras loads,
-    with a JSON note of what it is (the fold, its value): written by that fold's rank 0."""
+    """The model of the last fold at its best epoch, as a file its framework loads (a
+    .keras file, a torch state_dict .pt), with a JSON note of what it is (the fold, its
+    value, the framework): written by that fold's rank 0."""
     a = trainer.artifacts
     if a is None or not a.model:
         return
     error = None
     if trainer.fold == k - 1 and trainer.comm.Get_rank() == 0:
-        final = Path(a.model)
+        final = with_model_suffix(a.model, trainer.model.suffix)
         try:
             final.parent.mkdir(parents=True, exist_ok=True)
             note = dict(meta, fold=trainer.fold, kfold=k, fold_value=trainer.best_value,
-                        best_epoch=trainer.best_epoch, epochs=trainer.epoch)
+                        best_epoch=trainer.best_epoch, epochs=trainer.epoch,
+                        framework=trainer.model.framework)
             if a.final:       # training.refit: the last epoch, on all the data
                 note.update(fold_value=trainer.history[-1][0] if trainer.history else None,
                             best_epoch=None, samples=len(trainer.x),

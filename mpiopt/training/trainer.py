@@ -43,7 +43,8 @@ def run_training(spec, params: dict, comm, seed: int, report=None, on_epoch=None
                  artifacts=None, all_data: bool = False, segment=None) -> dict:
     """Train and evaluate params; the same result dict on every rank of comm.
 
-    Returns {value, value_std, fold_values, metrics, epochs, intermediate, timing}.
+    Returns {value, value_std, fold_values, metrics, epochs, intermediate, timing,
+    framework}.
     report(epoch, value) -> False prunes: every rank raises training.Pruned together.
     on_epoch(epoch, value, metrics) is called on rank 0 for logging (mpiopt train).
     artifacts (mpiopt.artifacts.TrialArtifacts): each fold continues from its checkpoint
@@ -54,7 +55,7 @@ def run_training(spec, params: dict, comm, seed: int, report=None, on_epoch=None
     threads.pin_threads(comm)
     t0 = comm.bcast(time.time(), root=0)   # spans are seconds since here, on every rank
     from mpiopt.refs import load_callable
-    from mpiopt.training import backend, searched
+    from mpiopt.training import frameworks, searched
 
     spec, params, learning_rate = searched.split(spec, params)
     if segment is not None:          # a pbt round trains up to its last epoch
@@ -71,8 +72,8 @@ def run_training(spec, params: dict, comm, seed: int, report=None, on_epoch=None
         splits = make_splits(data, spec.training, seed if segment is None else segment.split_seed)
     build = together(comm, lambda: load_callable(obj.model, spec.base_dir, field="objective.model"))
     tracked = ReadTracker(params)
-    model = together(comm, lambda: backend.KerasModel(
-        backend.with_learning_rate(backend.build_model(build, tracked, seed), learning_rate),
+    model = together(comm, lambda: frameworks.build_model(
+        build, tracked, seed, spec, learning_rate,
         data.x[:2] if streamed(data.x) else data.x, data.y))
 
     def make_trainer(fold_comm, fold: int) -> FoldTrainer:
@@ -94,28 +95,29 @@ def run_training(spec, params: dict, comm, seed: int, report=None, on_epoch=None
             "params": dict(params)}
     result = run_folds(comm, plan, make_trainer, spec.training.epochs, report, on_epoch, note)
     result["unread"] = tracked.unread()
+    result["framework"] = model.framework
     if comm.Get_rank() == 0:
-        result["metrics"].update(model_metrics(spec, model.model, data.x))
+        result["metrics"].update(model_metrics(spec, model, data.x))
     return comm.bcast(result, root=0)
 
 
 LATENCY_RUNS = 5
 
 
-def model_metrics(spec, keras_model, x) -> dict:
+def model_metrics(spec, model, x) -> dict:
     """Metrics of the model itself, for objectives and constraints beside accuracy:
     n_params (its parameter count) always; latency_ms (one forward pass over a batch of
     training.batch_size samples, the median of 5 after a warm-up, on the group's first
     rank) when objective.metrics or a constraint names it."""
     wanted = {n for n, _ in spec.objective.objectives} | {c.metric for c in spec.objective.constraints}
-    out = {"n_params": float(keras_model.count_params())}
+    out = {"n_params": float(model.n_params())}
     if "latency_ms" in wanted:
         batch = x[: spec.training.batch_size]
-        keras_model(batch, training=False)
+        model.predict(batch)
         runs = []
         for _ in range(LATENCY_RUNS):
             start = time.perf_counter()
-            keras_model(batch, training=False)
+            model.predict(batch)
             runs.append(time.perf_counter() - start)
         out["latency_ms"] = float(np.median(runs) * 1000)
     return out
@@ -178,6 +180,12 @@ def validate(model, comm, x, y, batch_size: int) -> dict:
     return {f"val_{k}": v for k, v in model.metric_results(state).items()}
 
 
+def epoch_seed(fold_seed: int, epoch: int, rank: int) -> int:
+    """A rank's seed for one epoch of a fold: its own stream (dropout masks independent
+    across ranks), the same however the fold got to that epoch."""
+    return int(np.random.SeedSequence([fold_seed, epoch, rank]).generate_state(1)[0])
+
+
 @dataclass
 class Timing:
     train_s: float = 0.0
@@ -232,6 +240,7 @@ class FoldTrainer:
         order = epoch_order(len(self.x), self.seed, self.epoch, self.training.shuffle, window)
         began = self._since_t0()
         start = time.perf_counter()
+        self.model.begin_epoch(epoch_seed(self.seed, self.epoch, self.comm.Get_rank()))
         stats = self.algorithm.train_epoch(self.x, self.y, order)
         raise_together(self.comm, self.algorithm.read_failures)
         stats.wall_s = time.perf_counter() - start
@@ -241,6 +250,7 @@ class FoldTrainer:
         self.timing.add(stats, time.perf_counter() - start - stats.wall_s)
         metrics["loss"] = float(stats.loss)
         value = self._figure(metrics)
+        self.model.end_epoch(value)      # an epoch-wise learning-rate schedule steps
         self.epoch += 1
         self._span(began)
         self._track(value, metrics)

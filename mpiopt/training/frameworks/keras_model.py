@@ -1,26 +1,27 @@
-"""Everything that knows Keras and TensorFlow; the rest of training sees flat float32 buffers.
+"""Keras 3 (on TensorFlow) behind the flat-buffer interface (frameworks._base.FlatModel).
 
-Why flat buffers: one contiguous buffer is one MPI message (one Allreduce per step, one
-Send per downpour update) and one vectorised NumPy expression (the EASGD elastic force).
-The split into per-tensor views happens inside compiled tf.functions, so no hot path has a
-Python loop over tensors and every update uses the model's own compiled optimizer.
-
-Layout: ``weights`` = every floating-point variable of the model, trainable ones first, so
-the gradient buffer (trainable only) is a prefix of the weights buffer. Integer state (the
-seed generators of dropout layers) stays local.
+The split of a flat buffer into per-tensor views happens inside compiled tf.functions, so
+no hot path has a Python loop over tensors and every update uses the model's own compiled
+optimizer. build_model compiles the model itself (optimizer, loss, metrics): the spec's
+torch-only training fields (loss, optimizer, lr_scheduler, metrics) are refused for it.
 
 TensorFlow is imported here only, lazily, after threads.pin_threads has had its chance.
 """
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 
 from mpiopt.training import threads
-from mpiopt.training.tracking import ReadTracker
+from mpiopt.training.frameworks._base import FlatModel
 
+NAME = "keras"
 _tf = None
 # variables a pbt round keeps from its own build when it takes its parent's state
 OWN_VARIABLES = ("learning_rate", "seed_generator_state")
+# the training fields only a torch model uses (a Keras model is compiled by build_model)
+TORCH_FIELDS = ("loss", "optimizer", "lr_scheduler", "metrics")
 
 
 def import_tf():
@@ -30,7 +31,9 @@ def import_tf():
         threads.defaults()
         import os
 
-        _native_stderr_to_log()
+        from mpiopt.training.frameworks import native_stderr_to_log
+
+        native_stderr_to_log()
         import tensorflow as tf
 
         if os.environ.get("TF_CPP_MIN_LOG_LEVEL", "0") >= "2":
@@ -46,60 +49,20 @@ def import_tf():
     return _tf
 
 
-def preload(ref: str, base_dir) -> None:
-    """Import the user's model module during the rank's set-up (mpiopt.objective).
-
-    Most model files import keras at their top: imported at the first trial, TensorFlow's
-    native start-up lines reached the terminal (its log was not yet in place) and its
-    seconds counted in the first trial's duration. Here threads are pinned, native stderr
-    goes to the study's log, then the module is imported. Where the layout needs a
-    communicator (threads.layout_known) it is left to the first trial, as is a module that
-    fails to import (the trial records its error)."""
-    if not threads.layout_known():
-        return
-    threads.pin_threads()
-    _native_stderr_to_log()
-    from mpiopt.refs import load_callable
-
-    try:
-        load_callable(ref, base_dir, field="objective.model")
-    except (Exception, SystemExit):
-        return
+def imported() -> bool:
+    """Whether this process has imported Keras (then it is seeded before a build)."""
+    return "keras" in sys.modules
 
 
-_redirected = False
+def owns(built) -> bool:
+    """Whether build_model returned a Keras model (never imports Keras to find out)."""
+    keras = sys.modules.get("keras")
+    return keras is not None and isinstance(built, keras.Model)
 
 
-def _native_stderr_to_log() -> None:
-    """TensorFlow's C++ start-up lines (oneDNN, CPU features, absl, CUDA factories; 3-4 per
-    rank, not all stopped by TF_CPP_MIN_LOG_LEVEL) are written to file descriptor 2. Point
-    that descriptor at the study's log ($MPIOPT_NATIVE_LOG, set by the launcher) and keep
-    Python's own sys.stderr on the terminal: mpiopt's one-line errors and tracebacks still
-    show; native noise does not. A log that cannot be opened leaves stderr as it was."""
-    import os
-    import sys
-
-    global _redirected
-    from mpiopt.knobs import NATIVE_LOG
-
-    path = NATIVE_LOG.get()
-    if not path or _redirected:
-        return
-    try:
-        log = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    except OSError:
-        return
-    _redirected = True
-    sys.stderr.flush()
-    terminal = os.dup(2)
-    os.dup2(log, 2)
-    os.close(log)
-    sys.stderr = os.fdopen(terminal, "w", buffering=1, encoding=sys.stderr.encoding or "utf-8",
-                           errors="backslashreplace")
-
-
-def build_model(build, params: dict, seed: int):
-    """Call the user's build_model(params) with every random generator seeded."""
+def prepare(seed: int) -> None:
+    """Before a build: TensorFlow with its threads, a fresh Keras session, every random
+    generator seeded."""
     import_tf()
     import keras
 
@@ -108,12 +71,25 @@ def build_model(build, params: dict, seed: int):
     except TypeError:   # a Keras without the argument
         keras.backend.clear_session()
     keras.utils.set_random_seed(int(seed) % 2**31)
-    model = build(params if isinstance(params, ReadTracker) else dict(params))
-    if not isinstance(model, keras.Model):
-        raise TypeError(f"build_model returned {type(model).__name__}, expected a keras.Model")
+
+
+def wrap(model, spec, learning_rate: float | None, sample_x, sample_y) -> "KerasModel":
+    """The built model behind the flat-buffer interface; it must come compiled."""
+    given = [f"training.{f}" for f in TORCH_FIELDS if getattr(spec.training, f, None)]
+    if given:
+        raise ValueError(f"{', '.join(given)}: only for a torch model; build_model returned a "
+                         "Keras model, which build_model compiles with its own loss, optimizer "
+                         "and metrics (model.compile)")
     if getattr(model, "optimizer", None) is None or not getattr(model, "compiled", True):
         raise ValueError("build_model must return a compiled model (model.compile(optimizer, loss, metrics))")
-    return model
+    return KerasModel(with_learning_rate(model, learning_rate), sample_x, sample_y)
+
+
+def build_model(build, params: dict, seed: int):
+    """Call the user's build_model(params) with every random generator seeded (the
+    throughput benchmarks' way to a bare Keras model)."""
+    prepare(seed)
+    return build(dict(params))
 
 
 def with_learning_rate(model, learning_rate: float | None):
@@ -135,8 +111,10 @@ def _is_float(v) -> bool:
     return "float" in str(v.dtype)
 
 
-class KerasModel:
+class KerasModel(FlatModel):
     """A compiled Keras model seen as flat buffers: gradients, weights, updates."""
+
+    framework, suffix = NAME, ".keras"
 
     def __init__(self, model, sample_x, sample_y=None):
         tf = import_tf()
@@ -335,10 +313,6 @@ class KerasModel:
         return np.concatenate([np.ravel(np.asarray(v.numpy(), np.float64))
                                for m in self.model.metrics for v in m.variables] or [np.zeros(0)])
 
-    def zero_metric_state(self, x1, y1, batch_size: int) -> np.ndarray:
-        """Accumulators of an empty shard (built on one sample, then zeroed)."""
-        return np.zeros_like(self.metric_state(x1, y1, batch_size))
-
     def metric_results(self, state: np.ndarray) -> dict:
         """Metric values computed from (summed) accumulators."""
         offset = 0
@@ -348,6 +322,13 @@ class KerasModel:
                 v.assign(state[offset: offset + size].reshape(v.shape).astype(str(v.dtype)))
                 offset += size
         return {k: float(v) for k, v in _flatten(self.model.get_metrics_result()).items()}
+
+    # ------------------------------------------------------------------ the model itself
+    def n_params(self) -> int:
+        return int(self.model.count_params())
+
+    def predict(self, x) -> None:
+        self.model(x, training=False)
 
 
 def _flatten(results: dict) -> dict:
