@@ -58,16 +58,18 @@ class Ending:
 
 class Coordinator:
     """The MPI shell around the Scheduler: receives, sends, and carries out its
-    instructions (parallel/scheduler/executor.py) with the run's storage (the outage
-    wrapper, storage/resilient.py: the coordinator takes in results between its tries
-    during an outage, `meanwhile`), progress printer and artifact store."""
+    instructions through the run's executor (parallel/scheduler/executor.py), with the
+    run's storage (the outage wrapper, storage/resilient.py: the coordinator takes in
+    results between its tries during an outage, `meanwhile`)."""
 
-    def __init__(self, world, topology, scheduler, storage, progress=None, artifacts=None,
+    def __init__(self, world, topology, scheduler, storage, executor: Executor,
                  stop_flag=None, on_tick=None, clock=time.monotonic, watch=None):
         self.world, self.topo, self.sched = world, topology, scheduler
         self.storage = storage
-        self.executor = Executor(storage, self._message, progress, artifacts, view=scheduler,
-                                 holding=storage.holding)
+        # the run's one executor (it knows whether other jobs run a shared study, whose
+        # status is then theirs to record); its messages to groups go out from here
+        self.executor = executor
+        executor.send = self._message
         self.stop_flag = stop_flag   # is_set(), signum: mpiopt.run.signals.StopFlag
         self.on_tick = on_tick or (lambda: None)
         self.clock = clock

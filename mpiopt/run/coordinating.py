@@ -6,8 +6,8 @@ Scheduler(...) with the keywords _scheduler passes, settled_on_resume(existing),
 stop(reason, cause), interrupt() and finish() (instructions the executor runs),
 stop_reason, message, close_searcher(), searcher (.choice), untried, finished, reruns,
 and what Progress reads; Executor(storage, send, progress, artifacts, view=, holding=)
-with do() and run(); Coordinator(world, topo, sched, storage, progress, artifacts,
-stop_flag, on_tick=, watch=).run() -> Ending(cause, interrupted, orderly, stuck); and
+with do() and run(); Coordinator(world, topo, sched, storage, executor, stop_flag,
+on_tick=, watch=).run() -> Ending(cause, interrupted, orderly, stuck); and
 run_local(sched, executor, objective, comm, stopped=, give_up=, told=, keeper=) -> clean.
 A job that cannot end in order (a rank stuck in user code) is ended with MPI_Abort after
 its closing line.
@@ -65,6 +65,7 @@ def _set_up_run(world, started: Started, topo, comm, hosts, watch) -> RunContext
                         study_id=opened.study_id)
     artifacts = _keeper(spec)
     sched = _scheduler(started, topo, hosts, artifacts)
+    # One executor for the run (messages to groups: the coordinator's loop sets `send`)
     executor = Executor(storage, lambda action: None, progress, artifacts, view=sched,
                         holding=storage.holding,
                         others_live=opened.others_live if opened.shared else None)
@@ -86,9 +87,8 @@ def _run_coordinator(run: RunContext) -> int:
     from mpiopt.parallel.coordinator import Coordinator
     from mpiopt.parallel.waiting import meet
 
-    ending = Coordinator(run.world, run.topo, run.sched, run.storage, run.progress,
-                         run.artifacts, run.flag, on_tick=run.opened.on_tick,
-                         watch=run.watch).run()
+    ending = Coordinator(run.world, run.topo, run.sched, run.storage, run.executor,
+                         run.flag, on_tick=run.opened.on_tick, watch=run.watch).run()
     stuck = "" if ending.orderly else (f" (rank(s) {', '.join(map(str, ending.stuck))} did not "
                                        "stop: ending the job with MPI_Abort)")
     try:
