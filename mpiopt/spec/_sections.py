@@ -188,11 +188,13 @@ DATA = Fields(
           "(one part of the data set each), globs allowed."),
     Field("hdf5", [], "paths", "HDF5 files, globs allowed."),
     Field("root", [], "paths", "ROOT files, globs allowed, read through uproot "
-          "(`pip install 'mpiopt[uproot]'`): flat branches of `tree`; a jagged branch is refused."),
-    Field("tree", "Events", "text", "`root`: the TTree holding the branches."),
+          "(`pip install 'mpiopt[uproot]'`): flat branches of `tree` as features, jagged ones "
+          "as `collections`."),
+    Field("tree", "Events", "text", "`root`: the TTree or RNTuple holding the branches "
+          "(whichever the file holds)."),
     Field("features", "features", "text", "The array (npz, npy), dataset (HDF5) or branches "
-          "(ROOT: a name or a list, one column each) of the inputs.",
-          shown="`features`"),
+          "(ROOT: a name or a list, one column each) of the inputs; with `collections`, the "
+          "flat input `features`, none unless given.", shown="`features`"),
     Field("labels", "labels", "text", "The array, dataset or branch of the targets (numbers)."),
     Field("val_npz", [], "paths", _VALIDATION),
     Field("val_npy", [], "paths", _VALIDATION),
