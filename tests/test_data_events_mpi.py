@@ -61,7 +61,7 @@ def write_study(tmp_path: Path, form: str, name: str, data: dict | None = None) 
         "search_space": {"width": {"type": "integer", "low": 2, "high": 8},
                          "lr": {"type": "real", "low": 1e-3, "high": 0.05, "prior": "log-uniform"}},
         "search": {"algorithm": "random", "trials": 2, "seed": 1},
-        "training": {"epochs": 2, "batch_size": 16, "kfold": 2},
+        "training": {"epochs": 1, "batch_size": 16, "kfold": 2},
         "resources": {"group_size": 2},
     }
     path = tmp_path / f"{name}.yaml"
