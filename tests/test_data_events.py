@@ -450,3 +450,18 @@ def test_the_counts_before_and_after_the_selection_are_shown(tmp_path):
     if negative:
         assert f"({negative} negative" in proc.stdout
     yaml.safe_load(proc.stdout)          # still the resolved spec: the lines are comments
+
+
+@pytest.mark.parametrize("in_memory", [True, False])
+def test_validation_files_are_weighed_on_their_own_and_a_refit_joins_them(tmp_path, in_memory):
+    train = write_events(tmp_path / "t.root", "rntuple", events(60, 0))
+    val = write_events(tmp_path / "v.root", "ttree", events(40, 1))
+    data = DataSpec(root=[str(train)], val_root=[str(val)], labels="label", features=("jet_pt",),
+                    collections=(_collection(PARTICLES),), weights="weight",
+                    in_memory=in_memory)
+    ds = D.load_data(data)
+    assert ds.w.mean() == pytest.approx(1.0) and ds.w_val.mean() == pytest.approx(1.0)
+    both = ds.merged()
+    assert len(both.x) == len(both.y) == len(both.w) == 100
+    assert np.array_equal(both.x[np.arange(60, 100)]["particles"],
+                          ds.x_val[np.arange(40)]["particles"])
