@@ -80,16 +80,18 @@ def data_spec(tmp_path: Path, form: str, parts=2, **fields) -> DataSpec:
     return Spec.from_dict(raw, base_dir=tmp_path).objective.data
 
 
-def reference(ev: dict, length: int, keep=None) -> tuple[np.ndarray, np.ndarray]:
-    """(particles, mask) the rule gives, event by event in plain Python: sorted by pT,
-    highest first, padded with 0 or cut to length."""
+def reference(ev: dict, length: int, keep=None, order="descending",
+              pad=0.0) -> tuple[np.ndarray, np.ndarray]:
+    """(particles, mask) the rule gives, event by event in plain Python: sorted by pT
+    (highest first; or lowest; or as stored: order None), padded with `pad` or cut."""
     rows, masks = [], []
+    sign = {"descending": -1, "ascending": 1, None: 0}[order]
     for i in range(len(ev["label"])) if keep is None else keep:
         pt, eta = list(ev["part_pt"][i]), list(ev["part_eta"][i])
-        order = sorted(range(len(pt)), key=lambda j: -pt[j])[:length]
-        row = [[pt[j], eta[j]] for j in order] + [[0.0, 0.0]] * (length - len(order))
+        order_ = sorted(range(len(pt)), key=lambda j: sign * pt[j])[:length]
+        row = [[pt[j], eta[j]] for j in order_] + [[pad, pad]] * (length - len(order_))
         rows.append(row)
-        masks.append([1.0] * len(order) + [0.0] * (length - len(order)))
+        masks.append([1.0] * len(order_) + [0.0] * (length - len(order_)))
     return np.array(rows, np.float32), np.array(masks, np.float32)
 
 
@@ -161,6 +163,21 @@ def test_a_collection_is_sorted_padded_and_cut_with_its_mask(tmp_path, form):
     assert np.array_equal(batch["particles_mask"], mask)
     counts = events(120, 0)["n_part"]
     assert (counts > 4).any() and (counts < 4).any()       # both cut and padded events
+
+
+@pytest.mark.parametrize("order", ["ascending", None])
+def test_a_collection_in_its_own_order_or_ascending_pads_with_its_value(tmp_path, order):
+    settings = {**PARTICLES, "pad_value": -1.0, "length": 5}
+    if order:
+        settings["order"] = order
+    else:
+        del settings["sort_by"]
+    ds = D.load_data(data_spec(tmp_path, "ttree", parts=1,
+                               collections={"particles": settings}, in_memory=False))
+    batch = ds.x[np.arange(len(ds.x))]
+    particles, mask = reference(events(120, 0), 5, order=order, pad=-1.0)
+    assert np.array_equal(batch["particles"], particles)
+    assert np.array_equal(batch["particles_mask"], mask)
 
 
 @pytest.mark.parametrize("form", FORMS)

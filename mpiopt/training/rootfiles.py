@@ -177,24 +177,35 @@ def _not_a_list_of_numbers(array) -> str | None:
 
 
 def padded(file, events, coll, start: int, stop: int) -> np.ndarray:
-    """Entries [start, stop) of a collection, sorted, padded or cut to coll.length."""
+    """Entries [start, stop) of a collection, sorted, padded or cut to coll.length.
+
+    The jagged arrays' flat contents are moved into place by one index computed for all
+    the branches (where each kept object lands: its event's row, its rank in the event),
+    so padding costs a few numpy passes over the values, not an awkward pass a branch."""
     import awkward as ak
 
     arrays = events.arrays(_wanted(coll), entry_start=start, entry_stop=stop)
     counts = _same_counts(file, arrays, coll, start)
-    order = None
+    first = np.cumsum(counts) - counts                 # each event's first object
+    event = np.repeat(np.arange(len(counts)), counts)
     if coll.sort_by:
-        order = ak.argsort(arrays[coll.sort_by], axis=1,
-                           ascending=coll.order == "ascending", stable=True)
-    out = np.empty((stop - start,) + (coll.length, len(coll.branches) + bool(coll.mask)),
-                   np.float32)
+        ranked = ak.argsort(arrays[coll.sort_by], axis=1,
+                            ascending=coll.order == "ascending", stable=True)
+        source = first[event] + ak.to_numpy(ak.flatten(ranked))
+    else:
+        source = np.arange(len(event))
+    rank = np.arange(len(event)) - first[event]
+    kept = rank < coll.length
+    where = event[kept] * coll.length + rank[kept]
+    source = source[kept]
+    width = len(coll.branches) + bool(coll.mask)
+    out = np.full((len(counts) * coll.length, width), coll.pad_value, np.float32)
     for j, name in enumerate(coll.branches):
-        values = arrays[name] if order is None else arrays[name][order]
-        values = ak.pad_none(values, coll.length, axis=1, clip=True)
-        out[:, :, j] = ak.to_numpy(ak.fill_none(values, coll.pad_value))
+        out[where, j] = ak.to_numpy(ak.flatten(arrays[name]))[source]
     if coll.mask:
-        out[:, :, -1] = np.arange(coll.length) < counts[:, None]
-    return out
+        out[:, -1] = 0.0
+        out[where, -1] = 1.0
+    return out.reshape(len(counts), coll.length, width)
 
 
 def _same_counts(file, arrays, coll, start: int) -> np.ndarray:
