@@ -15,6 +15,12 @@ limit) divided by the ranks on the node, and no more than the rank's RLIMIT_AS/R
 the model.) `true` and `false` force either path. Both give the same splits and, with
 `shuffle: exact`, the same batches, so the same trial values.
 
+What the events hold is read the same way in either path: the selection keeps a file's
+passing entries as it is opened (mpiopt.training.opening), so splits and shuffles run over
+selected events; collections make the features named inputs (mpiopt.training.inputs);
+the event weights are scaled once over all the selected events, before any split
+(mpiopt.training.weights).
+
 Data are read once per process and kept for the next trials of the same study (the key
 is the data section of the spec). The size and modification time of every file are
 recorded when it is first opened; a file that changes later fails the trial that finds

@@ -72,10 +72,3 @@ def joined(a, b):
         return FileArray(a.sources + b.sources)
     return np.concatenate([a, b])
 
-
-def names(data) -> list[str]:
-    """The model's input names for a data section (what its keras.Input names must be)."""
-    out = [FLAT] if data.features else []
-    for c in data.collections:
-        out += [c.name, f"{c.name}_mask"] if c.mask else [c.name]
-    return out
