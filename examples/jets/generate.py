@@ -9,16 +9,16 @@ pT. Everything comes from a fixed seed per file, so every rank that generates a 
 file writes the same bytes; files are written atomically.
 
     python examples/jets/generate.py            # writes examples/jets/data/jets_{0..3}.h5
-    python examples/jets/generate.py --root     # and the same jets as data/root/jets_*.root
-    python examples/jets/generate.py --particles  # as particle lists: data/particles/
-    python examples/jets/generate.py --big 2    # 2 GB of jets in data/big/part_*/ (.npy)
+    python examples/jets/generate.py --root       # and the same jets as data/root/jets_*.root
+    python examples/jets/generate.py --particles  # jets as particle lists: data/particles/
+    python examples/jets/generate.py --big 2      # 2 GB of jets in data/big/part_*/ (.npy)
 
 The ROOT files hold a TTree `Events` with a fixed-size branch `image` (256 floats per
 entry: a flat branch) and `label`. The particle-list files hold the jets' particles
 (jagged branches, a list per jet), flat jet branches, a generator weight and the label,
-as an RNTuple and, in a second folder, as a TTree. The big data set is made by `blob_jets`, a vectorised
-version of the same physics (prongs as Gaussian blobs, no particle sampling), about a
-thousand times faster, for data sets larger than memory.
+as an RNTuple and, in a second folder, as a TTree. The big data set is made by
+`blob_jets`, a vectorised version of the same physics (prongs as Gaussian blobs, no
+particle sampling), about a thousand times faster, for data sets larger than memory.
 """
 from __future__ import annotations
 
