@@ -8,7 +8,7 @@ around the jet axis, pixel = summed pT of the particles that hit it, normalised 
 pT. Everything comes from a fixed seed per file, so every rank that generates a missing
 file writes the same bytes; files are written atomically.
 
-    python examples/jets/generate.py            # writes examples/jets/data/jets_{0..3}.h5
+    python examples/jets/generate.py              # writes examples/jets/data/jets_{0..3}.h5
     python examples/jets/generate.py --root       # and the same jets as data/root/jets_*.root
     python examples/jets/generate.py --particles  # jets as particle lists: data/particles/
     python examples/jets/generate.py --big 2      # 2 GB of jets in data/big/part_*/ (.npy)
