@@ -27,12 +27,16 @@ run:
                batches as training does: HDF5 (contiguous, memory-mapped), ROOT written
                by uproot uncompressed (memory-mapped baskets), HDF5 gzip and ROOT with
                uproot's default compression (zlib); each ROOT file against its HDF5 pair.
+  collections  seconds to read particle lists padded to 32 with a mask, in windowed
+               batches: from ROOT (an RNTuple and a TTree, uproot's default compression),
+               padded as they are read, against the same arrays already padded in HDF5.
 
 The model is a small dense network, so that the data path, not the model, sets the pace.
 
     python benchmarks/data_throughput.py                       # 4 GB: the issue's figures
     python benchmarks/data_throughput.py --gb 1 --pss-ranks 1,2 # a quick look
     python benchmarks/data_throughput.py --sections read        # ROOT against HDF5 only
+    python benchmarks/data_throughput.py --sections collections # particle lists only
 """
 from __future__ import annotations
 
@@ -274,6 +278,89 @@ def read_speeds(tmp: Path, jets: int, batch: int = 512, window: int = 65536,
     return rows
 
 
+def particle_lists(events: int, length: int, seed: int = 8):
+    """Jets as particle lists (about `length` particles each, Poisson): the jagged
+    branches part_pt, part_eta, part_phi and label, and the same padded as mpiopt pads them
+    (sorted by pT, cut or padded to `length`, a mask channel last): (events, length, 4)."""
+    import awkward as ak
+
+    rng = np.random.default_rng(seed)
+    counts = rng.poisson(length, events)
+    total = int(counts.sum())
+    branches = {name: ak.unflatten(values.astype(np.float32), counts) for name, values in
+                (("part_pt", rng.exponential(10.0, total)), ("part_eta", rng.normal(0, 1, total)),
+                 ("part_phi", rng.uniform(-np.pi, np.pi, total)))}
+    order = ak.argsort(branches["part_pt"], axis=1, ascending=False, stable=True)
+    padded = np.zeros((events, length, 4), np.float32)
+    for j, name in enumerate(branches):
+        cut = ak.pad_none(branches[name][order], length, axis=1, clip=True)
+        padded[:, :, j] = ak.to_numpy(ak.fill_none(cut, 0.0))
+    padded[:, :, 3] = np.arange(length) < counts[:, None]
+    return {**branches, "label": rng.integers(0, 2, events)}, padded
+
+
+def collection_speeds(tmp: Path, events: int, batch: int = 512, window: int = 65536,
+                      length: int = 32, repeat: int = 3) -> list[dict]:
+    """Seconds to read `events` padded particle lists in windowed-shuffle batches: from
+    ROOT (an RNTuple and a TTree, uproot's default compression), padded by mpiopt as it
+    reads, against the same arrays already padded in HDF5 (gzip, and contiguous); the
+    best of `repeat` rounds, each round reading every format in turn."""
+    import awkward as ak
+    import h5py
+    import uproot
+
+    from mpiopt.spec import DataSpec
+    from mpiopt.spec._types import CollectionSpec
+    from mpiopt.training.data import _opened, load_data
+    from mpiopt.training.stream import window_order
+
+    branches, padded = particle_lists(events, length)
+    files = {}
+    with h5py.File(tmp / "c.h5", "w") as h5:
+        h5["particles"], h5["labels"] = padded, branches["label"]
+    files["hdf5 padded (contiguous)"] = {"hdf5": [str(tmp / "c.h5")], "features": "particles"}
+    with h5py.File(tmp / "cz.h5", "w") as h5:
+        h5.create_dataset("particles", data=padded, chunks=(4096, length, 4), compression="gzip")
+        h5["labels"] = branches["label"]
+    files["hdf5 padded (gzip)"] = {"hdf5": [str(tmp / "cz.h5")], "features": "particles"}
+    coll = CollectionSpec("particles", ("part_pt", "part_eta", "part_phi"), length,
+                          sort_by="part_pt")
+    for form in ("rntuple", "ttree"):
+        path = tmp / f"c-{form}.root"
+        with uproot.recreate(path) as f:
+            for s in range(0, events, ROOT_BASKET):    # a cluster per extend
+                piece = {k: v[s:s + ROOT_BASKET] for k, v in branches.items()}
+                if s == 0 and form == "rntuple":
+                    f["Events"] = piece
+                    continue
+                if s == 0:
+                    f.mktree("Events", {k: str(ak.type(v).content) if isinstance(v, ak.Array)
+                                        else v.dtype for k, v in branches.items()})
+                f["Events"].extend(piece)
+        files[f"root {form} (uproot default)"] = {"root": [str(path)], "features": None,
+                                                  "collections": (coll,)}
+    order = window_order(events, 0, 0, window)
+    arrays = {}
+    for label, data in files.items():
+        _opened.clear()
+        x = load_data(DataSpec(**data, labels="label" if "root" in data else "labels",
+                               in_memory=False)).x
+        arrays[label] = x.parts["particles"] if hasattr(x, "parts") else x
+        assert np.array_equal(arrays[label][order[:batch]], padded[order[:batch]]), label
+    seconds = {label: [] for label in files}
+    for _ in range(repeat):          # alternated: a busy moment weighs on every format
+        for label, array in arrays.items():
+            seconds[label].append(_read_all(array, order, batch))
+    rows = [{"format": label, "file MB": Path(next(iter(data.values()))[0]).stat()
+             .st_size / 2**20, "read s": min(seconds[label]),
+             "samples/s": events / min(seconds[label])} for label, data in files.items()]
+    best = {r["format"]: r["read s"] for r in rows}
+    for r in rows:
+        r["x hdf5 padded (gzip)"] = r["read s"] / best["hdf5 padded (gzip)"]
+        r["x hdf5 padded (contiguous)"] = r["read s"] / best["hdf5 padded (contiguous)"]
+    return rows
+
+
 def gather_speed(tmp: Path, size: int, batches: int = 2000) -> list[dict]:
     """Samples/s of one thread gathering a rank's share of shuffled batches (`size`
     random samples each) from every memory-mapped part, against the same indexing of an
@@ -311,9 +398,11 @@ def main(argv=None) -> int:
     ap.add_argument("--pss-ranks", default="1,2,3,4", help="on the data that fits")
     ap.add_argument("--pss-full-ranks", default="1,2,4",
                     help="streamed, on the whole data set ('' for none)")
-    ap.add_argument("--sections", default="throughput,memory,gather,read",
+    ap.add_argument("--sections", default="throughput,memory,gather,read,collections",
                     help="which parts to run (comma-separated)")
     ap.add_argument("--read-jets", type=int, default=400_000)
+    ap.add_argument("--collection-jets", type=int, default=200_000,
+                    help="jets of the particle-list reads (section collections)")
     ap.add_argument("--batch", type=int, default=512)
     ap.add_argument("--repeat", type=int, default=3, help="runs of each throughput case")
     ap.add_argument("--tmp", default=None, help="where the data is written (removed after)")
@@ -350,6 +439,8 @@ def _run(args, tmp: Path) -> int:
         tables.append(gather_speed(tmp, args.batch // args.ranks))
     if "read" in sections:
         tables.append(read_speeds(tmp, args.read_jets, args.batch))
+    if "collections" in sections:
+        tables.append(collection_speeds(tmp, args.collection_jets, args.batch))
     for rows in tables:
         print(table(rows))
     print(f"({time.monotonic() - t0:.0f} s)")

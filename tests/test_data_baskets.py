@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from mpiopt.errors import DataError
-from mpiopt.training.sources import open_source
+from mpiopt.training.opening import open_source
 
 uproot = pytest.importorskip("uproot")
 

@@ -8,14 +8,17 @@ around the jet axis, pixel = summed pT of the particles that hit it, normalised 
 pT. Everything comes from a fixed seed per file, so every rank that generates a missing
 file writes the same bytes; files are written atomically.
 
-    python examples/jets/generate.py            # writes examples/jets/data/jets_{0..3}.h5
-    python examples/jets/generate.py --root     # and the same jets as data/root/jets_*.root
-    python examples/jets/generate.py --big 2    # 2 GB of jets in data/big/part_*/ (.npy)
+    python examples/jets/generate.py              # writes examples/jets/data/jets_{0..3}.h5
+    python examples/jets/generate.py --root       # and the same jets as data/root/jets_*.root
+    python examples/jets/generate.py --particles  # jets as particle lists: data/particles/
+    python examples/jets/generate.py --big 2      # 2 GB of jets in data/big/part_*/ (.npy)
 
 The ROOT files hold a TTree `Events` with a fixed-size branch `image` (256 floats per
-entry: a flat branch) and `label`. The big data set is made by `blob_jets`, a vectorised
-version of the same physics (prongs as Gaussian blobs, no particle sampling), about a
-thousand times faster, for data sets larger than memory.
+entry: a flat branch) and `label`. The particle-list files hold the jets' particles
+(jagged branches, a list per jet), flat jet branches, a generator weight and the label,
+as an RNTuple and, in a second folder, as a TTree. The big data set is made by
+`blob_jets`, a vectorised version of the same physics (prongs as Gaussian blobs, no
+particle sampling), about a thousand times faster, for data sets larger than memory.
 """
 from __future__ import annotations
 
@@ -46,7 +49,8 @@ def _prongs(rng, signal: bool, pt: float):
     return prongs
 
 
-def jet_image(rng, signal: bool) -> np.ndarray:
+def jet_particles(rng, signal: bool):
+    """(jet pT, the particles' (eta, phi) around the jet axis, their pT fractions)."""
     pt = rng.uniform(250.0, 500.0)
     hits, weights = [], []
     for eta, phi, frac, width in _prongs(rng, signal, pt):
@@ -57,7 +61,11 @@ def jet_image(rng, signal: bool) -> np.ndarray:
     n_soft = rng.poisson(6 if signal else 10)  # soft wide-angle radiation, more from gluons
     hits.append(rng.normal(0.0, 0.35, size=(n_soft, 2)))
     weights.append(rng.exponential(0.01, n_soft))
-    hits, weights = np.concatenate(hits), np.concatenate(weights)
+    return pt, np.concatenate(hits), np.concatenate(weights)
+
+
+def jet_image(rng, signal: bool) -> np.ndarray:
+    _, hits, weights = jet_particles(rng, signal)
     edges = np.linspace(-HALF_WIDTH, HALF_WIDTH, PIXELS + 1)
     image, _, _ = np.histogram2d(hits[:, 0], hits[:, 1], bins=(edges, edges), weights=weights)
     return (image / max(image.sum(), 1e-9)).astype(np.float32)
@@ -101,6 +109,72 @@ def ensure_root() -> list[Path]:
                 f["Events"].extend({"image": images.reshape(len(images), -1), "label": labels})
             tmp.replace(file)
         out.append(file)
+    return out
+
+
+def particle_events(index: int) -> dict:
+    """The jets of file `index` as particle lists, the branches a physicist's ntuple has:
+    per particle part_pt (GeV), part_ptrel (pT / jet pT), part_deta, part_dphi (around
+    the jet axis); per jet jet_pt, jet_mass (of the massless particles), n_part, a
+    generator weight (a falling pT spectrum, 5% of the events negative, as NLO
+    generators write them) and label (1 = W jet)."""
+    import awkward as ak
+
+    rng = np.random.default_rng(2000 + index)
+    labels = rng.integers(0, 2, JETS_PER_FILE)
+    jets = [jet_particles(rng, bool(s)) for s in labels]
+    pt = np.array([j[0] for j in jets])
+    counts = np.array([len(j[2]) for j in jets])
+    frac = np.concatenate([j[2] for j in jets])
+    where = np.concatenate([j[1] for j in jets])
+    part_pt = frac * np.repeat(pt, counts)
+    sign = np.where(rng.random(JETS_PER_FILE) < 0.05, -1.0, 1.0)
+
+    def jagged(values):
+        return ak.unflatten(values.astype(np.float32), counts)
+
+    return {"jet_pt": pt.astype(np.float32), "jet_mass": _mass(part_pt, where, counts),
+            "n_part": counts.astype(np.int32), "weight": sign * (pt / 250.0) ** -4,
+            "label": labels.astype(np.int64), "part_pt": jagged(part_pt),
+            "part_ptrel": jagged(frac), "part_deta": jagged(where[:, 0]),
+            "part_dphi": jagged(where[:, 1])}
+
+
+def _mass(pt, where, counts) -> np.ndarray:
+    """The invariant mass of each jet's (massless) particles."""
+    eta, phi = where[:, 0], where[:, 1]
+    jet = np.repeat(np.arange(len(counts)), counts)
+    p = [np.bincount(jet, c, len(counts)) for c in
+         (pt * np.cosh(eta), pt * np.cos(phi), pt * np.sin(phi), pt * np.sinh(eta))]
+    return np.sqrt(np.maximum(p[0] ** 2 - p[1] ** 2 - p[2] ** 2 - p[3] ** 2, 0)).astype(np.float32)
+
+
+def ensure_particles() -> dict:
+    """The particle-list jets as ROOT files, in both of ROOT's formats (uproot: pip
+    install 'mpiopt[uproot]'): data/particles/rntuple/jets_*.root hold an RNTuple (what
+    `f["Events"] = {...}` writes), data/particles/ttree/jets_*.root a TTree of the same
+    jets (`mktree`, then `extend`)."""
+    import awkward as ak
+    import uproot
+
+    out = {"rntuple": [], "ttree": []}
+    for i in range(FILES):
+        events = None
+        for form in out:
+            file = DATA / "particles" / form / f"jets_{i}.root"
+            if not file.exists():
+                events = events or particle_events(i)
+                file.parent.mkdir(parents=True, exist_ok=True)
+                tmp = file.with_name(f".{file.name}.tmp")
+                with uproot.recreate(tmp) as f:
+                    if form == "rntuple":
+                        f["Events"] = events
+                    else:
+                        f.mktree("Events", {k: str(ak.type(v).content) if isinstance(v, ak.Array)
+                                            else v.dtype for k, v in events.items()})
+                        f["Events"].extend(events)
+                tmp.replace(file)
+            out[form].append(file)
     return out
 
 
@@ -158,6 +232,10 @@ if __name__ == "__main__":
     if "--root" in args:
         for path in ensure_root():
             print(path)
+    if "--particles" in args:
+        for paths in ensure_particles().values():
+            for path in paths:
+                print(path)
     if "--big" in args:
         print(f"{len(ensure_big(float(args[args.index('--big') + 1])))} parts in {DATA / 'big'}")
     sys.exit(0)

@@ -17,6 +17,28 @@ def build_flat_model(params):
                                        *_layers(keras, params)]), params)
 
 
+def build_particle_model(params, length=32):
+    """A Deep Sets network on the jets' particle lists (particles.yaml): the same small
+    network applied to every particle, summed over the real particles (the mask), joined
+    with the jet's pT and mass. Its inputs are named as the data section makes them:
+    `particles` (length, 3), `particles_mask` (length,) and `features` (2,)."""
+    import keras
+
+    particles = keras.Input((length, 3), name="particles")
+    mask = keras.Input((length,), name="particles_mask")
+    jet = keras.Input((2,), name="features")
+    each = particles
+    for _ in range(2):
+        each = keras.layers.Dense(int(params["dense_units"]), activation="relu")(each)
+    summed = keras.layers.Dot(axes=1)([mask, each])          # sum over the real particles
+    joined = keras.layers.Concatenate()([summed, keras.layers.Rescaling(0.01)(jet)])
+    hidden = keras.layers.Dense(int(params["dense_units"]), activation="relu")(joined)
+    hidden = keras.layers.Dropout(params["dropout"])(hidden)
+    out = keras.layers.Dense(1, activation="sigmoid")(hidden)
+    return _compiled(keras.Model({"particles": particles, "particles_mask": mask,
+                                  "features": jet}, out), params)
+
+
 def _layers(keras, params):
     k = int(params["kernel_size"])
     f = int(params["filters"])

@@ -1,7 +1,9 @@
 """`mpiopt validate SPEC [--set NAME=VALUE ...]`: check a spec and print it resolved.
 
 The output is the spec exactly as a study would store it (defaults filled in, includes
-expanded, paths absolute), so it doubles as documentation of what a short spec means.
+expanded, paths absolute), so it doubles as documentation of what a short spec means;
+where the data section selects or weighs events, comment lines after it say how many
+events the files hold and how many the selection keeps.
 A function objective is also imported, to catch import errors before a cluster job does;
 a Keras model file is only checked statically (importing it would import TensorFlow).
 """
@@ -30,4 +32,9 @@ def run(args) -> int:
     if spec.objective.function:
         load_callable(spec.objective.function, spec.base_dir, spec.source, "objective.function")
     print(spec.to_yaml(), end="")
+    if spec.objective.data is not None:      # comments: the output stays the resolved spec
+        from mpiopt.training.data import describe
+
+        for line in describe(spec.objective.data, spec.base_dir):
+            print(f"# {line}")
     return 0

@@ -196,6 +196,20 @@ def _keeper(spec):
                   refit=spec.training.refit)
 
 
+def _data_lines(spec) -> list[str]:
+    """The events the study trains on, before and after its selection (files that became
+    unreadable since the spec was checked fail the trials, which say so)."""
+    from mpiopt.errors import DataError
+    from mpiopt.training.data import describe
+
+    if spec.objective.data is None:
+        return []
+    try:
+        return describe(spec.objective.data, spec.base_dir)
+    except DataError:
+        return []
+
+
 def _announce(run: RunContext) -> None:
     """The run's first lines: what is searched, on what layout, into which database."""
     spec, topo, sched, progress = run.spec, run.topo, run.sched, run.progress
@@ -215,6 +229,8 @@ def _announce(run: RunContext) -> None:
         progress.say(f"resuming: {sched.finished} finished trials kept, "
                      f"{len(sched.reruns)} to run again")
     for line in getattr(run.opened, "notes", ()):
+        progress.say(line)
+    for line in _data_lines(spec):
         progress.say(line)
     if spec.objective.model and NATIVE_LOG.get():
         progress.say(f"the framework's native start-up messages go to {NATIVE_LOG.get()}")

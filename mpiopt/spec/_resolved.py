@@ -33,6 +33,8 @@ def _data_beyond_first_release(d) -> dict:
             out[f.name] = list(value) if isinstance(value, (list, tuple)) else value
     if isinstance(d.features, tuple):
         out["features"] = list(d.features)
+    if d.collections:
+        out["collections"] = {c.name: c.to_dict() for c in d.collections}
     return out
 
 

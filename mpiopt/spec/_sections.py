@@ -10,6 +10,7 @@ from mpiopt.errors import SpecError, shown
 from mpiopt.field import REQUIRED, Field, Fields
 from mpiopt.objective.metrics import DIRECTIONS, parse_constraint
 from mpiopt.refs import check_ref
+from mpiopt.spec._events import events_fields
 from mpiopt.spec._reader import _Section, _show
 from mpiopt.spec._types import DataSpec, ObjectiveSpec, ResourcesSpec, SearchSpec, StudySpec
 
@@ -187,11 +188,13 @@ DATA = Fields(
           "(one part of the data set each), globs allowed."),
     Field("hdf5", [], "paths", "HDF5 files, globs allowed."),
     Field("root", [], "paths", "ROOT files, globs allowed, read through uproot "
-          "(`pip install 'mpiopt[uproot]'`): flat branches of `tree`; a jagged branch is refused."),
-    Field("tree", "Events", "text", "`root`: the TTree holding the branches."),
+          "(`pip install 'mpiopt[uproot]'`): flat branches of `tree` as features, jagged ones "
+          "as `collections`."),
+    Field("tree", "Events", "text", "`root`: the TTree or RNTuple holding the branches "
+          "(whichever the file holds)."),
     Field("features", "features", "text", "The array (npz, npy), dataset (HDF5) or branches "
-          "(ROOT: a name or a list, one column each) of the inputs.",
-          shown="`features`"),
+          "(ROOT: a name or a list, one column each) of the inputs; with `collections`, the "
+          "flat input `features`, none unless given.", shown="`features`"),
     Field("labels", "labels", "text", "The array, dataset or branch of the targets (numbers)."),
     Field("val_npz", [], "paths", _VALIDATION),
     Field("val_npy", [], "paths", _VALIDATION),
@@ -213,6 +216,18 @@ DATA = Fields(
           choices=("sample", "file")),
     Field("cache", None, "text", "A node-local directory: each file is copied there once per "
           "node (the first rank copies, the others wait) and read from there.", shown="–"),
+    Field("collections", None, "mapping", "`root`: per-object inputs (particles, tracks, jets) "
+          "as `{NAME: {branches, length, ...}}` (`objective.data.collections` below): each "
+          "jagged branch padded or cut to `length` objects, the model's input `NAME` with its "
+          "mask `NAME_mask` (a Keras model with named inputs).", shown="–"),
+    Field("weights", None, "text", "Event weights: the branch, dataset or array holding one "
+          "number per event (negative ones allowed), used in the loss and in the validation "
+          "metrics, scaled to a mean of 1.", shown="–"),
+    Field("balance_classes", False, "flag", "Scale each class's weights (1 per event without "
+          "`weights`) to the same total."),
+    Field("selection", None, "text", "The events to train on: an expression over branches "
+          "(datasets, arrays) of one number per event, such as `(jet_pt > 250) & "
+          "(abs(jet_eta) < 2)`, applied before the splits.", shown="–"),
 )
 _FILES = ("npz", "npy", "hdf5", "root")
 
@@ -234,17 +249,22 @@ def _data(sec: _Section, base_dir: Path, check_files: bool) -> DataSpec:
             sec.fail("val_" + k, "validation files go with training files of the same kind"
                      + ("; a loader returns its own split" if loader else ""))
     plain = {f.name: f.read(sec) for f in DATA if f.plain and f.name not in
-             ("features", "in_memory", "cache")}
+             ("features", "in_memory", "cache", "weights", "balance_classes", "selection")}
     if plain["split_by"] == "file" and loader:
         sec.fail("split_by", "'file' needs data files; a loader's arrays have none")
-    spec = DataSpec(loader=loader, **plain, **files, features=_features(sec, "root" in given),
+    events = events_fields(sec, given, bool(loader))
+    features = _features(sec, "root" in given, bool(events["collections"]))
+    spec = DataSpec(loader=loader, **plain, **files, **events, features=features,
                     in_memory=_in_memory(sec), cache=_cache_dir(sec, base_dir))
     if check_files and given:
         _check_data(sec, spec)
     return spec
 
 
-def _features(sec: _Section, root: bool):
+def _features(sec: _Section, root: bool, collections: bool = False):
+    """The features' name (branch names for ROOT); with collections, none unless given."""
+    if collections and "features" not in sec.data:
+        return None
     value = sec.raw("features", "features")
     if isinstance(value, str) and value:
         return value

@@ -18,6 +18,25 @@ class StudySpec:
 
 
 @dataclass(frozen=True)
+class CollectionSpec:
+    """One collection of objective.data.collections: per-object jagged branches padded or
+    cut to `length` objects (mpiopt.training.rootfiles)."""
+
+    name: str
+    branches: tuple
+    length: int
+    sort_by: str | None = None
+    order: str = "descending"
+    pad_value: float = 0.0
+    mask: bool = True
+
+    def to_dict(self) -> dict:
+        """As the spec writes it (the resolved spec: stored, fingerprinted, shown)."""
+        return {"branches": list(self.branches), "length": self.length, "sort_by": self.sort_by,
+                "order": self.order, "pad_value": self.pad_value, "mask": self.mask}
+
+
+@dataclass(frozen=True)
 class DataSpec:
     loader: str | None = None
     npz: list = field(default_factory=list)
@@ -36,6 +55,10 @@ class DataSpec:
     shuffle_window: int = 65536
     split_by: str = "sample"
     cache: str | None = None
+    collections: tuple = ()                # CollectionSpec, ...
+    weights: str | None = None
+    balance_classes: bool = False
+    selection: str | None = None
 
 
 @dataclass(frozen=True)

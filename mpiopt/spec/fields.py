@@ -18,6 +18,7 @@ import re
 from mpiopt.field import Field, Fields
 from mpiopt.search import ALGORITHMS
 from mpiopt.search.options import OPTIONS
+from mpiopt.spec._events import COLLECTION
 from mpiopt.spec._search import SEARCH
 from mpiopt.spec._sections import DATA, OBJECTIVE, RESOURCES, STUDY
 from mpiopt.spec._storage import STORAGE
@@ -28,6 +29,7 @@ SECTIONS: dict[str, Fields] = {
     "storage": STORAGE,
     "objective": OBJECTIVE,
     "objective.data": DATA,
+    "objective.data.collections": COLLECTION,
     "search": SEARCH,
     **{f"search.{name}": OPTIONS[name] for name in ALGORITHMS},
     "training": TRAINING,

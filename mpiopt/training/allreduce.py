@@ -24,7 +24,7 @@ import numpy as np
 
 from mpiopt.training._algorithm import Algorithm, Clock, EpochStats
 from mpiopt.training.data import batches, shard
-from mpiopt.training.stream import prefetched
+from mpiopt.training.stream import prefetched, rows
 
 
 class AllreduceSGD(Algorithm):
@@ -73,9 +73,9 @@ class AllreduceSGD(Algorithm):
         """Into the buffer: this rank's scaled gradient, after applying the previous step's
         summed gradient when one is pending (one compiled call for both)."""
         xb, yb = batch
-        if len(xb) and pending:
+        if rows(xb) and pending:
             self.model.apply_and_gradient(self.buffer, xb, yb, scale, self.buffer)
-        elif len(xb):
+        elif rows(xb):
             self.model.gradient(xb, yb, scale, self.buffer)
         else:
             if pending:
@@ -86,7 +86,7 @@ class AllreduceSGD(Algorithm):
         clock, losses = Clock(stats), []
         parts = [order[b] for b in batches(len(order), self.training.batch_size)]
         for xb, yb in prefetched(x, y, parts):
-            losses.append((self.model.train_step(xb, yb), len(xb)))
+            losses.append((self.model.train_step(xb, yb), rows(xb)))
             stats.steps += 1
         stats.loss = sum(float(l) * n for l, n in losses) / max(1, len(order))
         clock.compute()

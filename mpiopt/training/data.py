@@ -15,6 +15,12 @@ limit) divided by the ranks on the node, and no more than the rank's RLIMIT_AS/R
 the model.) `true` and `false` force either path. Both give the same splits and, with
 `shuffle: exact`, the same batches, so the same trial values.
 
+What the events hold is read the same way in either path: the selection keeps a file's
+passing entries as it is opened (mpiopt.training.opening), so splits and shuffles run over
+selected events; collections make the features named inputs (mpiopt.training.inputs);
+the event weights are scaled once over all the selected events, before any split
+(mpiopt.training.weights).
+
 Data are read once per process and kept for the next trials of the same study (the key
 is the data section of the spec). The size and modification time of every file are
 recorded when it is first opened; a file that changes later fails the trial that finds
@@ -34,37 +40,46 @@ from pathlib import Path
 import numpy as np
 
 from mpiopt.errors import DataError, SpecError
-from mpiopt.training.sources import open_source
+from mpiopt.training.inputs import FLAT, Inputs, joined
+from mpiopt.training.opening import open_source
+from mpiopt.training.sources import Reading
 from mpiopt.training.stream import FileArray, file_numbers, index_dtype, streamed, window_order
+from mpiopt.training.weights import scaled, weighted
 
 
 @dataclass
 class Dataset:
-    """Training arrays and, when the data brought one, a separate validation set."""
+    """Training arrays and, when the data brought one, a separate validation set. x is an
+    array (in memory or streamed), or named Inputs (objective.data.collections); w the
+    event weights (objective.data.weights, balance_classes), or None."""
 
     x: np.ndarray
     y: np.ndarray
     x_val: np.ndarray | None = None
     y_val: np.ndarray | None = None
     groups: np.ndarray | None = None   # split_by: file: the file number of each sample
+    w: np.ndarray | None = None
+    w_val: np.ndarray | None = None
 
     @property
     def has_validation(self) -> bool:
         return self.x_val is not None
 
+    @property
+    def targets(self):
+        """The labels with their weights (what a batch's loss takes), or the labels alone."""
+        return weighted(self.y, self.w)
+
     def merged(self) -> "Dataset":
         """Training and validation samples as one training set (training.refit)."""
         if not self.has_validation:
             return self
-        if streamed(self.x):
-            x = FileArray(self.x.sources + self.x_val.sources)
-        else:
-            x = np.concatenate([self.x, self.x_val])
-        return Dataset(x, np.concatenate([self.y, self.y_val]))
+        w = None if self.w is None else np.concatenate([self.w, self.w_val])
+        return Dataset(joined(self.x, self.x_val), np.concatenate([self.y, self.y_val]), w=w)
 
 
 _cache: dict = {}       # data section -> (Dataset, the files it was read from)
-_opened: dict = {}      # (kind, path, features, labels, tree) -> Source, per process
+_opened: dict = {}      # (kind, path, Reading) -> Source, per process
 _seen: dict = {}        # file -> (size, mtime_ns) when this process first saw it
 KINDS = ("npz", "npy", "hdf5", "root")
 MEMORY_SHARE = 0.25
@@ -107,8 +122,7 @@ def check_finite(ds: Dataset) -> Dataset:
     holds it, and the trial then ends COMPLETE with chance-level accuracy (measured: one
     NaN pixel in the digits gave two of three folds 10% accuracy, no error anywhere).
     So the data is refused where it is read, with where the first one is."""
-    for name, a in (("features", ds.x), ("labels", ds.y), ("validation features", ds.x_val),
-                    ("validation labels", ds.y_val)):
+    for name, a in _checked(ds):
         if a is None or streamed(a) or not np.issubdtype(np.asarray(a).dtype, np.inexact):
             continue
         flat = np.asarray(a).reshape(len(a), -1)
@@ -128,6 +142,16 @@ def check_finite(ds: Dataset) -> Dataset:
     return ds
 
 
+def _checked(ds: Dataset):
+    """(what, array) of everything check_finite looks at: each input of named Inputs."""
+    for name, a in (("features", ds.x), ("labels", ds.y), ("validation features", ds.x_val),
+                    ("validation labels", ds.y_val)):
+        if isinstance(a, Inputs):
+            yield from ((f"{name} '{k}'", part) for k, part in a.parts.items())
+        else:
+            yield name, a
+
+
 def _read(data, base_dir, files: list) -> Dataset:
     if data.loader:
         from mpiopt.refs import load_callable
@@ -136,12 +160,35 @@ def _read(data, base_dir, files: list) -> Dataset:
         return check_finite(from_loader(loaded))
     train = catalog(data, base_dir, files=files)
     val = catalog(data, base_dir, prefix="val_", files=files)
-    nbytes = sum(s.n * s.sample_bytes + s.labels.nbytes for s in train + val)
-    stream = not in_memory(data.in_memory, nbytes)
-    x, y = _features(train, stream), _labels(train)
-    xv, yv = (_features(val, stream), _labels(val)) if val else (None, None)
+    stream = not in_memory(data.in_memory, sum(s.nbytes for s in train + val))
+    x, y = _inputs(train, stream, data), _labels(train)
+    xv, yv = (_inputs(val, stream, data), _labels(val)) if val else (None, None)
     groups = file_numbers(train) if data.split_by == "file" else None
-    return check_finite(Dataset(x, y, xv, yv, groups=groups))
+    w = scaled(_weights(train), y, data.balance_classes, files_named(train))
+    wv = scaled(_weights(val), yv, data.balance_classes, files_named(val)) if val else None
+    return check_finite(Dataset(x, y, xv, yv, groups=groups, w=w, w_val=wv))
+
+
+def _inputs(sources, stream: bool, data):
+    """The features, or with collections the named Inputs (mpiopt.training.inputs)."""
+    if not data.collections:
+        return _features(sources, stream)
+    parts = {FLAT: _features(sources, stream)} if data.features else {}
+    for c in data.collections:
+        parts[c.name] = _features([s.inputs[c.name] for s in sources], stream)
+    return Inputs(parts, masked=[c.name for c in data.collections if c.mask])
+
+
+def _weights(sources):
+    if any(s.weights is None for s in sources):
+        return None
+    return np.concatenate([s.weights for s in sources])
+
+
+def files_named(sources) -> str:
+    """A file list as one line names it: its first file, and how many more."""
+    more = len(sources) - 1
+    return sources[0].file + (f" (and {more} more file{'s' * (more > 1)})" if more else "")
 
 
 def catalog(data, base_dir=None, prefix: str = "", files: list | None = None) -> list:
@@ -156,9 +203,7 @@ def catalog(data, base_dir=None, prefix: str = "", files: list | None = None) ->
             break
     else:
         return []
-    features = data.features
-    if kind == "root" and isinstance(features, str):
-        features = [features]
+    reading = Reading.of(data)
     sources = []
     watched = [] if files is None else files
     for path in expand(patterns, base_dir, directories=kind == "npy"):
@@ -166,12 +211,50 @@ def catalog(data, base_dir=None, prefix: str = "", files: list | None = None) ->
         check_unchanged(watched[-1:])
         if data.cache:
             path = local_copy(path, data.cache)
-        key = kind, str(path), repr(features), data.labels, data.tree
+        key = kind, str(path), reading
         if key not in _opened:
-            _opened[key] = open_source(kind, str(path), features, data.labels, key[4])
+            _opened[key] = open_source(kind, str(path), reading=reading)
         sources.append(_opened[key])
     FileArray(sources)             # the files' sample shapes agree, or one line says which
+    if data.selection and not any(s.n for s in sources):
+        raise DataError(f"{files_named(sources)}: objective.data.selection: keeps no event of "
+                        f"the {sum(s.events for s in sources)} in the "
+                        f"{'validation ' * bool(prefix)}files: {data.selection!r}")
     return sources
+
+
+def describe(data, base_dir=None) -> list[str]:
+    """What the data section reads, in lines for a person: the events of each file list,
+    before and after the selection, and the weights. Empty for a loader, and for files
+    read as they are (no selection, weights or collections)."""
+    from dataclasses import replace
+
+    if data.loader or not (data.selection or data.weights or data.balance_classes
+                           or data.collections):
+        return []
+    lines = []
+    for prefix, what in (("", "training"), ("val_", "validation")):
+        sources = catalog(replace(data, cache=None), base_dir, prefix=prefix)
+        if not sources:
+            continue
+        events, kept = sum(s.events for s in sources), sum(s.n for s in sources)
+        line = f"data: {what}: {events} events in {len(sources)} file{'s' * (len(sources) > 1)}"
+        if data.selection:
+            line += (f"; the selection keeps {kept} ({100 * kept / max(1, events):.1f}%): "
+                     f"{data.selection}")
+        lines.append(line + _weights_note(data, sources))
+    return lines
+
+
+def _weights_note(data, sources) -> str:
+    if not data.weights:
+        return "; classes balanced" if data.balance_classes else ""
+    w = _weights(sources)
+    negative = int((w < 0).sum())
+    note = f"; weights '{data.weights}'"
+    if negative:
+        note += f" ({negative} negative, {100 * negative / max(1, len(w)):.1f}%)"
+    return note + (", classes balanced" if data.balance_classes else "")
 
 
 def _features(sources, stream: bool):

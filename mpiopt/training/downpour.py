@@ -24,7 +24,7 @@ import numpy as np
 from mpiopt.backoff import Backoff
 from mpiopt.training._algorithm import Algorithm, Clock, EpochStats, wait
 from mpiopt.training.data import batches, shard
-from mpiopt.training.stream import prefetched
+from mpiopt.training.stream import prefetched, rows
 
 TAG_GRAD, TAG_DONE, TAG_WEIGHTS = 11, 12, 13
 
@@ -88,7 +88,7 @@ class Downpour(Algorithm):
         total, count, fresh = np.zeros_like(self.grad), 0, False
         parts = [mine[b] for b in batches(len(mine), local_batch)]
         for xb, yb in prefetched(x, y, parts, failures=self.read_failures):
-            if not len(xb):        # a failed read: the epoch ends with a DONE, as usual
+            if not rows(xb):        # a failed read: the epoch ends with a DONE, as usual
                 continue
             if fresh:  # continue from the master's weights, set in the same compiled call
                 self.model.set_weights_and_gradient(self.weights, xb, yb, 1.0, self.grad)

@@ -20,7 +20,7 @@ import numpy as np
 
 from mpiopt.training._algorithm import Algorithm, Clock, EpochStats
 from mpiopt.training.data import batches, shard
-from mpiopt.training.stream import prefetched
+from mpiopt.training.stream import prefetched, rows
 
 
 class EASGD(Algorithm):
@@ -47,8 +47,8 @@ class EASGD(Algorithm):
         parts = [order[b][shard(b.stop - b.start, self.size, self.rank)]
                  for b in batches(len(order), self.training.batch_size)]
         for xb, yb in prefetched(x, y, parts, failures=self.read_failures):
-            if len(xb):
-                losses.append((self.model.train_step(xb, yb), len(xb)))
+            if rows(xb):
+                losses.append((self.model.train_step(xb, yb), rows(xb)))
             self.local_steps += 1
             stats.steps += 1
             clock.compute()

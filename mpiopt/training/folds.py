@@ -26,7 +26,8 @@ import numpy as np
 
 from mpiopt.training import resume
 from mpiopt.training.kfold import group_holdout_split, group_kfold_splits, holdout_split, kfold_splits
-from mpiopt.training.stream import View, streamed
+from mpiopt.training.stream import View, streamed, take
+from mpiopt.training.weights import Weighted, weighted
 
 
 @dataclass
@@ -37,12 +38,19 @@ class Splits:
     pairs: Sequence | None  # (train indices, validation indices) per fold; None: the given val set
 
     def arrays(self, data, fold: int):
+        """(x, y, x_val, y_val) of a fold; y holds the event weights with the labels
+        where the data has them (mpiopt.training.weights)."""
         if self.pairs is None:
-            return data.x, data.y, data.x_val, data.y_val
+            return data.x, data.targets, data.x_val, weighted(data.y_val, data.w_val)
         train, val = self.pairs[fold]
-        if streamed(data.x):   # the labels stay where they are too: read with each batch
-            return View(data.x, train), View(data.y, train), View(data.x, val), View(data.y, val)
-        return data.x[train], data.y[train], data.x[val], data.y[val]
+        # streamed: the labels stay where they are too, read with each batch
+        part = View if streamed(data.x) else take
+
+        def targets(idx):
+            y = part(data.y, idx)
+            return y if data.w is None else Weighted(y, part(data.w, idx))
+
+        return take(data.x, train), targets(train), take(data.x, val), targets(val)
 
 
 def make_splits(data, training, seed: int) -> Splits:

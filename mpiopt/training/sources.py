@@ -2,8 +2,8 @@
 
 A Source knows its file's sample count, the shape and dtype of one sample's features, the
 labels (whole: stratified K-fold needs all of them; memory-mapped where the features are,
-so a rank's copy is only the one the training concatenates) and how to read the features
-of some samples. Formats:
+so a rank's copy is only the one the training concatenates), the event weights when the
+spec names them, and how to read the features of some samples. Formats:
 
 - `npy`: a directory holding `<features>.npy` and `<labels>.npy`, memory-mapped
   (np.load mmap_mode="r");
@@ -12,11 +12,12 @@ of some samples. Formats:
   streaming (save with np.savez, or use `in_memory: true`);
 - `hdf5`: a contiguous dataset without filters is memory-mapped at its offset; a chunked
   or compressed one is read through h5py, by sample ranges;
-- `root`: flat branches of a TTree, one column per branch (a branch with a fixed-size
-  array per entry gives that many columns). Branches whose baskets are all stored
-  uncompressed are memory-mapped and read by sample (mpiopt.training.baskets states the
-  rule); the others are read through uproot by entry ranges (whole clusters). Jagged
-  branches (a variable number of values per entry) are refused, naming the branch.
+- `root`: a TTree or an RNTuple, whichever the file holds under `tree`
+  (mpiopt.training.rootfiles): flat branches give one column each, collections of jagged
+  branches are padded per cluster.
+
+mpiopt.training.opening opens a file in its format and applies the weights and the
+selection.
 
 Memory-mapped features live in the page cache, which every rank on the node shares: one
 copy per node, however many ranks read it. Every failure names the file and the field.
@@ -26,11 +27,11 @@ from __future__ import annotations
 import os
 import zipfile
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 
 from mpiopt.errors import DataError
-from mpiopt.training.baskets import mapped_branches
 
 
 @dataclass
@@ -46,6 +47,10 @@ class Source:
     # the others: where their blocks start (the format's own: HDF5 chunks, ROOT clusters,
     # merged up to at least `BLOCK` samples), and n at the end
     bounds: np.ndarray | None = None
+    weights: np.ndarray | None = None   # objective.data.weights, one per sample
+    inputs: dict = field(default_factory=dict)   # collections: name -> Source, same samples
+    columns: "Columns | None" = None  # the file's per-event values by name
+    events: int | None = None         # the file's entries before the selection
 
     def blocks(self, block: int) -> np.ndarray:
         """Block boundaries for reads by range: the format's own, at least `block` apart."""
@@ -61,12 +66,71 @@ class Source:
     def sample_bytes(self) -> int:
         return int(np.prod(self.sample_shape, dtype=np.int64)) * self.dtype.itemsize
 
+    @property
+    def nbytes(self) -> int:
+        """What the samples take in memory: features, collections, labels and weights."""
+        own = self.n * self.sample_bytes + self.labels.nbytes
+        own += 0 if self.weights is None else self.weights.nbytes
+        return own + sum(s.n * s.sample_bytes for s in self.inputs.values())
+
     def read(self, start: int, stop: int) -> np.ndarray:
         """Features of samples [start, stop) of this file."""
         if self.mapped is not None:
             return np.asarray(self.mapped[start:stop])
         with named(self.file, "features"):
             return self.reader(start, stop)
+
+
+@dataclass(frozen=True)
+class Reading:
+    """What is read of each file: the data section's fields that concern one file
+    (hashable: with the file, the key of a file opened once per process)."""
+
+    features: str | tuple | None = "features"
+    labels: str = "labels"
+    tree: str = "Events"
+    weights: str | None = None
+    selection: str | None = None
+    collections: tuple = ()     # the spec's collections (name, branches, length, ...)
+
+    @classmethod
+    def of(cls, data) -> "Reading":
+        features = data.features
+        if isinstance(features, str) and data.root:
+            features = (features,)
+        return cls(tuple(features) if isinstance(features, list) else features,
+                   data.labels, data.tree, data.weights, data.selection, tuple(data.collections))
+
+
+@dataclass
+class Columns:
+    """A file's per-event values by name (`objective.data.selection` and `weights` read
+    them): `holder` has `names`, each a `word` (branch, dataset, array)."""
+
+    holder: str
+    word: str
+    names: list
+    read: Callable[[str], np.ndarray]
+
+    def get(self, file, where: str, name: str, events: int) -> np.ndarray:
+        """One number per event of column `name`, or one line naming file and field."""
+        if name not in self.names:
+            raise DataError(f"{file}: {where}: {self.holder} has no {self.word} '{name}' "
+                            f"(has {', '.join(self.names)})")
+        with named(file, where):
+            values = np.asarray(self.read(name))
+        if values.ndim == 2 and values.shape[1] == 1:
+            values = values[:, 0]
+        if values.dtype == object:
+            raise DataError(f"{file}: {where}: {self.word} '{name}' is jagged (a variable "
+                            f"number of values per event); it needs one number per event")
+        if values.dtype.kind not in "biuf":
+            raise DataError(f"{file}: {where}: {self.word} '{name}' is not numbers "
+                            f"(dtype {values.dtype})")
+        if values.shape != (events,):
+            raise DataError(f"{file}: {where}: {self.word} '{name}' has shape "
+                            f"{values.shape}, not one number for each of the {events} events")
+        return values
 
 
 class named:
@@ -86,18 +150,7 @@ class named:
                         f"{text})") from exc
 
 
-def open_source(kind: str, file: str, features, labels: str, tree: str = "Events") -> Source:
-    """The Source of one file (for npy: one directory)."""
-    if not os.path.exists(file):
-        raise DataError(f"{file}: no such file")
-    opener = {"npy": _npy, "npz": _npz, "hdf5": _hdf5, "root": _root}[kind]
-    with named(file, "opening"):
-        src = opener(file, features, labels, tree)
-    _check_labels(src, labels)
-    return src
-
-
-def _check_labels(src: Source, labels: str) -> None:
+def check_labels(src: Source, labels: str) -> None:
     if src.labels.dtype.kind not in "biuf":
         raise DataError(f"{src.file}: labels '{labels}' are not numbers "
                         f"(dtype {src.labels.dtype})")
@@ -106,7 +159,7 @@ def _check_labels(src: Source, labels: str) -> None:
                         f"labels in '{labels}'")
 
 
-def _made(file, mapped, labels, **kw) -> Source:
+def made(file, mapped, labels, **kw) -> Source:
     if isinstance(mapped, np.memmap):   # the same pages, without np.memmap's Python-level
         mapped = mapped.view(np.ndarray)  # indexing: a batch indexes dozens of files
     return Source(file, len(mapped), tuple(mapped.shape[1:]), mapped.dtype,
@@ -123,7 +176,7 @@ def _npy(directory, features, labels, tree) -> Source:
         x = np.load(paths["features"], mmap_mode="r")
     with named(paths["labels"], "labels"):
         y = np.load(paths["labels"], mmap_mode="r")
-    return _made(directory, x, y)
+    return made(directory, x, y)
 
 
 def _npz(file, features, labels, tree) -> Source:
@@ -143,7 +196,7 @@ def _npz(file, features, labels, tree) -> Source:
         with np.load(file) as npz:
             y = npz[labels]
     if mapped is not None:
-        return _made(file, mapped, y)
+        return made(file, mapped, y)
 
     def read(lo, hi):        # np.savez_compressed: only whole (the in-memory path)
         with np.load(file) as npz:
@@ -190,7 +243,7 @@ def _hdf5(file, features, labels, tree) -> Source:
         plain = ds.chunks is None and offset is not None and not ds.compression
         shape, dtype, ds_chunks = ds.shape, ds.dtype, ds.chunks
     if plain:
-        return _made(file, np.memmap(file, dtype=dtype, mode="r", offset=offset, shape=shape), y)
+        return made(file, np.memmap(file, dtype=dtype, mode="r", offset=offset, shape=shape), y)
     handle: dict = {}
 
     def read(start, stop):
@@ -210,51 +263,36 @@ def _mapped_dataset(file, ds) -> np.ndarray:
     return ds[()]
 
 
-def _root(file, features, labels, tree) -> Source:
-    try:
-        import uproot
-    except ImportError as e:
-        raise DataError("data.root needs uproot: pip install 'mpiopt[uproot]'") from e
-    branches = [features] if isinstance(features, str) else list(features)
-    t = _tree(uproot.open(file, array_cache=None), file, tree)
-    names = list(t.keys())
-    for name in branches + [labels]:
-        if name not in names:
-            raise DataError(f"{file}: tree '{tree}' has no branch '{name}' "
-                            f"(has {', '.join(names)})")
-    head = t.arrays(branches, entry_stop=min(2, t.num_entries), library="np")
-    for name in branches:
-        if head[name].dtype == object:
-            raise DataError(f"{file}: branch '{name}' is jagged (a variable number of values "
-                            f"per entry); only flat branches are read: flatten or pad it")
-    y = t.arrays([labels], library="np")[labels]
-    mapped = mapped_branches(file, t, branches)
-    if mapped is not None:
-        return _made(file, mapped, y)
-    first = _columns(t, branches, 0, min(1, t.num_entries))
-    handle: dict = {}
-
-    def read(start, stop):
-        if "tree" not in handle:
-            handle["tree"] = _tree(uproot.open(file, array_cache=None), file, tree)
-        return _columns(handle["tree"], branches, start, stop)
-
-    try:      # a TTree's clusters: the entry ranges its baskets share
-        bounds = np.asarray(t.common_entry_offsets(), dtype=np.int64)
-    except AttributeError:
-        bounds = None
-    return Source(file, int(t.num_entries), tuple(first.shape[1:]), first.dtype, y,
-                  reader=read, bounds=bounds)
+# ----------------------------------------------------------------- per-event columns
+def _npy_columns(directory) -> Columns:
+    names = sorted(f[:-4] for f in os.listdir(directory) if f.endswith(".npy"))
+    return Columns("the directory", "array", names,
+                   lambda name: np.load(os.path.join(directory, f"{name}.npy"), mmap_mode="r"))
 
 
-def _tree(root_file, file, name):
-    if name not in root_file:
-        raise DataError(f"{file}: no tree '{name}' (has {', '.join(root_file.keys())})")
-    return root_file[name]
+def _npz_columns(file) -> Columns:
+    with zipfile.ZipFile(file) as z:
+        names = [n[:-4] for n in z.namelist() if n.endswith(".npy")]
+
+    def read(name):
+        with np.load(file) as npz:
+            return npz[name]
+
+    return Columns("the file", "array", names, read)
 
 
-def _columns(t, branches, start, stop) -> np.ndarray:
-    """The branches of entries [start, stop) side by side, one row per entry."""
-    arrays = t.arrays(branches, entry_start=start, entry_stop=stop, library="np")
-    cols = [np.asarray(arrays[b]).reshape(stop - start, -1) for b in branches]
-    return np.concatenate(cols, axis=1) if len(cols) > 1 else cols[0]
+def _hdf5_columns(file) -> Columns:
+    import h5py
+
+    with h5py.File(file, "r") as h5:
+        names = list(h5.keys())
+
+    def read(name):
+        with h5py.File(file, "r") as h5:
+            return h5[name][()]
+
+    return Columns("the file", "dataset", names, read)
+
+
+OPENERS = {"npy": _npy, "npz": _npz, "hdf5": _hdf5}
+COLUMNS = {"npy": _npy_columns, "npz": _npz_columns, "hdf5": _hdf5_columns}

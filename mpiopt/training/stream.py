@@ -154,10 +154,20 @@ class View:
 
 
 def take(x, idx):
-    """x[idx] for arrays in memory; a View (nothing read yet) for streamed features."""
+    """x[idx] for arrays in memory; a View (nothing read yet) for streamed features; for
+    the holders of several arrays (named inputs, weighted labels), their own subset."""
+    if hasattr(x, "subset"):
+        return x.subset(idx)
     if isinstance(x, (FileArray, View)):
         return View(x, idx)
     return x[idx]
+
+
+def rows(batch) -> int:
+    """The samples in a batch: an array's length, or a named-inputs dict's arrays'."""
+    if isinstance(batch, dict):
+        return len(next(iter(batch.values()))) if batch else 0
+    return len(batch)
 
 
 def file_numbers(sources) -> np.ndarray:
@@ -167,7 +177,8 @@ def file_numbers(sources) -> np.ndarray:
 
 
 def streamed(x) -> bool:
-    return isinstance(x, (FileArray, View))
+    """Whether x is read from its files (features, or named inputs that hold such)."""
+    return isinstance(x, (FileArray, View)) or bool(getattr(x, "streams", False))
 
 
 def window_order(n: int, seed: int, epoch: int, window: int) -> np.ndarray:
@@ -236,7 +247,7 @@ def prefetched(x, y, parts, depth: int = PREFETCH, failures: list | None = None)
             yield item
     except Exception as exc:  # handed on through `failures`, raised at the epoch's end
         failures.append(exc)
-        empty = (np.empty((0,) + tuple(x.shape[1:]), x.dtype), y[:0])
+        empty = (x[:0], y[:0])
         for _ in range(len(parts) - done):
             yield empty
 

@@ -22,7 +22,7 @@ from mpiopt.errors import OTHERS_FAILED
 from mpiopt.trial import Direction
 from mpiopt.training import resume, threads
 from mpiopt.training.data import epoch_order, load_data, shard
-from mpiopt.training.stream import raise_together, streamed, take
+from mpiopt.training.stream import raise_together, take
 from mpiopt.training.folds import Splits, fold_plan, make_splits, run_folds
 from mpiopt.training.tracking import ReadTracker
 
@@ -73,8 +73,7 @@ def run_training(spec, params: dict, comm, seed: int, report=None, on_epoch=None
     build = together(comm, lambda: load_callable(obj.model, spec.base_dir, field="objective.model"))
     tracked = ReadTracker(params)
     model = together(comm, lambda: frameworks.build_model(
-        build, tracked, seed, spec, learning_rate,
-        data.x[:2] if streamed(data.x) else data.x, data.y))
+        build, tracked, seed, spec, learning_rate, data.x[:2], data.targets[:2]))
 
     def make_trainer(fold_comm, fold: int) -> FoldTrainer:
         model.reset()
@@ -167,9 +166,9 @@ def validate(model, comm, x, y, batch_size: int) -> dict:
     failures: list = []
     try:
         if part.stop > part.start:
-            state = model.metric_state(take(x, part), y[part], size)   # streamed: read by batch
+            state = model.metric_state(take(x, part), take(y, part), size)  # streamed: by batch
         else:
-            state = model.zero_metric_state(x[:1], y[:1], size)
+            state = model.zero_metric_state(take(x, slice(0, 1)), take(y, slice(0, 1)), size)
     except Exception as exc:   # a failed read: raised on every rank together, below
         if comm.Get_size() == 1:
             raise

@@ -100,11 +100,35 @@ def with_learning_rate(model, learning_rate: float | None):
 
 
 def _batch_specs(tf, x, y):
-    """(x, y) TensorSpecs with a free batch dimension, from plain arrays; None otherwise
-    (dicts or lists of inputs: tf.function then traces per shape)."""
-    if y is None or not all(isinstance(a, np.ndarray) and a.ndim >= 1 for a in (x, y)):
+    """(x, y) TensorSpecs with a free batch dimension, from plain arrays or nests of them
+    (a dict of named inputs; labels with their weights); None otherwise (tf.function
+    then traces per shape)."""
+    leaves = tf.nest.flatten((x, y))
+    if y is None or not all(isinstance(a, np.ndarray) and a.ndim >= 1 for a in leaves):
         return None
-    return tuple(tf.TensorSpec([None, *a.shape[1:]], tf.as_dtype(a.dtype)) for a in (x, y))
+    return tf.nest.map_structure(
+        lambda a: tf.TensorSpec([None, *a.shape[1:]], tf.as_dtype(a.dtype)), (x, y))
+
+
+def _weighed(y):
+    """(labels, event weights or None) of a batch's targets: the pair (y, w) when the data
+    has weights (mpiopt.training.weights)."""
+    return y if isinstance(y, tuple) else (y, None)
+
+
+def weigh_metrics(model) -> None:
+    """With event weights every compiled metric weighs each event (the spec's weights are
+    the events' own: mpiopt.training.weights). Keras weighs only `weighted_metrics`, so
+    the model is compiled again with its own arguments and its `metrics` (the same
+    objects, so the same names) added to those; a model whose metrics are not a plain
+    list (one per output) keeps them as compiled."""
+    config = getattr(model, "_compile_config", None)
+    args = dict(getattr(config, "config", None) or {})
+    metrics, weighted = args.get("metrics"), args.get("weighted_metrics") or []
+    if not metrics or not isinstance(metrics, (list, tuple)) \
+            or not isinstance(weighted, (list, tuple)):
+        return
+    model.compile(**{**args, "metrics": None, "weighted_metrics": [*metrics, *weighted]})
 
 
 def _is_float(v) -> bool:
@@ -118,9 +142,11 @@ class KerasModel(FlatModel):
 
     def __init__(self, model, sample_x, sample_y=None):
         tf = import_tf()
+        if isinstance(sample_y, tuple):      # the data has event weights
+            weigh_metrics(model)
         self.model = model
         if not model.built:
-            model(sample_x[:1])
+            model(tf.nest.map_structure(lambda a: a[:1], sample_x))
         self.optimizer = model.optimizer
         self.trainable = list(model.trainable_variables)
         ids = {id(v) for v in self.trainable}
@@ -142,9 +168,11 @@ class KerasModel(FlatModel):
         grad_sizes, sizes = self.sizes[: len(trainable)], self.sizes
 
         def loss_and_grads(x, y, scale):
+            y, w = _weighed(y)
             with tf.GradientTape() as tape:
                 y_pred = model(x, training=True)
-                loss = model.compute_loss(x=x, y=y, y_pred=y_pred, training=True) * scale
+                loss = model.compute_loss(x=x, y=y, y_pred=y_pred, sample_weight=w,
+                                          training=True) * scale
             grads = tape.gradient(loss, trainable)
             grads = [tf.zeros_like(v) if g is None else tf.convert_to_tensor(g)
                      for g, v in zip(grads, trainable)]
@@ -166,7 +194,7 @@ class KerasModel(FlatModel):
             return loss
 
         def test_batch(x, y):
-            model.test_step((x, y))
+            model.test_step((x, *_weighed(y)))
 
         def get_flat():
             return tf.concat([tf.reshape(tf.cast(v, tf.float32), [-1]) for v in variables], 0)

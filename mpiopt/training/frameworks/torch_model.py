@@ -75,6 +75,10 @@ def wrap(module, spec, learning_rate: float | None, sample_x, sample_y) -> "Torc
                          "training_step (Lightning's contract); mpiopt trains a torch module "
                          "with forward, a loss and one optimizer (training.loss, "
                          "training.optimizer)")
+    if isinstance(sample_x, dict) or isinstance(sample_y, tuple):
+        field = "collections" if isinstance(sample_x, dict) else "weights"
+        raise ValueError(f"objective.data.{field}: a torch model does not take named inputs "
+                         "or event weights yet (a Keras model does)")
     _materialize(module, sample_x)
     maximize = Direction.parse(spec.objective.direction) is Direction.MAXIMIZE
     wanted = [m[len("val_"):] for m in _named_metrics(spec.objective) if m.startswith("val_")]
