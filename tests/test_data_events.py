@@ -364,7 +364,7 @@ def test_weights_reach_the_loss_and_the_validation_metrics():
     import keras
     from mpi4py import MPI
 
-    from mpiopt.training.backend import KerasModel, build_model
+    from mpiopt.training.frameworks.keras_model import KerasModel, build_model
     from mpiopt.training.trainer import validate
     from mpiopt.training.weights import Weighted
 
