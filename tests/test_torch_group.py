@@ -132,6 +132,22 @@ def _case(folder: Path, **changes) -> Path:
     return path
 
 
+def test_whether_a_function_takes_comm_is_read_from_its_file_unrun(tmp_path):
+    """Rank 0 decides on an artifact store for a function study before any rank imports
+    the objective (mpiopt.run.startup): a def's parameters, else "it may"."""
+    from mpiopt.refs import may_take
+
+    (tmp_path / "f.py").write_text(
+        "raise SystemExit('never run')\n\ndef plain(params, seed):\n    pass\n\n"
+        "def group(params, *, comm):\n    pass\n\ndef anything(params, **kw):\n    pass\n\n"
+        "made = plain\n\ndef again(params, comm):\n    pass\n\nagain = plain\n")
+    taken = {name: may_take(f"f.py:{name}", "comm", tmp_path)
+             for name in ("plain", "group", "anything", "made", "again", "missing")}
+    assert taken == {"plain": False, "group": True, "anything": True, "made": True,
+                     "again": True, "missing": True}
+    assert may_take("nowhere.py:f", "comm", tmp_path)
+
+
 def test_two_groups_run_their_own_ddp_loops_at_once(tmp_path):
     (tmp_path / "started").mkdir()               # each trial waits to see the other's start
     env, log = watching_imports(tmp_path)

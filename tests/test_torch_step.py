@@ -233,6 +233,17 @@ def test_the_checkpoint_state_holds_both_optimizers_and_continues_exactly(tmp_pa
         other.restore(saved)
 
 
+def test_a_pbt_exploit_takes_the_parents_state_and_keeps_its_own_learning_rate(tmp_path):
+    path = write_step_case(tmp_path)
+    parent, data = built(path, {"width": 8, "training.learning_rate": 0.02})
+    child, _ = built(path, {"width": 8, "training.learning_rate": 0.005})
+    parent.train_step(data.x[:32], data.y[:32])
+    child.restore(parent.state(), keep_own=True)
+    np.testing.assert_array_equal(child.get_weights(), parent.get_weights())
+    assert child.optimizers[0].param_groups[0]["lr"] == pytest.approx(0.005)
+    assert child.optimizers[0].state_dict()["state"] != {}        # Adam's moments came too
+
+
 BAD = [
     ({"extra": "no loss"}, {}, "objective.model: training_step returned None (a missing "
                                "return?); expected the batch's loss (a tensor, or a dict with "
