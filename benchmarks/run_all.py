@@ -26,7 +26,7 @@ RESULTS = HERE / "results"
 SCRIPTS = ["scheduling.py", "coordinator_cost.py", "searcher_cost.py", "training_throughput.py",
            "quality_suite.py", "pruning.py", "trial_overhead.py", "startup.py", "multiobjective.py",
            "storage.py", "simulate.py", "checkpoint_overhead.py", "conditional.py", "pbt.py",
-           "failures.py"]
+           "failures.py", "torch_training.py"]
 
 
 def final_report(stdout: str) -> str:

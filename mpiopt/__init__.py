@@ -29,5 +29,17 @@ def get_all_study_names(storage: str) -> list[str]:
     return _names(storage)
 
 
+def torch_group(comm, timeout: float = 1800.0):
+    """Inside a function objective that takes `comm`: a context manager that opens
+    torch.distributed's process group over the trial's group (gloo on CPU, NCCL on GPUs)
+    and closes it as the block ends, so DistributedDataParallel code runs unchanged. It
+    yields a TorchGroup: rank, size, device, report(epoch, value) (raises Pruned on every
+    rank together), save(epoch, **objects) and restore(**objects) -> the epoch of the
+    trial's checkpoint in the study's artifact store. See mpiopt.objective.torch_group."""
+    from mpiopt.objective.torch_group import torch_group as _group
+
+    return _group(comm, timeout)
+
+
 __all__ = ["FrozenTrial", "StudyDirection", "StudyStatus", "TrialState", "TrialStatus",
-           "get_all_study_names", "load_study", "study", "trial", "__version__"]
+           "get_all_study_names", "load_study", "study", "torch_group", "trial", "__version__"]

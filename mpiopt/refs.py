@@ -111,6 +111,37 @@ def imports_of(file: Path) -> set[str]:
     return found
 
 
+def may_take(ref: str, argument: str, base_dir: Path | str | None = None) -> bool:
+    """Whether the function `ref` names may take the keyword `argument`, read from the
+    file's syntax tree (nothing runs): its last top-level binding is a `def` with that
+    parameter or with **kwargs, or anything else (a callable made at import time, an
+    unreadable file: it may)."""
+    try:
+        file, name = resolve_ref(ref, base_dir)
+        tree = ast.parse(Path(file).read_bytes(), filename=str(file))
+    except (OSError, SyntaxError, ValueError, SpecError):
+        return True
+    last = None
+    for node in tree.body:
+        if name in _binds(node):
+            last = node
+    if not isinstance(last, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return True
+    args = last.args
+    return args.kwarg is not None or argument in {a.arg for a in (*args.args, *args.kwonlyargs)}
+
+
+def _binds(node) -> set[str]:
+    """The names a top-level statement binds (the ones may_take looks at)."""
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return {node.name}
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        return {(a.asname or a.name).split(".")[0] for a in node.names}
+    targets = node.targets if isinstance(node, ast.Assign) else \
+        [node.target] if isinstance(node, (ast.AnnAssign, ast.AugAssign)) else []
+    return {t.id for t in targets if isinstance(t, ast.Name)}
+
+
 def _module_name(file: Path) -> str:
     """The name the file is imported under: its stem, where ``import STEM`` finds this
     very file (its folder is on sys.path by then). A process pool's workers started by

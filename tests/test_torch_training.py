@@ -305,7 +305,8 @@ BAD_BUILDS = [
      "objective.model: build_model returned None (a missing return?)"),
     ("import torch\n\nclass Net(torch.nn.Linear):\n    def training_step(self, batch, i):\n"
      "        pass\n\ndef build(params):\n    return Net(6, 3)\n",
-     "objective.model: build_model returned a module with its own training_step"),
+     "training.loss: not for a module with its own training_step (its training_step "
+     "computes the loss)"),
     ("import torch\n\nclass Net(torch.nn.Linear):\n    criterion = torch.nn.MSELoss()\n\n"
      "def build(params):\n    return Net(6, 3)\n",
      "training.loss: the module has its own criterion too; keep one of them"),

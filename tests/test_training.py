@@ -30,6 +30,19 @@ def build(params):
     return model
 
 
+def build_own_step(params):
+    """A model whose class overrides train_step (a GAN's way in Keras)."""
+    import keras
+
+    class OwnStep(keras.Sequential):
+        def train_step(self, data):
+            return super().train_step(data)
+
+    model = OwnStep([keras.Input((6,)), keras.layers.Dense(3, activation="softmax")])
+    model.compile("adam", "sparse_categorical_crossentropy")
+    return model
+
+
 def load(n=300):
     rng = np.random.default_rng(0)
     x = rng.normal(size=(n, 6)).astype("float32")
@@ -175,3 +188,20 @@ def test_a_keras_model_refuses_the_torch_training_fields(tmp_path):
         run_training(load_spec(path), {"width": 8, "lr": 0.02}, MPI.COMM_SELF, 5)
     assert str(info.value).startswith("training.loss, training.metrics: only for a torch model; "
                                       "build_model returned a Keras model"), info.value
+
+
+def test_a_keras_model_with_its_own_train_step_is_refused_with_one_line(tmp_path):
+    path = write_case(tmp_path, training={"epochs": 1})
+    spec = yaml.safe_load(path.read_text())
+    spec["objective"]["model"] = "tiny.py:build_own_step"
+    path.write_text(yaml.safe_dump(spec))
+    from mpi4py import MPI
+
+    from mpiopt.spec import load_spec
+    from mpiopt.training import run_training
+
+    with pytest.raises(ValueError) as info:
+        run_training(load_spec(path), {"width": 8, "lr": 0.02}, MPI.COMM_SELF, 5)
+    text = str(info.value)
+    assert text.startswith("objective.model: build_model returned a Keras model whose class "
+                           "overrides train_step;") and "\n" not in text, text

@@ -33,6 +33,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from mpiopt.objective.current import Running, running
 from mpiopt.objective.device import describe_device
 from mpiopt.durations import format_duration
 from mpiopt.errors import ArtifactStoreError, Pruned, StopRequested, TrialStopped, TrialTimeout
@@ -174,7 +175,19 @@ class Objective:
         np.random.seed(trial.seed % 2**32)
         extra = {"comm": comm, "seed": trial.seed, "report": _plain_report(report)}
         kwargs = {k: v for k, v in extra.items() if k in self._accepts}
-        return self._interpret(trial, self._function(dict(trial.params), **kwargs))
+        with running(self._current(trial, report)) as now:
+            result = self._interpret(trial, self._function(dict(trial.params), **kwargs))
+        return _replace(result, spans=list(now.spans)) if now.spans else result
+
+    def _current(self, trial: Trial, report) -> Running:
+        """What the helpers a function calls see of its trial (mpiopt.objective.current):
+        its checkpoint folder where the study keeps an artifact store (a function taking
+        `comm`: mpiopt.run.startup) and training.checkpoint_every is not 0."""
+        from mpiopt.artifacts import checkpoint_dir
+
+        root, every = getattr(self.spec, "artifacts", None), self.spec.training.checkpoint_every
+        folder = checkpoint_dir(root, trial.number) if root and every else None
+        return Running(trial.number, trial.seed, folder, every, report)
 
     def _refit(self, trial: Trial, comm, report) -> Result:
         """training.refit: the model is the point (kept by the trainer); the value is the

@@ -222,10 +222,15 @@ def _check_start(world_size: int, spec, url: str) -> None:
 
 
 def _with_artifacts(spec, url: str):
-    """A Keras study's artifact store, resolved and checked here so that every rank gets
-    the same folder with the spec, and a folder that cannot be written is refused
-    before anything is written (mpiopt.artifacts)."""
-    if not spec.objective.model:
+    """The artifact store of a model study, or of a function that takes `comm` (its
+    checkpoints: mpiopt.objective.torch_group), resolved and checked here so that every
+    rank gets the same folder with the spec, and a folder that cannot be written is
+    refused before anything is written (mpiopt.artifacts). Whether a function takes
+    `comm` is read from its file, unrun: rank 0 never imports the objective."""
+    from mpiopt.refs import may_take
+
+    obj = spec.objective
+    if not (obj.model or (obj.function and may_take(obj.function, "comm", spec.base_dir))):
         return spec
     from mpiopt.artifacts import resolve
 

@@ -17,6 +17,10 @@ The next batch is gathered after the Allreduce, not under a non-blocking one in 
 MPICH progresses a collective only inside MPI calls, and a gather from memory takes
 microseconds, so overlapping them gains nothing
 (benchmarks/results/training_throughput.md).
+
+A model that takes its optimizer steps itself (own_step: a module with its own
+training_step) gets each rank's part of the global batch and its share instead; the
+Allreduce of its gradients happens inside its optimizers' steps (torch_step).
 """
 from __future__ import annotations
 
@@ -42,6 +46,8 @@ class AllreduceSGD(Algorithm):
         stats = EpochStats(samples=len(order))
         if self.size == 1:
             return self._single(x, y, order, stats)
+        if self.model.own_step:
+            return self._own_steps(x, y, order, stats)
         from mpi4py import MPI
 
         clock, loss, pending = Clock(stats), 0.0, False
@@ -92,3 +98,33 @@ class AllreduceSGD(Algorithm):
         clock.compute()
         return stats
 
+    def _own_steps(self, x, y, order, stats) -> EpochStats:
+        """Each step the model's own on this rank's part of the global batch. A rank with
+        no sample of a short batch takes the step on the batch's first sample at weight
+        0, and a rank whose read failed on zeros at weight 0 (the failure is raised at the
+        epoch's end), so every rank takes the same optimizer steps: their Allreduces meet.
+        The loss is summed over the ranks once, at the epoch's end."""
+        from mpi4py import MPI
+
+        clock, total = Clock(stats), np.zeros(1)
+        steps = [self._own_part(order[b]) for b in batches(len(order), self.training.batch_size)]
+        reader = prefetched(x, y, [part for part, _, _ in steps], failures=self.read_failures)
+        for (xb, yb), (_, scale, n) in zip(reader, steps):
+            if not len(xb):
+                xb, yb, scale = _zeros_like(x, 1), _zeros_like(y, 1), 0.0
+            total[0] += self.model.group_step(xb, yb, scale, self.comm) * scale * n
+            stats.steps += 1
+        clock.compute()
+        self.comm.Allreduce(MPI.IN_PLACE, total, op=MPI.SUM)
+        clock.comm()
+        stats.loss = float(total[0]) / max(1, len(order))
+        return stats
+
+    def _own_part(self, idx) -> tuple:
+        """(this rank's indices, its share, the global batch's size) for a model's own step."""
+        part = idx[shard(len(idx), self.size, self.rank)]
+        return (part, len(part) / len(idx), len(idx)) if len(part) else (idx[:1], 0.0, len(idx))
+
+
+def _zeros_like(a, n: int) -> np.ndarray:
+    return np.zeros((n, *a.shape[1:]), a.dtype)

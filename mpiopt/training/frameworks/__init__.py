@@ -2,8 +2,9 @@
 
 `objective.model` names a builder, `build_model(params)`; what it returns decides the
 framework: a compiled `keras.Model` is trained through keras_model.KerasModel, a
-`torch.nn.Module` through torch_model.TorchModel. Both are a `FlatModel` (_base.py), the
-only thing the algorithms, the fold driver and the checkpoints see.
+`torch.nn.Module` through torch_model.TorchModel (or, with a training_step of its own,
+torch_step.StepModel). All are a `FlatModel` (_base.py), the only thing the algorithms,
+the fold driver and the checkpoints see.
 
 A framework is imported only by the builder that uses it, never to find out what the
 builder returned: a torch study imports no TensorFlow on any rank, a Keras study no torch.

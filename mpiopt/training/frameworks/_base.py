@@ -25,6 +25,9 @@ class FlatModel(ABC):
     suffix: str = ""        # the kept model file's: what the framework's own loader opens
     n_grad: int             # trainable float values: the gradient's length
     n_weights: int          # every float value: the weights' length
+    # the model takes its optimizer steps itself (a user's training step, torch_step):
+    # the algorithm hands it batches (group_step), not gradients to apply
+    own_step: bool = False
 
     # ------------------------------------------------------------------ training steps
     @abstractmethod
@@ -38,6 +41,12 @@ class FlatModel(ABC):
     @abstractmethod
     def train_step(self, x, y) -> float:
         """Gradient and update of one batch: the single-rank and EASGD-worker step."""
+
+    def group_step(self, x, y, scale: float, comm) -> float:
+        """A model with its own step (own_step): one step on this rank's part of a global
+        batch (scale: its share of the batch), every optimizer step inside it averaging
+        the gradients over comm first; returns the part's loss."""
+        raise NotImplementedError(f"{type(self).__name__} takes no step of its own")
 
     def apply_and_gradient(self, flat_grad, x, y, scale: float, out: np.ndarray) -> None:
         """apply(flat_grad), then gradient(x, y, scale, out); a framework may fuse them."""

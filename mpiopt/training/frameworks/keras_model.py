@@ -82,7 +82,26 @@ def wrap(model, spec, learning_rate: float | None, sample_x, sample_y) -> "Keras
                          "and metrics (model.compile)")
     if getattr(model, "optimizer", None) is None or not getattr(model, "compiled", True):
         raise ValueError("build_model must return a compiled model (model.compile(optimizer, loss, metrics))")
+    if _own_train_step(model):
+        raise ValueError("objective.model: build_model returned a Keras model whose class "
+                         "overrides train_step; mpiopt trains a Keras model through its compiled "
+                         "loss and optimizer (one flat gradient per step, averaged over the "
+                         "group), which would bypass that step: write the step in PyTorch "
+                         "(training_step, Lightning's contract) or in a function objective "
+                         "that takes comm")
     return KerasModel(with_learning_rate(model, learning_rate), sample_x, sample_y)
+
+
+def _own_train_step(model) -> bool:
+    """Whether the model's class overrides Keras's train_step. Why refused rather than
+    trained through it: its train_step applies its optimizers' updates inside one traced
+    call, so the group's gradients could be averaged only by an MPI call inside
+    TensorFlow's graph for every optimizer it uses, which Keras does not list; the torch
+    path has a step of the user's own (torch_step)."""
+    for cls in type(model).__mro__:
+        if "train_step" in vars(cls):
+            return not cls.__module__.split(".")[0] == "keras"
+    return False
 
 
 def build_model(build, params: dict, seed: int):

@@ -9,10 +9,11 @@ groups" states it for users):
 - the optimizer and schedule: `training.optimizer` and `training.lr_scheduler`, else the
   module's `configure_optimizers()` in Lightning's forms: an optimizer; a dict with
   "optimizer" and optionally "lr_scheduler" (a schedule, or a dict with "scheduler" and
-  "interval": "epoch" or "step"); or ([optimizer], [schedules]).
+  "interval": "epoch" or "step"); a list of those; or ([optimizers], [schedules]).
 
-Both places at once is refused: which one was meant cannot be guessed. One optimizer: a
-model with several (a GAN's) needs a training step of its own.
+Both places at once is refused: which one was meant cannot be guessed. mpiopt's own step
+takes one optimizer; a module with its own training_step (torch_step: a GAN's generator
+and discriminator) may have several.
 """
 from __future__ import annotations
 
@@ -31,17 +32,35 @@ class Parts:
 
 
 def parts(module, training, learning_rate: float | None, maximize: bool) -> Parts:
-    """The loss, optimizer and schedule a torch module is trained with."""
+    """The loss, optimizer and schedule a torch module is trained with by mpiopt's step."""
     loss, loss_name = _loss(module, training.loss)
-    optimizer, scheduler, interval = _optimizer(module, training.optimizer)
+    optimizers, schedules = optimizers_of(module, training, learning_rate, maximize)
+    if len(optimizers) != 1 or len(schedules) > 1:
+        raise ValueError(f"objective.model: configure_optimizers() returned {len(optimizers)} "
+                         f"optimizers and {len(schedules)} schedules; the standard training "
+                         "step takes one optimizer (and at most one schedule): several (a "
+                         "GAN's) need a training_step of the module's own")
+    schedule, interval = schedules[0] if schedules else (None, "epoch")
+    return Parts(loss, loss_name, optimizers[0], schedule, interval)
+
+
+def optimizers_of(module, training, learning_rate: float | None, maximize: bool):
+    """(optimizers, [(schedule, interval), ...]) from the spec or configure_optimizers();
+    a searched training.learning_rate sets every optimizer's."""
+    optimizers, schedules = _optimizers(module, training.optimizer)
     if learning_rate is not None:
-        _set_learning_rate(optimizer, scheduler, float(learning_rate))
+        for optimizer in optimizers:
+            _set_learning_rate(optimizer, [s for s, _ in schedules if s.optimizer is optimizer],
+                               float(learning_rate))
     if training.lr_scheduler:
-        if scheduler is not None:
+        if schedules:
             raise ValueError("training.lr_scheduler: the module's configure_optimizers() gives "
                              "a schedule too; keep one of them")
-        scheduler, interval = _scheduler(optimizer, training.lr_scheduler, maximize)
-    return Parts(loss, loss_name, optimizer, scheduler, interval)
+        if len(optimizers) != 1:
+            raise ValueError(f"training.lr_scheduler: the module has {len(optimizers)} "
+                             "optimizers; give their schedules in configure_optimizers()")
+        schedules = [_scheduler(optimizers[0], training.lr_scheduler, maximize)]
+    return optimizers, schedules
 
 
 def _loss(module, given: dict | None):
@@ -64,8 +83,8 @@ def _loss(module, given: dict | None):
     return own, name if name in torch_names.LOSSES else None
 
 
-def _optimizer(module, given: dict | None):
-    """(optimizer, schedule or None, interval) from the spec or configure_optimizers()."""
+def _optimizers(module, given: dict | None):
+    """([optimizers], [(schedule, interval)]) from the spec or configure_optimizers()."""
     import torch
 
     configure = getattr(module, "configure_optimizers", None)
@@ -76,47 +95,61 @@ def _optimizer(module, given: dict | None):
         args = {k: v for k, v in given.items() if k != "name"}
         optimizer = _made("training.optimizer", getattr(torch.optim, given["name"]),
                           args, module.parameters())
-        return optimizer, None, "epoch"
+        return [optimizer], []
     if configure is None:
         raise ValueError("training.optimizer: a torch model needs an optimizer: name one (e.g. "
                          "Adam, AdamW, SGD) or give the module configure_optimizers()")
-    return _configured(configure())
+    return configured(configure())
 
 
-def _configured(returned):
-    """Lightning's return forms of configure_optimizers(), one optimizer."""
-    import torch
+WHERE = "objective.model: configure_optimizers()"
+FORMS = ("an optimizer, a dict with 'optimizer' (and 'lr_scheduler'), a list of those, or "
+         "([optimizers], [schedules])")
 
-    where = "objective.model: configure_optimizers()"
+
+def configured(returned):
+    """Lightning's return forms of configure_optimizers(): an optimizer; a dict with
+    "optimizer" and optionally "lr_scheduler"; a list or tuple of optimizers or of such
+    dicts; or ([optimizers], [schedules]). Returns ([optimizers], [(schedule, interval)])."""
     if isinstance(returned, (list, tuple)) and len(returned) == 2 \
             and all(isinstance(part, (list, tuple)) for part in returned):
         optimizers, schedules = returned
-        returned = {"optimizer": _one(optimizers, where),
-                    "lr_scheduler": _one(schedules, where) if schedules else None}
-    elif isinstance(returned, (list, tuple)):
-        returned = {"optimizer": _one(returned, where)}
-    elif isinstance(returned, torch.optim.Optimizer):
-        returned = {"optimizer": returned}
-    if not isinstance(returned, dict) or not isinstance(returned.get("optimizer"),
-                                                        torch.optim.Optimizer):
-        raise ValueError(f"{where} returned {type(returned).__name__}; expected an optimizer, "
-                         "a dict with 'optimizer' (and 'lr_scheduler'), or ([optimizer], "
-                         "[schedules])")
-    schedule = returned.get("lr_scheduler")
+        return [_optimizer(o) for o in optimizers], [_schedule(s) for s in schedules]
+    entries = list(returned) if isinstance(returned, (list, tuple)) else [returned]
+    optimizers, schedules = [], []
+    for entry in entries:
+        if isinstance(entry, dict):
+            optimizers.append(_optimizer(entry.get("optimizer")))
+            if entry.get("lr_scheduler") is not None:
+                schedules.append(_schedule(entry["lr_scheduler"]))
+        else:
+            optimizers.append(_optimizer(entry))
+    if not optimizers:
+        raise ValueError(f"{WHERE} returned no optimizer; expected {FORMS}")
+    return optimizers, schedules
+
+
+def _optimizer(value):
+    import torch
+
+    if not isinstance(value, torch.optim.Optimizer):
+        raise ValueError(f"{WHERE} returned a {type(value).__name__} where an optimizer goes; "
+                         f"expected {FORMS}")
+    return value
+
+
+def _schedule(value) -> tuple:
+    """(schedule, interval) from a schedule or Lightning's {"scheduler", "interval"}."""
     interval = "epoch"
-    if isinstance(schedule, dict):
-        interval = schedule.get("interval", "epoch")
-        schedule = schedule.get("scheduler")
+    if isinstance(value, dict):
+        interval = value.get("interval", "epoch")
+        value = value.get("scheduler")
         if interval not in torch_names.INTERVALS:
-            raise ValueError(f"{where}: lr_scheduler interval {interval!r}; expected epoch or step")
-    return returned["optimizer"], schedule, interval
-
-
-def _one(items, where: str):
-    if len(items) != 1:
-        raise ValueError(f"{where} returned {len(items)} optimizers or schedules; the standard "
-                         "training step takes one optimizer (and at most one schedule)")
-    return items[0]
+            raise ValueError(f"{WHERE}: lr_scheduler interval {interval!r}; expected epoch or step")
+    if not hasattr(value, "step") or not hasattr(value, "optimizer"):
+        raise ValueError(f"{WHERE} returned a {type(value).__name__} where a learning-rate "
+                         "schedule goes")
+    return value, interval
 
 
 def _scheduler(optimizer, given: dict, maximize: bool):
@@ -140,11 +173,12 @@ def _made(field: str, cls, args: dict, *first):
                          f": {exc}") from None
 
 
-def _set_learning_rate(optimizer, scheduler, lr: float) -> None:
-    """training.learning_rate: every parameter group's, and the base a schedule scales."""
+def _set_learning_rate(optimizer, schedules, lr: float) -> None:
+    """training.learning_rate: every parameter group's, and the base its schedules scale."""
     for group in optimizer.param_groups:
         group["lr"] = lr
         if "initial_lr" in group:
             group["initial_lr"] = lr
-    if scheduler is not None and hasattr(scheduler, "base_lrs"):
-        scheduler.base_lrs = [lr] * len(scheduler.base_lrs)
+    for schedule in schedules:
+        if hasattr(schedule, "base_lrs"):
+            schedule.base_lrs = [lr] * len(schedule.base_lrs)

@@ -1,0 +1,439 @@
+"""PyTorch training: mpiopt's torch trainer against a plain PyTorch loop, torchrun and itself.
+
+Side by side in one run, each configuration in a process of its own, on the same models,
+synthetic data, global batches and threads (--threads, default the usable cores, divided
+among a configuration's ranks):
+
+  plain loop 1          a plain PyTorch loop over the same batches: zero_grad, forward,
+                        loss, backward, step
+  trainer 1             mpiopt's trainer on one rank (TorchModel: mpiopt's own step)
+  trainer 1, own step   the same network through a training_step of its own
+                        (Lightning's contract: torch_step.StepModel)
+  trainer 1 x 1 thread  the reference for scaling over ranks
+  allreduce 2           the trainer on a group of 2 ranks (mpiexec, 1 thread each): each
+                        rank its share of every global batch, one Allreduce per step
+  torchrun DDP 2        `torchrun --nproc_per_node 2` running DistributedDataParallel on the
+                        same network and global batches (gloo on CPU, NCCL on GPUs)
+  torch_group DDP 2     the same DDP loop inside mpiopt.torch_group under mpiexec -n 2
+
+Each is measured in samples per second of wall time (the slowest rank's), and in samples
+per second of CPU time summed over its ranks' processes, which the other load of a shared
+machine does not change (it does not show scaling over ranks: only wall time does).
+
+And a trial's fixed cost: its wall time beyond epochs x its median epoch (run_training,
+torch imported by a warm-up trial first, as a rank imports it once), on 1 and 2 ranks.
+
+Two networks: `mlp` (a dense classifier: small steps, dispatch-bound) and `cnn` (the jets
+CNN of examples/jets/torch_model.py at 16 filters: compute-bound, few parameters). An
+untimed warm-up epoch comes first; each configuration reports its best timed epoch, which
+filters out the other load of a shared machine.
+
+The targets (issue 60): trainer 1 at least 0.9x the plain loop; allreduce 2 at least 1.6x
+trainer 1 x 1 thread on the compute-bound network; allreduce 2 at least 0.9x torchrun
+DDP 2; a trial's fixed cost at most 0.5 s.
+
+    python benchmarks/torch_training.py                       # CPU: a few minutes on 2 cores
+    python benchmarks/torch_training.py --epochs 5 --threads 32
+    python benchmarks/torch_training.py --device cuda         # a machine with 2 GPUs
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve()
+sys.path.insert(0, str(HERE.parent))
+
+from _common import BIN, env, machine, table  # noqa: E402
+
+SIZES = {"mlp": dict(samples=8192, batch=128), "cnn": dict(samples=4096, batch=128)}
+
+
+# --------------------------------------------------------------------------- the networks
+def network(kind: str):
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+    if kind == "mlp":
+        return nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(),
+                             nn.Linear(256, 10))
+    sys.path.insert(0, str(HERE.parents[1] / "examples" / "jets"))
+    from torch_model import JetCNN
+
+    return JetCNN(16, 5, 32, 0.0)
+
+
+def data(kind: str):
+    """(x, y): the same synthetic samples in every process."""
+    rng = np.random.default_rng(0)
+    n = SIZES[kind]["samples"]
+    if kind == "mlp":
+        x = rng.normal(size=(n, 64)).astype(np.float32)
+        return x, (np.abs(x[:, :10]).argmax(1)).astype(np.int64)
+    x = rng.random((n, 256), dtype=np.float32) * 0.1
+    return x, (x[:, 100:140].sum(1) > 2.0).astype(np.float32)
+
+
+def loss_of(kind: str):
+    from torch import nn
+
+    return nn.CrossEntropyLoss() if kind == "mlp" else nn.BCEWithLogitsLoss()
+
+
+def build_mlp(params):
+    return network("mlp")
+
+
+def build_cnn(params):
+    return network("cnn")
+
+
+def build_own_step(params):
+    """The network with a training_step of its own (automatic optimization)."""
+    import torch
+    from torch import nn
+
+    kind = params["kind"]
+
+    class OwnStep(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net, self.loss = network(kind), loss_of(kind)
+
+        def forward(self, x):
+            return self.net(x)
+
+        def training_step(self, batch, batch_idx):
+            x, y = batch
+            out = self(x)
+            return self.loss(out, y.reshape(out.shape) if kind == "cnn" else y)
+
+        def validation_step(self, batch, batch_idx):
+            x, y = batch
+            out = self(x)
+            self.log("val_loss", self.loss(out, y.reshape(out.shape) if kind == "cnn" else y))
+
+        def configure_optimizers(self):
+            return torch.optim.Adam(self.parameters(), lr=1e-3)
+
+    return OwnStep()
+
+
+def load_mlp():
+    return data("mlp")
+
+
+def load_cnn():
+    return data("cnn")
+
+
+def spec_for(kind: str, own_step: bool = False, epochs: int = 3, folder: Path | None = None):
+    """A torch spec over this file's builders and loaders."""
+    import yaml
+
+    from mpiopt.spec import load_spec
+
+    folder = Path(folder or tempfile.mkdtemp())
+    training = {"epochs": epochs, "batch_size": SIZES[kind]["batch"]}
+    if not own_step:
+        training.update(loss="CrossEntropyLoss" if kind == "mlp" else "BCEWithLogitsLoss",
+                        optimizer={"name": "Adam", "lr": 1e-3})
+    spec = {"study": {"name": f"bench-{kind}"},
+            "objective": {"model": f"{HERE}:{'build_own_step' if own_step else 'build_' + kind}",
+                          "data": {"loader": f"{HERE}:load_{kind}"},
+                          "metric": "val_loss", "direction": "minimize"},
+            "search_space": {"kind": [kind]}, "search": {"trials": 1}, "training": training}
+    path = folder / "spec.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return load_spec(path)
+
+
+# --------------------------------------------------------------------------- the measures
+def timed_epochs(run_epoch, epochs: int, sync=lambda: None, total=lambda s, op: s) -> dict:
+    """After one untimed warm-up epoch, the best timed epoch's samples per second of wall
+    time (the slowest rank's) and per second of CPU time (every rank's process, its
+    library threads included: what the other load of a shared machine does not change)."""
+    run_epoch(0)
+    best_wall = best_cpu = None
+    for epoch in range(1, epochs + 1):
+        sync()
+        start, cpu = time.perf_counter(), time.process_time()
+        n = run_epoch(epoch)
+        sync()
+        wall = total(time.perf_counter() - start, "max")
+        cpu = total(time.process_time() - cpu, "sum")
+        best_wall = wall if best_wall is None else min(best_wall, wall)
+        best_cpu = cpu if best_cpu is None else min(best_cpu, cpu)
+    return {"samples_s": n / best_wall, "samples_cpu_s": n / best_cpu}
+
+
+def plain(kind: str, device: str, threads: int, epochs: int) -> dict:
+    import torch
+
+    torch.set_num_threads(threads)
+    x, y = data(kind)
+    net, loss = network(kind).to(device), loss_of(kind)
+    optimizer = torch.optim.Adam(net.parameters(), lr=1e-3)
+    batch = SIZES[kind]["batch"]
+
+    def epoch(e):
+        order = np.random.default_rng(e).permutation(len(x))
+        net.train()
+        for start in range(0, len(x), batch):
+            idx = order[start: start + batch]
+            xb = torch.from_numpy(x[idx]).to(device)
+            yb = torch.from_numpy(y[idx]).to(device)
+            optimizer.zero_grad(set_to_none=True)
+            out = net(xb)
+            loss(out, yb.reshape(out.shape) if kind == "cnn" else yb).backward()
+            optimizer.step()
+        if device == "cuda":
+            torch.cuda.synchronize()
+        return len(x)
+
+    return timed_epochs(epoch, epochs)
+
+
+def trainer(kind: str, own_step: bool, epochs: int) -> dict:
+    """mpiopt's trainer on MPI.COMM_WORLD (threads: MPIOPT_THREADS)."""
+    from types import SimpleNamespace
+
+    from mpi4py import MPI
+
+    from mpiopt.refs import load_callable
+    from mpiopt.training import frameworks, threads
+    from mpiopt.training.trainer import make_algorithm
+
+    comm = MPI.COMM_WORLD
+    threads.pin_threads(comm)
+    spec = spec_for(kind, own_step)
+    x, y = data(kind)
+    build = load_callable(spec.objective.model)
+    model = frameworks.build_model(build, {"kind": kind}, 0, spec, None, x, y)
+    algorithm = make_algorithm(model, comm, SimpleNamespace(batch_size=SIZES[kind]["batch"],
+                                                            mode="allreduce"))
+    algorithm.start()
+
+    def epoch(e):
+        model.begin_epoch(e)
+        algorithm.train_epoch(x, y, np.random.default_rng(e).permutation(len(x)))
+        return len(x)
+
+    ops = {"max": MPI.MAX, "sum": MPI.SUM}
+    return timed_epochs(epoch, epochs, comm.Barrier, lambda s, op: comm.allreduce(s, op=ops[op]))
+
+
+def ddp(kind: str, device: str, epochs: int, launcher: str) -> dict:
+    """A DistributedDataParallel loop: each rank its contiguous share of every global batch
+    (as mpiopt's allreduce), under torchrun (env://) or in mpiopt.torch_group."""
+    if launcher == "torchrun":
+        import torch
+        import torch.distributed as dist
+
+        torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+        local = int(os.environ["LOCAL_RANK"])
+        dev = torch.device("cuda", local) if device == "cuda" else torch.device("cpu")
+        if device == "cuda":
+            torch.cuda.set_device(dev)
+        dist.init_process_group("nccl" if device == "cuda" else "gloo")
+        try:
+            return _ddp_loop(kind, dev, epochs, dist.get_rank(), dist.get_world_size())
+        finally:
+            dist.destroy_process_group()
+    from mpi4py import MPI
+
+    import mpiopt
+
+    with mpiopt.torch_group(MPI.COMM_WORLD) as group:
+        return _ddp_loop(kind, group.device, epochs, group.rank, group.size)
+
+
+def _ddp_loop(kind, device, epochs, rank, size) -> dict:
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    x, y = data(kind)
+    model = DistributedDataParallel(network(kind).to(device))
+    loss = loss_of(kind)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    batch = SIZES[kind]["batch"]
+
+    def epoch(e):
+        order = np.random.default_rng(e).permutation(len(x))
+        for start in range(0, len(x), batch):
+            idx = np.array_split(order[start: start + batch], size)[rank]
+            xb = torch.from_numpy(x[idx]).to(device)
+            yb = torch.from_numpy(y[idx]).to(device)
+            optimizer.zero_grad(set_to_none=True)
+            out = model(xb)
+            loss(out, yb.reshape(out.shape) if kind == "cnn" else yb).backward()
+            optimizer.step()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        return len(x)
+
+    def total(s, op):
+        t = torch.tensor([s], dtype=torch.float64, device=device)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX if op == "max" else dist.ReduceOp.SUM)
+        return float(t)
+
+    return timed_epochs(epoch, epochs, dist.barrier, total)
+
+
+def fixed_cost(trials: int) -> dict:
+    """A trial's time beyond its epochs, on MPI.COMM_WORLD's ranks (mlp, 3 epochs)."""
+    from mpi4py import MPI
+
+    from mpiopt.training import run_training
+
+    comm = MPI.COMM_WORLD
+    spec = spec_for("mlp", epochs=3)
+    got = []
+    for i in range(trials + 1):        # the first imports torch and warms up: not counted
+        comm.Barrier()
+        start = time.perf_counter()
+        res = run_training(spec, {"kind": "mlp"}, comm, i)
+        wall = time.perf_counter() - start
+        spans = [s["end"] - s["start"] for s in res["spans"] if s["kind"] == "epoch"]
+        if i:
+            got.append((wall, wall - len(spans) * float(np.median(spans))))
+    walls, fixed = np.array(got).T
+    return {"trial_s": float(np.median(walls)), "fixed_s": float(np.median(fixed)),
+            "fixed_p90_s": float(np.quantile(fixed, 0.9))}
+
+
+def worker(args) -> None:
+    """One configuration, in this process (under mpiexec or torchrun): its figures as JSON."""
+    if args.what == "plain":
+        out = plain(args.kind, args.device, args.threads, args.epochs)
+    elif args.what in ("trainer", "own-step"):
+        out = trainer(args.kind, args.what == "own-step", args.epochs)
+    elif args.what in ("torchrun", "torch_group"):
+        out = ddp(args.kind, args.device, args.epochs, args.what)
+    else:
+        out = fixed_cost(args.trials)
+    if int(os.environ.get("RANK", os.environ.get("PMI_RANK", "0"))) == 0:
+        Path(args.out).write_text(json.dumps(out))
+
+
+# --------------------------------------------------------------------------- the run
+def configurations(device: str, threads: int) -> list:
+    """(name, what, ranks, threads per rank, launcher). On GPUs: the plain loop on one,
+    DDP on two (the trainer trains on the CPU)."""
+    one = max(1, threads // 2)
+    rows = [("plain loop 1", "plain", 1, threads, None)]
+    if device == "cpu":
+        rows += [("trainer 1", "trainer", 1, threads, "mpiexec"),
+                 ("trainer 1, own step", "own-step", 1, threads, "mpiexec"),
+                 ("trainer 1 x 1 thread", "trainer", 1, 1, "mpiexec"),
+                 ("allreduce 2", "trainer", 2, one, "mpiexec")]
+    return rows + [("torchrun DDP 2", "torchrun", 2, one, "torchrun"),
+                   ("torch_group DDP 2", "torch_group", 2, one, "mpiexec")]
+
+
+def run(what, kind, ranks, threads, launcher, args, folder: Path) -> dict:
+    out = folder / f"{what}-{kind}-{ranks}-{threads}.json"
+    cmd = [sys.executable, str(HERE), "--worker", what, "--kind", kind, "--out", str(out),
+           "--epochs", str(args.epochs), "--threads", str(threads), "--device", args.device,
+           "--trials", str(args.trials)]
+    if launcher == "mpiexec":
+        cmd = [str(BIN / "mpiexec"), "-n", str(ranks), *cmd]
+    elif launcher == "torchrun":
+        cmd = [str(BIN / "torchrun"), "--standalone", f"--nproc_per_node={ranks}", *cmd[1:]]
+    extra = {"MPIOPT_THREADS": threads, "OMP_NUM_THREADS": threads}
+    if args.device == "cpu":
+        extra["CUDA_VISIBLE_DEVICES"] = ""
+    proc = subprocess.run(cmd, env=env(**extra), capture_output=True, text=True, timeout=1800)
+    if proc.returncode:
+        raise SystemExit(f"{what} ({kind}, {ranks} ranks) failed:\n{proc.stderr[-3000:]}")
+    return json.loads(out.read_text())
+
+
+def ratio(rows: dict, a: str, b: str, key: str = "samples_s") -> str:
+    return f"{rows[a][key] / rows[b][key]:.2f}x" if a in rows and b in rows else "-"
+
+
+def both(rows: dict, a: str, b: str) -> str:
+    """The ratio of wall-time throughputs, and of CPU-time ones in brackets."""
+    return f"{ratio(rows, a, b)} ({ratio(rows, a, b, 'samples_cpu_s')} per CPU second)"
+
+
+def report_model(kind: str, args, folder: Path) -> str:
+    rows = {}
+    for name, what, ranks, threads, launcher in configurations(args.device, args.threads):
+        rows[name] = dict(run(what, kind, ranks, threads, launcher, args, folder),
+                          ranks=f"{ranks} x {threads}")
+        print(f"  {kind}: {name}: {rows[name]['samples_s']:.0f} samples/s", flush=True)
+    base = rows["plain loop 1"]["samples_s"]
+    cpu = rows["plain loop 1"]["samples_cpu_s"]
+    shown = [{"configuration": n, "ranks x threads": r["ranks"],
+              "samples/s": r["samples_s"], "vs plain loop": r["samples_s"] / base,
+              "samples/CPU s": r["samples_cpu_s"], "vs plain loop (CPU)": r["samples_cpu_s"] / cpu}
+             for n, r in rows.items()]
+    lines = [f"### {kind} (global batch {SIZES[kind]['batch']}, {args.threads} threads in all, "
+             f"{args.device})", "", table(shown), ""]
+    if args.device == "cpu":
+        lines += [f"trainer 1 against the plain loop: {both(rows, 'trainer 1', 'plain loop 1')} "
+                  "(target at least 0.9x)",
+                  f"own training_step against the plain loop: "
+                  f"{both(rows, 'trainer 1, own step', 'plain loop 1')}",
+                  f"allreduce 2 against trainer 1 x 1 thread: "
+                  f"{ratio(rows, 'allreduce 2', 'trainer 1 x 1 thread')} "
+                  "(target at least 1.6x on the compute-bound cnn)",
+                  f"allreduce 2 against torchrun DDP 2: "
+                  f"{both(rows, 'allreduce 2', 'torchrun DDP 2')} (target at least 0.9x)"]
+    else:
+        lines += [f"2 GPUs (torchrun DDP) against 1: {ratio(rows, 'torchrun DDP 2', 'plain loop 1')}",
+                  "the trainer trains on the CPU: its rows are measured with --device cpu"]
+    lines.append(f"torch_group DDP 2 against torchrun DDP 2: "
+                 f"{both(rows, 'torch_group DDP 2', 'torchrun DDP 2')}")
+    return "\n".join(lines) + "\n"
+
+
+def report_fixed(args, folder: Path) -> str:
+    rows = []
+    for ranks in (1, 2):
+        threads = max(1, args.threads // ranks)
+        got = run("fixed", "mlp", ranks, threads, "mpiexec", args, folder)
+        rows.append({"ranks": ranks, "trial s (median)": got["trial_s"],
+                     "fixed s (median)": got["fixed_s"], "fixed s (p90)": got["fixed_p90_s"]})
+    return (f"### A torch trial's fixed cost (mlp, 3 epochs, {args.trials} trials after a "
+            f"warm-up)\n\n{table(rows)}\n\ntarget: at most 0.5 s\n")
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", nargs="+", default=list(SIZES), choices=list(SIZES))
+    ap.add_argument("--epochs", type=int, default=3, help="timed epochs (the best one counts)")
+    ap.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)),
+                    help="intra-op threads in all, divided among a configuration's ranks")
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    ap.add_argument("--trials", type=int, default=6, help="trials the fixed cost is the median of")
+    ap.add_argument("--worker", help=argparse.SUPPRESS)
+    ap.add_argument("--what", help=argparse.SUPPRESS)
+    ap.add_argument("--kind", default="mlp", help=argparse.SUPPRESS)
+    ap.add_argument("--out", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.worker:
+        args.what = args.worker
+        worker(args)
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        parts = [report_model(kind, args, Path(tmp)) for kind in args.models]
+        if args.device == "cpu":
+            parts.append(report_fixed(args, Path(tmp)))
+    print(f"\n{machine()}\n\n" + "\n".join(parts))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,267 @@
+"""A ready torch.distributed process group for a function objective's group, so the
+DistributedDataParallel code a torchrun job runs works unchanged inside a trial:
+
+    import mpiopt
+    from torch.nn.parallel import DistributedDataParallel
+
+    def objective(params, comm):
+        with mpiopt.torch_group(comm) as group:
+            model = DistributedDataParallel(Net().to(group.device))
+            optimizer = torch.optim.Adam(model.parameters(), lr=params["lr"])
+            start = group.restore(model=model, optimizer=optimizer)   # 0, or its checkpoint's epoch
+            for epoch in range(start + 1, 11):
+                loss = one_epoch(model, optimizer, group.rank, group.size)
+                group.report(epoch, loss)      # Pruned on every rank when the pruner says stop
+                group.save(epoch, model=model, optimizer=optimizer)
+        return loss
+
+- The group is made per trial from the group's communicator: its first rank opens a TCP
+  store on a free port of its host (each group its own: two groups running at once never
+  meet) and sends the address over `comm`; every rank joins with its rank in `comm`. The
+  backend is NCCL where the rank has a GPU, gloo elsewhere. As the block ends, however it
+  ends, the group is destroyed and the store closed: the next trial makes its own.
+  torchrun's variables (TORCHRUN_VARIABLES) are set while it is open, for code that reads
+  them.
+- device: the rank's GPU (one per rank, by node-local rank: mpiopt.training.threads),
+  else the CPU, with the rank's intra-op threads pinned as for any trained model.
+- report: the group's first rank reports (mpiopt records one value per epoch) and every
+  rank gets the coordinator's answer together, so a prune, the trial's deadline or a
+  cancel raises on all ranks at the same step and none is left inside a collective.
+- save and restore: one file per trial in the study's artifact store,
+  `checkpoints/trial-N/torch.pt`, the objects' state_dicts and the epoch, written by the
+  first rank every `training.checkpoint_every` epochs (whole or not at all) and read back
+  by it for every rank. A trial that runs again after a kill continues after that epoch,
+  and its record says so (a "resume" mark, as a resumed fold's); the coordinator deletes
+  the folder once the trial is finished. Report an epoch, then save it: a kill between
+  the two runs that epoch again, and its report replaces the first.
+
+Why simpler than Optuna's TorchDistributedTrial and Ray Train's TorchTrainer: the group's
+ranks already run the same function with the same parameters (mpiopt sends the trial to
+each), so nothing is broadcast per suggestion, and no worker is started: the ranks are
+there. Outside a trial (the function called by hand under mpirun) the group works the
+same, report only answers "go on" and nothing is saved.
+"""
+from __future__ import annotations
+
+import io
+import os
+import pickle
+import socket
+from contextlib import contextmanager
+from datetime import timedelta
+
+from mpiopt.errors import ArtifactStoreError, Pruned, answer_from_word, answer_word
+from mpiopt.objective.current import current
+from mpiopt.training import threads
+
+CHECKPOINT = "torch.pt"
+TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
+                      "MASTER_PORT")
+TIMEOUT_S = 1800.0      # torch's own default for a collective that does not complete
+
+
+@contextmanager
+def torch_group(comm, timeout: float = TIMEOUT_S):
+    """The trial's process group over `comm` (a TorchGroup) while the block runs."""
+    group = TorchGroup(comm, timeout)
+    try:
+        yield group
+    finally:
+        group.close()
+
+
+class TorchGroup:
+    """torch.distributed's default process group over a group's communicator, with the
+    rank's device and the trial's report and checkpoints."""
+
+    def __init__(self, comm, timeout: float = TIMEOUT_S):
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            raise RuntimeError("torch.distributed has a default process group in this process "
+                               "already (an init_process_group without destroy_process_group?); "
+                               "torch_group makes the trial's own: remove the other")
+        self.comm = comm
+        self.rank, self.size = comm.Get_rank(), comm.Get_size()
+        hosts = comm.allgather(socket.gethostname())
+        mine = [r for r, h in enumerate(hosts) if h == hosts[self.rank]]
+        self.local_rank, self.local_size = mine.index(self.rank), len(mine)
+        self.device = _device(comm)
+        self.backend = "nccl" if self.device.type == "cuda" else "gloo"
+        wait = timedelta(seconds=timeout)
+        self.address = "127.0.0.1" if len(set(hosts)) == 1 else hosts[0]
+        self._store, self.port = _store(comm, self.address, wait)
+        local = self.device.index if self.device.type == "cuda" else self.local_rank
+        self._env = _set_env({"RANK": self.rank, "WORLD_SIZE": self.size, "LOCAL_RANK": local,
+                              "LOCAL_WORLD_SIZE": self.local_size,
+                              "MASTER_ADDR": self.address, "MASTER_PORT": self.port})
+        try:
+            dist.init_process_group(self.backend, store=self._store, rank=self.rank,
+                                    world_size=self.size, timeout=wait)
+        except BaseException:
+            self.close()
+            raise
+        self.group = dist.group.WORLD
+
+    def close(self) -> None:
+        """Destroy the process group and close the store; torchrun's variables as before."""
+        import torch.distributed as dist
+
+        try:
+            if dist.is_initialized():
+                dist.destroy_process_group()
+        finally:
+            self._store = None
+            _set_env(self._env)
+
+    # ------------------------------------------------------------------ reports
+    def report(self, epoch: int, value: float) -> None:
+        """The epoch's value to the study, from the group's first rank; raises Pruned (or
+        the trial's deadline, a cancel) on every rank together when the answer is stop."""
+        word = self._answer(epoch, value) if self.rank == 0 else None
+        word = self.comm.bcast(word, root=0)
+        if isinstance(word, dict):               # report()'s own refusal, on every rank
+            raise (TypeError if word["kind"] == "TypeError" else ValueError)(word["error"])
+        answer = answer_from_word(word, epoch, value)
+        if answer is False:
+            raise Pruned(epoch, value)
+        if answer is not True:
+            raise answer
+
+    def _answer(self, epoch, value):
+        from mpiopt.objective.evaluate import report_args
+
+        trial = current()
+        if trial is None or trial.report is None:
+            return True
+        try:
+            return answer_word(trial.report(*report_args(epoch, value)))
+        except (TypeError, ValueError) as exc:
+            return {"kind": type(exc).__name__, "error": str(exc)}
+
+    # ------------------------------------------------------------------ checkpoints
+    def save(self, epoch: int, **objects) -> bool:
+        """A checkpoint after `epoch` of the objects' state_dicts (a model, its optimizer,
+        a schedule, a GradScaler: anything with state_dict()), every
+        training.checkpoint_every epochs; call it on every rank. Returns whether one was
+        written. A write that fails stops the study in order (ArtifactStoreError on every
+        rank: the trial runs again on resume), as the trainer's."""
+        trial = current()
+        if trial is None or trial.checkpoints is None or int(epoch) % trial.every:
+            return False
+        path, error = trial.checkpoints / CHECKPOINT, None
+        if self.rank == 0:
+            try:
+                _write(path, int(epoch), {name: o.state_dict() for name, o in objects.items()})
+            except OSError as exc:
+                error = f"storage.artifacts: cannot write {path}: {exc.strerror or exc}"
+        errors = [e for e in self.comm.allgather(error) if e]
+        if errors:
+            raise ArtifactStoreError(errors[0])
+        return True
+
+    def restore(self, **objects) -> int:
+        """The epoch of the trial's last checkpoint, each object's state loaded from it on
+        every rank; 0 where there is none (a first run, an unreadable file, no artifact
+        store) and the objects are left as they are."""
+        trial = current()
+        data = None
+        if self.rank == 0 and trial is not None and trial.checkpoints is not None:
+            path = trial.checkpoints / CHECKPOINT
+            data = path.read_bytes() if path.is_file() else None
+        saved = _read(self.comm.bcast(data, root=0))
+        if saved is None:
+            return 0
+        missing = sorted(set(objects) - set(saved["state"]))
+        if missing:
+            raise ValueError(f"torch_group.restore: the trial's checkpoint holds no {missing[0]!r} "
+                             f"(it holds {', '.join(sorted(saved['state'])) or 'nothing'}): "
+                             "save and restore the same objects")
+        for name, o in objects.items():
+            o.load_state_dict(saved["state"][name])
+        epoch = int(saved["epoch"])
+        if trial is not None:
+            now = trial.since_start()
+            trial.spans.append({"kind": "resume", "fold": 0, "epoch": epoch, "start": now,
+                                "end": now})
+        return epoch
+
+
+def _device(comm):
+    """The rank's GPU where it has one (the one threads.pin_threads gave it: the only one
+    it sees, or its node-local rank's), else the CPU; intra-op threads as pinned."""
+    import torch
+
+    pinned = threads.pin_threads(comm)
+    if pinned["threads"]:
+        torch.set_num_threads(pinned["threads"])
+    if not torch.cuda.is_available():
+        return torch.device("cpu")
+    count = torch.cuda.device_count()
+    index = 0 if count == 1 else pinned["local_rank"] % count
+    torch.cuda.set_device(index)
+    return torch.device("cuda", index)
+
+
+def _store(comm, address: str, wait: timedelta):
+    """(the group's TCP store, its port): the first rank's, on a free port it picks, the
+    address sent to the others over comm. A store that cannot be opened fails every rank."""
+    from torch.distributed import TCPStore
+
+    store, port = None, None
+    if comm.Get_rank() == 0:
+        try:
+            store = TCPStore(address, 0, comm.Get_size(), True, timeout=wait,
+                             wait_for_workers=False)
+            port = store.port
+        except (RuntimeError, OSError) as exc:
+            port = f"torch_group: cannot open a TCP store on {address}: {exc}"
+    port = comm.bcast(port, root=0)
+    if isinstance(port, str):
+        raise RuntimeError(port)
+    if store is None:
+        store = TCPStore(address, port, comm.Get_size(), False, timeout=wait)
+    return store, port
+
+
+def _set_env(values: dict) -> dict:
+    """Set (or, for None, remove) environment variables; returns what they were."""
+    before = {k: os.environ.get(k) for k in values}
+    for key, value in values.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = str(value)
+    return before
+
+
+def _write(path, epoch: int, state: dict) -> None:
+    """torch.save of {"epoch", "state"}, whole or not at all (a temporary name, synced,
+    then renamed)."""
+    import torch
+
+    from mpiopt.artifacts import atomic_path
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = atomic_path(path)
+    try:
+        with open(tmp, "wb") as f:
+            torch.save({"epoch": epoch, "state": state}, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _read(data: bytes | None) -> dict | None:
+    """The checkpoint in `data` (torch.load with weights_only: no code runs), or None."""
+    if data is None:
+        return None
+    import torch
+
+    try:
+        saved = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+    except (RuntimeError, ValueError, EOFError, pickle.UnpicklingError):
+        return None
+    return saved if isinstance(saved, dict) and {"epoch", "state"} <= set(saved) else None
