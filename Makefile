@@ -29,12 +29,13 @@ demo: $(STAMP)
 	$(BIN)/mpiexec -n 5 $(BIN)/mpiopt search examples/digits/spec.yaml --storage sqlite:///$(DEMO_DB)
 	$(BIN)/mpiopt best digits --storage sqlite:///$(DEMO_DB) --top 5
 
-# Two pytest workers (pytest-xdist), a test file to each in turn: most of the suite's time
-# is real jobs waiting out their own limits (grace periods, stall and liveness limits), not
-# CPU, so on CI's 2 cores two files side by side take 12 minutes instead of 20 (941 tests,
-# measured 2026-11-27). `loadfile` keeps a file's tests on one worker, so module fixtures
-# (the report tests' studies) run once; each worker starts its own PostgreSQL cluster.
-# TEST_WORKERS=0 runs them one after another in this process.
+# Two pytest workers (pytest-xdist), one per core of CI's machine: the suite's jobs keep
+# both cores busy, so more workers only slow each job down. `loadfile` keeps a file's tests
+# on one worker, so module fixtures (the report tests' studies) run once; each worker
+# starts its own PostgreSQL cluster. TEST_WORKERS=0 runs them one after another in this
+# process. The project's own modules are compiled first: the suite starts thousands of
+# processes, and where PYTHONDONTWRITEBYTECODE is set each would otherwise compile
+# every module of mpiopt again at its start.
 TEST_WORKERS ?= 2
 
 # The docs build strictly first (a broken link or a page missing from the nav fails it);
@@ -44,6 +45,7 @@ test: $(STAMP)
 	.ci/ensure-postgresql
 	.ci/ensure-slurm
 	.ci/ensure-chromium
+	$(BIN)/python -m compileall -q mpiopt tests alembic examples > /dev/null
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -q --durations=30 \
 		-n $(TEST_WORKERS) --dist loadfile tests
 

@@ -144,16 +144,21 @@ def test_a_job_killed_without_a_word_costs_only_its_running_trials(tmp_path, pg_
 
 def test_a_job_joining_late_and_one_leaving_early(tmp_path, pg_server):
     url = pg_server.new_database()
-    spec = spec_file(tmp_path, trials=40)
+    spec = spec_file(tmp_path, trials=60)
     first = start_job(tmp_path, url, spec, 3, sleep=0.3)
     wait_for_finished(url, 8, [first])
     late = start_job(tmp_path, url, spec, 3, sleep=0.3)
     wait_for_finished(url, 16, [first, late])
     os.killpg(first.pid, signal.SIGTERM)                  # leaves cleanly; the other goes on
-    (code_first, err_first), (code_late, err_late) = finish([first, late])
+    ((code_first, err_first),) = finish([first])
+    # the study is the other job's still: neither INTERRUPTED nor told to resume
+    study_while, _, _ = state(url)
+    late_ran_on = late.poll() is None
+    ((code_late, err_late),) = finish([late])
     assert code_first != 0 and "interrupted" in err_first, err_first[-2000:]
     assert code_late == 0, err_late[-3000:]
-    trials, jobs = assert_exactly_the_budget(url, 40)
+    assert late_ran_on and study_while.status == StudyStatus.RUNNING, study_while.status
+    trials, jobs = assert_exactly_the_budget(url, 60)
     ends = sorted(j.end for j in jobs)
     assert ends == ["ended", "interrupted"]
 

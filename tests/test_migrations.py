@@ -46,6 +46,22 @@ def test_fresh_database_is_built_by_the_migrations(fresh):
     assert migrate.current_revision(fresh.engine) == migrate.head_revision() == SHIPPED_HEAD
 
 
+def test_the_scripts_are_one_numbered_line_as_the_head_is_read_without_alembic():
+    """migrate reads the head from the file names (alembic is not imported to open a
+    database): each script's revision is its file's number, after the one before it."""
+    from alembic.script import ScriptDirectory
+
+    scripts = ScriptDirectory.from_config(migrate.make_config())
+    chain = list(reversed(list(scripts.walk_revisions())))
+    assert [s.revision for s in chain] == [Path(s.path).name[:4] for s in chain]
+    assert [s.down_revision for s in chain] == [None] + [s.revision for s in chain[:-1]]
+    assert migrate.head_revision() == scripts.get_current_head() == SHIPPED_HEAD
+    probe = subprocess.run([sys.executable, "-c", "import sys\nfrom mpiopt.storage import "
+                            "open_storage\nprint('alembic' in sys.modules)"],
+                           capture_output=True, text=True, check=True)
+    assert probe.stdout.strip() == "False"
+
+
 def test_autogenerate_finds_no_difference_between_migrations_and_models(fresh):
     assert _diff(fresh.engine) == []
 

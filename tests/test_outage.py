@@ -222,7 +222,10 @@ def test_an_sqlite_file_locked_by_another_process_is_waited_for(tmp_path):
 @pytest.mark.parametrize("np", [3, None], ids=["3-ranks", "single-process"])
 def test_an_outage_past_the_retry_limit_keeps_every_result_for_the_resume(tmp_path, pg_server, np):
     url = pg_server.new_database()
-    spec = spec_file(tmp_path, 14, storage={"url": "sqlite:///unused.db", "retry_timeout": "3s"})
+    # Enough trials that the outage starts long before the last (a loaded 2-core CI
+    # machine takes seconds to stop the server); the resume runs the rest at 0.05 s each.
+    trials = 30
+    spec = spec_file(tmp_path, trials, storage={"url": "sqlite:///unused.db", "retry_timeout": "3s"})
     job = start(tmp_path, spec, url, np=np, env={"MPIOPT_TEST_SLEEP": "0.4"})
     try:
         wait_finished(url, 3, job)
@@ -255,7 +258,7 @@ def test_an_outage_past_the_retry_limit_keeps_every_result_for_the_resume(tmp_pa
         proc = mpiopt(*printed[1:], cwd=tmp_path / "elsewhere", timeout=180, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "imported" in proc.stdout and not recovery.exists()
-    trials = assert_complete(url, 14)
+    trials = assert_complete(url, trials)
     for t in trials:                               # nothing finished before was touched
         if t.number in before:
             assert t.value == before[t.number] and t.attempt == 0

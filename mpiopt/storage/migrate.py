@@ -2,6 +2,12 @@
 
 The scripts live in the top-level alembic/ directory of a checkout and ship inside wheels
 as the package mpiopt._alembic (see setup.cfg). No alembic.ini is needed.
+
+Alembic itself is imported only to migrate or to name the revisions a database may hold:
+every command opens a database, nearly always one already at head, and importing alembic
+costs a third of a second of each command's start. The head and the database's revision
+are read without it (the scripts are numbered and linear: revision "NNNN" lives in
+versions/NNNN_*.py, which tests/test_migrations.py holds them to).
 """
 from __future__ import annotations
 
@@ -9,11 +15,6 @@ import contextlib
 
 from pathlib import Path
 
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
-from alembic.util import CommandError
 from sqlalchemy import inspect
 from sqlalchemy.engine import Engine
 
@@ -30,7 +31,10 @@ def script_location() -> Path:
     return package.parent / "alembic"
 
 
-def make_config(engine: Engine | None = None) -> Config:
+def make_config(engine: Engine | None = None):
+    """Alembic's Config for the scripts (and the engine's database, if given)."""
+    from alembic.config import Config
+
     cfg = Config()
     cfg.set_main_option("script_location", str(script_location()))
     cfg.set_main_option("path_separator", "os")
@@ -41,13 +45,28 @@ def make_config(engine: Engine | None = None) -> Config:
 
 
 def head_revision() -> str:
-    return ScriptDirectory.from_config(make_config()).get_current_head()
+    """The newest script's revision, from the scripts' numbered file names."""
+    return max(p.name[:4] for p in (script_location() / "versions").glob("[0-9][0-9][0-9][0-9]_*.py"))
 
 
 def current_revision(engine: Engine) -> str | None:
-    """The revision stamped in the database; None when it was never migrated."""
+    """The revision stamped in the database (alembic's version table); None when it was
+    never migrated."""
     with engine.connect() as conn:
-        return MigrationContext.configure(conn).get_current_revision()
+        return _stamped(conn)
+
+
+def _stamped(conn) -> str | None:
+    if not inspect(conn).has_table(_VERSION_TABLE):
+        return None
+    rows = conn.exec_driver_sql(f"SELECT version_num FROM {_VERSION_TABLE}").scalars().all()
+    if len(rows) > 1:
+        raise StorageError(f"the database is stamped with several schema revisions "
+                           f"({', '.join(sorted(rows))}); mpiopt's migrations are one line")
+    return rows[0] if rows else None
+
+
+_VERSION_TABLE = "alembic_version"     # alembic's default, which env.py keeps
 
 
 def table_names(engine: Engine) -> list[str]:
@@ -56,6 +75,8 @@ def table_names(engine: Engine) -> list[str]:
 
 
 def known_revisions() -> set[str]:
+    from alembic.script import ScriptDirectory
+
     return {s.revision for s in ScriptDirectory.from_config(make_config()).walk_revisions()}
 
 
@@ -86,12 +107,14 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
     transactional), under a lock that any number of jobs starting at once queue on:
     BEGIN IMMEDIATE on SQLite, a transaction-scoped advisory lock on PostgreSQL. The
     revision is read again under the lock, so only the first job migrates."""
+    from alembic import command
+    from alembic.util import CommandError
+
     cfg = make_config(engine)
     with writer(engine).connect() as conn, _no_cascades(conn), conn.begin():
         if engine.dialect.name == "postgresql":
             conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_MIGRATION_LOCK})")
-        if revision == "head" and \
-                MigrationContext.configure(conn).get_current_revision() == head_revision():
+        if revision == "head" and _stamped(conn) == head_revision():
             return
         cfg.attributes["connection"] = conn
         try:
@@ -122,7 +145,7 @@ def ensure_current(engine: Engine) -> None:
         upgrade(engine)
 
 
-def _explain(exc: CommandError, engine: Engine) -> str:  # render_as_string hides the password
+def _explain(exc, engine: Engine) -> str:  # render_as_string hides the password
     if "Can't locate revision" in str(exc):
         return newer_message(engine.url.render_as_string(), current_revision(engine),
                              head_revision())
