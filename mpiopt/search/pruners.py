@@ -63,16 +63,18 @@ class Judgement:
 def figure_so_far(curve: dict, step: Step, warmup: int = 0, side_by_side: bool = False):
     """The trial's figure at `step` (see the module docstring), or None where every fold
     it would rest on is still in its warm-up. `curve`: {Step: lower-is-better value}."""
-    parts = []
-    for fold in range(step.fold + 1):
-        upto = step.epoch if fold == step.fold or side_by_side else None
-        if upto is not None and upto <= warmup:
+    if step.epoch <= warmup and (side_by_side or step.fold == 0):
+        return None                       # every fold it would rest on is in its warm-up
+    best: dict[int, float] = {}
+    for (fold, epoch), value in curve.items():     # one pass: the coordinator asks often
+        if fold > step.fold or not _finite(value):
             continue
-        values = [v for (f, e), v in curve.items()
-                  if f == fold and (upto is None or e <= upto) and _finite(v)]
-        if values:
-            parts.append(min(values))
-    return sum(parts) / len(parts) if parts else None
+        if fold == step.fold or side_by_side:      # counted up to this epoch, past warm-up
+            if epoch > step.epoch or step.epoch <= warmup:
+                continue
+        if value < best.get(fold, math.inf):
+            best[fold] = value
+    return sum(best.values()) / len(best) if best else None
 
 
 class Pruner(abc.ABC):
@@ -182,8 +184,8 @@ class ASHAPruner(Pruner):
 
 
 def _stepped(curve: dict) -> dict:
-    """A curve keyed by Step (a bare epoch is fold 0's)."""
-    if all(isinstance(k, tuple) for k in curve):
+    """A curve keyed by Step (a bare epoch is fold 0's; the coordinator's are Steps)."""
+    if not curve or isinstance(next(iter(curve)), tuple):
         return curve
     return {as_step(k): v for k, v in curve.items()}
 
