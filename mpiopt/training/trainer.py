@@ -46,7 +46,7 @@ def run_training(spec, params: dict, comm, seed: int, report=None, on_epoch=None
     Returns {value, value_std, fold_values, metrics, epochs, intermediate, timing}, the
     intermediate values keyed by Step(fold, epoch).
     report(epoch, value, fold=f) -> False prunes: every rank raises training.Pruned together.
-    on_epoch(epoch, value, metrics) is called on rank 0 for logging (mpiopt train).
+    on_epoch(step, value, metrics) is called on rank 0 for logging (mpiopt train).
     artifacts (mpiopt.artifacts.TrialArtifacts): each fold continues from its checkpoint
     and writes one every `every` epochs; the final model is saved where it says.
     A model that fails to build, or data that fail to load, raise on every rank.
