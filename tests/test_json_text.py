@@ -66,7 +66,7 @@ def test_query_commands_print_strict_json(diverged, command):
         assert trial["metrics"] == {"loss": trial["value"], "grad_norm": None, "spread": None,
                                     "floor": None}
     if command[0] == "show":
-        assert data["intermediate"] == {"0": None, "1": None, "2": None}
+        assert data["intermediate"] == {"0": {"0": None, "1": None, "2": None}}
 
 
 def test_export_writes_strict_json_to_a_file_and_to_stdout(diverged, tmp_path):

@@ -141,7 +141,7 @@ class Studies:
                 "value_std": t.value_std, "seed": t.seed, "host": t.host, "device": t.device,
                 "started_at": _iso(t.started_at), "finished_at": _iso(t.finished_at),
                 "error": t.error, "metrics": dict(t.metrics), "folds": list(t.fold_values),
-                "curve": [[e, t.intermediate[e]] for e in sorted(t.intermediate)],
+                "curve": [[s.fold, s.epoch, v] for s, v in t.intermediate.items()],
                 "member": t.member, "round": t.round, "parent": t.parent}
 
     def _figures(self, record, snap) -> tuple[str, dict]:

@@ -261,15 +261,22 @@ async function refreshTrial() {
   close.addEventListener("click", () => { state.trial = null; box.hidden = true; writeHash(); drawTrials(); });
   const parts = [el("h2", {}, "Trial " + t.number + " ", close),
                  el("dl", {}, ...facts.flatMap(([k, v]) => [el("dt", {}, k), el("dd", {}, v)]))];
-  if (t.error) parts.push(el("h3", {}, "Error"), el("pre", {id: "trial-error"}, t.error));
+  if (t.error) parts.push(el("h3", {}, t.status === "PRUNED" ? "Pruned" : "Error"),
+                         el("pre", {id: "trial-error"}, t.error));
   const curve = el("div", {id: "trial-curve"});
   parts.push(t.curve.length ? curve : el("p", {className: "meta"}, "no per-epoch values reported"));
   box.hidden = false;
   box.replaceChildren(...parts);
-  if (t.curve.length) {
-    Plotly.react(curve, [{type: "scatter", mode: "lines+markers", x: t.curve.map(p => p[0]),
-      y: t.curve.map(p => p[1]), line: {color: "#1f77b4"}}],
-      {height: 300, margin: {l: 60, r: 20, t: 20, b: 45}, xaxis: {title: {text: "epoch"}},
+  if (t.curve.length) {      // [fold, epoch, value]: a line per fold, its epochs from 1
+    const folds = [...new Set(t.curve.map(p => p[0]))];
+    const lines = folds.map(f => {
+      const points = t.curve.filter(p => p[0] === f);
+      return {type: "scatter", mode: "lines+markers", name: "fold " + f,
+              x: points.map(p => p[1]), y: points.map(p => p[2])};
+    });
+    Plotly.react(curve, lines,
+      {height: 300, margin: {l: 60, r: 20, t: 20, b: 45}, showlegend: folds.length > 1,
+       xaxis: {title: {text: folds.length > 1 ? "epoch (of each fold)" : "epoch"}},
        yaxis: {title: {text: esc(t.metric)}}}, {displaylogo: false, responsive: true});
   }
 }

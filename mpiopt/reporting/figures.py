@@ -223,54 +223,71 @@ def contour(view: StudyView) -> Panel:
 
 def curves(view: StudyView) -> Panel:
     """lines: [{number, status, epochs, values, pruned}] for trials with per-epoch
-    values; a pruned trial's line ends where it was stopped. folds: with sequential
-    K-fold (steps fold * epochs + epoch, mpiopt.training.folds), the epochs per fold and
-    the boundaries between folds (x positions): each line is broken there (a None), so a
-    new fold's first epoch is not drawn as a fall from the last fold's best."""
+    values, `epochs` the x positions; a pruned trial's line ends where it was stopped.
+    folds (with several folds): {count, offsets, widths, boundaries, ticks}: fold f's
+    epoch e is drawn at offsets[f] + e, each fold as wide as the most epochs any trial
+    reported in it (the stored (fold, epoch) of each value: the same point of every trial
+    at the same x, also when training.epochs is searched), boundaries between folds, and
+    ticks [[x, epoch]]; each line is broken between folds (a None), so a new fold's
+    first epoch is not drawn as a fall from the last fold's best."""
     title = "Learning curves (per-epoch values; × marks a pruned trial's last epoch)"
-    lines = [{"number": t.number, "status": t.status.value, "pruned": t.status == TrialStatus.PRUNED,
-              **thinned_curve(t.intermediate, CURVE_POINTS)}
-             for t in view.trials if t.intermediate]
-    if not lines:
+    shown = [t for t in view.trials if t.intermediate]
+    if not shown:
         return Panel("curves", title, "no trial reported per-epoch values (a Keras model "
                                       "objective, or a function calling report(epoch, value))")
-    epochs, kfold = _training(view.spec_text)
-    data = {"lines": lines, "pruned": sum(line["pruned"] for line in lines), "metric": view.metric}
-    last = max(max(line["epochs"]) for line in lines)
-    if kfold > 1 and epochs and last > epochs:       # sequential folds: steps run past epochs
-        folds = min(kfold, -(-last // epochs))
-        data["folds"] = {"epochs": epochs, "count": folds,
-                         "boundaries": [f * epochs + 0.5 for f in range(1, folds)]}
-        for line in lines:
-            line["epochs"], line["values"] = _broken_at_folds(line["epochs"], line["values"], epochs)
-        title = (f"Learning curves, fold by fold ({kfold} folds of {epochs} epochs, one after "
-                 "another; × marks a pruned trial's last epoch)")
+    widths: dict[int, int] = {}
+    for t in shown:
+        for step in t.intermediate:
+            widths[step.fold] = max(widths.get(step.fold, 0), step.epoch)
+    data = {"metric": view.metric}
+    if len(widths) > 1:
+        offsets, at = {}, 0
+        for fold in sorted(widths):
+            offsets[fold], at = at, at + widths[fold]
+        data["folds"] = {"count": len(widths), "offsets": [offsets[f] for f in sorted(widths)],
+                         "widths": [widths[f] for f in sorted(widths)],
+                         "boundaries": [offsets[f] + 0.5 for f in sorted(widths)[1:]],
+                         "ticks": _fold_ticks(offsets, widths)}
+        title = (f"Learning curves, fold by fold ({len(widths)} folds; each fold's epochs "
+                 "count from 1; × marks a pruned trial's last epoch)")
+    else:
+        offsets = {fold: 0 for fold in widths}
+    lines = []
+    for t in shown:
+        curve = thinned_curve({offsets[s.fold] + s.epoch: v for s, v in t.intermediate.items()},
+                              CURVE_POINTS)
+        if len(widths) > 1:
+            curve["epochs"], curve["values"] = _broken_at_folds(curve["epochs"], curve["values"],
+                                                                offsets)
+        lines.append({"number": t.number, "status": t.status.value,
+                      "pruned": t.status == TrialStatus.PRUNED, **curve})
+    data.update(lines=lines, pruned=sum(line["pruned"] for line in lines))
     return Panel("curves", title, data=data)
 
 
-def _broken_at_folds(steps: list, values: list, epochs: int) -> tuple[list, list]:
-    """A None between two steps of different folds: the line is not drawn across."""
-    xs, ys = [], []
-    for i, (x, y) in enumerate(zip(steps, values)):
-        if i and (steps[i - 1] - 1) // epochs != (x - 1) // epochs:
-            xs.append(None)
-            ys.append(None)
-        xs.append(x)
-        ys.append(y)
-    return xs, ys
+def _fold_ticks(offsets: dict, widths: dict, most: int = 30) -> list[list[int]]:
+    """[[x, epoch]]: every fold's epochs, every k-th where there would be more than
+    `most` ticks in all (each fold's 1 and last kept)."""
+    every = max(1, -(-sum(widths.values()) // most))
+    ticks = []
+    for fold in sorted(widths):
+        shown = sorted({1, widths[fold], *range(every, widths[fold] + 1, every)})
+        ticks += [[offsets[fold] + e, e] for e in shown]
+    return ticks
 
 
-def _training(spec_text: str) -> tuple[int | None, int]:
-    """(training.epochs, training.kfold) of the stored spec; (None, 1) when unknown."""
-    import yaml
-
-    try:
-        training = (yaml.safe_load(spec_text or "") or {}).get("training") or {}
-        epochs, kfold = training.get("epochs"), training.get("kfold", 1)
-    except (yaml.YAMLError, AttributeError):
-        return None, 1
-    return (epochs if isinstance(epochs, int) and epochs > 0 else None,
-            kfold if isinstance(kfold, int) else 1)
+def _broken_at_folds(xs: list, values: list, offsets: dict) -> tuple[list, list]:
+    """A None between two points of different folds: the line is not drawn across."""
+    starts = sorted(offsets.values())
+    fold_of = [sum(1 for s in starts if x > s) for x in xs]
+    out_x, out_y = [], []
+    for i, (x, y) in enumerate(zip(xs, values)):
+        if i and fold_of[i] != fold_of[i - 1]:
+            out_x.append(None)
+            out_y.append(None)
+        out_x.append(x)
+        out_y.append(y)
+    return out_x, out_y
 
 
 def thinned_curve(intermediate: dict, limit: int) -> dict:

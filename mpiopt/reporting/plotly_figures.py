@@ -185,20 +185,22 @@ def curves(d: dict) -> dict:
                              "marker": {"symbol": symbols, "size": sizes, "color": color}},
                             [line["number"]] * n))
     steps = [e for line in d["lines"] for e in line["epochs"] if e is not None]
-    layout = {"showlegend": False, "xaxis": integer_axis(steps, "epoch (step)"),
+    layout = {"showlegend": False, "xaxis": integer_axis(steps, "epoch"),
               "yaxis": {"title": {"text": d.get("metric", "value")}}}
     folds = d.get("folds")
     if folds:
-        layout["xaxis"]["title"]["text"] = (f"step = fold × {folds['epochs']} + epoch "
-                                            "(folds one after another)")
+        layout["xaxis"] = {"title": {"text": "epoch, fold by fold (each fold's epochs count from 1)"},
+                           "tickmode": "array", "tickvals": [t[0] for t in folds["ticks"]],
+                           "ticktext": [str(t[1]) for t in folds["ticks"]]}
         layout["shapes"] = [{"type": "line", "xref": "x", "yref": "paper", "x0": b, "x1": b,
                              "y0": 0, "y1": 1, "line": {"dash": "dash", "color": "#888", "width": 1}}
                             for b in folds["boundaries"]]
         layout["annotations"] = [{"text": f"fold {f}", "xref": "x", "yref": "paper",
-                                  "x": f * folds["epochs"] + (folds["epochs"] + 1) / 2, "y": 1,
+                                  "x": at + (width + 1) / 2, "y": 1,
                                   "yanchor": "top", "showarrow": False,
                                   "font": {"color": "#666"}}
-                                 for f in range(folds["count"])]
+                                 for f, (at, width) in enumerate(zip(folds["offsets"],
+                                                                     folds["widths"]))]
     return {"data": data, "layout": layout}
 
 

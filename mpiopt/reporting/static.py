@@ -160,16 +160,17 @@ def curves(fig, d: dict) -> None:
         if line["pruned"]:
             ax.plot(xs[-1], ys[-1], "x", color=color, ms=9)
     folds = d.get("folds")
-    xlabel = "epoch (step)"
-    if folds:
-        for b in folds["boundaries"]:
-            ax.axvline(b, ls="--", color="#888", lw=0.8)
-        for f in range(folds["count"]):
-            ax.text(f * folds["epochs"] + (folds["epochs"] + 1) / 2, 1.0, f"fold {f}",
-                    transform=ax.get_xaxis_transform(), ha="center", va="bottom", fontsize=8)
-        xlabel = f"step = fold × {folds['epochs']} + epoch (folds one after another)"
-    ax.set(xlabel=xlabel, ylabel=d.get("metric", "value"))
-    _whole_numbers(ax.xaxis)
+    ax.set(xlabel="epoch", ylabel=d.get("metric", "value"))
+    if not folds:
+        _whole_numbers(ax.xaxis)
+        return
+    for b in folds["boundaries"]:
+        ax.axvline(b, ls="--", color="#888", lw=0.8)
+    for f, (at, width) in enumerate(zip(folds["offsets"], folds["widths"])):
+        ax.text(at + (width + 1) / 2, 1.0, f"fold {f}", transform=ax.get_xaxis_transform(),
+                ha="center", va="bottom", fontsize=8)
+    ax.set_xticks([t[0] for t in folds["ticks"]], [str(t[1]) for t in folds["ticks"]])
+    ax.set_xlabel("epoch, fold by fold (each fold's epochs count from 1)")
 
 
 def folds(fig, d: dict) -> None:

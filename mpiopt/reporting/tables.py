@@ -13,7 +13,7 @@ from typing import Any, Iterable, Sequence
 from mpiopt import jsontext
 from mpiopt.durations import format_duration
 from mpiopt.errors import cut
-from mpiopt.trial import FrozenTrial, TrialStatus
+from mpiopt.trial import FrozenTrial, TrialStatus, by_fold
 
 TABLE_COLUMNS = ("number", "status", "value", "value_std", "attempt", "group", "duration", "params")
 BASE_COLUMNS = ("number", "status", "value", "value_std", "seed", "attempt", "group", "host",
@@ -82,8 +82,8 @@ def _first_line(text: str) -> str:
 
 
 def trial_dict(trial: FrozenTrial, front=None) -> dict[str, Any]:
-    """Every field of a trial, JSON-ready (timestamps as ISO 8601, epochs as strings);
-    `feasible` in a constrained study."""
+    """Every field of a trial, JSON-ready (timestamps as ISO 8601; the per-epoch values
+    as {fold: {epoch: value}}, their keys strings); `feasible` in a constrained study."""
     out = {c: getattr(trial, c) for c in BASE_COLUMNS}
     out["status"], out["error"] = trial.status.value, cut(trial.error)
     out["value_std"] = spread(trial)
@@ -93,7 +93,8 @@ def trial_dict(trial: FrozenTrial, front=None) -> dict[str, Any]:
     out["started_at"], out["finished_at"] = _iso(trial.started_at), _iso(trial.finished_at)
     out.update(params=dict(trial.params), metrics=dict(trial.metrics),
                fold_values=list(trial.fold_values),
-               intermediate={str(k): v for k, v in trial.intermediate.items()},
+               intermediate={str(f): {str(e): v for e, v in epochs.items()}
+                             for f, epochs in by_fold(trial.intermediate).items()},
                spans=list(trial.spans))
     if trial.round is not None:
         out.update(member=trial.member, round=trial.round, parent=trial.parent)
@@ -183,14 +184,19 @@ def _thinned(values: Sequence, width: int) -> list:
     return [values[round(i * (len(values) - 1) / (width - 1))] for i in range(width)]
 
 
-def _epoch_rows(epochs: list[int], values: list) -> list[str]:
-    """A row per epoch; a trial that reported every batch (20,000 reports printed 20,000
-    rows) lists its first and last EPOCH_ROWS / 2 and says where the rest are."""
-    rows = [f"  {e:>4}  {_num(v)}" for e, v in zip(epochs, values)]
+def _epoch_rows(epochs: list, values: list) -> list[str]:
+    """A row per epoch (with several folds, per fold and epoch); a trial that reported
+    every batch (20,000 reports printed 20,000 rows) lists its first and last
+    EPOCH_ROWS / 2 and says where the rest are."""
+    folds = len({s.fold for s in epochs}) > 1
+    head = ["  fold  epoch  value"] if folds else []
+    rows = [f"  {s.fold:>4}  {s.epoch:>5}  {_num(v)}" if folds else f"  {s.epoch:>4}  {_num(v)}"
+            for s, v in zip(epochs, values)]
     if len(rows) <= EPOCH_ROWS:
-        return rows
+        return head + rows
     half = EPOCH_ROWS // 2
-    return (rows[:half] + [f"  ... {len(rows) - 2 * half} more epochs (all of them: mpiopt export)"]
+    return (head + rows[:half]
+            + [f"  ... {len(rows) - 2 * half} more epochs (all of them: mpiopt export)"]
             + rows[-half:])
 
 
@@ -232,16 +238,34 @@ def show_lines(trial: FrozenTrial, study_name: str, metric: str, direction: str,
     lines += _section("params", trial.params)
     lines += _section("folds", dict(enumerate(trial.fold_values)))
     lines += _section("metrics", trial.metrics)
-    if trial.intermediate:
-        epochs = sorted(trial.intermediate)
-        values = [trial.intermediate[e] for e in epochs]
-        lines += [f"per-epoch values ({len(epochs)} epochs, {epochs[0]}..{epochs[-1]}): "
-                  f"{sparkline(_thinned(values, CURVE_WIDTH), ascii_only=not unicode_ok)}"]
-        lines += ["  " + line for line in ascii_curve(values)]
-        lines += _epoch_rows(epochs, values)
-    if trial.error:
-        lines += ["error:"] + ["  " + line for line in cut(trial.error).rstrip().splitlines()]
+    lines += _curve_lines(trial.intermediate, unicode_ok)
+    if trial.error:      # a pruned trial's: where the pruner stopped it, and against what
+        head = "pruned:" if trial.status is TrialStatus.PRUNED else "error:"
+        lines += [head] + ["  " + line for line in cut(trial.error).rstrip().splitlines()]
     return lines
+
+
+def _curve_lines(intermediate: dict, unicode_ok: bool) -> list[str]:
+    """The per-epoch values: a sparkline and a small plot (one sparkline per fold with
+    several folds: each fold's first epoch is a new model, never a fall of the last
+    fold's curve), then the values."""
+    if not intermediate:
+        return []
+    steps = sorted(intermediate)
+    values = [intermediate[s] for s in steps]
+    folds = by_fold(intermediate)
+    if len(folds) == 1:
+        epochs = [s.epoch for s in steps]
+        return ([f"per-epoch values ({len(epochs)} epochs, {epochs[0]}..{epochs[-1]}): "
+                 f"{sparkline(_thinned(values, CURVE_WIDTH), ascii_only=not unicode_ok)}"]
+                + ["  " + line for line in ascii_curve(values)] + _epoch_rows(steps, values))
+    lines = [f"per-epoch values ({len(folds)} folds, {len(steps)} epochs in all; each fold's "
+             "epochs count from 1):"]
+    for fold, curve in folds.items():
+        epochs = sorted(curve)
+        lines.append(f"  fold {fold} (epochs {epochs[0]}..{epochs[-1]}): "
+                     f"{sparkline(_thinned([curve[e] for e in epochs], CURVE_WIDTH), not unicode_ok)}")
+    return lines + _epoch_rows(steps, values)
 
 
 def _front_lines(trial: FrozenTrial, front) -> list[str]:

@@ -85,7 +85,7 @@ class StudyView:
     trials: tuple[FrozenTrial, ...]
     params: tuple[Param, ...]
     now: datetime                  # when the report was made: running trials end here
-    spec_text: str = ""            # the stored spec: objectives, constraints, K-fold
+    spec_text: str = ""            # the stored spec: objectives, constraints
     jobs: tuple = ()               # the jobs that ran it (storage.list_jobs), oldest first
     cache: dict = field(default_factory=dict, compare=False, repr=False)   # shared fits
 

@@ -259,8 +259,8 @@ class BaseStorage(abc.ABC):
         aligned where either is given) in one transaction; the results count first."""
 
     @abc.abstractmethod
-    def add_intermediate(self, trial_id: int, epoch: int, value: float) -> None:
-        """A per-epoch value (the same epoch again replaces it)."""
+    def add_intermediate(self, trial_id: int, epoch: int, value: float, fold: int = 0) -> None:
+        """A fold's value after an epoch (the same fold and epoch again replaces it)."""
 
     @abc.abstractmethod
     def interrupt_running(self, study_id: int, keep=()) -> int:

@@ -13,7 +13,7 @@ from mpiopt import jsontext
 from mpiopt.errors import StorageError, cut
 from mpiopt.storable import storable_text
 from mpiopt.storage.models import NAME_LEN, JobModel, StudyModel, TrialModel
-from mpiopt.trial import FrozenTrial, StudyStatus, TrialStatus
+from mpiopt.trial import FrozenTrial, StudyStatus, TrialStatus, steps
 
 
 @dataclass(frozen=True)
@@ -168,7 +168,7 @@ def to_frozen(row: TrialModel) -> FrozenTrial:
         finished_at=row.finished_at, duration=row.duration, error=row.error,
         metrics=load_json(row.metrics_json),
         fold_values=[f.value for f in sorted(row.folds, key=lambda f: f.fold)],
-        intermediate={i.epoch: i.value for i in sorted(row.intermediate, key=lambda i: i.epoch)},
+        intermediate=steps({(i.fold, i.epoch): i.value for i in row.intermediate}),
         rank=row.rank, lost_attempts=row.lost_attempts or 0, device=row.device,
         suggest_seconds=row.suggest_seconds, spans=load_spans(row.spans_json),
         member=row.member, round=row.round, parent=row.parent, job=row.job_id,
@@ -204,5 +204,5 @@ def prepared_outcomes(outcomes: Sequence[dict]) -> list[tuple]:
             "error": cut(storable_text(o.get("error"))),
             "metrics_json": dump_json(o.get("metrics")), "duration": o.get("duration"),
             "device": _short(o.get("device")), "spans_json": dump_spans(o.get("spans"))},
-            o.get("fold_values") or (), o.get("fold_metrics") or (), o.get("intermediate") or {}))
+            o.get("fold_values") or (), o.get("fold_metrics") or (), steps(o.get("intermediate"))))
     return prepared

@@ -80,9 +80,15 @@ class TrialView:
         return [metrics.get(n) for n in self._names]
 
     @property
-    def intermediate_values(self) -> dict[int, float]:
-        """Per-epoch (per-step) values, as report(epoch, value) gave them."""
-        return dict(self._trial.intermediate)
+    def intermediate_values(self) -> dict:
+        """Per-epoch values: {epoch: value} as report(epoch, value) gave them, Optuna's
+        {step: value}; a trial of several folds has {(fold, epoch): value}, each fold's
+        epochs counting from 1 (one number per report would mean different points in
+        different trials)."""
+        values = self._trial.intermediate
+        if all(s.fold == 0 for s in values):
+            return {s.epoch: v for s, v in values.items()}
+        return {(s.fold, s.epoch): v for s, v in values.items()}
 
     @property
     def datetime_start(self):
