@@ -41,10 +41,12 @@ class TrialView:
     """One trial as the API shows it: Optuna's names first, mpiopt's record behind them
     (any other attribute is the FrozenTrial's: status, metrics, fold_values, group, ...)."""
 
-    __slots__ = ("_trial", "_names")
+    __slots__ = ("_trial", "_names", "_params")
 
-    def __init__(self, trial: FrozenTrial, names: tuple[str, ...] = ()):
-        self._trial, self._names = trial, names
+    def __init__(self, trial: FrozenTrial, names: tuple[str, ...] = (), params: dict = None):
+        """`params`: {name: mpiopt.reporting.view.Param} of the study's space (the
+        distributions' source; without it they are inferred from the trial alone)."""
+        self._trial, self._names, self._params = trial, names, params or {}
 
     def __getattr__(self, name: str):
         return getattr(self._trial, name)
@@ -85,6 +87,25 @@ class TrialView:
         return dict(self._trial.intermediate)
 
     @property
+    def last_step(self) -> int | None:
+        """The last step (epoch) the trial reported, None before its first report
+        (Optuna's last_step)."""
+        return max(self.intermediate_values, default=None)
+
+    @property
+    def distributions(self) -> dict:
+        """{name: Optuna distribution} of the trial's parameters, from the study's stored
+        space: FloatDistribution / IntDistribution (log=True for a log-uniform prior),
+        CategoricalDistribution. A conditional parameter the trial did not use is absent,
+        as in its params. Optuna's own classes (optuna.distributions), so code that reads
+        them keeps working."""
+        from mpiopt.reporting.view import params_of
+
+        known = self._params or {p.name: p for p in params_of(None, [self._trial])}
+        return {name: _distribution(known[name], value)
+                for name, value in self._trial.params.items()}
+
+    @property
     def datetime_start(self):
         """When it started (timezone-aware, UTC)."""
         return utc(self._trial.started_at)
@@ -114,6 +135,30 @@ class TrialView:
     def system_attrs(self) -> dict[str, Any]:
         return {"seed": self._trial.seed, "attempt": self._trial.attempt,
                 "group": self._trial.group, "host": self._trial.host}
+
+
+def _status_of(state) -> str:
+    """A stored status from mpiopt's TrialState or TrialStatus, Optuna's own TrialState
+    (by its name: an Optuna user's `optuna.trial.TrialState.COMPLETE`), or a word."""
+    if isinstance(state, (TrialState, TrialStatus)):
+        return state.value
+    if getattr(state, "name", None) in TrialState.__members__:
+        return TrialState[state.name].value
+    return TrialStatus(state).value
+
+
+def _distribution(param, value):
+    """The Optuna distribution of one parameter (its bounds from the space, else the
+    value itself: a parameter the stored space does not name)."""
+    from optuna import distributions as d
+
+    if param.categorical:
+        return d.CategoricalDistribution(list(param.choices))
+    low = value if param.low is None else param.low
+    high = value if param.high is None else param.high
+    if param.kind == "integer":
+        return d.IntDistribution(int(low), int(high), log=param.log)
+    return d.FloatDistribution(float(low), float(high), log=param.log)
 
 
 class BestTrials(list):
@@ -197,8 +242,7 @@ class Study:
         list as the first argument is the statuses, as mpiopt's first releases took it."""
         if isinstance(deepcopy, (list, tuple, set)):
             statuses, deepcopy = deepcopy, True
-        wanted = [s.value if isinstance(s, (TrialState, TrialStatus)) else TrialStatus(s).value
-                  for s in (states or statuses or ())] or None
+        wanted = [_status_of(s) for s in (states or statuses or ())] or None
         return self._view(self._storage.get_trials(self._record.id, statuses=wanted))
 
     @property
@@ -241,6 +285,16 @@ class Study:
     def best_value(self) -> float:
         """The best trial's value (in the study's direction; see best_trial)."""
         return self.best_trial.value
+
+    def view(self):
+        """The study as the report, the dashboard and `mpiopt plot` see it, read now
+        (mpiopt.reporting.view.StudyView): what mpiopt.importance and mpiopt.visualization
+        measure and draw, so they agree with the page."""
+        from mpiopt.reporting.view import StudyView
+
+        record = self.record
+        return StudyView.of(record, self._storage.get_trials(record.id),
+                            jobs=self._storage.list_jobs(record.id))
 
     def best_model(self, trial: int | None = None):
         """The kept model of the best trial (or of trial number `trial`); the refit model
@@ -292,8 +346,11 @@ class Study:
 
     # ------------------------------------------------------------------ helpers
     def _view(self, trials) -> list[TrialView]:
+        from mpiopt.reporting.view import params_of
+
         names = tuple(self._objective().names)
-        return [TrialView(t, names) for t in trials]
+        params = {p.name: p for p in params_of(self._record.space_json, trials)}
+        return [TrialView(t, names, params) for t in trials]
 
     def _objective(self):
         from mpiopt.reporting.front import Front, objective_of
