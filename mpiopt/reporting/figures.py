@@ -96,8 +96,9 @@ def flattened_by(values: list[float]) -> str | None:
     share = (max(bulk) - min(bulk)) / span if span > 0 else 1.0
     if share >= FLAT_SHARE:
         return None
+    room = f"{share:.0%}" if share >= 0.01 else "under 1%"
     return (f"{outliers} outlier(s) would squeeze the other {len(bulk)} values into "
-            f"{share:.0%} of the axis")
+            f"{room} of the axis")
 
 
 def parallel(view: StudyView) -> Panel:
