@@ -10,7 +10,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from mpiopt import jsontext
-from mpiopt.cli.common import add_format_option, add_storage_option, print_rows, storage_url
+from mpiopt.cli.common import (add_format_option, add_storage_option, print_rows, print_text,
+                               storage_url)
 from mpiopt.errors import MpioptError
 from mpiopt.trial import TrialStatus
 
@@ -158,7 +159,7 @@ def _best_of_vector(args, record, front) -> int:
         print(f"study '{record.name}' has no feasible complete trial yet")
         return 0
     if args.format == "table" and title:
-        print(title)
+        print_text(title)
     print_rows(rows, args.format, columns)
     return 0
 
