@@ -155,3 +155,53 @@ def test_study_direction_reads_as_optunas(study, url):
         assert two.directions == [optuna.study.StudyDirection.MINIMIZE,
                                   optuna.study.StudyDirection.MAXIMIZE]
         assert [d.name for d in two.directions] == ["MINIMIZE", "MAXIMIZE"]
+
+
+# ---- one naming: export (CSV, JSON), trials_dataframe(), Optuna's own frame ----------------
+@pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
+@pytest.mark.parametrize("name", ["one", "two"])
+def test_export_and_the_dataframe_name_every_column_alike_and_as_optuna_does(url, name, tmp_path):
+    import csv
+    import io
+    import json
+
+    import mpiopt
+
+    with mpiopt.load_study(name, url) as study:
+        frame = study.trials_dataframe()
+        trials = study.trials
+        directions = [d.value for d in study.directions]
+        metric_names = study.metric_names
+    header = next(csv.reader(io.StringIO(mpiopt_export(url, name, "csv"))))
+    assert header == list(frame.columns)
+    records = json.loads(mpiopt_export(url, name, "json"))
+    spread = {"params": "params_", "user_attrs": "user_attrs_", "values": "values_",
+              "fold_values": "fold_"}
+    for record in records:
+        for key, value in record.items():
+            if key in spread and value:
+                items = enumerate(value) if key == "fold_values" else value.items()
+                assert all(f"{spread[key]}{k}" in header for k, _ in items), key
+            elif key not in spread and key not in ("intermediate_values", "spans"):
+                assert key in header, key
+    assert [r["state"] for r in records] == list(frame["state"])
+    # Optuna's own DataFrame of the same trials: each of its columns is ours, same name
+    theirs = real_optuna.create_study(directions=directions)
+    if len(directions) > 1:
+        theirs.set_metric_names(metric_names)     # (Optuna's frame: values_<name> then)
+    for t in trials:
+        if t.state.name in ("COMPLETE", "FAIL"):
+            theirs.add_trial(real_optuna.trial.create_trial(
+                params=t.params, distributions=t.distributions, user_attrs=t.user_attrs,
+                values=t.values if t.state.name == "COMPLETE" else None,
+                intermediate_values=t.intermediate_values,
+                state=getattr(real_optuna.trial.TrialState, t.state.name)))
+    optuna_columns = set(theirs.trials_dataframe().columns)
+    assert optuna_columns <= set(header), sorted(optuna_columns - set(header))
+    assert ("values_cost" in header) == (name == "two")
+    complete = frame[frame["state"] == "COMPLETE"]
+    assert list(complete["state"].unique()) == ["COMPLETE"] and len(complete) > 0
+
+
+def mpiopt_export(url: str, name: str, fmt: str) -> str:
+    return mpiopt("export", name, "--storage", url, "--format", fmt, check=True).stdout

@@ -103,7 +103,8 @@ def test_export_csv_and_json(db, tmp_path):
     rows = list(csv.DictReader(io.StringIO(mpiopt("export", "alpha", "--storage", db,
                                                   check=True).stdout)))
     assert len(rows) == 6 and rows[1]["params_units"] == "64" and rows[0]["fold_1"] == "0.6"
-    assert rows[5]["value"] == "" and rows[0]["metrics_acc"] == "0.8"
+    assert rows[5]["value"] == "" and rows[0]["user_attrs_acc"] == "0.8"
+    assert rows[2]["state"] == "FAIL" and rows[5]["state"] == "RUNNING"
     out = tmp_path / "alpha.json"
     proc = mpiopt("export", "alpha", "--storage", db, "--format", "json", "-o", out, check=True)
     assert proc.stdout == "" and "wrote 6 trials" in proc.stderr

@@ -187,8 +187,9 @@ def cmd_export(args) -> int:
         trials = storage.get_trials(record.id)
         jobs = storage.list_jobs(record.id) if args.format == "chrome-trace" else ()
     front = _front(storage, record, [t for t in trials if t.status == TrialStatus.COMPLETE])
+    names = front.names if front is not None else ()
     writer = write_csv if args.format == "csv" else write_json
-    write = lambda trials, out: writer(trials, out, front)    # noqa: E731
+    write = lambda trials, out: writer(trials, out, names, front)    # noqa: E731
     if args.format == "chrome-trace":
         write = _trace_writer(record, jobs)
     if not args.output:

@@ -26,7 +26,7 @@ from datetime import timedelta
 from typing import Any
 
 from mpiopt.errors import MpioptError
-from mpiopt.reporting.tables import export_rows, spread
+from mpiopt.reporting.tables import export_rows
 from mpiopt.storage import Storage, StudyRecord, open_storage
 from mpiopt.reporting.view import utc
 from mpiopt.trial import FrozenTrial, StudyDirection, TrialState, TrialStatus
@@ -314,15 +314,17 @@ class Study:
         return keras.models.load_model(path)
 
     def trials_dataframe(self, attrs: tuple[str, ...] | None = None, multi_index: bool = False):
-        """A pandas DataFrame, one row per trial, in Optuna's column names: number, value
-        (several objectives: values_<name> each), datetime_start, datetime_complete,
-        duration (a timedelta), params_<name>, user_attrs_<name> (the metrics), state
-        (Optuna's state names: COMPLETE, PRUNED, FAIL, ...); then mpiopt's own: value_std
-        (a float, NaN with fewer than two folds), seed, attempt, group, host, error,
-        device, fold_<i>. `attrs` picks columns as Optuna's does ("params" picks every
+        """A pandas DataFrame, one row per trial, with the columns `mpiopt export` writes
+        (mpiopt.reporting.tables.RECORD_FIELDS): Optuna's first (number, value, or
+        values_<name> each with several objectives, datetime_start, datetime_complete,
+        duration as a timedelta, params_<name>, user_attrs_<name> for the metrics, state
+        in Optuna's words: COMPLETE, PRUNED, FAIL, ...), then mpiopt's own (value_std, a
+        float, NaN with fewer than two folds; seed, attempt, group, host, error, device,
+        suggest_seconds, feasible under constraints, a pbt round's member, round and
+        parent, fold_<i>). `attrs` picks columns as Optuna's does ("params" picks every
         params_ column). Needs pandas (the `report` extra)."""
         pandas = _pandas()
-        frame = pandas.DataFrame(self._optuna_rows(), columns=None)
+        frame = pandas.DataFrame(self._export_rows(typed=True)[1])
         if attrs is not None:
             keep = [c for c in frame.columns if c in attrs or c.split("_")[0] in attrs
                     or (c.startswith("values_") and "values" in attrs)
@@ -335,9 +337,10 @@ class Study:
         return frame
 
     def to_dataframe(self) -> Any:
-        """mpiopt's flat rows (status, started_at, ..., params_*, metrics_*, fold_*): a
-        pandas DataFrame when pandas is installed, else a list of dicts."""
-        columns, rows = export_rows(self._storage.get_trials(self._record.id))
+        """The rows `mpiopt export` writes, under the same names as trials_dataframe()
+        (duration in seconds, times as datetimes): a pandas DataFrame when pandas is
+        installed, else a list of dicts."""
+        columns, rows = self._export_rows(typed=False)
         try:
             import pandas
         except ImportError:
@@ -363,40 +366,24 @@ class Study:
         return Front.of(self._record, self._storage.get_trials(
             self._record.id, statuses=[TrialStatus.COMPLETE.value]))
 
-    def _optuna_rows(self) -> list[dict]:
+    def _export_rows(self, typed: bool) -> tuple[list[str], list[dict]]:
+        """(columns, rows) as `mpiopt export` has them, every row with every column;
+        `typed`: duration a timedelta and value_std a float (NaN for none), as pandas
+        and Optuna's DataFrame hold them."""
         import math
 
-        names = self._objective().names
-        rows = []
-        for t in self.trials:
-            row: dict[str, Any] = {"number": t.number}
-            if len(names) > 1:
-                row.update({f"values_{n}": v for n, v in zip(names, t.values or [None] * len(names))})
-            else:
-                row["value"] = t.value
-            row.update(datetime_start=t.datetime_start, datetime_complete=t.datetime_complete,
-                       duration=t.duration)
-            row.update({f"params_{k}": v for k, v in t.params.items()})
-            row.update({f"user_attrs_{k}": v for k, v in t.metrics.items()})
-            std = spread(t.frozen)
-            row.update(state=t.state.name, value_std=math.nan if std is None else float(std),
-                       seed=t.seed, attempt=t.attempt, group=t.group, host=t.host,
-                       error=t.error, device=t.device)
-            row.update({f"fold_{i}": v for i, v in enumerate(t.fold_values)})
-            rows.append(row)
-        return _ordered(rows)
+        from mpiopt.reporting.front import Front
 
-
-def _ordered(rows: list[dict]) -> list[dict]:
-    """Every row with the union of the columns, in first-seen order within each kind (a
-    conditional space's parameter first seen late still sits with the others)."""
-    columns: dict[str, None] = {}
-    for prefix in ("number", "value", "datetime_", "duration", "params_", "user_attrs_", "state",
-                   "value_std", "seed", "attempt", "group", "host", "error", "device", "fold_"):
-        for row in rows:
-            columns.update(dict.fromkeys(k for k in row if k.startswith(prefix)
-                                         and not (prefix == "value" and k.startswith("value_std"))))
-    return [{c: row.get(c) for c in columns} for row in rows]
+        trials = self._storage.get_trials(self._record.id)
+        front = Front.of(self._record, [t for t in trials if t.status == TrialStatus.COMPLETE])
+        columns, rows = export_rows(trials, front.names, front)
+        rows = [{c: row.get(c) for c in columns} for row in rows]
+        if typed:
+            for row in rows:
+                seconds, std = row["duration"], row["value_std"]
+                row["duration"] = None if seconds is None else timedelta(seconds=seconds)
+                row["value_std"] = math.nan if std is None else float(std)
+        return columns, rows
 
 
 def _pandas():
