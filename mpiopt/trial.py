@@ -55,7 +55,15 @@ class Direction(str, enum.Enum):
             raise ValueError(f"direction: expected minimize or maximize, got {text!r}") from None
 
 
-StudyDirection = Direction   # Optuna's name (the Python API's study.direction, directions)
+class StudyDirection(str, enum.Enum):
+    """Optuna's StudyDirection, for the Python API's study.direction and directions: its
+    class name, its members (NOT_SET included) and its repr, so an Optuna user's prints
+    and comparisons read as they did. Each member equals mpiopt's word ("minimize") and
+    the Direction member of that word (both are strings), so either side compares."""
+
+    NOT_SET = "not_set"
+    MINIMIZE = "minimize"
+    MAXIMIZE = "maximize"
 
 
 class Step(NamedTuple):

@@ -73,7 +73,7 @@ def test_export_writes_strict_json_to_a_file_and_to_stdout(diverged, tmp_path):
     out = tmp_path / "d.json"
     mpiopt("export", "d", "--storage", diverged, "--format", "json", "-o", out, check=True)
     rows = strict(out.read_text(encoding="utf-8"))
-    assert [r["metrics"]["grad_norm"] for r in rows] == [None] * 3
+    assert [r["user_attrs"]["grad_norm"] for r in rows] == [None] * 3
     printed = mpiopt("export", "d", "--storage", diverged, "--format", "json", check=True)
     assert strict(printed.stdout) == rows
     trace = mpiopt("export", "d", "--storage", diverged, "--format", "chrome-trace", check=True)

@@ -126,7 +126,8 @@ def test_export_csv_and_json(db, tmp_path):
     rows = list(csv.DictReader(io.StringIO(mpiopt("export", "alpha", "--storage", db,
                                                   check=True).stdout)))
     assert len(rows) == 6 and rows[1]["params_units"] == "64" and rows[0]["fold_1"] == "0.6"
-    assert rows[5]["value"] == "" and rows[0]["metrics_acc"] == "0.8"
+    assert rows[5]["value"] == "" and rows[0]["user_attrs_acc"] == "0.8"
+    assert rows[2]["state"] == "FAIL" and rows[5]["state"] == "RUNNING"
     out = tmp_path / "alpha.json"
     proc = mpiopt("export", "alpha", "--storage", db, "--format", "json", "-o", out, check=True)
     assert proc.stdout == "" and "wrote 6 trials" in proc.stderr
@@ -136,11 +137,14 @@ def test_export_csv_and_json(db, tmp_path):
 
 def test_status(db):
     s = run_json(db, "status", "alpha")
-    assert (s["done"], s["budget"], s["running"], s["failed"], s["pruned"]) == (5, 10, 1, 1, 1)
+    # (no job holds the study: its RUNNING trial was left by one that died, and runs no more)
+    assert (s["done"], s["budget"], s["running"], s["failed"], s["pruned"]) == (5, 10, 0, 1, 1)
+    assert s["stranded"] == 1
     assert s["best"] == {"number": 1, "value": 0.2, "params": {"lr": 0.001, "units": 64,
                                                                 "opt": "sgd"}}
     text = mpiopt("status", "alpha", "--storage", db, check=True).stdout
-    assert "5/10 done, 1 running, 1 failed" in text and "0.2 (trial 1)" in text
+    assert "5/10 done, 0 running, 1 left RUNNING by a job that died (they run again), " \
+        "1 failed" in text and "0.2 (trial 1)" in text
 
 
 COMMANDS = [("studies",), ("trials", "alpha"), ("best", "alpha"), ("show", "alpha", "0"),

@@ -498,7 +498,7 @@ def test_load_study(url, monkeypatch):
         monkeypatch.setattr(builtins, "__import__", no_pandas)
         rows = study.to_dataframe()
         assert [r["params_x"] for r in rows] == [1.0, 3.0, 2.0]
-        assert rows[0]["fold_1"] == 1.0 and rows[0]["metrics_m"] == 1.0
+        assert rows[0]["fold_1"] == 1.0 and rows[0]["user_attrs_m"] == 1.0
     with pytest.raises(UnknownStudyError, match="known studies: api"):
         mpiopt.load_study("nope", storage=url)
 
@@ -845,9 +845,14 @@ def test_the_queue_read_on_every_dispatch_does_not_walk_the_study(tmp_path):
 def test_group_activity_tells_the_running_trial_from_the_ones_sent_ahead(storage):
     """A trial sent ahead is RUNNING without a start; `mpiopt status` counted it as
     running (4 running with 2 groups) and could name it as the group's running trial."""
+    import os
+    import socket
+
     from mpiopt.reporting.tables import status_lines, status_summary
 
     sid = new_study(storage)
+    job = storage.join_study(sid, socket.gethostname(), os.getpid(), 30.0)   # a live job's
+    sql_of(storage).fence = (job.id, job.token)
     runs = storage.create_trials(sid, [{"params": {"x": 0.1}, "seed": 1, "group": 0},
                                        {"params": {"x": 0.2}, "seed": 1, "group": 1}])
     ahead = storage.create_trials(sid, [{"params": {"x": 0.3}, "seed": 1, "group": 0,
@@ -858,12 +863,18 @@ def test_group_activity_tells_the_running_trial_from_the_ones_sent_ahead(storage
     assert [(g["group"], g["running"], g["ahead"]) for g in groups] == [
         (0, runs[0].number, 1), (1, runs[1].number, 1)]
     record = storage.get_study("s")
-    summary = status_summary(record, storage.count_trials(sid), None, groups)
-    assert (summary["running"], summary["sent_ahead"]) == (2, 2)
+    summary = status_summary(record, storage.count_trials(sid), None, groups,
+                             jobs=storage.list_jobs(sid))
+    assert (summary["running"], summary["sent_ahead"], summary["stranded"]) == (2, 2, 0)
     lines = status_lines(summary)
     assert "2 running (+2 sent ahead), 0 failed" in lines[1], lines[1]
     assert lines[-2].endswith(f"running trial {runs[0].number}, 1 sent ahead")
     assert ahead[0].status is TrialStatus.RUNNING
+
+
+def sql_of(storage):
+    """The SQL storage itself (under the outage wrapper, where it has one): its fence."""
+    return getattr(storage, "storage", storage)
 
 
 @pytest.mark.parametrize("message, transient", [

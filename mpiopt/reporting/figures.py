@@ -8,6 +8,8 @@ disagree about what a study looks like.
 """
 from __future__ import annotations
 
+import math
+
 from mpiopt.errors import cut
 from mpiopt.reporting import importance as imp
 from mpiopt.reporting.timeline import timeline
@@ -27,6 +29,17 @@ CURVE_POINTS = 400
 
 def panel(kind: str, view: StudyView) -> Panel:
     return BUILDERS[kind](view)
+
+
+def page_panels(view: StudyView, kinds=KINDS) -> list[Panel]:
+    """The panels a study's page shows, in order: `kinds`, with the Pareto front and its
+    hypervolume right after the history for a study of several objectives, and pbt's
+    lineage where it has data. The report and the dashboard both show these, so the
+    dashboard never lacks a figure the report has."""
+    if view.multi:
+        kinds = kinds[:1] + tuple(k for k in MULTI_KINDS if k not in kinds) + tuple(kinds[1:])
+    panels = [panel(kind, view) for kind in kinds]
+    return panels + [p for p in (panel(kind, view) for kind in PBT_KINDS) if p.note is None]
 
 
 def history(view: StudyView) -> Panel:
@@ -55,8 +68,37 @@ def history(view: StudyView) -> Panel:
                    "trials are the Pareto front (below)")
     elif front.constrained:
         caption = f"grey: breaks a constraint ({front.constraint_text()}); never the best"
-    return Panel("history", title, data={"points": points, "best": out, "metric": view.metric},
-                 caption=caption)
+    flat = flattened_by([p["value"] for p in points])
+    if flat:
+        caption = "; ".join(filter(None, [caption, f"log scale: {flat} on a linear one"]))
+    return Panel("history", title, data={"points": points, "best": out, "metric": view.metric,
+                                         "log": bool(flat)}, caption=caption)
+
+
+# A linear axis is flat when the values without their outliers span less than this share
+# of the axis: the bulk of the trials would sit on one line
+FLAT_SHARE = 0.05
+
+
+def flattened_by(values: list[float]) -> str | None:
+    """Why a linear axis would flatten these values ("1 outlier would squeeze the other
+    11 into 2% of the axis"), when a log axis shows them and a linear one does not; None
+    otherwise. Outliers: the values farthest from the median, one in twenty (at least
+    one). A log axis needs every value above zero; a study of signed values keeps its
+    linear axis."""
+    if len(values) < 5 or min(values) <= 0:
+        return None
+    ordered = sorted(values)
+    median = ordered[len(ordered) // 2]
+    outliers = max(1, len(values) // 20)
+    bulk = sorted(values, key=lambda v: abs(math.log(v / median)))[:-outliers]
+    span = max(values) - min(values)
+    share = (max(bulk) - min(bulk)) / span if span > 0 else 1.0
+    if share >= FLAT_SHARE:
+        return None
+    room = f"{share:.0%}" if share >= 0.01 else "under 1%"
+    return (f"{outliers} outlier(s) would squeeze the other {len(bulk)} values into "
+            f"{room} of the axis")
 
 
 def parallel(view: StudyView) -> Panel:
@@ -192,7 +234,7 @@ def contour(view: StudyView) -> Panel:
     {x, y, value, numbers} (encoded like the grid: log10 values are shown on log axes as
     the values); cells: True when an axis is categorical, so z is drawn as cells (a
     heatmap), never interpolated between two choices."""
-    title = f"Contour of {view.metric} over the two most important parameters"
+    title = f"Contour of {view.metric} as a model predicts it, over the two most important parameters"
     trials = view.complete()
     note = _model_note(view, trials, need_params=2)
     if note:
@@ -208,12 +250,16 @@ def contour(view: StudyView) -> Panel:
     z = imp.surface(model, background, i, j, gx, gy)
     have = [t for t in trials if pi.encode(t.params.get(pi.name)) is not None
             and pj.encode(t.params.get(pj.name)) is not None]     # absent: not a point
-    caption = None
+    caption = (f"the colours are a model's prediction, not measured: a random forest fitted "
+               f"to {len(trials)} complete trials, averaged over the other parameters "
+               "(partial dependence); the points are the trials")
     if len(have) < len(trials):
-        caption = (f"{len(trials) - len(have)} complete trial(s) lack {pi.name} or {pj.name} "
-                   "(conditional): not drawn as points")
-    return Panel("contour", f"Contour of {view.metric}: {pi.name} × {pj.name}", data={
+        caption += (f"; {len(trials) - len(have)} complete trial(s) lack {pi.name} or "
+                    f"{pj.name} (conditional): not drawn as points")
+    return Panel("contour", f"Contour of {view.metric} predicted by a random forest: "
+                            f"{pi.name} × {pj.name}", data={
         "x": _axis(pi, gx), "y": _axis(pj, gy), "z": z.tolist(),
+        "z_name": f"predicted {view.metric}",
         "cells": pi.categorical or pj.categorical,
         "points": {"x": [_shown(pi, t.params.get(pi.name)) for t in have],
                    "y": [_shown(pj, t.params.get(pj.name)) for t in have],

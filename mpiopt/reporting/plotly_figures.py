@@ -74,9 +74,10 @@ def history(d: dict) -> dict:
         data.append({"type": "scatter", "mode": "lines", "name": "best so far",
                      "x": [b[0] for b in d["best"]], "y": [b[1] for b in d["best"]],
                      "line": {"shape": "hv", "color": "#333"}})
+    metric = d.get("metric", "value")
     return {"data": data, "layout": {
         "xaxis": integer_axis([p["number"] for p in d["points"]], "trial"),
-        "yaxis": {"title": {"text": d.get("metric", "value")}}}}
+        "yaxis": log_axis(metric) if d.get("log") else {"title": {"text": metric}}}}
 
 
 def parallel(d: dict) -> dict:
@@ -153,7 +154,7 @@ def contour(d: dict) -> dict:
     surface = {"type": "heatmap"} if d.get("cells") else {
         "type": "contour", "contours": {"coloring": "heatmap"}}
     data = [{**surface, "x": x["grid"], "y": y["grid"], "z": d["z"], "colorscale": "Viridis",
-             "hoverinfo": "skip"},
+             "hoverinfo": "skip", "colorbar": {"title": {"text": d.get("z_name", "")}}},
             _trials({"type": "scatter", "mode": "markers", "x": pts["x"], "y": pts["y"],
                      "marker": {"color": "white", "line": {"width": 1, "color": "black"}}},
                     pts["numbers"])]
@@ -316,3 +317,24 @@ MEMBER_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b
 
 DRAW = {"pareto": pareto, "hypervolume": hypervolume, "lineage": lineage, "history": history, "parallel": parallel, "importance": importance, "slice": slices,
         "contour": contour, "curves": curves, "folds": folds, "timeline": timeline}
+
+
+def standalone(panel: Panel, hovers: dict) -> dict:
+    """`panel` as a figure that stands alone (mpiopt.visualization: a notebook, a file),
+    where the report's page gives its section a heading and fills the hover texts: the
+    title (and the caption under it) in the figure, each trial trace's hover text from
+    `hovers` (view.trial_hovers), a note in place of an empty plot."""
+    heading = panel.title + (f"<br><sup>{panel.caption}</sup>" if panel.caption else "")
+    if panel.note is not None:
+        return {"data": [], "layout": {
+            "title": {"text": panel.title}, "xaxis": {"visible": False},
+            "yaxis": {"visible": False},
+            "annotations": [{"text": panel.note, "xref": "paper", "yref": "paper", "x": 0.5,
+                             "y": 0.5, "showarrow": False}]}}
+    fig = figure(panel)
+    for trace in fig["data"]:
+        if trace.get("meta") == "trials":
+            trace["text"] = [hovers.get(n, "") for n in trace["customdata"]]
+    top = fig["layout"]["margin"]["t"] + (50 if panel.caption else 30)
+    fig["layout"].update(title={"text": heading}, margin={**fig["layout"]["margin"], "t": top})
+    return fig

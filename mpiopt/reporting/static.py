@@ -22,18 +22,24 @@ def save(panel: Panel, path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
+    with matplotlib.rc_context({"svg.fonttype": "none"}):
+        draw(panel).savefig(path, format=path.suffix[1:], bbox_inches="tight")
+
+
+def draw(panel: Panel):
+    """`panel` as a matplotlib Figure (not attached to pyplot, so drawing one neither
+    opens a window nor changes the caller's backend); a note becomes the figure's text."""
     from matplotlib.figure import Figure
 
-    with matplotlib.rc_context({"svg.fonttype": "none"}):
-        fig = Figure(figsize=(9, 5), dpi=100, layout="constrained")   # room for the title
-        if panel.note is not None:
-            fig.text(0.5, 0.5, panel.note, ha="center", va="center", wrap=True, fontsize=12)
-        else:
-            DRAW[panel.kind](fig, panel.data)
-        if panel.caption:
-            fig.supxlabel(panel.caption, fontsize=8, color="#8a5a00")
-        fig.suptitle(panel.title, fontsize=11)
-        fig.savefig(path, format=path.suffix[1:], bbox_inches="tight")
+    fig = Figure(figsize=(9, 5), dpi=100, layout="constrained")   # room for the title
+    if panel.note is not None:
+        fig.text(0.5, 0.5, panel.note, ha="center", va="center", wrap=True, fontsize=12)
+    else:
+        DRAW[panel.kind](fig, panel.data)
+    if panel.caption:
+        fig.supxlabel(panel.caption, fontsize=8, color="#8a5a00")
+    fig.suptitle(panel.title, fontsize=11)
+    return fig
 
 
 def _whole_numbers(axis) -> None:
@@ -57,6 +63,8 @@ def history(fig, d: dict) -> None:
         ax.step([b[0] for b in d["best"]], [b[1] for b in d["best"]], where="post",
                 color="#333", label="best so far")
     ax.set(xlabel="trial", ylabel=d.get("metric", "value"))
+    if d.get("log"):
+        ax.set_yscale("log")
     _whole_numbers(ax.xaxis)
     ax.legend(loc="best", fontsize=8)
 
@@ -135,7 +143,7 @@ def contour(fig, d: dict) -> None:
         filled = ax.pcolormesh(x["grid"], y["grid"], d["z"], shading="nearest", cmap="viridis")
     else:
         filled = ax.contourf(x["grid"], y["grid"], d["z"], levels=15, cmap="viridis")
-    fig.colorbar(filled, ax=ax)
+    fig.colorbar(filled, ax=ax, label=d.get("z_name", ""))
     ax.scatter(pts["x"], pts["y"], c="white", edgecolors="black", s=25)
     for axis, set_scale, set_ticks, label, ticker in (
             (x, ax.set_xscale, ax.set_xticks, ax.set_xlabel, ax.xaxis),
@@ -181,6 +189,8 @@ def folds(fig, d: dict) -> None:
         if t["value"] is not None:
             ax.plot([t["number"] - 0.3, t["number"] + 0.3], [t["value"]] * 2, color="#333")
     ax.set(xlabel="trial", ylabel=d.get("metric", "value"))
+    if d.get("log"):
+        ax.set_yscale("log")
     _whole_numbers(ax.xaxis)
 
 

@@ -118,48 +118,106 @@ def front_rows(front, top: int) -> tuple[list[dict], list[str], str]:
     return rows, ["rank", "number", *extra, "params"], title
 
 
-def flat_row(trial: FrozenTrial, front=None) -> dict[str, Any]:
-    """A spreadsheet row: params_*, metrics_* and fold_* become their own columns;
-    `feasible` (yes/no) in a constrained study."""
-    row = {c: getattr(trial, c) for c in BASE_COLUMNS}
-    row["status"], row["error"] = trial.status.value, cut(trial.error)
-    row["value_std"] = spread(trial)
+# A trial's fields as `mpiopt export` (CSV, JSON) and the Python API's trials_dataframe()
+# name them, in their order: Optuna's names where Optuna has the field (its FrozenTrial,
+# its trials_dataframe: state, datetime_start, user_attrs for what the objective returned
+# beside its value), mpiopt's own after them. A flat table (CSV, DataFrame) spreads the
+# dicts into columns (params_<name>, user_attrs_<name>, values_<objective>) and the fold
+# values into fold_<i>; the per-epoch values and spans are in the JSON alone.
+RECORD_FIELDS = ("number", "value", "values", "datetime_start", "datetime_complete",
+                 "duration", "params", "user_attrs", "state", "value_std", "seed", "attempt",
+                 "group", "host", "error", "device", "suggest_seconds", "feasible", "member",
+                 "round", "parent", "fold_values", "intermediate_values", "spans")
+SPREAD = {"values": "values_", "params": "params_", "user_attrs": "user_attrs_",
+          "fold_values": "fold_"}
+
+
+def trial_record(trial: FrozenTrial, names: Sequence[str] = (), front=None) -> dict[str, Any]:
+    """One trial, its fields named as RECORD_FIELDS says. `names`: the objectives (two or
+    more: `values` {objective: value} replaces `value`); `front`: a constrained study's
+    trials say whether they are `feasible`. `state` is Optuna's word (FAIL for mpiopt's
+    FAILED, WAITING for PENDING); `duration` is in seconds; the times are UTC datetimes
+    (the writers give ISO 8601)."""
+    from mpiopt.reporting.view import utc
+    from mpiopt.trial import TrialState
+
+    rec: dict[str, Any] = {"number": trial.number}
+    if len(names) > 1:
+        metrics = {**trial.metrics, names[0]: trial.value}
+        rec["values"] = None if trial.value is None else {n: metrics.get(n) for n in names}
+    else:
+        rec["value"] = trial.value
+    rec.update(datetime_start=utc(trial.started_at), datetime_complete=utc(trial.finished_at),
+               duration=trial.duration, params=dict(trial.params),
+               user_attrs=dict(trial.metrics), state=TrialState.of(trial.status).name,
+               value_std=spread(trial), seed=trial.seed, attempt=trial.attempt,
+               group=trial.group, host=trial.host, error=cut(trial.error),
+               device=trial.device, suggest_seconds=trial.suggest_seconds)
     if front is not None and front.constrained:
-        row["feasible"] = _feasible(front, trial)
-    row["started_at"], row["finished_at"] = _iso(trial.started_at), _iso(trial.finished_at)
+        rec["feasible"] = _feasible(front, trial)
     if trial.round is not None:          # a pbt round's lineage
-        row.update(member=trial.member, round=trial.round, parent=trial.parent)
-    row.update({f"params_{k}": v for k, v in trial.params.items()})
-    row.update({f"metrics_{k}": v for k, v in trial.metrics.items()})
-    row.update({f"fold_{i}": v for i, v in enumerate(trial.fold_values)})
+        rec.update(member=trial.member, round=trial.round, parent=trial.parent)
+    rec.update(fold_values=list(trial.fold_values),
+               intermediate_values={str(k): v for k, v in trial.intermediate.items()},
+               spans=list(trial.spans))
+    return rec
+
+
+def flat_record(rec: dict[str, Any]) -> dict[str, Any]:
+    """A trial_record as one row of a table: dicts and fold values spread into columns
+    (SPREAD), the per-epoch values and spans left to the JSON."""
+    row: dict[str, Any] = {}
+    for key, value in rec.items():
+        if key in SPREAD:
+            items = enumerate(value) if key == "fold_values" else (value or {}).items()
+            row.update({f"{SPREAD[key]}{k}": v for k, v in items})
+        elif key not in ("intermediate_values", "spans"):
+            row[key] = value
     return row
 
 
-def export_rows(trials: Iterable[FrozenTrial], front=None) -> tuple[list[str], list[dict[str, Any]]]:
-    """Flat rows plus the union of their columns, in first-seen order within each kind
-    (params_*, metrics_*, fold_*): a parameter first seen in a later trial (a conditional
-    space's) still sits beside the other parameters. An absent one is an empty cell."""
-    rows = [flat_row(t, front) for t in trials]
-    columns: dict[str, None] = dict.fromkeys(BASE_COLUMNS)
-    if front is not None and front.constrained:
-        columns["feasible"] = None
-    for prefix in ("params_", "metrics_", "fold_", ""):
-        for row in rows:
-            columns.update(dict.fromkeys(k for k in row if k.startswith(prefix)))
-    return list(columns), rows
+def export_rows(trials: Iterable[FrozenTrial], names: Sequence[str] = (),
+                front=None) -> tuple[list[str], list[dict[str, Any]]]:
+    """Flat rows (flat_record) plus the union of their columns in RECORD_FIELDS' order,
+    first-seen within each spread field: a parameter first seen in a later trial (a
+    conditional space's) still sits beside the other parameters. An absent one is an
+    empty cell."""
+    rows = [flat_record(trial_record(t, names, front)) for t in trials]
+    rank = {field: i for i, field in enumerate(RECORD_FIELDS)}
+
+    def field_of(column: str) -> str:
+        for field, prefix in SPREAD.items():
+            if column.startswith(prefix) and column not in rank:
+                return field
+        return column
+
+    seen: dict[str, None] = {}
+    for row in rows:
+        seen.update(dict.fromkeys(row))
+    columns = sorted(seen, key=lambda c: rank.get(field_of(c), len(rank)))   # (stable)
+    return columns, rows
 
 
-def write_csv(trials: Iterable[FrozenTrial], out, front=None) -> None:
-    columns, rows = export_rows(trials, front)
+def write_csv(trials: Iterable[FrozenTrial], out, names: Sequence[str] = (), front=None) -> None:
+    columns, rows = export_rows(trials, names, front)
     writer = csv.DictWriter(out, fieldnames=columns, lineterminator="\n")
     writer.writeheader()
     for row in rows:
-        writer.writerow({k: "" if v is None else v for k, v in row.items()})
+        writer.writerow({k: _text(v) for k, v in row.items()})
 
 
-def write_json(trials: Iterable[FrozenTrial], out, front=None) -> None:
-    jsontext.dump([trial_dict(t, front) for t in trials], out, indent=2)
+def write_json(trials: Iterable[FrozenTrial], out, names: Sequence[str] = (), front=None) -> None:
+    jsontext.dump([{k: _text(v) if isinstance(v, datetime) else v
+                    for k, v in trial_record(t, names, front).items()} for t in trials],
+                  out, indent=2)
     out.write("\n")
+
+
+def _text(value) -> Any:
+    """A cell of a written table: a time as ISO 8601, nothing as an empty cell."""
+    if value is None:
+        return ""
+    return value.isoformat() if isinstance(value, datetime) else value
 
 
 def sparkline(values: Sequence[float | None], ascii_only: bool = False) -> str:

@@ -60,6 +60,7 @@ class Job:
     taken_by: int | None = None
     token: str | None = None
     running: int = 0
+    launch: str | None = None       # "mpiexec -n 9 " ("" alone; None: not recorded)
 
     @property
     def live(self) -> bool:
@@ -93,7 +94,7 @@ def to_job(row: JobModel, token: str | None = None, running: int = 0) -> Job:
                launcher=row.launcher, groups=row.groups, shared=bool(row.shared),
                started_at=row.started_at, beat_at=row.beat_at, period_s=float(row.period),
                ended_at=row.ended_at, end=row.end, taken_by=row.taken_by, token=token,
-               running=running)
+               running=running, launch=row.launch)
 
 
 def encode_param_row(trial_id: int, name: str, value: Any) -> dict:

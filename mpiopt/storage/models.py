@@ -93,6 +93,9 @@ class JobModel(Base):
     host: Mapped[str] = mapped_column(String(NAME_LEN))
     pid: Mapped[int] = mapped_column(Integer)
     launcher: Mapped[str | None] = mapped_column(String(NAME_LEN))    # "slurm 4242_3"
+    # what goes before `mpiopt resume` to start the same layout: "mpiexec -n 9 " ("": one
+    # process; NULL: a job of an older mpiopt, which did not say); migration 0010
+    launch: Mapped[str | None] = mapped_column(String(NAME_LEN))
     groups: Mapped[int | None] = mapped_column(Integer)
     started_at: Mapped[datetime] = mapped_column(UTCDateTime())
     beat_at: Mapped[datetime] = mapped_column(UTCDateTime())
