@@ -295,14 +295,14 @@ KERAS = ("objective: {model: m.py:build, metric: val_accuracy, direction: maximi
          "training: {epochs: 3, kfold: 3}\nresources: {group_size: %d}\n")
 
 
-def test_0010_reads_the_old_steps_back_into_folds_and_epochs(db_url):
-    """Issue 62: a 0009 database (steps fold * epochs + epoch) on SQLite and PostgreSQL:
+def test_0011_reads_the_old_steps_back_into_folds_and_epochs(db_url):
+    """Issue 62: a 0010 database (steps fold * epochs + epoch) on SQLite and PostgreSQL:
     a Keras study whose 3 folds ran one after another gets each value's fold and epoch,
     with the trial's own epochs where training.epochs was searched; folds side by side
     (their per-epoch mean), a function objective's epochs and one fold stay fold 0."""
     engine = make_engine(db_url)
-    migrate.upgrade(engine, "0009")
-    with engine.begin() as conn:          # as the mpiopt of revision 0009 wrote them
+    migrate.upgrade(engine, "0010")
+    with engine.begin() as conn:          # as the mpiopt of revision 0010 wrote them
         turn = _study_row(conn, "in-turn", KERAS % 2)
         fixed = _trial_row(conn, turn, 0, range(1, 9))          # pruned at fold 2 epoch 2
         searched = _trial_row(conn, turn, 1, range(1, 6), epochs=2)

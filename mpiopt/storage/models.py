@@ -181,7 +181,7 @@ class TrialFoldModel(Base):
 
 
 class TrialIntermediateModel(Base):
-    """A fold's value after one of its epochs (migration 0010: the fold and the epoch
+    """A fold's value after one of its epochs (migration 0011: the fold and the epoch
     within it, never one encoded step)."""
 
     __tablename__ = "trial_intermediate"

@@ -1,7 +1,7 @@
 """Per-epoch values name their fold and the epoch within it.
 
-Revision ID: 0010
-Revises: 0009
+Revision ID: 0011
+Revises: 0010
 Create Date: 2026-11-29
 
 A trial's per-epoch values were keyed by one step; with folds trained one after another
@@ -22,8 +22,8 @@ was their mean.
 from alembic import op
 import sqlalchemy as sa
 
-revision = "0010"
-down_revision = "0009"
+revision = "0011"
+down_revision = "0010"
 branch_labels = None
 depends_on = None
 
