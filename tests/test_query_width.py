@@ -8,9 +8,11 @@ import fcntl
 import json
 import os
 import pty
+import select
 import struct
 import subprocess
 import termios
+import time
 
 import pytest
 
@@ -58,7 +60,8 @@ def in_terminal(columns: int, *args: str) -> str:
     proc = subprocess.Popen([str(BIN / "mpiopt"), *args], stdout=child, stderr=child, env=env)
     os.close(child)
     out = b""
-    while True:
+    deadline = time.monotonic() + 60           # (a command that hangs fails the test)
+    while select.select([main], [], [], max(0.0, deadline - time.monotonic()))[0]:
         try:
             chunk = os.read(main, 1 << 16)
         except OSError:            # (EIO: the child closed its side)
@@ -67,7 +70,11 @@ def in_terminal(columns: int, *args: str) -> str:
             break
         out += chunk
     os.close(main)
-    assert proc.wait(timeout=60) == 0, out.decode()
+    try:
+        assert proc.wait(timeout=max(1.0, deadline - time.monotonic())) == 0, out.decode()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
     return out.decode().replace("\r\n", "\n")
 
 
