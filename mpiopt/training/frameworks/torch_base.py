@@ -18,6 +18,7 @@ import warnings
 
 import numpy as np
 
+from mpiopt import jsontext
 from mpiopt.training.frameworks._base import FlatModel
 
 NAME = "torch"
@@ -95,7 +96,7 @@ class TorchFlat(FlatModel):
         extra = {"optimizers": [o.state_dict() for o in self.optimizers],
                  "schedulers": [None if s is None else s.state_dict() for s in self.schedulers],
                  "rng": torch.get_rng_state()}
-        text = json.dumps(_encode(extra, tensors))
+        text = jsontext.exact(_encode(extra, tensors))
         return [t.detach().cpu().numpy().copy() for t in self.module.state_dict().values()] \
             + [np.array(text)] + tensors
 
