@@ -298,6 +298,7 @@ async function refreshTrial() {
     ["group", t.group], ["host", t.host], ["device", t.device], ["attempt", t.attempt],
     ["started", t.started_at], ["finished", t.finished_at], ["duration", seconds(t.duration)],
     ["seed", t.seed], ...(t.round !== null ? [["member", t.member], ["round", t.round], ["parent", t.parent]] : []),
+    ...(t.resumed ? [["resumed", t.resumed]] : []),
     ...Object.entries(t.params).map(([k, v]) => ["param " + k, fmt(v)]),
     ...Object.entries(t.metrics).map(([k, v]) => ["metric " + k, fmt(v)]),
     ...(t.folds.length ? [["folds", t.folds.map(fmt).join(", ")]] : [])];
