@@ -7,14 +7,16 @@
 
 The measure is the report's (mpiopt.reporting.importance: fANOVA-style main effects of a
 random forest fitted to the COMPLETE trials, with a fixed seed), so the page, `mpiopt
-plot importance` and this call give the same shares for the same trials. Optuna's
-evaluators are its own classes over its own studies; mpiopt has one measure, and refuses
-`evaluator=` rather than answer with another one than asked for.
+plot importance` and this call give the same shares for the same trials. An Optuna
+evaluator (`evaluator=optuna.importance.FanovaImportanceEvaluator(seed=0)`) measures
+as Optuna does: the complete trials are handed to Optuna itself, in an in-memory study.
 """
 from __future__ import annotations
 
 from dataclasses import replace
 from typing import Callable
+
+from mpiopt.trial import TrialState
 
 __all__ = ["get_param_importances"]
 
@@ -30,9 +32,7 @@ def get_param_importances(study, *, evaluator=None, params: list[str] | None = N
     default), else each is the share of the variance its main effect explains on its own
     (their sum falls short of 1 by what the parameters explain only together)."""
     if evaluator is not None:
-        raise TypeError("get_param_importances(evaluator=...): mpiopt measures importance "
-                        "one way, the report's (random-forest main effects, fANOVA-style); "
-                        "leave evaluator out")
+        return _by_optuna(study, evaluator, params, target, normalize)
     if params is not None and not params:
         return {}
     from mpiopt.reporting.importance import importances
@@ -52,6 +52,26 @@ def get_param_importances(study, *, evaluator=None, params: list[str] | None = N
     if normalize and total > 0:
         shares = {k: v / total for k, v in shares.items()}
     return dict(sorted(shares.items(), key=lambda kv: -kv[1]))
+
+
+def _by_optuna(study, evaluator, params, target, normalize) -> dict[str, float]:
+    """Optuna's get_param_importances with its own `evaluator`, over an in-memory Optuna
+    study of the complete trials (their parameters, Optuna distributions, values and
+    metrics as user_attrs, so a target reads them as it would in Optuna)."""
+    import optuna
+
+    level = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)   # (no line for the study it makes)
+    try:
+        copy = optuna.create_study(directions=[d.value for d in study.directions])
+    finally:
+        optuna.logging.set_verbosity(level)
+    complete = study.get_trials(states=(TrialState.COMPLETE,))
+    copy.add_trials([optuna.trial.create_trial(
+        params=t.params, distributions=t.distributions, values=t.values,
+        user_attrs=t.user_attrs) for t in complete if t.values and None not in t.values])
+    return optuna.importance.get_param_importances(copy, evaluator=evaluator, params=params,
+                                                   target=target, normalize=normalize)
 
 
 def _targets(study, view, target) -> list:

@@ -185,6 +185,22 @@ class FrozenTrial:
             object.__setattr__(self, "intermediate", steps(self.intermediate))
 
 
+def resume_note(spans) -> str | None:
+    """Where a trial that ran again went on from its checkpoints, in words, from the
+    "resume" marks the trainer leaves in its spans: "resumed from its checkpoint at
+    epoch 4 of fold 1" (the training went on with epoch 5); None for a trial that
+    started afresh. A fold is named only where the trial has several, counted from 0 as
+    `mpiopt show` lists the fold values."""
+    marks = sorted((s for s in spans or () if s.get("kind") == "resume"),
+                   key=lambda s: (s.get("fold") or 0, s.get("epoch") or 0))
+    if not marks:
+        return None
+    folds = {s.get("fold") for s in spans if s.get("kind") in ("fold", "resume")}
+    where = [f"epoch {s.get('epoch')}" + (f" of fold {s.get('fold')}" if len(folds) > 1 else "")
+             for s in marks]
+    return f"resumed from its checkpoint{'s' if len(marks) > 1 else ''} at {', '.join(where)}"
+
+
 # ---- what travels with a trial between the coordinator, the groups and the objective ----
 @dataclass(frozen=True)
 class Trial:

@@ -648,7 +648,7 @@ def test_figures_behind_the_table_say_so(tmp_path, browser, serve):
     spec = tmp_path / "spec.yaml"
     spec.write_text(f"study: {{name: fast}}\nobjective: {{function: {tmp_path / 'fast.py'}:fast}}\n"
                     "search_space:\n  x: {type: real, low: -1.0, high: 1.0}\n"
-                    "search: {algorithm: random, trials: 60, seed: 1}\n")
+                    "search: {algorithm: random, trials: 200, seed: 1}\n")
     url = f"sqlite:///{tmp_path / 'fast.db'}"
     search = subprocess.Popen([str(BIN / "mpiopt"), "search", str(spec), "--storage", url],
                               cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

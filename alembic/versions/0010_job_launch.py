@@ -4,11 +4,11 @@ Revision ID: 0010
 Revises: 0009
 Create Date: 2026-11-29
 
-`jobs.launch` is what went before `mpiopt resume` in the job's own closing line: the
+`jobs.launch` is what goes before `mpiopt resume` in the job's own closing line: the
 launcher as the user ran it and the number of processes ("mpiexec -n 9 "), "" for a job
-of one process. `mpiopt status` printed `mpiopt resume NAME` alone after a job had died:
-copied on a cluster's login node, it trained there, in one process. NULL for jobs that
-predate this revision (their line starts with `mpiopt resume`, as it did).
+of one process. `mpiopt status` gives the same line once the job is gone: a bare
+`mpiopt resume NAME`, copied on a cluster's login node, trains there in one process.
+NULL for jobs that predate this revision (their line starts with `mpiopt resume`).
 """
 from alembic import op
 import sqlalchemy as sa

@@ -51,7 +51,7 @@ from urllib.parse import parse_qs, urlsplit
 from mpiopt import jsontext
 from mpiopt.errors import MpioptError
 
-from mpiopt.trial import FrozenTrial, TrialStatus
+from mpiopt.trial import FrozenTrial, TrialStatus, resume_note
 
 POLL_S = 2.0
 FIGURES_EVERY_S = 5.0
@@ -170,7 +170,8 @@ class Studies:
                 "started_at": _iso(t.started_at), "finished_at": _iso(t.finished_at),
                 "error": t.error, "metrics": dict(t.metrics), "folds": list(t.fold_values),
                 "curve": [[s.fold, s.epoch, v] for s, v in t.intermediate.items()],
-                "member": t.member, "round": t.round, "parent": t.parent}
+                "member": t.member, "round": t.round, "parent": t.parent,
+                "resumed": resume_note(t.spans)}
 
     def _figures(self, record, snap) -> tuple[str, dict]:
         """(version, {"figures", "hover"}): rebuilt when the trials changed, no sooner

@@ -25,7 +25,7 @@ main{max-width:1600px;margin:0 auto;padding:0 1em 3em}
 h2{font-size:1.1em;margin-top:1.4em} .meta{color:#555} .note{color:#8a5a00;background:#fff6e0;padding:.5em .8em;border-radius:4px}
 table{border-collapse:collapse;width:100%;font-size:.9em}
 td,th{border-bottom:1px solid #ddd;padding:.25em .3em;text-align:left;vertical-align:top}
-#trial-table td{white-space:nowrap} #trial-table td.error div{max-width:12em;overflow:hidden;text-overflow:ellipsis}
+#trial-table td{white-space:nowrap} #trial-table td.error div{max-width:10em;overflow:hidden;text-overflow:ellipsis}
 #trial-table th{overflow-wrap:normal;word-break:normal}
 #trial-table td:first-child,#trial-table th:first-child{position:sticky;left:0;background:#fff}
 #trial-table tr.chosen td:first-child{background:#e4efff} .caption{font-size:.9em}
@@ -298,6 +298,7 @@ async function refreshTrial() {
     ["group", t.group], ["host", t.host], ["device", t.device], ["attempt", t.attempt],
     ["started", t.started_at], ["finished", t.finished_at], ["duration", seconds(t.duration)],
     ["seed", t.seed], ...(t.round !== null ? [["member", t.member], ["round", t.round], ["parent", t.parent]] : []),
+    ...(t.resumed ? [["resumed", t.resumed]] : []),
     ...Object.entries(t.params).map(([k, v]) => ["param " + k, fmt(v)]),
     ...Object.entries(t.metrics).map(([k, v]) => ["metric " + k, fmt(v)]),
     ...(t.folds.length ? [["folds", t.folds.map(fmt).join(", ")]] : [])];

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from mpiopt.durations import format_duration
 from mpiopt.errors import first_line
 from mpiopt.reporting.terminal import terminal_path, width
-from mpiopt.trial import FrozenTrial, Step, TrialStatus, step_text
+from mpiopt.trial import FrozenTrial, Step, TrialStatus, resume_note, step_text
 
 # On a terminal, the status line is redrawn at most this often
 REDRAW_S = 0.5
@@ -300,6 +300,9 @@ class Progress:
             self.say(f"    error: {first_line(trial.error)}")
         elif trial.status is TrialStatus.PRUNED and trial.error:
             self.say(f"    {first_line(trial.error)}")      # where, and against what
+        resumed = resume_note(trial.spans)
+        if resumed:                  # (it ran again after its job ended: not from scratch)
+            self.say(f"    {resumed}")
         if front is not None:
             if any(t.number == trial.number for t, _ in front.front):
                 self.say(f"    on the front: {format_params(trial.params)}")

@@ -13,7 +13,7 @@ from typing import Any, Iterable, Sequence
 from mpiopt import jsontext
 from mpiopt.durations import format_duration
 from mpiopt.errors import cut
-from mpiopt.trial import FrozenTrial, TrialStatus, by_fold
+from mpiopt.trial import FrozenTrial, TrialStatus, by_fold, resume_note
 
 TABLE_COLUMNS = ("number", "status", "value", "value_std", "attempt", "group", "duration", "params")
 BASE_COLUMNS = ("number", "status", "value", "value_std", "seed", "attempt", "group", "host",
@@ -293,6 +293,9 @@ def show_lines(trial: FrozenTrial, study_name: str, metric: str, direction: str,
              f"duration {_seconds(trial.duration)}"]
     if trial.round is not None:
         lines.append("  " + lineage_line(trial, parent))
+    resumed = resume_note(trial.spans)
+    if resumed:
+        lines.append(f"  {resumed}")
     lines += _section("params", trial.params)
     lines += _section("folds", dict(enumerate(trial.fold_values)))
     lines += _section("metrics", trial.metrics)

@@ -233,7 +233,7 @@ class Scheduler(Dispatching, SharingJobs, Teaching):
             done.append(FrozenTrial(
                 id=run.trial_id, study_id=self.study_id, number=run.number, status=status,
                 params=run.params, value=result.value, group=group, duration=result.duration,
-                error=record["error"], metrics=dict(result.metrics)))
+                error=record["error"], metrics=dict(result.metrics), spans=list(result.spans)))
             outcomes.append(record)
         return done, outcomes, begun, freed
 
