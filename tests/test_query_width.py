@@ -1,7 +1,9 @@
 """`mpiopt trials` and `mpiopt best` fit the terminal they print to (issue 62): in a real
 pseudo-terminal of 80 and of 200 columns no line is wider than the terminal, every
 parameter and metric is still there whole (wrapped between words, never cut), and piped
-into another program each trial stays on one line, for grep."""
+into another program each trial stays on one line, for grep, even where the environment
+exports COLUMNS (shells and CI runners do: it describes a terminal the pipe never
+reaches)."""
 from __future__ import annotations
 
 import fcntl
@@ -51,12 +53,14 @@ def url(tmp_path_factory):
     return url
 
 
-def in_terminal(columns: int, *args: str) -> str:
-    """`mpiopt ARGS` with its output on a pseudo-terminal `columns` wide."""
+def in_terminal(columns: int, *args: str, env: dict | None = None) -> str:
+    """`mpiopt ARGS` with its output on a pseudo-terminal `columns` wide (env: variables
+    to set; COLUMNS is unset unless named there)."""
     main, child = pty.openpty()
     fcntl.ioctl(child, termios.TIOCSWINSZ, struct.pack("HHHH", 50, columns, 0, 0))
-    env = subprocess_env()
+    extra, env = env or {}, subprocess_env()
     env.pop("COLUMNS", None)
+    env.update(extra)
     proc = subprocess.Popen([str(BIN / "mpiopt"), *args], stdout=child, stderr=child, env=env)
     os.close(child)
     out = b""
@@ -101,9 +105,17 @@ def test_tables_fit_the_terminal_and_keep_every_word(url, columns, command):
     assert not missing, f"cut or lost: {sorted(missing)[:5]}\n{out}"
 
 
-def test_piped_each_trial_stays_on_one_line(url):
+@pytest.mark.parametrize("columns", [None, "80"])
+def test_piped_each_trial_stays_on_one_line(url, columns):
     env = subprocess_env()
     env.pop("COLUMNS", None)
+    if columns:
+        env["COLUMNS"] = columns
     out = mpiopt("trials", "wide", "--storage", url, check=True, env=env).stdout
     assert len(out.splitlines()) == 1 + 6
     assert max(len(line) for line in out.splitlines()) > 200     # (one line each, however long)
+
+
+def test_columns_sets_the_width_on_a_terminal(url):
+    out = in_terminal(200, "trials", "wide", "--storage", url, env={"COLUMNS": "80"})
+    assert max(len(line) for line in out.splitlines()) <= 80, "\n" + out

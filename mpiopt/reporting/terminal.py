@@ -98,15 +98,21 @@ INDENT = 4         # a column given lines of its own is indented this much
 
 
 def table_width(out) -> int | None:
-    """How wide a table printed to `out` may be: its terminal's width, else (a pipe, a
-    file) $COLUMNS when set, else None: no limit, each row on one line for grep."""
+    """How wide a table printed to `out` may be: on a terminal, $COLUMNS when set (as
+    Python's shutil.get_terminal_size reads it: a person may ask for another width),
+    else the terminal's own width. Anything else (a pipe, a file) gets None: no limit,
+    each row on one line, as `ls` and `git` print to a pipe, because a program reads it
+    (grep, a script, a test), and $COLUMNS, which shells and CI runners export to every
+    child, describes a terminal that output does not reach."""
     try:
-        if out.isatty():
-            return os.get_terminal_size(out.fileno()).columns or None
+        if not out.isatty():
+            return None
+        columns = os.environ.get("COLUMNS", "").strip()
+        if columns.isdigit() and int(columns) > 0:
+            return int(columns)
+        return os.get_terminal_size(out.fileno()).columns or None
     except (AttributeError, ValueError, OSError):
-        pass
-    columns = os.environ.get("COLUMNS", "").strip()
-    return int(columns) if columns.isdigit() and int(columns) > 0 else None
+        return None
 
 
 def fit_table(columns: list[str], cells: list[list[str]], width: int | None) -> list[str]:
