@@ -239,14 +239,14 @@ def test_prune_decision_stops_training_with_the_last_value(tmp_path):
 
     seen = []
 
-    def report(epoch, value):
-        seen.append((epoch, value))
+    def report(epoch, value, fold):
+        seen.append((fold, epoch, value))
         return epoch < 2
 
     with pytest.raises(Pruned) as info:
         train(tmp_path, report=report, training={"epochs": 5})
-    assert [e for e, _ in seen] == [1, 2]
-    assert info.value.epoch == 2 and info.value.value == seen[-1][1]
+    assert [(f, e) for f, e, _ in seen] == [(0, 1), (0, 2)]
+    assert info.value.epoch == 2 and info.value.value == seen[-1][2]
 
 
 def test_state_restores_weights_optimizer_schedule_and_random_state(tmp_path):
