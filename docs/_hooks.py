@@ -5,6 +5,7 @@ that writes it. A link written `../benchmarks/results/NAME.md` (right when the M
 read as files) is pointed at the page."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from mkdocs.structure.files import File, InclusionLevel
@@ -23,3 +24,28 @@ def on_page_markdown(markdown, page, config, files):
     if page.file.src_uri.count("/") == 0:           # a page at the top of docs/
         return markdown.replace("](../benchmarks/results/", "](results/")
     return markdown.replace("](../../benchmarks/results/", "](../results/")
+
+
+_TABLE = re.compile(r"<table>.*?</table>", re.S)
+_TEXT = re.compile(r'(?<!"nobr")>([^<]+)<')      # (text not already kept whole)
+_CODE_TEXT = re.compile(r"<code>([^<]*)</code>")
+# where a browser may break a line inside a word: after a hyphen, a slash, a dash
+_BREAKS = re.compile(r"[-/\u2010-\u2014]")
+
+
+def on_page_content(html, page, config, files):
+    """In a table, a line breaks between words only: each word that holds a place where a
+    browser would break it (a hyphen, a slash: `--resume-or-start`, `hartmann6-noisy`,
+    `2026-11-24`) and every word of a code span is kept whole in a span of its own
+    (docs/stylesheets/extra.css stops the breaks inside the others). A table too wide
+    for the page then scrolls sideways in its box."""
+    return _TABLE.sub(lambda table: _whole_words(table.group(0)), html)
+
+
+def _whole_words(table: str) -> str:
+    def keep(text: str, every: bool) -> str:
+        return " ".join(f'<span class="nobr">{w}</span>' if w and (every or _BREAKS.search(w))
+                        else w for w in text.split(" "))
+
+    table = _CODE_TEXT.sub(lambda m: "<code>" + keep(m.group(1), True) + "</code>", table)
+    return _TEXT.sub(lambda m: ">" + keep(m.group(1), False) + "<", table)

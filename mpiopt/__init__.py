@@ -6,7 +6,9 @@ the concept is the same (docs/optuna-migration.md):
 
     study = mpiopt.load_study(study_name="branin", storage="sqlite:///mpiopt.db")
 """
-from mpiopt import study, trial   # mpiopt.study.StudyDirection, mpiopt.trial.TrialState: Optuna's places
+# Optuna's places: mpiopt.study.StudyDirection, mpiopt.trial.TrialState,
+# mpiopt.importance.get_param_importances, mpiopt.visualization.plot_*
+from mpiopt import importance, study, trial, visualization
 from mpiopt.trial import FrozenTrial, StudyDirection, StudyStatus, TrialState, TrialStatus
 
 __version__ = "0.1.0"
@@ -42,4 +44,5 @@ def torch_group(comm, timeout: float = 1800.0):
 
 
 __all__ = ["FrozenTrial", "StudyDirection", "StudyStatus", "TrialState", "TrialStatus",
-           "get_all_study_names", "load_study", "study", "torch_group", "trial", "__version__"]
+           "get_all_study_names", "importance", "load_study", "study", "torch_group", "trial",
+           "visualization", "__version__"]

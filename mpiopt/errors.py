@@ -110,8 +110,11 @@ class Pruned(TrialStopped):
 
     status = "PRUNED"
 
-    def __init__(self, epoch: int | None = None, value: float | None = None):
-        super().__init__(f"pruned at epoch {epoch}", epoch, value)
+    def __init__(self, epoch: int | None = None, value: float | None = None,
+                 fold: int | None = None):
+        where = f"epoch {epoch}" if not fold else f"fold {fold} epoch {epoch}"
+        super().__init__(f"pruned at {where}", epoch, value)
+        self.fold = fold
 
 
 class TrialTimeout(TrialStopped):

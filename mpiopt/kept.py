@@ -20,7 +20,8 @@ The records: both files are JSON lines, one record per line, in one versioned fo
 leaves the files on users' disks readable:
 
     finish        a trial's outcome: finish_trial's fields (trial_id, status, value, ...)
-    intermediate  a per-epoch value: trial_id, epoch, value (add_intermediate)
+    intermediate  a fold's value after an epoch: trial_id, epoch, value, fold (0 where a
+                  record has none) (add_intermediate)
     interrupt     a job's running trials INTERRUPTED: study_id, keep (interrupt_running)
     study         the whole study as the job last saw it: name, dump (dump_study), written
                   when its SQLite file was deleted or replaced under the job; a resume
@@ -54,6 +55,7 @@ from pathlib import Path
 
 from mpiopt import jsontext
 from mpiopt.names import file_stem
+from mpiopt.trial import by_fold
 
 RECOVERY_SUFFIX = ".mpiopt-recovery.jsonl"
 KEEP_LAST = 4
@@ -106,7 +108,7 @@ def remove_if_empty(folder: Path) -> None:
 FORMAT_VERSION = 1
 FINISH_FIELDS = ("trial_id", "status", "value", "value_std", "fold_values", "metrics", "error",
                  "duration", "intermediate", "fold_metrics", "device", "spans")
-KINDS = {"finish": FINISH_FIELDS, "intermediate": ("trial_id", "epoch", "value"),
+KINDS = {"finish": FINISH_FIELDS, "intermediate": ("trial_id", "epoch", "value", "fold"),
          "interrupt": ("study_id", "keep"), "study": ("name", "dump")}
 # the unversioned format's storage methods, with their positional parameters then
 _V0_OPS = {"finish_trial": ("finish", FINISH_FIELDS),
@@ -129,8 +131,8 @@ def lines(records: list[dict], db_key: str | None = None) -> str:
     out = []
     for r in records:
         head = {"v": FORMAT_VERSION, "kind": r["kind"], **({"db": db_key} if db_key else {})}
-        out.append(jsontext.exact({**head, **{k: v for k, v in r.items() if k != "kind"}},
-                              default=_json_default) + "\n")
+        fields = {k: by_fold(v) if k == "intermediate" else v for k, v in r.items() if k != "kind"}
+        out.append(jsontext.exact({**head, **fields}, default=_json_default) + "\n")
     return "".join(out)
 
 

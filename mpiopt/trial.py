@@ -6,7 +6,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from mpiopt.errors import cut
 from mpiopt.storable import storable_text
@@ -55,7 +55,63 @@ class Direction(str, enum.Enum):
             raise ValueError(f"direction: expected minimize or maximize, got {text!r}") from None
 
 
-StudyDirection = Direction   # Optuna's name (the Python API's study.direction, directions)
+class StudyDirection(str, enum.Enum):
+    """Optuna's StudyDirection, for the Python API's study.direction and directions: its
+    class name, its members (NOT_SET included) and its repr, so an Optuna user's prints
+    and comparisons read as they did. Each member equals mpiopt's word ("minimize") and
+    the Direction member of that word (both are strings), so either side compares."""
+
+    NOT_SET = "not_set"
+    MINIMIZE = "minimize"
+    MAXIMIZE = "maximize"
+
+
+class Step(NamedTuple):
+    """Where a per-epoch value was reported: the fold and the epoch within it.
+
+    Kept as two numbers, never one encoded step: with folds one after another a fold's
+    first epoch is a freshly built model, and with `training.epochs` searched, trials
+    have different epochs per fold, so only (fold, epoch) means the same point in every
+    trial. A trial of one fold, and a function objective's report(epoch, value), report
+    fold 0. Ordered fold first, then epoch: the order folds run one after another."""
+
+    fold: int
+    epoch: int
+
+
+def as_step(key) -> Step:
+    """A Step from a Step, a (fold, epoch) pair, or a bare epoch (fold 0): what callers
+    of finish_trial(intermediate=...) and old records hold."""
+    if isinstance(key, tuple):
+        return Step(int(key[0]), int(key[1]))
+    return Step(0, int(key))
+
+
+def steps(values: dict | None) -> dict[Step, float]:
+    """{Step: value} in (fold, epoch) order, from any keys as_step reads, or from the
+    {fold: {epoch: value}} that by_fold writes (JSON's text keys too)."""
+    flat = []
+    for key, value in (values or {}).items():
+        if isinstance(value, dict):
+            flat += [(Step(int(key), int(e)), v) for e, v in value.items()]
+        else:
+            flat.append((as_step(key), value))
+    return dict(sorted(flat))
+
+
+def by_fold(values: dict) -> dict[int, dict[int, float]]:
+    """{fold: {epoch: value}}: the per-epoch values as JSON writes them (its keys are
+    text, so a (fold, epoch) pair becomes two levels)."""
+    out: dict[int, dict[int, float]] = {}
+    for key, value in steps(values).items():
+        out.setdefault(key.fold, {})[key.epoch] = value
+    return out
+
+
+def step_text(step: Step, folds: int = 1) -> str:
+    """'epoch 3', or with several folds 'fold 1 epoch 3' (folds counted from 0, as
+    `mpiopt show` lists a trial's fold values)."""
+    return f"epoch {step.epoch}" if folds <= 1 else f"fold {step.fold} epoch {step.epoch}"
 
 
 class TrialState(enum.Enum):
@@ -107,7 +163,8 @@ class FrozenTrial:
     error: str | None = None
     metrics: dict[str, float] = field(default_factory=dict)
     fold_values: list[float] = field(default_factory=list)
-    intermediate: dict[int, float] = field(default_factory=dict)
+    # the per-epoch values, {Step(fold, epoch): value} in (fold, epoch) order
+    intermediate: dict[Step, float] = field(default_factory=dict)
     rank: int | None = None           # world rank of the group leader it last ran on
     lost_attempts: int = 0            # jobs that died while it ran (mpiopt.run.study_run)
     device: str | None = None         # what the group leader trained on ("cpu: ...", "gpu: ...")
@@ -121,6 +178,27 @@ class FrozenTrial:
     round: int | None = None
     parent: int | None = None
     job: int | None = None            # the job that runs or ran it (mpiopt search --join)
+
+    def __post_init__(self):
+        # bare epochs (a record built by hand, an old file's) are fold 0's
+        if not all(type(k) is Step for k in self.intermediate):
+            object.__setattr__(self, "intermediate", steps(self.intermediate))
+
+
+def resume_note(spans) -> str | None:
+    """Where a trial that ran again went on from its checkpoints, in words, from the
+    "resume" marks the trainer leaves in its spans: "resumed from its checkpoint at
+    epoch 4 of fold 1" (the training went on with epoch 5); None for a trial that
+    started afresh. A fold is named only where the trial has several, counted from 0 as
+    `mpiopt show` lists the fold values."""
+    marks = sorted((s for s in spans or () if s.get("kind") == "resume"),
+                   key=lambda s: (s.get("fold") or 0, s.get("epoch") or 0))
+    if not marks:
+        return None
+    folds = {s.get("fold") for s in spans if s.get("kind") in ("fold", "resume")}
+    where = [f"epoch {s.get('epoch')}" + (f" of fold {s.get('fold')}" if len(folds) > 1 else "")
+             for s in marks]
+    return f"resumed from its checkpoint{'s' if len(marks) > 1 else ''} at {', '.join(where)}"
 
 
 # ---- what travels with a trial between the coordinator, the groups and the objective ----
@@ -139,9 +217,17 @@ class Trial:
 
 @dataclass(frozen=True)
 class Report:
+    """One fold's value after one of its epochs (fold 0 for a trial of one fold and for
+    a function objective's report)."""
+
     trial_id: int
     epoch: int
     value: float
+    fold: int = 0
+
+    @property
+    def step(self) -> Step:
+        return Step(self.fold, self.epoch)
 
 
 class Verdict(str, enum.Enum):

@@ -33,7 +33,8 @@ class Records:
         self._table = {
             ins.CreateTrials: self._create, ins.RestartTrial: self._restart,
             ins.WriteResults: self._write, ins.WriteResultsAndCreate: self._write_and_create,
-            ins.AddIntermediate: lambda i: self.intermediate.append((i.trial_id, i.epoch, i.value)),
+            ins.AddIntermediate: lambda i: self.intermediate.append((i.trial_id, i.fold, i.epoch,
+                                                                     i.value)),
             ins.InterruptRunning: self._interrupt,
             ins.SetStudyStatus: lambda i: setattr(self, "status", i.status),
             ins.ReadQueue: self._read_queue, ins.TakeQueued: self._take,
@@ -108,7 +109,8 @@ class Records:
     def _frozen(self, tid):
         t = self.trials[tid]
         return FrozenTrial(id=tid, study_id=1, number=t["number"], status=TrialStatus(t["status"]),
-                           params=t["params"], seed=t["seed"], attempt=t["attempt"])
+                           params=t["params"], seed=t["seed"], attempt=t["attempt"],
+                           intermediate=t.get("intermediate", {}))
 
 
 class Driven:

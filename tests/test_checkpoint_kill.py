@@ -84,7 +84,13 @@ def test_kill_9_mid_trial_then_resume_gives_the_uninterrupted_value(tmp_path):
     marks = [s for s in resumed.spans if s["kind"] == "resume"]
     assert sorted(s["fold"] for s in marks) == [0, 1]
     assert all(s["epoch"] >= at_kill for s in marks)       # continued, not started again
-    assert sorted(resumed.intermediate) == list(range(1, EPOCHS + 1))
+    # ... and says so, where and from which epoch of which fold (issue 62)
+    said = ("resumed from its checkpoints at " + ", ".join(
+        f"epoch {s['epoch']} of fold {s['fold']}" for s in sorted(marks, key=lambda s: s["fold"])))
+    assert f"    {said}\n" in proc.stdout, proc.stdout
+    shown = mpiopt("show", "tiny", "0", "--storage", url, cwd=tmp_path, check=True).stdout
+    assert f"  {said}\n" in shown, shown
+    assert list(resumed.intermediate) == [(f, e) for f in (0, 1) for e in range(1, EPOCHS + 1)]
     assert not (store / "checkpoints" / "trial-0").exists()
     assert (store / "models" / "trial-0.keras").is_file()
     assert (store / "refit.keras").is_file()

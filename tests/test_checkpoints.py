@@ -39,13 +39,15 @@ def _spec(tmp_path, **training):
 
 
 def _stop_at(step):
+    """report() cancelling the trial at `step`, (fold, epoch) or an epoch of fold 0."""
     from mpiopt.errors import TrialCancelled
 
     seen = []
+    step = (0, step) if isinstance(step, int) else step
 
-    def report(epoch, value):
-        seen.append(epoch)
-        return TrialCancelled("the job is ending") if epoch == step else True
+    def report(epoch, value, fold=0):
+        seen.append((fold, epoch) if fold else epoch)
+        return TrialCancelled("the job is ending") if (fold, epoch) == step else True
 
     return report, seen
 
@@ -58,7 +60,7 @@ def test_a_stopped_kfold_trial_resumes_from_its_checkpoints_to_the_same_value(tm
     plain = _train(spec)
     art = TrialArtifacts(checkpoints=str(tmp_path / "ck"), every=1,
                          model=str(tmp_path / "models" / "trial-0.keras"))
-    report, seen = _stop_at(4)                # fold 1, epoch 1 (steps are fold * 3 + epoch)
+    report, seen = _stop_at((1, 1))
     with pytest.raises(TrialCancelled):
         _train(spec, art, report)
     assert sorted(p.name for p in (tmp_path / "ck").iterdir()) == ["fold-0.npz", "fold-1.npz"]
@@ -66,12 +68,13 @@ def test_a_stopped_kfold_trial_resumes_from_its_checkpoints_to_the_same_value(tm
     report, seen = _stop_at(None)
     resumed = _train(spec, art, report)
     # each fold's checkpointed last epoch is reported again (a kill may have come between
-    # its checkpoint and its report; it is one row), then training goes on at step 5
-    assert seen == [3, 4, 5, 6]
+    # its checkpoint and its report; it is one row), then training goes on at epoch 2
+    assert seen == [3, (1, 1), (1, 2), (1, 3)]
     assert resumed["fold_values"] == pytest.approx(plain["fold_values"], abs=1e-6)
     assert resumed["value"] == pytest.approx(plain["value"], abs=1e-6)
-    assert sorted(resumed["intermediate"]) == [1, 2, 3, 4, 5, 6]
-    assert resumed["intermediate"][6] == pytest.approx(plain["intermediate"][6], abs=1e-6)
+    assert list(resumed["intermediate"]) == [(f, e) for f in (0, 1) for e in (1, 2, 3)]
+    assert resumed["intermediate"][(1, 3)] == pytest.approx(plain["intermediate"][(1, 3)],
+                                                            abs=1e-6)
 
 
 def test_the_kept_model_loads_in_plain_keras_and_reproduces_its_folds_value(tmp_path):
@@ -199,7 +202,7 @@ def test_searched_training_fields_apply_to_the_trial(tmp_path):
     spec = _spec(tmp_path)
     short = run_training(spec, {"width": 8, "lr": 0.02, "training.epochs": 2,
                                 "training.batch_size": 300}, MPI.COMM_SELF, 5)
-    assert short["epochs"] == 2 and sorted(short["intermediate"]) == [1, 2]
+    assert short["epochs"] == 2 and list(short["intermediate"]) == [(0, 1), (0, 2)]
     assert short["timing"]["steps"] == 2             # one batch of 300 (240 samples) per epoch
     frozen = run_training(spec, {"width": 8, "lr": 0.02, "training.learning_rate": 0.0},
                           MPI.COMM_SELF, 5)

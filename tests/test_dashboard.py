@@ -61,7 +61,7 @@ WAIT_S = 120      # a bound on each wait for the page, never a timing assertion
 class Browser:
     """Headless Chromium with one page; `js(expr)` evaluates in it and returns the value."""
 
-    def __init__(self, folder: Path):
+    def __init__(self, folder: Path, width: int = 1200):
         to_chrome, self._w = os.pipe()
         self._r, from_chrome = os.pipe()
 
@@ -71,7 +71,7 @@ class Browser:
 
         cmd = [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
                "--enable-unsafe-swiftshader", "--remote-debugging-pipe",
-               f"--user-data-dir={folder / 'chromium-profile'}", "--window-size=1200,1600",
+               f"--user-data-dir={folder / 'chromium-profile'}", f"--window-size={width},1600",
                "about:blank"]
         self.proc = subprocess.Popen(cmd, preexec_fn=fds, stdout=subprocess.DEVNULL,
                                      stderr=subprocess.DEVNULL, close_fds=False)
@@ -395,7 +395,7 @@ def test_the_default_address_is_loopback(tmp_path):
 
 @pytest.mark.parametrize("args, named", [
     (("--port", "70000"), "must be 0 to 65535"),
-    (("--storage", "sqlite:///missing.db"), "missing.db"),
+    (("--storage", "sqlite:///nofolder/missing.db"), "nofolder"),
 ])
 def test_bad_input_is_one_line_exit_2(tmp_path, args, named):
     proc = mpiopt("dashboard", *args, cwd=tmp_path, timeout=60)
@@ -493,3 +493,185 @@ def test_sigterm_stops_it_even_where_the_parent_ignored_the_signal(tmp_path):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+# ---- the dashboard shows what the report shows, and says what it shows (issue 62) ----------
+def _study_database(tmp_path, name: str, objective: str, rows, space: dict,
+                    error: str | None = None) -> str:
+    """A study written through the Storage API: rows of (params, value, metrics); a last
+    FAILED trial with `error` when given."""
+    from mpiopt.storage import open_storage
+    from mpiopt.trial import TrialStatus
+
+    url = f"sqlite:///{tmp_path / (name + '.db')}"
+    spec = (f"study: {{name: {name}}}\nobjective: {{function: f.py:f, {objective}}}\n"
+            "search: {algorithm: random, trials: 40}\n")
+    with open_storage(url, create=True) as st:
+        metric = "val_accuracy" if "val_accuracy" in objective else "loss"
+        sid = st.create_study(name, "maximize" if "maximize" in objective else "minimize",
+                              metric, spec, "0" * 64, json.dumps(space))
+        for k, (params, value, metrics) in enumerate(rows):
+            t = st.create_trial(sid, params, seed=k, group=k % 2, host="node1")
+            st.finish_trial(t.id, TrialStatus.COMPLETE, value=value, duration=1.0 + k,
+                            metrics=metrics, intermediate={1: value + 1, 2: value})
+        if error:
+            t = st.create_trial(sid, rows[0][0], seed=99, group=0, host="node1")
+            st.finish_trial(t.id, TrialStatus.FAILED, error=error, duration=1.0)
+    return url
+
+
+XY = {"x": {"type": "real", "low": 0.0, "high": 1.0},
+      "lr": {"type": "real", "low": 1e-4, "high": 1e-1, "prior": "log-uniform"}}
+
+
+def test_a_study_of_several_objectives_shows_its_front_and_hypervolume(tmp_path, browser, serve):
+    rows = [({"x": k / 10, "lr": 10 ** -(1 + k % 3)}, (k - 4) ** 2 / 10,
+             {"loss": (k - 4) ** 2 / 10, "cost": 9 - k}) for k in range(9)]
+    url = _study_database(tmp_path, "front", "metrics: {loss: minimize, cost: minimize}", rows, XY)
+    dash = serve(url)
+    browser.open(dash.address + "#study=front")
+    browser.wait_for("document.querySelector('#plot-pareto .main-svg') && "
+                     "document.querySelector('#plot-hypervolume .main-svg')",
+                     "the Pareto front and its hypervolume")
+    titles = browser.js("[...document.querySelectorAll('#figures h2')].map(h => h.textContent)")
+    assert titles[1].startswith("Pareto front") and titles[2].startswith("Hypervolume"), titles
+    assert browser.errors() == []
+
+
+def test_the_contour_says_it_is_a_prediction_and_an_outlier_gets_a_log_axis(tmp_path, browser,
+                                                                             serve):
+    rows = [({"x": k / 12, "lr": 10 ** -(1 + k % 3)}, 0.1 + k / 100, {}) for k in range(12)]
+    rows[5] = (rows[5][0], 1000.0, {})                      # one diverged trial
+    dash = serve(_study_database(tmp_path, "outlier", "metric: loss, direction: minimize",
+                                 rows, XY))
+    browser.open(dash.address + "#study=outlier")
+    browser.wait_for("document.querySelector('#plot-contour .main-svg') && "
+                     "document.querySelector('#plot-history .main-svg')", "the figures")
+    contour = browser.js("document.getElementById('fig-contour').textContent")
+    assert "predicted by a random forest" in contour and "a model's prediction" in contour
+    assert browser.js("document.getElementById('plot-contour').data[0].colorbar.title.text") \
+        == "predicted loss"
+    assert browser.js("document.getElementById('plot-history').layout.yaxis.type") == "log"
+    caption = browser.js("document.querySelector('#fig-history .caption').textContent")
+    assert caption.startswith("log scale: 1 outlier(s) would squeeze the other 11"), caption
+    assert browser.errors() == []
+
+
+DIGITS = {"width": {"type": "integer", "low": 16, "high": 128},
+          "depth": {"type": "integer", "low": 1, "high": 3},
+          "learning_rate": {"type": "real", "low": 1e-4, "high": 3e-2, "prior": "log-uniform"},
+          "dropout": {"type": "real", "low": 0.0, "high": 0.5},
+          "activation": {"type": "categorical", "choices": ["relu", "tanh", "elu"]}}
+LONG_ERROR = ("RuntimeError: the model diverged at epoch 3 of fold 2: the validation loss "
+              "became nan after the learning rate warm-up ended (rank 2 on node17)\n"
+              "Traceback (most recent call last): ...")
+
+
+def test_the_trials_table_fits_a_window_of_1280_px(tmp_path, serve):
+    """The digits example's table (5 parameters, the Keras metrics, an error) in a 1280 px
+    window: every column in view, no header broken inside a word, the error cut to its
+    first line with the whole of it in the tooltip."""
+    rows = [({"width": 16 + 7 * k, "depth": 1 + k % 3, "learning_rate": 10 ** -(2 + k / 7),
+              "dropout": k / 30, "activation": ("relu", "tanh", "elu")[k % 3]},
+             0.9 + k / 1000, {"val_accuracy": 0.9 + k / 1000, "val_loss": 0.31234 - k / 100,
+                              "accuracy": 0.95123 + k / 1000, "loss": 0.2 - k / 1000,
+                              "best_epoch": 4 + k % 2})
+            for k in range(12)]
+    url = _study_database(tmp_path, "digits", "metric: val_accuracy, direction: maximize",
+                          rows, DIGITS, error=LONG_ERROR)
+    dash = serve(url)
+    wide = Browser(tmp_path, width=1280)
+    try:
+        wide.open(dash.address + "#study=digits")
+        wide.wait_for("document.querySelectorAll('#trial-table tbody tr').length == 13",
+                      "the trials")
+        box = wide.js("(b => [b.scrollWidth, b.clientWidth])"
+                      "(document.querySelector('#trials .scroll'))")
+        assert box[0] <= box[1], f"the table is {box[0]} px wide in a box of {box[1]} px"
+        assert "scroll it sideways" not in wide.js(
+            "document.getElementById('trial-count').textContent")
+        broken = wide.js(r"""[...document.querySelectorAll('#trial-table th')].flatMap(th => {
+            const out = [];
+            for (const node of th.childNodes) {
+              if (node.nodeType !== Node.TEXT_NODE) continue;
+              const range = document.createRange();
+              range.selectNodeContents(node);
+              if (range.getClientRects().length > 1) out.push(node.textContent);
+            }
+            return out; })""")
+        assert broken == [], f"header words broken across lines: {broken}"
+        cell = wide.js("(c => [c.title, c.firstChild.scrollWidth > c.firstChild.clientWidth])"
+                       "(document.querySelector('#trial-table tbody tr.FAILED td.error'))")
+        assert cell[0] == LONG_ERROR.splitlines()[0] and cell[1]      # cut, whole in the tooltip
+        assert wide.errors() == []
+    finally:
+        wide.close()
+
+
+def test_it_starts_before_the_database_exists_and_shows_the_study_once_made(tmp_path, browser,
+                                                                           serve):
+    (tmp_path / "slow.py").write_text(SLOW)
+    (tmp_path / "gate").touch()
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(SPEC % (tmp_path / "slow.py"))
+    url = f"sqlite:///{tmp_path / 'later.db'}"
+    dash = serve(url)
+    browser.open(dash.address)
+    browser.wait_for("document.body.dataset.polls >= 1", "a first update")
+    waiting = browser.js("(w => !w.hidden && w.textContent)(document.getElementById('waiting'))")
+    assert waiting and "no database at" in waiting and "later.db" in waiting
+    browser.js("window.sameDocument = 'yes'")
+    mpiopt("search", spec, "--storage", url, np=3, cwd=tmp_path, check=True, timeout=240)
+    browser.wait_for("document.querySelector('#studies tr[data-study=\"slow\"]') && "
+                     "document.querySelectorAll('#trial-table tbody tr').length == 8",
+                     "the study once a job made it")
+    assert browser.js("document.getElementById('waiting').hidden")
+    assert browser.js("window.sameDocument") == "yes"
+    assert browser.errors() == []
+
+
+FAST = '''
+import time
+
+
+def fast(params, report):
+    time.sleep(0.25)
+    report(1, params["x"] ** 2)
+    return params["x"] ** 2
+'''
+
+
+def test_figures_behind_the_table_say_so(tmp_path, browser, serve):
+    """Trials finish faster than the figures are redrawn (they fit a forest): whenever the
+    history shows fewer complete trials than the table, a line says so, with both counts."""
+    (tmp_path / "fast.py").write_text(FAST)
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(f"study: {{name: fast}}\nobjective: {{function: {tmp_path / 'fast.py'}:fast}}\n"
+                    "search_space:\n  x: {type: real, low: -1.0, high: 1.0}\n"
+                    "search: {algorithm: random, trials: 200, seed: 1}\n")
+    url = f"sqlite:///{tmp_path / 'fast.db'}"
+    search = subprocess.Popen([str(BIN / "mpiopt"), "search", str(spec), "--storage", url],
+                              cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True, env=subprocess_env())
+    try:
+        assert search.stdout.readline().startswith("study 'fast'")
+        dash = serve(url)
+        browser.open(dash.address + "#study=fast")
+        browser.wait_for("document.querySelector('#plot-history .main-svg')", "the history")
+        seen, end = 0, time.monotonic() + WAIT_S
+        while seen < 2 and time.monotonic() < end:
+            table, drawn, lag = browser.js("""[
+                document.querySelectorAll('#trial-table tbody tr.COMPLETE').length,
+                document.getElementById('plot-history').data
+                  .filter(t => (t.name || '').startsWith('complete'))
+                  .reduce((n, t) => n + t.x.length, 0),
+                (l => l && !l.hidden ? l.textContent : null)(document.getElementById('lag'))]""")
+            if table != drawn:
+                assert lag, f"the table has {table} complete trials, the history {drawn}: no word"
+                assert f"{drawn} complete" in lag and f"{table} complete" in lag, lag
+                seen += 1
+            time.sleep(0.3)
+        assert seen >= 2, "the figures never fell behind the table: the test saw nothing"
+    finally:
+        search.kill()
+        search.communicate(timeout=60)

@@ -95,3 +95,47 @@ def test_pages_load_in_a_headless_browser(site, page, expect):
         assert text in dom, f"{page}: {text!r} missing from the rendered page"
     assert not console_errors(proc.stderr), f"{page}: {console_errors(proc.stderr)}"
     assert re.search(r"<nav[^>]*md-nav", dom), f"{page}: no navigation"
+
+
+# In a table cell, the words that the browser split across two lines (a word broken at a
+# hyphen, a slash or anywhere to fit its column: the spec's "descriptio" over "n")
+SPLIT_WORDS = r"""(() => {
+  const out = [];
+  for (const cell of document.querySelectorAll('.md-typeset td, .md-typeset th')) {
+    const walker = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
+    for (let node; (node = walker.nextNode());) {
+      for (const m of node.textContent.matchAll(/\S+/g)) {
+        const range = document.createRange();
+        range.setStart(node, m.index);
+        range.setEnd(node, m.index + m[0].length);
+        const lines = new Set([...range.getClientRects()].filter(r => r.width > 0)
+                                                         .map(r => Math.round(r.top)));
+        if (lines.size > 1) out.push(m[0]);
+      }
+    }
+  }
+  return out; })()"""
+
+
+def test_table_cells_never_break_a_word(site, tmp_path, width=1280):
+    """Every table of the site, in a window of 1280 px: a line breaks between words
+    only, never inside a name (`retry_timeout`, `--resume-or-start`, `hartmann6-noisy`);
+    a table too wide scrolls in its box."""
+    from test_dashboard import Browser
+
+    pages = [p for p in sorted(site.rglob("*.html"))
+             if p.name != "404.html" and "<table>" in p.read_text(encoding="utf-8")]
+    assert len(pages) > 10
+    browser = Browser(tmp_path, width=width)
+    try:
+        split = {}
+        for page in pages:
+            browser.open(page.as_uri())
+            browser.wait_for("document.readyState == 'complete' && "
+                             "document.querySelector('.md-typeset td')", f"{page.name}'s tables")
+            words = browser.js(SPLIT_WORDS)
+            if words:
+                split[str(page.relative_to(site))] = words[:6]
+        assert not split, f"words split across lines in table cells: {split}"
+    finally:
+        browser.close()

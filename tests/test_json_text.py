@@ -66,14 +66,14 @@ def test_query_commands_print_strict_json(diverged, command):
         assert trial["metrics"] == {"loss": trial["value"], "grad_norm": None, "spread": None,
                                     "floor": None}
     if command[0] == "show":
-        assert data["intermediate"] == {"0": None, "1": None, "2": None}
+        assert data["intermediate"] == {"0": {"0": None, "1": None, "2": None}}
 
 
 def test_export_writes_strict_json_to_a_file_and_to_stdout(diverged, tmp_path):
     out = tmp_path / "d.json"
     mpiopt("export", "d", "--storage", diverged, "--format", "json", "-o", out, check=True)
     rows = strict(out.read_text(encoding="utf-8"))
-    assert [r["metrics"]["grad_norm"] for r in rows] == [None] * 3
+    assert [r["user_attrs"]["grad_norm"] for r in rows] == [None] * 3
     printed = mpiopt("export", "d", "--storage", diverged, "--format", "json", check=True)
     assert strict(printed.stdout) == rows
     trace = mpiopt("export", "d", "--storage", diverged, "--format", "chrome-trace", check=True)

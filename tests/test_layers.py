@@ -3,7 +3,8 @@ stays in its room), and no modules import each other in a circle.
 
 The layers, top to bottom, as the code depends on them (a room may import any room below
 it, never one above): the CLI; the run of a study (start-up, signals, the end); parallel
-(everything that knows MPI); the study's records and the Python API; reporting (tables,
+(everything that knows MPI); Optuna's importance and visualization modules over the Python
+API; the study's records and the Python API; reporting (tables,
 figures, progress, the commands printed for a person); the spec; the objective and what runs it; training; the artifact store; storage (SQL);
 the searchers; the search space; and at the ground the small modules every layer shares.
 Imports inside functions count too: they are imports all the same. The package's own
@@ -20,6 +21,7 @@ LAYERS = [
     {"cli"},
     {"run"},
     {"parallel"},
+    {"importance", "visualization"},     # Optuna's names over the Python API
     {"study"},
     {"reporting"},
     {"spec"},

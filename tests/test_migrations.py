@@ -281,3 +281,58 @@ def test_0009_makes_the_study_leases_jobs_and_keeps_the_trials(db_url):
         assert [(j.end, j.ended_at == j.beat_at) for j in done] == [("ended", True)]
         assert st.get_study("live").lease == live[0] and st.get_study("done").lease == done[0]
         assert "lease_token" not in {c["name"] for c in inspect(st.engine).get_columns("studies")}
+
+
+def _study_row(conn, name: str, spec_text: str) -> int:
+    conn.execute(text(
+        "insert into studies (name, direction, metric, spec_text, fingerprint, space_json, "
+        "status, created_at, updated_at) values (:n, 'maximize', 'val_accuracy', :s, :fp, "
+        "'{}', 'COMPLETE', '2026-11-22 10:00:00', '2026-11-22 10:00:00')"),
+        {"n": name, "s": spec_text, "fp": "0" * 64})
+    return conn.execute(text("select id from studies where name = :n"), {"n": name}).scalar()
+
+
+def _trial_row(conn, study_id: int, number: int, steps: range, epochs: int | None = None) -> int:
+    conn.execute(text("insert into trials (study_id, number, status, value, attempt, "
+                      "lost_attempts) values (:s, :n, 'PRUNED', 0.5, 0, 0)"),
+                 {"s": study_id, "n": number})
+    tid = conn.execute(text("select max(id) from trials")).scalar()
+    if epochs is not None:            # training.epochs searched: the trial's own epochs
+        conn.execute(text("insert into trial_params (trial_id, name, kind, value_float, "
+                          "value_text) values (:t, 'training.epochs', 'int', :e, :x)"),
+                     {"t": tid, "e": float(epochs), "x": str(epochs)})
+    for step in steps:
+        conn.execute(text("insert into trial_intermediate (trial_id, epoch, value) "
+                          "values (:t, :e, :v)"), {"t": tid, "e": step, "v": step / 100})
+    return tid
+
+
+KERAS = ("objective: {model: m.py:build, metric: val_accuracy, direction: maximize}\n"
+         "training: {epochs: 3, kfold: 3}\nresources: {group_size: %d}\n")
+
+
+def test_0011_reads_the_old_steps_back_into_folds_and_epochs(db_url):
+    """Issue 62: a 0010 database (steps fold * epochs + epoch) on SQLite and PostgreSQL:
+    a Keras study whose 3 folds ran one after another gets each value's fold and epoch,
+    with the trial's own epochs where training.epochs was searched; folds side by side
+    (their per-epoch mean), a function objective's epochs and one fold stay fold 0."""
+    engine = make_engine(db_url)
+    migrate.upgrade(engine, "0010")
+    with engine.begin() as conn:          # as the mpiopt of revision 0010 wrote them
+        turn = _study_row(conn, "in-turn", KERAS % 2)
+        fixed = _trial_row(conn, turn, 0, range(1, 9))          # pruned at fold 2 epoch 2
+        searched = _trial_row(conn, turn, 1, range(1, 6), epochs=2)
+        side = _study_row(conn, "side-by-side", KERAS % 3)
+        mean = _trial_row(conn, side, 0, range(1, 4))
+        plain = _study_row(conn, "function", "objective: {function: f.py:f}\n"
+                                             "training: {epochs: 3, kfold: 3}\n")
+        own = _trial_row(conn, plain, 0, range(0, 12))
+    engine.dispose()
+    with open_storage(db_url) as st:
+        assert _diff(st.engine) == []
+        got = {t.id: t.intermediate for s in (turn, side, plain) for t in st.get_trials(s)}
+    assert list(got[fixed]) == [(f, e) for f in range(3) for e in (1, 2, 3)][:8]
+    assert got[fixed][(2, 2)] == 0.08 and got[fixed][(1, 1)] == 0.04
+    assert list(got[searched]) == [(0, 1), (0, 2), (1, 1), (1, 2), (2, 1)]
+    assert list(got[mean]) == [(0, 1), (0, 2), (0, 3)]
+    assert list(got[own]) == [(0, e) for e in range(12)]

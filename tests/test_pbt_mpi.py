@@ -53,8 +53,8 @@ def _check_lineage(trials, interval):
                 assert t.params["width"] == parent.params["width"]
             else:
                 assert t.params == parent.params   # continued with its own parameters
-            assert min(t.intermediate) == t.round * interval    # from where its parent ended
-            assert max(t.intermediate) == (t.round + 1) * interval
+            assert min(t.intermediate) == (0, t.round * interval)   # from where its parent ended
+            assert max(t.intermediate) == (0, (t.round + 1) * interval)
 
 
 def test_a_pbt_study_finishes_with_its_lineage_shown(tmp_path):

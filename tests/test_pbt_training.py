@@ -45,7 +45,7 @@ def test_a_round_continues_its_parent_with_its_own_learning_rate(tmp_path):
     assert first["value"] == parent["meta"]["history"][-1][0]      # the last epoch's value
     # learning rate 0: the weights cannot move, so the round ends where its parent did
     frozen, child = _round(spec, 1, {"width": 8, "lr": 0.0}, 1, parent=0)
-    assert child["meta"]["epoch"] == 4 and sorted(frozen["intermediate"]) == [1, 2, 3, 4]
+    assert child["meta"]["epoch"] == 4 and list(frozen["intermediate"]) == [(0, e) for e in (1, 2, 3, 4)]
     n_weights = 8 * 6 + 8 + 8 * 3 + 3
     flat = lambda state: np.concatenate([np.ravel(a) for a in state])[:n_weights]
     np.testing.assert_allclose(flat(child["state"]), flat(parent["state"]), atol=1e-6)

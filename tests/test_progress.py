@@ -76,6 +76,32 @@ def test_without_the_new_calls_only_the_finished_lines_are_printed():
     assert "\r" not in text and "running:" not in text and text.count("\n") == 3
 
 
+def test_a_kfold_trial_is_shown_at_its_fold_and_epoch_and_a_pruned_one_says_why():
+    """Issue 62: with `epochs: 6, kfold: 3` a trial at fold 2's fourth epoch reads
+    'fold 2 epoch 4' (it once read 'epoch 16'); a PRUNED line is followed by where the
+    pruner stopped it and against what."""
+    out, clock = io.StringIO(), Clock()
+    p = Progress(10, out=out, terminal=False, columns=200, clock=clock, keep_time=False, folds=3)
+    p.trial_started(0, 0)
+    p.epoch(0, 1, 0.5)
+    p.epoch(0, 4, 0.93, fold=2)
+    clock.now += QUIET_S
+    p.tick()
+    assert out.getvalue().splitlines()[-1].endswith("trial 0 (group 0) fold 2 epoch 4 "
+                                                    "value=0.93, 15s")
+    why = ("pruned at fold 1 epoch 2: its figure so far 0.835 is worse than the median 0.94 "
+           "of 4 other trials there")
+    pruned = FrozenTrial(id=1, study_id=1, number=0, status=TrialStatus.PRUNED, params={},
+                         value=0.835, group=0, duration=3.0, error=why)
+    p.trial_finished(pruned, sched(1))
+    lines = out.getvalue().splitlines()
+    assert "PRUNED" in lines[-2] and lines[-1] == "    " + why
+    one = Progress(10, out=io.StringIO(), terminal=False, clock=clock, keep_time=False)
+    one.trial_started(0, 0)
+    one.epoch(0, 4, 0.5)
+    assert "trial 0 (group 0) epoch 4 value=0.5" in one._status(clock.now)
+
+
 def test_on_a_terminal_the_status_line_is_redrawn_in_place():
     p, out, clock = progress(terminal=True)
     p.trial_started(0, 0)

@@ -1,4 +1,4 @@
-"""Pruners decide on scripted learning curves (lower is better, epochs from 1)."""
+"""Pruners decide on scripted learning curves (lower is better, epochs from 1 in each fold)."""
 from __future__ import annotations
 
 import math
@@ -6,7 +6,9 @@ import math
 import pytest
 
 from mpiopt.search import ASHAPruner, MedianPruner, make_pruner
+from mpiopt.search.pruners import figure_so_far
 from mpiopt.spec import PruningSpec
+from mpiopt.trial import Step
 
 # five other trials; at epoch 2 their values are 1..5 (median 3), at epoch 3 only two report
 HISTORY = {
@@ -64,7 +66,13 @@ def test_asha_keeps_the_top_fraction_at_a_rung():
 def test_asha_never_prunes_between_rungs_or_before_min_epoch():
     history = {i: {e: 0.0 for e in range(1, 10)} for i in range(6)}
     pruner = ASHAPruner(reduction_factor=3, min_epoch=2)
-    assert [e for e in range(1, 10) if pruner.should_prune(9, e, 1.0, history)] == [2, 6]
+    ours = {9: {}}
+    pruned = []
+    for e in range(1, 10):            # the trial's own curve so far is in the history too
+        if pruner.should_prune(9, e, 1.0, {**history, **ours}):
+            pruned.append(e)
+        ours[9][e] = 1.0
+    assert pruned == [2, 6]
 
 
 def test_asha_first_at_a_rung_continues_then_must_beat_the_best():
@@ -83,3 +91,81 @@ def test_make_pruner():
     assert isinstance(make_pruner({"pruner": "asha"}), ASHAPruner)
     with pytest.raises(ValueError, match="hyperband"):
         make_pruner({"pruner": "hyperband"})
+
+
+# ---- K-fold: like with like (issue 62) ---------------------------------------------------------
+def _kfold(fold0: list, fold1: list, fold2: list = ()) -> dict:
+    """A curve of folds one after another, each fold's epochs from 1 (lower is better)."""
+    return {Step(f, e): v for f, values in enumerate((fold0, fold1, fold2))
+            for e, v in enumerate(values, start=1)}
+
+
+def test_a_new_folds_first_epochs_never_prune_a_trial_good_on_its_finished_folds():
+    """The issue's case: a trial better than the others on fold 1 starts fold 2 with a new
+    model's first epoch, worse than theirs. In the fold's warm-up it is judged on its
+    finished folds (better: it goes on); once past it, on those and the fold's best so far."""
+    others = {n: _kfold([0.5, 0.2, 0.1], [0.5, 0.2, 0.12], [0.3 + n / 100]) for n in range(5)}
+    ours = _kfold([0.5, 0.1, 0.05], [0.5, 0.1, 0.03])
+    pruner = MedianPruner(warmup_epochs=2, min_trials=3)
+    assert not pruner.should_prune(9, Step(2, 1), 0.8, {**others, 9: ours})
+    judged = pruner.judge(9, Step(2, 1), 0.8, {**others, 9: ours})
+    assert judged.figure == pytest.approx(0.04) and judged.bar == pytest.approx(0.11)
+    # the encoded step 13 (= 2 * 6 + 1) once compared 0.8 with the others' 0.3 there: pruned
+    assert MedianPruner(2, 3).should_prune(9, 13, 0.8, {n: {13: 0.3 + n / 100} for n in range(5)})
+
+
+def test_the_figure_is_the_finished_folds_and_the_current_folds_best_so_far():
+    curve = _kfold([0.9, 0.4, 0.6], [0.8, 0.5, 0.7], [0.9, 0.3])
+    assert figure_so_far(curve, Step(0, 3)) == pytest.approx(0.4)         # fold 0's best
+    assert figure_so_far(curve, Step(2, 2)) == pytest.approx((0.4 + 0.5 + 0.3) / 3)
+    assert figure_so_far(curve, Step(2, 1), warmup=1) == pytest.approx((0.4 + 0.5) / 2)
+    assert figure_so_far(curve, Step(0, 1), warmup=1) is None             # nothing to go on
+    # folds side by side: every fold counts up to this epoch, and the warm-up is theirs too
+    assert figure_so_far(curve, Step(1, 2), side_by_side=True) == pytest.approx((0.4 + 0.5) / 2)
+    assert figure_so_far(curve, Step(1, 1), warmup=1, side_by_side=True) is None
+
+
+def test_trials_of_different_epochs_are_compared_at_the_same_fold_and_epoch():
+    """training.epochs searched: a trial of 6 epochs per fold at fold 1's epoch 2 is
+    compared with the others' fold 1 epoch 2, whatever their epochs per fold (a step
+    f * epochs + e meant other points in each)."""
+    history = {0: _kfold([0.5, 0.4], [0.5, 0.4]),                      # 2 epochs a fold
+               1: _kfold([0.5, 0.4, 0.3, 0.2], [0.5, 0.45]),           # 4 epochs a fold
+               2: _kfold([0.5] * 6, [0.6])}                            # not at (1, 2) yet
+    ours = _kfold([0.9, 0.3, 0.3, 0.3, 0.3, 0.3], [0.6])
+    judged = MedianPruner(warmup_epochs=1, min_trials=2).judge(7, Step(1, 2), 0.5,
+                                                             {**history, 7: ours})
+    assert judged.others == 2 and judged.bar == pytest.approx((0.4 + 0.325) / 2)
+    assert judged.prune and judged.figure == pytest.approx(0.4)
+
+
+def test_asha_rungs_count_the_epochs_trained_over_the_folds():
+    """Folds one after another: rungs where the trial has trained min_epoch * rf**k
+    epochs in all (3 folds of 6: at fold 0's epochs 2 and 6, then the end), not again at
+    every fold's own epoch 2 (that would halve the same trials in every fold)."""
+    pruner = ASHAPruner(reduction_factor=3, min_epoch=2)
+    better = {n: {Step(f, e): 0.0 for f in range(3) for e in range(1, 7)} for n in range(4)}
+    ours, at = {}, []
+    for step in [Step(f, e) for f in range(3) for e in range(1, 7)]:
+        if pruner.should_prune(9, step, 1.0, {**better, 9: ours}):
+            at.append(step)
+        ours[step] = 1.0
+    assert at == [(0, 2), (0, 6), (2, 6)]                 # (2, 6): the trainer ignores it
+    side = ASHAPruner(reduction_factor=3, min_epoch=2, side_by_side=True)
+    assert side.should_prune(9, Step(1, 2), 1.0, better) and \
+        not side.should_prune(9, Step(1, 3), 1.0, better)
+
+
+def test_the_reason_says_where_and_against_what_in_the_metrics_units():
+    history = {n: {Step(0, 1): -0.5, Step(0, 2): -0.9 - n / 100} for n in range(4)}
+    judged = MedianPruner(warmup_epochs=1, min_trials=3).judge(9, Step(0, 2), -0.7, history)
+    assert judged.text(sign=-1.0, folds=1) == ("pruned at epoch 2: its best so far 0.7 is "
+                                              "worse than the median 0.915 of 4 other trials "
+                                              "there")
+    asha = ASHAPruner(reduction_factor=2, min_epoch=2).judge(9, Step(1, 1), 0.7, {
+        **{n: {Step(0, 1): 0.1, Step(1, 1): 0.1 * n} for n in range(3)},
+        9: {Step(0, 1): 0.7}})
+    assert asha.text(folds=3) == ("pruned at fold 1 epoch 1 (a rung): its figure so far 0.7 "
+                                  "is outside the best 1/2 of the 4 trials there (the cut: 0.1)")
+    nan = MedianPruner().judge(1, Step(0, 3), math.nan, {})
+    assert nan.prune and nan.text(folds=1) == "pruned at epoch 3: its value is nan"

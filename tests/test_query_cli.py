@@ -90,7 +90,7 @@ def test_best(db):
 def test_show(db):
     trial = run_json(db, "show", "alpha", "0")
     assert trial["fold_values"] == [0.4, 0.6] and trial["value_std"] == 0.1
-    assert trial["intermediate"] == {"0": 1.0, "1": 0.7, "2": 0.5}
+    assert trial["intermediate"] == {"0": {"0": 1.0, "1": 0.7, "2": 0.5}}    # fold: epoch: value
     assert trial["metrics"] == {"acc": 0.8} and trial["seed"] == 100
     assert run_json(db, "show", "alpha", "2")["error"] == ERROR
     text = mpiopt("show", "alpha", "0", "--storage", db, check=True).stdout
@@ -99,11 +99,35 @@ def test_show(db):
     assert "ValueError: lr too large" in failed and "FAILED" in failed
 
 
+def test_show_of_a_kfold_trial_lists_each_fold_and_says_where_it_was_pruned(tmp_path):
+    """Issue 62: `mpiopt show` of a trial of 3 folds gives each fold's curve with its
+    epochs from 1 (not one curve of steps 1..9) and, for a pruned trial, where the
+    pruner stopped it and against what; JSON nests the values as {fold: {epoch: value}}."""
+    url = f"sqlite:///{tmp_path / 'k.db'}"
+    why = ("pruned at fold 2 epoch 1: its figure so far 0.913 is worse than the median "
+           "0.95 of 4 other trials there")
+    with open_storage(url, create=True) as st:
+        sid = st.create_study("kf", "maximize", "val_accuracy", SPEC % "kf", "k" * 64, "{}")
+        t = st.create_trial(sid, {"lr": 0.01}, seed=1, group=0)
+        curve = {(f, e): 0.8 + 0.05 * e for f in (0, 1) for e in (1, 2, 3)} | {(2, 1): 0.81}
+        st.finish_trial(t.id, TrialStatus.PRUNED, value=0.913, intermediate=curve, error=why)
+    out = mpiopt("show", "kf", "0", "--storage", url, check=True).stdout
+    assert "per-epoch values (3 folds, 7 epochs in all" in out
+    assert "fold 0 (epochs 1..3)" in out and "fold 2 (epochs 1..1)" in out
+    assert "  fold  epoch  value" in out and "     2      1  0.81" in out
+    assert out.rstrip().endswith("pruned:\n  " + why) and "error:" not in out
+    trial = json.loads(mpiopt("show", "kf", "0", "--storage", url, "--format", "json",
+                              check=True).stdout)
+    assert trial["intermediate"]["2"] == {"1": 0.81} and list(trial["intermediate"]["1"]) == \
+        ["1", "2", "3"] and trial["error"] == why
+
+
 def test_export_csv_and_json(db, tmp_path):
     rows = list(csv.DictReader(io.StringIO(mpiopt("export", "alpha", "--storage", db,
                                                   check=True).stdout)))
     assert len(rows) == 6 and rows[1]["params_units"] == "64" and rows[0]["fold_1"] == "0.6"
-    assert rows[5]["value"] == "" and rows[0]["metrics_acc"] == "0.8"
+    assert rows[5]["value"] == "" and rows[0]["user_attrs_acc"] == "0.8"
+    assert rows[2]["state"] == "FAIL" and rows[5]["state"] == "RUNNING"
     out = tmp_path / "alpha.json"
     proc = mpiopt("export", "alpha", "--storage", db, "--format", "json", "-o", out, check=True)
     assert proc.stdout == "" and "wrote 6 trials" in proc.stderr
@@ -113,11 +137,14 @@ def test_export_csv_and_json(db, tmp_path):
 
 def test_status(db):
     s = run_json(db, "status", "alpha")
-    assert (s["done"], s["budget"], s["running"], s["failed"], s["pruned"]) == (5, 10, 1, 1, 1)
+    # (no job holds the study: its RUNNING trial was left by one that died, and runs no more)
+    assert (s["done"], s["budget"], s["running"], s["failed"], s["pruned"]) == (5, 10, 0, 1, 1)
+    assert s["stranded"] == 1
     assert s["best"] == {"number": 1, "value": 0.2, "params": {"lr": 0.001, "units": 64,
                                                                 "opt": "sgd"}}
     text = mpiopt("status", "alpha", "--storage", db, check=True).stdout
-    assert "5/10 done, 1 running, 1 failed" in text and "0.2 (trial 1)" in text
+    assert "5/10 done, 0 running, 1 left RUNNING by a job that died (they run again), " \
+        "1 failed" in text and "0.2 (trial 1)" in text
 
 
 COMMANDS = [("studies",), ("trials", "alpha"), ("best", "alpha"), ("show", "alpha", "0"),

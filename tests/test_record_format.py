@@ -37,7 +37,8 @@ def trial_rows(st, sid) -> list[dict]:
     return [dict(number=t.number, status=t.status.value, value=t.value, value_std=t.value_std,
                  fold_values=t.fold_values, metrics=t.metrics, error=t.error,
                  duration=t.duration,
-                 intermediate={str(k): v for k, v in sorted(t.intermediate.items())},
+                 intermediate={str(k.epoch) if not k.fold else f"{k.fold}/{k.epoch}": v
+                               for k, v in t.intermediate.items()},
                  device=t.device, started=t.started_at is not None)
             for t in st.get_trials(sid)]
 
@@ -134,6 +135,25 @@ def test_a_finish_record_has_every_field_finish_trial_takes():
     params = list(inspect.signature(BaseStorage.finish_trial).parameters)[1:]
     assert list(FINISH_FIELDS) == params
     assert set(Result(1, TrialStatus.COMPLETE).record()) <= set(FINISH_FIELDS)
+
+
+def test_a_folds_value_kept_in_a_file_comes_back_under_its_fold(tmp_path):
+    """Issue 62: a per-epoch value written to the recovery file during an outage keeps its
+    fold (and a finish's per-epoch values theirs); a record without one is fold 0's."""
+    st, sid, ids = study_as_written(f"sqlite:///{tmp_path / 'r.db'}")
+    with st:
+        place = tmp_path / "f.mpiopt-recovery.jsonl"
+        r = Resilient(Down(st.url), 0.0, [place], say=lambda line: None, study_id=sid)
+        with pytest.raises(StorageUnavailable):
+            r.finish_trial(ids[1], TrialStatus.PRUNED, value=0.5, duration=1.0,
+                           intermediate={(0, 1): 0.5, (2, 1): 0.25})
+        r.add_intermediate(ids[0], 2, 0.75, fold=1)
+        with place.open("a") as f:
+            f.write(json.dumps({"v": 1, "kind": "intermediate", "trial_id": ids[0],
+                                "epoch": 1, "value": 0.5}) + "\n")
+        assert import_recovery(st, place, sid) == 3
+        assert st.get_trial_by_id(ids[0]).intermediate == {(0, 1): 0.5, (1, 2): 0.75}
+        assert st.get_trial_by_id(ids[1]).intermediate == {(0, 1): 0.5, (2, 1): 0.25}
 
 
 def test_cut_and_empty_lines_are_skipped_and_v0_positional_arguments_are_named():

@@ -253,18 +253,68 @@ def test_time_limit_stops_new_dispatch():
 
 
 def test_reports_are_stored_and_answered_by_the_pruner():
-    class PruneAfterTwo:
-        def should_prune(self, number, epoch, value, history):
-            return epoch >= 2
+    from mpiopt.search.pruners import Judgement, Pruner
+
+    class PruneAfterTwo(Pruner):
+        def _judge(self, step, own, others):
+            return Judgement(step.epoch >= 2, step)
 
     sched, storage, _ = make(n_groups=1, budget=2, pruner=PruneAfterTwo())
     a = sched.start()
     tid = a[0].trial.trial_id
     assert sched.on_report(0, Report(tid, 1, 0.5)) == [Answer(0, Decision(tid))]
     assert sched.on_report(0, Report(tid, 2, 0.4))[0].decision.prune is True
-    assert (tid, 2, 0.4) in storage.intermediate
+    assert (tid, 0, 2, 0.4) in storage.intermediate
     sched.on_result(0, done(tid, 0.4, "PRUNED"))
     assert storage.trials[tid]["status"] == "PRUNED"
+
+
+def test_kfold_reports_are_judged_by_fold_and_a_prune_says_where_and_against_what():
+    """Issue 62: trial 1 is better than trial 0 on fold 0 and dips at fold 1's first
+    epoch (a new model): that dip is judged like with like, on its finished fold, and it
+    goes on; trial 1 worse past fold 1's warm-up is pruned, and its record says where
+    and against what (in the metric's units: maximised here)."""
+    from mpiopt.search import MedianPruner
+
+    sched, storage, _ = make(n_groups=2, budget=2, direction="maximize", folds=3,
+                             pruner=MedianPruner(warmup_epochs=1, min_trials=1))
+    a, b = (d.trial.trial_id for d in sched.start())
+    for fold, epoch, value in [(0, 1, 0.5), (0, 2, 0.9), (0, 3, 0.95), (1, 1, 0.8), (1, 2, 0.93)]:
+        assert not sched.on_report(0, Report(a, epoch, value, fold))[0].decision.prune
+    for fold, epoch, value in [(0, 1, 0.4), (0, 2, 0.92), (0, 3, 0.97), (1, 1, 0.6)]:
+        assert not sched.on_report(1, Report(b, epoch, value, fold))[0].decision.prune
+    assert sched.history[1] == {(0, 1): -0.4, (0, 2): -0.92, (0, 3): -0.97, (1, 1): -0.6}
+    assert (b, 1, 1, 0.6) in storage.intermediate
+    assert sched.on_report(1, Report(b, 2, 0.7, 1))[0].decision.prune    # (0.97+0.7)/2 < 0.94
+    sched.on_result(1, done(b, 0.835, "PRUNED"))
+    assert storage.trials[b]["error"] == ("pruned at fold 1 epoch 2: its figure so far 0.835 "
+                                          "is worse than the median 0.94 of 1 other trial there")
+    sched.on_result(0, done(a, 0.5, "PRUNED"))          # (pruned by the objective itself)
+    assert storage.trials[a]["error"] is None
+
+
+def test_a_trial_continued_from_its_checkpoint_is_judged_with_its_folds_before():
+    """A trial run again from its checkpoint reports only from where it stopped; its
+    finished folds (kept in the database) still count in its figure."""
+    from mpiopt.search import MedianPruner
+
+    curve = {(0, 1): 0.5, (0, 2): 0.4, (1, 1): 0.9, (1, 2): 0.3}
+    existing = [FrozenTrial(id=1, study_id=1, number=0, status=TrialStatus.COMPLETE,
+                            params={"x": 10}, value=0.35, intermediate=curve),
+                FrozenTrial(id=2, study_id=1, number=1, status=TrialStatus.RUNNING,
+                            params={"x": 11})]
+    storage, searcher = Records(), CountingSearcher()
+    storage.trials = {1: dict(number=0, params={"x": 10}, seed=1, status="COMPLETE", attempt=0),
+                      2: dict(number=1, params={"x": 11}, seed=2, status="RUNNING", attempt=0,
+                              intermediate={(0, 1): 0.3, (0, 2): 0.1})}
+    sched = scheduler(storage=storage, study_id=1, searcher=searcher, direction="minimize",
+                      budget=2, n_groups=1, existing=existing, checkpoints=True,
+                      pruner=MedianPruner(warmup_epochs=1, min_trials=1))
+    [rerun] = sched.start()
+    assert rerun.trial.trial_id == 2 and sched.history[1] == {(0, 1): 0.3, (0, 2): 0.1}
+    # fold 1's first epoch: its figure is fold 0's 0.1 against trial 0's 0.4, not 0.95
+    assert not sched.on_report(0, Report(2, 1, 0.95, 1))[0].decision.prune
+    assert not sched.on_report(0, Report(2, 2, 0.5, 1))[0].decision.prune   # 0.3 <= 0.35
 
 
 def test_resume_replays_finished_and_reruns_unfinished_first():

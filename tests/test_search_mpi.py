@@ -112,8 +112,8 @@ def test_study_whose_first_trials_all_fail_stops(tmp_path):
     assert closing[0].endswith(f"run them again with: {resume_with(3)} t --storage "
                                f"{db_url(tmp_path)} --retry-failed")
     status = mpiopt("status", "t", "--storage", db_url(tmp_path), "--format", "json")
-    assert json.loads(status.stdout)["state"].endswith(
-        f"run them again with: mpiopt resume t --storage {db_url(tmp_path)} --retry-failed")
+    assert json.loads(status.stdout)["state"].endswith(    # (as the closing line says it)
+        f"run them again with: {resume_with(3)} t --storage {db_url(tmp_path)} --retry-failed")
     study, trials = trials_of(tmp_path)
     assert study.status == StudyStatus.FAILED
     failed = int(said.group(1))          # (the other group may have had one running)

@@ -130,7 +130,7 @@ def test_what_a_trial_sends_that_the_database_cannot_hold_fails_that_trial_alone
         else:
             assert t.status is TrialStatus.COMPLETE, (kind, t.error)
             assert t.metrics == {"value": kind ** 2, "n_params": 1e30}
-            assert list(t.intermediate) == [0, 1]
+            assert list(t.intermediate) == [(0, 0), (0, 1)]   # (fold, epoch)
 
 
 # On rank 0, a write of the per-epoch value 0.125 fails as no write of a checked value can:

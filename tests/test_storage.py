@@ -265,7 +265,7 @@ def test_trial_round_trip_of_every_field(url):
     assert (again.value, again.value_std, again.seed, again.group, again.host) == \
         (0.125, 0.0625, 2**40 + 7, 3, "node17")
     assert again.fold_values == [0.1, 0.15] and again.metrics == {"acc": 0.9, "loss": 0.125}
-    assert again.intermediate == {0: 0.5, 1: 0.25, 2: 0.125}
+    assert again.intermediate == {(0, 0): 0.5, (0, 1): 0.25, (0, 2): 0.125}
     assert again.duration == 12.5 and again.started_at == started.started_at
     assert again.finished_at >= again.started_at and again.finished_at.tzinfo is not None
 
@@ -293,7 +293,7 @@ def test_status_transitions(storage):
     assert (again.status, again.attempt, again.group, again.host, again.number) == \
         (TrialStatus.RUNNING, 1, 2, "h2", 0)
     assert again.intermediate == {} and again.seed == 5 and again.finished_at is None
-    pruned = storage.finish_trial(t.id, TrialStatus.PRUNED, value=3.0, intermediate={0: 3.0})
+    pruned = storage.finish_trial(t.id, TrialStatus.PRUNED, value=3.0, intermediate={(0, 0): 3.0})
     assert pruned.status is TrialStatus.PRUNED and pruned.attempt == 1
     with pytest.raises(StorageError, match="already PRUNED"):
         storage.finish_trial(t.id, TrialStatus.COMPLETE, value=1.0)
@@ -309,7 +309,25 @@ def test_intermediate_values_merge_and_replace(storage):
     for epoch, value in [(0, 5.0), (1, 4.0), (1, 3.5)]:
         storage.add_intermediate(t.id, epoch, value)
     done = storage.finish_trial(t.id, TrialStatus.COMPLETE, value=3.0, intermediate={2: 3.0})
-    assert done.intermediate == {0: 5.0, 1: 3.5, 2: 3.0}
+    assert done.intermediate == {(0, 0): 5.0, (0, 1): 3.5, (0, 2): 3.0}
+
+
+def test_each_fold_keeps_its_own_epochs(storage):
+    """Issue 62: a value is stored under its fold and the epoch within it, so fold 1's
+    epoch 1 is its own row beside fold 0's (never one step number), read back in fold
+    then epoch order; the same fold and epoch again replaces it."""
+    sid = new_study(storage)
+    t = storage.create_trial(sid, {"x": 1.0}, seed=0, group=0)
+    for fold, epoch, value in [(0, 1, 0.5), (0, 2, 0.7), (1, 1, 0.4), (1, 1, 0.45), (1, 2, 0.8)]:
+        storage.add_intermediate(t.id, epoch, value, fold=fold)
+    assert storage.get_trial(sid, 0).intermediate == {(0, 1): 0.5, (0, 2): 0.7, (1, 1): 0.45,
+                                                     (1, 2): 0.8}
+    done = storage.finish_trial(t.id, TrialStatus.PRUNED, value=0.75,
+                                intermediate={(2, 1): 0.3, (1, 2): 0.85})
+    assert list(done.intermediate.items()) == [((0, 1), 0.5), ((0, 2), 0.7), ((1, 1), 0.45),
+                                               ((1, 2), 0.85), ((2, 1), 0.3)]
+    assert [(s.fold, s.epoch) for s in done.intermediate] == list(done.intermediate)
+    assert storage.get_trial(sid, 0) == done
 
 
 def test_finish_replaces_folds_left_on_an_unfinished_trial_and_returns_what_is_stored(sql_storage):
@@ -321,7 +339,7 @@ def test_finish_replaces_folds_left_on_an_unfinished_trial_and_returns_what_is_s
         conn.execute(text("update trials set status = 'RUNNING' where id = :i"), {"i": t.id})
     done = storage.finish_trial(t.id, TrialStatus.COMPLETE, value=2.0, fold_values=[4.0],
                                 intermediate={1: 2.0, 0: 1.0})
-    assert done.fold_values == [4.0] and list(done.intermediate) == [0, 1]
+    assert done.fold_values == [4.0] and list(done.intermediate) == [(0, 0), (0, 1)]
     assert storage.get_trial(sid, 0) == done
     with pytest.raises(StorageError, match="no trial with id 99"):
         storage.add_intermediate(99, 0, 1.0)
@@ -419,7 +437,7 @@ def test_a_batch_costs_the_same_statements_whatever_its_size(sql_storage):
         event.remove(storage.engine, "before_cursor_execute", listener)
         counts.append(len(statements))
         for t, again in zip(done, (storage.get_trial(sid, t.number) for t in made)):
-            assert again == t and t.intermediate == {1: 1.0, 2: 0.5}
+            assert again == t and t.intermediate == {(0, 1): 1.0, (0, 2): 0.5}
             assert t.fold_values == [1.0, 2.0] and t.params == {"x": float(t.number - made[0].number)}
     assert counts[0] == counts[1], counts
 
@@ -480,7 +498,7 @@ def test_load_study(url, monkeypatch):
         monkeypatch.setattr(builtins, "__import__", no_pandas)
         rows = study.to_dataframe()
         assert [r["params_x"] for r in rows] == [1.0, 3.0, 2.0]
-        assert rows[0]["fold_1"] == 1.0 and rows[0]["metrics_m"] == 1.0
+        assert rows[0]["fold_1"] == 1.0 and rows[0]["user_attrs_m"] == 1.0
     with pytest.raises(UnknownStudyError, match="known studies: api"):
         mpiopt.load_study("nope", storage=url)
 
@@ -827,9 +845,14 @@ def test_the_queue_read_on_every_dispatch_does_not_walk_the_study(tmp_path):
 def test_group_activity_tells_the_running_trial_from_the_ones_sent_ahead(storage):
     """A trial sent ahead is RUNNING without a start; `mpiopt status` counted it as
     running (4 running with 2 groups) and could name it as the group's running trial."""
+    import os
+    import socket
+
     from mpiopt.reporting.tables import status_lines, status_summary
 
     sid = new_study(storage)
+    job = storage.join_study(sid, socket.gethostname(), os.getpid(), 30.0)   # a live job's
+    sql_of(storage).fence = (job.id, job.token)
     runs = storage.create_trials(sid, [{"params": {"x": 0.1}, "seed": 1, "group": 0},
                                        {"params": {"x": 0.2}, "seed": 1, "group": 1}])
     ahead = storage.create_trials(sid, [{"params": {"x": 0.3}, "seed": 1, "group": 0,
@@ -840,12 +863,18 @@ def test_group_activity_tells_the_running_trial_from_the_ones_sent_ahead(storage
     assert [(g["group"], g["running"], g["ahead"]) for g in groups] == [
         (0, runs[0].number, 1), (1, runs[1].number, 1)]
     record = storage.get_study("s")
-    summary = status_summary(record, storage.count_trials(sid), None, groups)
-    assert (summary["running"], summary["sent_ahead"]) == (2, 2)
+    summary = status_summary(record, storage.count_trials(sid), None, groups,
+                             jobs=storage.list_jobs(sid))
+    assert (summary["running"], summary["sent_ahead"], summary["stranded"]) == (2, 2, 0)
     lines = status_lines(summary)
     assert "2 running (+2 sent ahead), 0 failed" in lines[1], lines[1]
     assert lines[-2].endswith(f"running trial {runs[0].number}, 1 sent ahead")
     assert ahead[0].status is TrialStatus.RUNNING
+
+
+def sql_of(storage):
+    """The SQL storage itself (under the outage wrapper, where it has one): its fence."""
+    return getattr(storage, "storage", storage)
 
 
 @pytest.mark.parametrize("message, transient", [

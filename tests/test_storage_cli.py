@@ -82,7 +82,7 @@ def test_one_job_per_study_and_a_dead_one_told_from_a_live_one(tmp_path, db_url)
     assert "stopped (" in table.stdout and "n12" in table.stdout, table.stdout
     text = mpiopt("status", "s", "--storage", db_url, cwd=tmp_path).stdout
     assert "stopped without a word (last heartbeat" in text and "host n12" in text
-    assert "resume with: mpiopt resume s --storage" in text
+    assert f"resume with: {resume_with(3)} s --storage" in text      # (the job's own layout)
 
 
 def test_db_current_on_a_newer_schema_exits_2_and_says_to_upgrade_mpiopt(tmp_path, db_url):

@@ -178,7 +178,7 @@ def test_an_interrupted_trial_is_claimed_by_one_job_only(storage):
     as_job(storage, a)
     claimed = storage.restart_trial(t.id, group=3, host="n1", rank=4, keep_intermediate=True)
     assert (claimed.status, claimed.job, claimed.attempt, claimed.intermediate) == \
-        (TrialStatus.RUNNING, a.id, 1, {0: 5.0})
+        (TrialStatus.RUNNING, a.id, 1, {(0, 0): 5.0})
     as_job(storage, b)
     with pytest.raises(TrialTaken, match=f"trial 0 is RUNNING for job {a.id}"):
         storage.restart_trial(t.id, group=0)
@@ -243,7 +243,7 @@ def test_changes_tell_what_finished_what_runs_and_what_waits(storage):
     storage.interrupt_running(sid, keep={t1.id})
     first = storage.changes(sid, None)
     assert [(t.number, t.value, t.params, t.intermediate, t.job) for t in first.finished] == \
-        [(1, 0.5, {"x": 0.0}, {0: 1.0, 1: 0.5}, a.id)]
+        [(1, 0.5, {"x": 0.0}, {(0, 0): 1.0, (0, 1): 0.5}, a.id)]
     assert [t.number for t in first.running] == [2] and [t.number for t in first.interrupted] == [3]
     assert first.counted == 3 and first.at.tzinfo is not None
     for got, statuses in ((first.finished, ["COMPLETE", "PRUNED", "FAILED"]),

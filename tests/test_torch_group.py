@@ -163,7 +163,7 @@ def test_two_groups_run_their_own_ddp_loops_at_once(tmp_path):
     for t in trials:
         assert t.metrics["group_size"] == 2 and t.metrics["weights_agree"] == 1.0, t.metrics
         assert t.metrics["torchrun_env"] == 1.0 and t.metrics["together"] == 1.0, t.metrics
-        assert sorted(t.intermediate) == list(range(1, EPOCHS + 1))
+        assert list(t.intermediate) == [(0, e) for e in range(1, EPOCHS + 1)]   # (fold, epoch)
     seen = imported(log)
     assert len(seen["torch"]) == 4 and not seen["tensorflow"], seen
 
@@ -176,8 +176,8 @@ def test_a_pruned_trial_stops_on_every_rank_of_its_group(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
     first, second = study_state(url, "ddp")[1]
     assert first.status is TrialStatus.COMPLETE
-    assert second.status is TrialStatus.PRUNED and sorted(second.intermediate) == [1]
-    assert second.value == second.intermediate[1] > first.intermediate[1]
+    assert second.status is TrialStatus.PRUNED and list(second.intermediate) == [(0, 1)]
+    assert second.value == second.intermediate[0, 1] > first.intermediate[0, 1]
 
 
 def _straight_through(folder: Path, lr: float, seed: int) -> float:
@@ -199,7 +199,7 @@ def test_a_rank_killed_mid_trial_continues_from_its_checkpoint_on_resume(tmp_pat
     killed = mpiopt("search", path, "--storage", url, np=3, cwd=tmp_path, timeout=300)
     assert killed.returncode != 0 and not (tmp_path / "kill-at").exists(), killed.stdout
     [trial] = study_state(url, "ddp")[1]
-    assert trial.status is TrialStatus.RUNNING and sorted(trial.intermediate) == [1, 2, 3]
+    assert trial.status is TrialStatus.RUNNING and list(trial.intermediate) == [(0, 1), (0, 2), (0, 3)]
     assert (store / "torch.pt").is_file()
 
     proc = mpiopt("search", path, "--storage", url, "--resume", np=3, cwd=tmp_path,
@@ -209,7 +209,7 @@ def test_a_rank_killed_mid_trial_continues_from_its_checkpoint_on_resume(tmp_pat
     assert trial.status is TrialStatus.COMPLETE
     [mark] = [s for s in trial.spans if s["kind"] == "resume"]
     assert mark["epoch"] == 3                      # continued after the checkpoint's epoch
-    assert sorted(trial.intermediate) == list(range(1, EPOCHS + 1))
+    assert list(trial.intermediate) == [(0, e) for e in range(1, EPOCHS + 1)]
     assert not store.exists()                      # a finished trial's checkpoints go
     sys.path.insert(0, str(tmp_path))
     expected = _straight_through(tmp_path, trial.params["lr"], trial.seed)

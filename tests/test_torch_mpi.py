@@ -64,7 +64,7 @@ def stopped_and_resumed(comm, path: Path, folder: Path, mode: str) -> dict:
     plain = _run(comm, spec, folder / f"{mode}-plain") if mode == "allreduce" else None
     seen = []
 
-    def report(epoch, value):
+    def report(epoch, value, fold):
         seen.append(epoch)
         return TrialCancelled("stop") if epoch == 2 and len(seen) == 2 else True
 

@@ -161,7 +161,7 @@ def test_kfold_result_has_every_field_and_learns(tmp_path):
     assert result["value"] == pytest.approx(sum(result["fold_values"]) / 2)
     assert set(result["metrics"]) >= {"loss", "val_loss", "val_accuracy", "val_auc", "n_params"}
     assert result["metrics"]["n_params"] == 6 * 8 + 8 + 8 * 3 + 3
-    assert sorted(result["intermediate"]) == [1, 2, 3, 4, 5, 6]
+    assert sorted(result["intermediate"]) == [(f, e) for f in (0, 1) for e in (1, 2, 3)]  # (fold, epoch)
     assert result["value"] > 0.6                      # three separable classes; chance 1/3
     assert result["metrics"]["val_auc"] > 0.75
 
@@ -239,14 +239,14 @@ def test_prune_decision_stops_training_with_the_last_value(tmp_path):
 
     seen = []
 
-    def report(epoch, value):
-        seen.append((epoch, value))
+    def report(epoch, value, fold):
+        seen.append((fold, epoch, value))
         return epoch < 2
 
     with pytest.raises(Pruned) as info:
         train(tmp_path, report=report, training={"epochs": 5})
-    assert [e for e, _ in seen] == [1, 2]
-    assert info.value.epoch == 2 and info.value.value == seen[-1][1]
+    assert [(f, e) for f, e, _ in seen] == [(0, 1), (0, 2)]
+    assert info.value.epoch == 2 and info.value.value == seen[-1][2]
 
 
 def test_state_restores_weights_optimizer_schedule_and_random_state(tmp_path):

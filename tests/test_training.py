@@ -92,8 +92,8 @@ def test_kfold_result_has_every_field_and_learns(tmp_path):
     assert result["value"] == pytest.approx(sum(result["fold_values"]) / 2)
     assert result["metrics"]["val_accuracy"] == pytest.approx(result["value"])
     assert set(result["metrics"]) >= {"loss", "val_loss", "val_accuracy"}
-    # sequential folds report fold f's epoch e as step f * epochs + e
-    assert sorted(result["intermediate"]) == [1, 2, 3, 4, 5, 6]
+    # folds one after another report each fold's epochs from 1, as (fold, epoch)
+    assert list(result["intermediate"]) == [(0, 1), (0, 2), (0, 3), (1, 1), (1, 2), (1, 3)]
     assert result["value"] > 0.6  # three separable classes; chance is 1/3
 
 
@@ -110,19 +110,55 @@ def test_early_stopping_stops_a_flat_curve(tmp_path):
     assert result["epochs"] == 3 and len(result["intermediate"]) == 3
 
 
-def test_prune_decision_stops_training_with_the_last_value(tmp_path):
+def test_prune_decision_stops_training_with_its_best_value_so_far(tmp_path):
     from mpiopt.training import Pruned
 
     seen = []
 
-    def report(epoch, value):
-        seen.append((epoch, value))
+    def report(epoch, value, fold):
+        seen.append((fold, epoch, value))
         return epoch < 2
 
     with pytest.raises(Pruned) as info:
         train(tmp_path, report=report, training={"epochs": 5})
-    assert [e for e, _ in seen] == [1, 2]
-    assert info.value.epoch == 2 and info.value.value == seen[-1][1]
+    assert [(f, e) for f, e, _ in seen] == [(0, 1), (0, 2)]
+    assert info.value.epoch == 2 and info.value.value == max(v for _, _, v in seen)
+
+
+def test_a_pruned_kfold_trial_is_valued_as_a_finished_one_over_what_it_trained(tmp_path):
+    """Issue 62: pruned at fold 1's second epoch, the trial's value is what a finished
+    trial's value is (each fold's best epoch, the mean over folds) over what it trained:
+    fold 0's best and fold 1's best so far; not fold 1's last value (a new model's
+    second epoch), which meant something else in every trial."""
+    from mpiopt.training import Pruned
+
+    seen = []
+
+    def report(epoch, value, fold):
+        seen.append((fold, epoch, value))
+        return (fold, epoch) != (1, 2)
+
+    with pytest.raises(Pruned) as info:
+        train(tmp_path, report=report, training={"epochs": 3, "kfold": 3})
+    assert [(f, e) for f, e, _ in seen] == [(0, 1), (0, 2), (0, 3), (1, 1), (1, 2)]
+    best = [max(v for f, _, v in seen if f == fold) for fold in (0, 1)]
+    assert info.value.value == pytest.approx(sum(best) / 2)
+    assert str(info.value) == "pruned at fold 1 epoch 2"
+
+
+def test_a_prune_with_the_last_report_leaves_the_trial_complete(tmp_path):
+    """A prune answered to a trial's last report saves nothing: it has trained every
+    epoch of every fold, and its result is a finished one (never PRUNED at its end)."""
+    seen = []
+
+    def report(epoch, value, fold):
+        seen.append((fold, epoch))
+        return (fold, epoch) != (1, 2)         # the last of 2 folds of 2 epochs
+
+    result = train(tmp_path, report=report, training={"epochs": 2, "kfold": 2})
+    assert seen == [(0, 1), (0, 2), (1, 1), (1, 2)] and len(result["fold_values"]) == 2
+    alone = train(tmp_path, report=lambda epoch, value, fold: False, training={"epochs": 1})
+    assert len(alone["fold_values"]) == 1
 
 
 def test_unknown_metric_names_the_available_ones(tmp_path):

@@ -48,8 +48,11 @@ def figure(comm, spec_path: Path, **overrides) -> dict:
     from mpiopt.training import run_training
 
     spec = load_spec(spec_path, {f"training.{k}": v for k, v in overrides.items()})
+    from mpiopt.trial import by_fold
+
     result = run_training(spec, PARAMS, comm, 11)
     result.pop("timing")
+    result["intermediate"] = by_fold(result["intermediate"])     # (JSON: {fold: {epoch: v}})
     return result
 
 
@@ -122,8 +125,9 @@ def test_concurrent_folds_give_the_sequential_figure(two_ranks):
     alone = figure(MPI.COMM_SELF, cases(folder), kfold=2)
     assert results["kfold2"]["fold_values"] == pytest.approx(alone["fold_values"], abs=1e-6)
     assert results["kfold2"]["value"] == pytest.approx(alone["value"], abs=1e-6)
-    # concurrent folds report per epoch, mean over the folds
-    assert sorted(results["kfold2"]["intermediate"], key=int) == ["1", "2"]
+    # concurrent folds report each fold after each epoch
+    assert {f: sorted(c) for f, c in results["kfold2"]["intermediate"].items()} == \
+        {"0": ["1", "2"], "1": ["1", "2"]}
 
 
 def test_sequential_folds_on_two_ranks_match_one_rank(two_ranks):

@@ -4,10 +4,12 @@ which imports no torch on any rank.
 Tiny on purpose: 6 trials of a one-layer network on 300 samples, 3 epochs, 2 folds that
 each group trains concurrently (one rank per fold). Checks that what the trainer reports
 reaches the database as the coordinator records it: learning curves, fold values, and the
-value of a pruned trial being its last reported one.
+value of a pruned trial being its figure of merit over what it trained. Then the same on
+3 ranks (2 groups of one rank), 3 folds one after another and training.epochs searched.
 """
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -18,6 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from conftest import imported, mpiopt, watching_imports  # noqa: E402
 from test_training import write_case  # noqa: E402
+from mpiopt.trial import step_text  # noqa: E402
 
 
 def test_keras_study_with_pruning_on_five_ranks(tmp_path):
@@ -61,12 +64,15 @@ def test_keras_study_with_pruning_on_five_ranks(tmp_path):
     assert study.status == StudyStatus.COMPLETE and len(trials) == 6
     assert {t.status for t in trials} <= {TrialStatus.COMPLETE, TrialStatus.PRUNED}
     for t in trials:
-        curve = t.intermediate
-        assert curve and sorted(curve) == list(range(1, len(curve) + 1)), t
+        curve = t.intermediate           # each fold after each epoch, the folds side by side
+        epochs = sorted({e for _, e in curve})
+        assert curve and epochs == list(range(1, len(epochs) + 1)), t
+        assert {f for f, _ in curve} <= {0, 1} and list(curve) == sorted(curve), t
         assert t.device and t.device.split(": ")[0] in ("cpu", "gpu"), t.device
         assert t.suggest_seconds is not None and t.suggest_seconds >= 0
         if t.status == TrialStatus.COMPLETE:
-            assert len(curve) == 3 and len(t.fold_values) == 2
+            assert list(curve) == [(f, e) for f in (0, 1) for e in (1, 2, 3)]
+            assert len(t.fold_values) == 2
             # the trace's spans: each fold's, holding its 3 epochs in order
             folds = {s["fold"]: s for s in t.spans if s["kind"] == "fold"}
             assert sorted(folds) == [0, 1]
@@ -77,7 +83,66 @@ def test_keras_study_with_pruning_on_five_ranks(tmp_path):
                 assert all(a["end"] <= b["start"] + 1e-3 for a, b in zip(epochs, epochs[1:]))
             assert t.value == pytest.approx(sum(t.fold_values) / 2)
             assert t.metrics["val_accuracy"] == pytest.approx(t.value)
-        else:
-            assert t.value == pytest.approx(curve[max(curve)])
+        else:         # its folds' best epochs so far (each fold trained the last epoch, its
+            assert 0 < t.value <= 1          # value not all reported: the sequential test)
+            assert t.error.startswith(f"pruned at {step_text(max(curve), 2)}: its figure so far")
             # a pruned trial keeps the spans of what it ran (its leader's fold: concurrent)
-            assert [s["epoch"] for s in t.spans if s["kind"] == "epoch"] == sorted(curve), t.spans
+            assert [s["epoch"] for s in t.spans if s["kind"] == "epoch"] == \
+                [e for f, e in curve if f == 0], t.spans
+
+
+def test_folds_one_after_another_are_pruned_like_with_like(tmp_path):
+    """Issue 62, on 3 ranks (2 groups of one rank: the 3 folds one after another) with
+    training.epochs searched: each value is stored as (fold, epoch), each fold's epochs
+    from 1 up to the trial's own epochs; a pruned trial was judged at its last report, says
+    where and against what (in the database, the progress line and `mpiopt show`), and is
+    valued as a finished trial is (its folds' best epochs, the mean) over what it trained;
+    no trial is pruned at its very last epoch; the report draws the curves fold by fold
+    from what was stored."""
+    pytest.importorskip("tensorflow")
+    from mpiopt.reporting.figures import panel
+    from mpiopt.reporting.view import StudyView
+    from mpiopt.storage import open_storage
+    from mpiopt.trial import TrialStatus
+
+    spec_path = write_case(tmp_path, training={
+        "epochs": 3, "batch_size": 32, "kfold": 3,
+        "pruning": {"pruner": "median", "warmup_epochs": 1, "min_trials": 1}})
+    spec = yaml.safe_load(spec_path.read_text())
+    spec["search"] = {"algorithm": "random", "trials": 8, "seed": 5}
+    spec["search_space"]["lr"]["low"] = 1e-5      # some trials learn far too slowly
+    spec["search_space"]["training.epochs"] = {"type": "integer", "low": 2, "high": 4}
+    spec["resources"] = {"group_size": 1}
+    spec_path.write_text(yaml.safe_dump(spec))
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    proc = mpiopt("search", spec_path, "--storage", url, np=3, cwd=tmp_path, timeout=400)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    with open_storage(url) as st:
+        record = st.get_study("tiny")
+        trials = st.get_trials(record.id)
+    pruned = [t for t in trials if t.status == TrialStatus.PRUNED]
+    assert len(trials) == 8 and pruned, [(t.status, t.intermediate) for t in trials]
+    for t in trials:
+        own = t.params["training.epochs"]
+        folds = {f: sorted(e for g, e in t.intermediate if g == f) for f, _ in t.intermediate}
+        assert sorted(folds) == list(range(len(folds))), t.intermediate
+        assert all(epochs == list(range(1, len(epochs) + 1)) and len(epochs) <= own
+                   for epochs in folds.values()), t.intermediate
+        if t.status == TrialStatus.COMPLETE:
+            assert folds == {f: list(range(1, own + 1)) for f in range(3)}
+            continue
+        last = max(t.intermediate)
+        assert last != (2, own), "pruned at its last epoch"
+        best = [max(v for (g, _), v in t.intermediate.items() if g == f) for f in folds]
+        assert t.value == pytest.approx(sum(best) / len(best))
+        assert re.fullmatch(rf"pruned at fold {last.fold} epoch {last.epoch}: its figure so "
+                            r"far [\d.e-]+ is worse than the median [\d.e-]+ of \d+ "
+                            r"other trials? there", t.error), t.error
+        assert f"    {t.error}" in proc.stdout.splitlines()
+    deepest = max(pruned, key=lambda t: max(t.intermediate))
+    shown = mpiopt("show", "tiny", str(deepest.number), "--storage", url, check=True).stdout
+    assert f"pruned:\n  {deepest.error}" in shown
+    assert ("  fold  epoch  value" in shown) == (max(deepest.intermediate).fold > 0)
+    curves = panel("curves", StudyView.of(record, trials))
+    assert curves.data["folds"]["count"] == 3 and curves.data["folds"]["widths"] == \
+        [max(e for t in trials for f, e in t.intermediate if f == fold) for fold in range(3)]

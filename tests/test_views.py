@@ -85,8 +85,8 @@ def db(tmp_path_factory):
         add(st, sid, 3, F, error="ValueError: lr too large (rank 1 on node1)\nTraceback ...")
         add(st, sid, 4, C, 0.3, metrics={"cost": 3.0})
         sid = st.create_study("kfold", "minimize", "loss", KFOLD, "k" * 64, SPACE)
-        for i in range(5):     # sequential folds: steps 1-3 fold 0, 4-6 fold 1
-            curve = {s: 1.0 / s if s <= 3 else 1.5 / (s - 3) for s in range(1, 7)}
+        for i in range(5):     # folds one after another, 3 epochs each
+            curve = {(f, e): 1.0 / e if f == 0 else 1.5 / e for f in (0, 1) for e in (1, 2, 3)}
             add(st, sid, i, C, 0.5 + i / 10, intermediate=curve, fold_values=[0.4, 0.6],
                 value_std=0.1, metrics={"loss": 0.5})
     return url
@@ -268,13 +268,37 @@ def test_the_contour_does_not_interpolate_across_a_categorical(tmp_path):
 # ---- 5. K-fold learning curves --------------------------------------------------------------
 def test_sequential_kfold_curves_break_and_draw_the_fold_boundary(db, tmp_path):
     shown = panel("curves", _stored_view(db, "kfold"))
-    assert shown.data["folds"] == {"epochs": 3, "count": 2, "boundaries": [3.5]}
+    assert shown.data["folds"] == {"count": 2, "offsets": [0, 3], "widths": [3, 3],
+                                   "boundaries": [3.5],
+                                   "ticks": [[1, 1], [2, 2], [3, 3], [4, 1], [5, 2], [6, 3]]}
     line = shown.data["lines"][0]
     assert line["epochs"] == [1, 2, 3, None, 4, 5, 6] and line["values"][3] is None
     html = browser.report(db, "kfold", tmp_path / "k.html").read_text(encoding="utf-8")
     layout = _figures(html)["plot-curves"]["layout"]
     assert [s["x0"] for s in layout["shapes"]] == [3.5]
     assert [a["text"] for a in layout["annotations"]] == ["fold 0", "fold 1"]
+
+
+def test_kfold_curves_place_each_value_at_its_stored_fold_and_epoch():
+    """Issue 62: with training.epochs searched, a trial of 2 epochs and one of 4 are drawn
+    fold by fold from what each stored, (fold, epoch), not from a step decoded with the
+    spec's epochs (the spec says 3 here: it must not matter)."""
+    from mpiopt.trial import Step
+
+    short = {Step(f, e): 1.0 - 0.1 * e for f in (0, 1, 2) for e in (1, 2)}
+    long = {Step(f, e): 0.9 - 0.1 * e for f in (0, 1) for e in (1, 2, 3, 4)}
+    trials = [_trial(0, 0.8, intermediate=short), _trial(1, 0.5, status=P, intermediate=long)]
+    shown = panel("curves", _view(trials, "training: {epochs: 3, kfold: 3}\n"))
+    folds = shown.data["folds"]
+    assert (folds["offsets"], folds["widths"], folds["boundaries"]) == ([0, 4, 8], [4, 4, 2],
+                                                                        [4.5, 8.5])
+    a, b = shown.data["lines"]
+    assert a["epochs"] == [1, 2, None, 5, 6, None, 9, 10]       # (1, 1) at x 5 in both
+    assert b["epochs"] == [1, 2, 3, 4, None, 5, 6, 7, 8] and b["pruned"]
+    assert "3 folds" in shown.title and "count from 1" in shown.title
+    one = panel("curves", _view([_trial(0, 0.5, intermediate={Step(0, 1): 0.5, Step(0, 2): 0.4})],
+                                "training: {epochs: 1, kfold: 3}\n"))
+    assert "folds" not in one.data and one.data["lines"][0]["epochs"] == [1, 2]
 
 
 # ---- 6. the Chrome trace nests -----------------------------------------------------------------
@@ -325,7 +349,7 @@ def test_a_pruned_trial_keeps_its_epoch_spans():
 
     with pytest.raises(Pruned) as caught:
         run_folds(Comm(), Plan(1, False, 1), lambda comm, fold: Trainer(fold), 5,
-                  lambda step, value: step < 2, None)
+                  lambda epoch, value, fold: epoch < 2, None)
     result = stopped_result(Trial(1, 0, {}, 0), caught.value, "rank 0")
     assert result.status == TrialStatus.PRUNED
     assert [s["epoch"] for s in result.spans if s["kind"] == "epoch"] == [1, 2]
@@ -440,7 +464,7 @@ def test_intermediate_values_and_the_frame_of_several_objectives(db):
     import mpiopt
 
     with mpiopt.load_study(study_name="kfold", storage=db) as study:
-        assert study.trials[0].intermediate_values[4] == 1.5
+        assert study.trials[0].intermediate_values[(1, 1)] == 1.5
     with mpiopt.load_study("front", db) as study:        # the shipped positional form too
         frame = study.trials_dataframe()
         assert list(frame.columns[:3]) == ["number", "values_error", "values_cost"]

@@ -31,7 +31,10 @@ def add_format_option(parser) -> None:
 
 def print_rows(rows: Sequence[dict[str, Any]], fmt: str, columns: Sequence[str] | None = None,
                out=None) -> None:
-    """Print rows as an aligned table for people or as JSON for scripts."""
+    """Print rows as an aligned table for people, as wide as their terminal
+    (mpiopt.reporting.terminal.fit_table), or as JSON for scripts."""
+    from mpiopt.reporting.terminal import fit_table, table_width
+
     out = out or sys.stdout
     if fmt == "json":
         jsontext.dump(list(rows), out, indent=2, default=str)
@@ -39,10 +42,20 @@ def print_rows(rows: Sequence[dict[str, Any]], fmt: str, columns: Sequence[str] 
         return
     columns = list(columns or (rows[0].keys() if rows else []))
     cells = [[_cell(r.get(c)) for c in columns] for r in rows]
-    widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(columns)]
-    out.write("  ".join(c.ljust(w) for c, w in zip(columns, widths)).rstrip() + "\n")
-    for row in cells:
-        out.write("  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() + "\n")
+    for line in fit_table(columns, cells, table_width(out)):
+        out.write(line + "\n")
+
+
+def print_text(text: str, out=None) -> None:
+    """A line for people, wrapped between words to the terminal's width."""
+    import textwrap
+
+    from mpiopt.reporting.terminal import table_width
+
+    out = out or sys.stdout
+    width = table_width(out)
+    lines = textwrap.wrap(text, width, break_long_words=False) if width else [text]
+    out.write("\n".join(lines or [""]) + "\n")
 
 
 def _cell(value: Any) -> str:

@@ -1,7 +1,9 @@
 """`mpiopt dashboard`: serve every study of a database as a live local web page.
 
 Thin: check the arguments, open the database read-only (as the query commands do), bind
-the server (mpiopt.reporting.dashboard) and serve until Ctrl-C. It listens on 127.0.0.1
+the server (mpiopt.reporting.dashboard) and serve until Ctrl-C. A SQLite file that does not
+exist yet, in a folder that does, is waited for: the page says so and shows the studies
+once a job has created it, so the dashboard (or its tunnel) can start before the job. It listens on 127.0.0.1
 unless --host names another address; then it warns, as anyone who reaches that address
 reads every study.
 """
@@ -43,38 +45,53 @@ def _port(text: str) -> int:
 
 def cmd_dashboard(args) -> int:
     from mpiopt.reporting.dashboard import make_server
-    from mpiopt.storage import mask_url, open_storage
+    from mpiopt.storage import mask_url
 
     try:
         import plotly  # noqa: F401  (the figures and plotly.js)
     except ImportError:
         raise MpioptError("mpiopt dashboard needs plotly: pip install 'mpiopt[report]'") from None
     url = storage_url(args)
-    storage = open_storage(url, read_only=True)
+    storage = _opened(url)
     try:
-        try:
-            server = make_server(storage, url, args.host, args.port)
-        except OSError as exc:
-            raise MpioptError(f"dashboard: cannot listen on {args.host}:{args.port}: "
-                              f"{exc.strerror or exc}") from exc
-        host, port = server.server_address[:2]
-        shown = f"[{host}]" if ":" in host else host
-        if args.host not in LOCAL:
-            print(f"mpiopt: warning: the dashboard listens on {args.host}, not only on this "
-                  "machine: anyone who can reach it reads every study of the database "
-                  "(names, parameters, errors, host names)", file=sys.stderr, flush=True)
+        server = make_server(storage, url, args.host, args.port)
+    except OSError as exc:
+        if storage is not None:
+            storage.close()
+        raise MpioptError(f"dashboard: cannot listen on {args.host}:{args.port}: "
+                          f"{exc.strerror or exc}") from exc
+    host, port = server.server_address[:2]
+    shown = f"[{host}]" if ":" in host else host
+    if args.host not in LOCAL:
+        print(f"mpiopt: warning: the dashboard listens on {args.host}, not only on this "
+              "machine: anyone who can reach it reads every study of the database "
+              "(names, parameters, errors, host names)", file=sys.stderr, flush=True)
+    try:
         _stop_on_signals()      # (before the line that says it serves: a stop may follow it)
-        try:
-            print(f"mpiopt dashboard: {mask_url(url)} at http://{shown}:{port}/ (read-only; "
-                  "Ctrl-C stops it)", flush=True)
-            server.serve_forever(poll_interval=0.5)
-        except KeyboardInterrupt:
-            pass
-        finally:
-            server.server_close()
+        print(f"mpiopt dashboard: {mask_url(url)} at http://{shown}:{port}/ (read-only; "
+              "Ctrl-C stops it)" + ("" if storage is not None else "; waiting for the database to be "
+                                    "created"), flush=True)
+        server.serve_forever(poll_interval=0.5)
+    except KeyboardInterrupt:
+        pass
     finally:
-        storage.close()
+        server.server_close()
+        server.studies.close()     # (the storage: the one given, or the one opened since)
     return 0
+
+
+def _opened(url: str):
+    """The database read-only, or None for a SQLite file a job has yet to create (in a
+    folder that exists: a folder that does not is a typo, refused in one line)."""
+    from mpiopt.storage import StorageURL, open_storage
+
+    path = StorageURL.parse(url).sqlite_path
+    if path is not None and not path.exists():
+        if not path.parent.is_dir():
+            raise MpioptError(f"dashboard: the folder {path.parent.resolve()} of the results "
+                              f"database does not exist ({url}): fix --storage")
+        return None
+    return open_storage(url, read_only=True)
 
 
 def _stop_on_signals() -> None:

@@ -10,7 +10,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from mpiopt import jsontext
-from mpiopt.cli.common import add_format_option, add_storage_option, print_rows, storage_url
+from mpiopt.cli.common import (add_format_option, add_storage_option, print_rows, print_text,
+                               storage_url)
 from mpiopt.errors import MpioptError
 from mpiopt.trial import TrialStatus
 
@@ -158,7 +159,7 @@ def _best_of_vector(args, record, front) -> int:
         print(f"study '{record.name}' has no feasible complete trial yet")
         return 0
     if args.format == "table" and title:
-        print(title)
+        print_text(title)
     print_rows(rows, args.format, columns)
     return 0
 
@@ -186,8 +187,9 @@ def cmd_export(args) -> int:
         trials = storage.get_trials(record.id)
         jobs = storage.list_jobs(record.id) if args.format == "chrome-trace" else ()
     front = _front(storage, record, [t for t in trials if t.status == TrialStatus.COMPLETE])
+    names = front.names if front is not None else ()
     writer = write_csv if args.format == "csv" else write_json
-    write = lambda trials, out: writer(trials, out, front)    # noqa: E731
+    write = lambda trials, out: writer(trials, out, names, front)    # noqa: E731
     if args.format == "chrome-trace":
         write = _trace_writer(record, jobs)
     if not args.output:

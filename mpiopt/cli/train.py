@@ -130,7 +130,7 @@ def _train(spec, params: dict, seed: int, fmt: str, save=None) -> int:
         print(f"training {spec.study.name}: {_show(params)}")
         print(f"{comm.Get_size()} rank(s), mode {t.mode}, {layout}, {t.epochs} epochs, "
               f"global batch {t.batch_size}, seed {seed}", flush=True)
-    on_epoch = _epoch_printer(t, comm.Get_size()) if fmt == "table" else None
+    on_epoch = _epoch_printer(t) if fmt == "table" else None
     try:
         from mpiopt.training import run_training
 
@@ -172,25 +172,25 @@ def _num(v) -> str:
     return f"{v:.6g}" if isinstance(v, float) else str(v)
 
 
-def _epoch_printer(training, size: int):
-    """Sequential folds report step fold * epochs + epoch; show it as fold and epoch."""
-    from mpiopt.training.folds import fold_plan
+def _epoch_printer(training):
+    """A line per fold and epoch, as the trainer reports them."""
+    from mpiopt.trial import step_text
 
-    in_turn = training.kfold > 1 and not fold_plan(training.kfold, size).concurrent
-
-    def show(step: int, value: float, metrics: dict) -> None:
-        fold, epoch = divmod(step - 1, training.epochs)
-        where = f"fold {fold + 1} epoch {epoch + 1:3d}" if in_turn else f"epoch {step:3d}"
-        print(f"{where}  " + "  ".join(f"{k}={_num(v)}" for k, v in sorted(metrics.items())), flush=True)
+    def show(step, value: float, metrics: dict) -> None:
+        print(f"{step_text(step, training.kfold)}  "
+              + "  ".join(f"{k}={_num(v)}" for k, v in sorted(metrics.items())), flush=True)
 
     return show
 
 
 def _print_result(spec, params, seed, result, fmt) -> None:
+    from mpiopt.trial import by_fold
+
     metric = spec.objective.metric
     if fmt == "json":
         out = {"params": params, "seed": seed, "metric": metric,
-               **{k: v for k, v in result.items() if k != "timing"}}
+               **{k: v for k, v in result.items() if k != "timing"},
+               "intermediate": by_fold(result["intermediate"])}
         jsontext.dump(out, sys.stdout, indent=2)
         sys.stdout.write("\n")
         return

@@ -108,7 +108,7 @@ def _next_trial(world, comm, objective, cancelled: set[int], keeper=None) -> Tri
 
 
 class Reporter:
-    """report(epoch, value) -> True to go on, False to prune, or a TrialStopped to raise
+    """report(epoch, value, fold=0) -> True to go on, False to prune, or a TrialStopped to raise
     on every rank of the group (a cancel from the coordinator, or the trial's deadline).
     With `members` (the group's communicator) each answer also goes to the other ranks,
     whose own report() returns it (LeaderAnswers)."""
@@ -121,8 +121,8 @@ class Reporter:
         self._cancel = False
         self.members = members
 
-    def __call__(self, epoch: int, value: float):
-        answer = self._answer(epoch, value)
+    def __call__(self, epoch: int, value: float, fold: int = 0):
+        answer = self._answer(epoch, value, fold)
         if self.members is not None:
             self.tell_members(answer)
         return answer
@@ -133,11 +133,12 @@ class Reporter:
         for member in range(1, self.members.Get_size()):
             self.members.send((self.trial.trial_id, word), dest=member, tag=Tag.DECISION)
 
-    def _answer(self, epoch: int, value: float):
+    def _answer(self, epoch: int, value: float, fold: int):
         self.last = float(value)
         if self.deadline is not None and time.monotonic() >= self.deadline:
             return TrialTimeout(f"timed out after {format_duration(self.trial.timeout)}")
-        self.world.send(Report(self.trial.trial_id, int(epoch), self.last), dest=0, tag=Tag.REPORT)
+        self.world.send(Report(self.trial.trial_id, int(epoch), self.last, int(fold)), dest=0,
+                        tag=Tag.REPORT)
         decision, _ = wait_message(self.world, source=0, tag=Tag.DECISION, backoff=_reply_due())
         if decision.verdict is Verdict.CANCEL or self.cancelled():
             return TrialCancelled("cancelled: the job is ending")

@@ -210,12 +210,13 @@ def _evaluate(scheduler, executor, objective, comm, action: Dispatch, stop: _Sto
         edge = scheduler.hard_deadline
         return stop.set or (edge is not None and scheduler.clock() >= edge)
 
-    def report(epoch, value):
+    def report(epoch, value, fold=0):
         if past_hard_edge():
             return TrialCancelled("cancelled: the study is stopping")
         answers = []
         with watch.lock if watch is not None else nullcontext():
-            drive(scheduler.on_report(action.group, Report(trial.trial_id, int(epoch), float(value))),
+            drive(scheduler.on_report(action.group, Report(trial.trial_id, int(epoch), float(value),
+                                                           int(fold))),
                   lambda i: answers.append(i) if isinstance(i, Answer) else executor.do(i))
         return not (answers and answers[0].decision.prune)
 

@@ -14,7 +14,8 @@ Running:
                           True where every result reached the database: the leader's
                           kept results can go)
   leader -> its members : TRIAL or STOP, point to point (members wait without spinning)
-  leader -> coordinator : REPORT (per-epoch value) -> coordinator answers DECISION
+  leader -> coordinator : REPORT (a fold's value after an epoch: fold, epoch within the
+                          fold, value) -> coordinator answers DECISION
   leader -> coordinator : RESULT (the trial's one record, kept on file first:
                           mpiopt.kept; from a member instead when its part
                           failed and the leader is stuck in a collective, together.py)

@@ -26,6 +26,9 @@ Rules, and why:
   markup; the figures' strings are HTML-escaped because plotly reads a subset of HTML in
   its labels and hover texts. The Content-Security-Policy allows only this server's
   scripts, so a string that slipped through would still not run.
+- Ready before the study: pointed at a SQLite file that does not exist yet (a job about to
+  start, a tunnel opened first), it serves a page that says it waits, and opens the
+  database once a job has created it: no restart, no reload.
 - Cheap while a study runs: a study's trials are read again when a trial started or
   finished, or for running trials' epochs every poll, and its figures (a random-forest
   fit among them) rebuilt when its trials changed, each no more often than its own cost
@@ -48,7 +51,7 @@ from urllib.parse import parse_qs, urlsplit
 from mpiopt import jsontext
 from mpiopt.errors import MpioptError
 
-from mpiopt.trial import FrozenTrial, TrialStatus
+from mpiopt.trial import FrozenTrial, TrialStatus, resume_note
 
 POLL_S = 2.0
 FIGURES_EVERY_S = 5.0
@@ -65,17 +68,41 @@ class Studies:
     request, used by one request at a time (the server's threads share it)."""
 
     def __init__(self, storage, url: str, clock=time.monotonic):
+        """`storage`: the database, or None while its SQLite file does not exist yet
+        (opened read-only on the first request after a job created it)."""
         self.storage, self.url, self.clock = storage, url, clock
         self.lock = threading.Lock()          # the storage: one call at a time
         self.building = threading.Lock()      # a study's snapshot and figures
         self.figures: dict[str, tuple] = {}   # study -> (fingerprint, made, version, dict, cost)
         self.snapshots: dict[str, _Snapshot] = {}
 
+    def _db(self):
+        """The storage, opened once its file exists; MpioptError (the page's 404 with
+        this text) until then. Called with self.lock held."""
+        if self.storage is None:
+            from mpiopt.storage import StorageURL, open_storage
+
+            path = StorageURL.parse(self.url).sqlite_path
+            if path is not None and not path.is_file():
+                raise MpioptError(waiting_text(self.url))
+            self.storage = open_storage(self.url, read_only=True)
+        return self.storage
+
+    def close(self) -> None:
+        with self.lock:
+            if self.storage is not None:
+                self.storage.close()
+
     def studies(self) -> dict:
         from mpiopt.reporting.tables import liveness
 
-        with self.lock:
-            records = self.storage.list_studies()
+        try:
+            with self.lock:
+                records = self._db().list_studies()
+        except MpioptError as exc:
+            if self.storage is not None:
+                raise
+            return {"poll_s": POLL_S, "studies": [], "waiting": str(exc)}
         return {"poll_s": POLL_S, "studies": [{
             "name": r.name, "status": r.status.value, "state": liveness(r, self.url)[0],
             "direction": r.direction, "metric": r.metric, "trials": sum(r.counts.values()),
@@ -90,9 +117,10 @@ class Studies:
         from mpiopt.reporting.tables import liveness
 
         with self.lock:
-            record = self.storage.get_study(name)
-            counts = self.storage.count_trials(record.id)
-            jobs = self.storage.list_jobs(record.id)
+            storage = self._db()
+            record = storage.get_study(name)
+            counts = storage.count_trials(record.id)
+            jobs = storage.list_jobs(record.id)
         with self.building:         # (two pages at once: one read, one build)
             snap = self._snapshot(record, counts)
             version, figures = self._figures(record, snap)
@@ -135,14 +163,15 @@ class Studies:
 
     def trial(self, name: str, number: int) -> dict:
         with self.lock:
-            record = self.storage.get_study(name)
+            record = self._db().get_study(name)
             t = self.storage.get_trial(record.id, number)
         return {"study": record.name, "metric": record.metric, **_row(t),
                 "value_std": t.value_std, "seed": t.seed, "host": t.host, "device": t.device,
                 "started_at": _iso(t.started_at), "finished_at": _iso(t.finished_at),
                 "error": t.error, "metrics": dict(t.metrics), "folds": list(t.fold_values),
-                "curve": [[e, t.intermediate[e]] for e in sorted(t.intermediate)],
-                "member": t.member, "round": t.round, "parent": t.parent}
+                "curve": [[s.fold, s.epoch, v] for s, v in t.intermediate.items()],
+                "member": t.member, "round": t.round, "parent": t.parent,
+                "resumed": resume_note(t.spans)}
 
     def _figures(self, record, snap) -> tuple[str, dict]:
         """(version, {"figures", "hover"}): rebuilt when the trials changed, no sooner
@@ -158,6 +187,14 @@ class Studies:
         version = f"{fingerprint[:16]}-{int(now * 1000)}"
         self.figures[record.name] = (fingerprint, now, version, built, self.clock() - now)
         return version, built
+
+
+def waiting_text(url: str) -> str:
+    """What the page says while the database's file does not exist yet."""
+    from mpiopt.storage import mask_url
+
+    return (f"no database at {mask_url(url)} yet: waiting for a job to create it (mpiopt "
+            "search SPEC --storage with this URL); its studies appear here when it does")
 
 
 @dataclass(frozen=True)
@@ -179,18 +216,19 @@ def _head(view) -> dict:
 
 
 def _build_figures(view) -> dict:
-    from mpiopt.reporting.figures import KINDS, PBT_KINDS, panel
+    """The report's panels (figures.page_panels) and hover texts (view.trial_hovers), with
+    what they were drawn from: `drawn` counts the trials by status, so the page can say
+    when its figures are older than its table."""
+    from mpiopt.reporting.figures import page_panels
     from mpiopt.reporting.plotly_figures import figure
-    from mpiopt.reporting.view import hover
+    from mpiopt.reporting.view import trial_hovers
 
-    panels = [panel(kind, view) for kind in KINDS]
-    panels += [p for p in (panel(kind, view) for kind in PBT_KINDS) if p.note is None]
     return {"figures": [{"kind": p.kind, "title": p.title, "note": p.note,
+                         "caption": p.caption,
                          "figure": None if p.note is not None else escaped(figure(p))}
-                        for p in panels],
-            "hover": {str(t.number): "<br>".join(html.escape(part) for part in
-                                                 hover(t, view.metric).split("<br>"))
-                      for t in view.trials}}
+                        for p in page_panels(view)],
+            "hover": {str(n): text for n, text in trial_hovers(view).items()},
+            "drawn": {s.value.lower(): view.count(s) for s in TrialStatus}}
 
 
 def escaped(value):

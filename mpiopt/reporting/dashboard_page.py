@@ -7,16 +7,28 @@ trial's detail (its curve, folds, metrics, error). Everything from the database 
 with textContent or as plotly data (strings HTML-escaped by the server), never innerHTML.
 The study and trial shown are kept in the address's #fragment, so a reload or a shared
 link opens the same view.
+
+The trials table fits a window of 1280 px for a study of the examples' size (a dozen
+parameters and metrics): headers break after `_` and `.` (never inside a word), numbers
+show 4 significant digits (the detail shows them all) and an error its first line, cut
+with an ellipsis (the whole error is in the detail, and in the cell's tooltip). A table
+wider than that scrolls sideways inside its box with the trial number kept in view, and
+says so. The figures are rebuilt at most every few seconds (a forest is fitted for some);
+while they show fewer finished trials than the table, a line above them says so.
 """
 
 STYLE = """
 body{font-family:system-ui,sans-serif;margin:0;color:#222}
 header{display:flex;gap:1em;align-items:baseline;padding:.6em 1em;background:#f4f4f4;border-bottom:1px solid #ddd}
 header h1{font-size:1.2em;margin:0} #status{color:#555;font-size:.9em} #status.down{color:#b00}
-main{max-width:1200px;margin:0 auto;padding:0 1em 3em}
+main{max-width:1600px;margin:0 auto;padding:0 1em 3em}
 h2{font-size:1.1em;margin-top:1.4em} .meta{color:#555} .note{color:#8a5a00;background:#fff6e0;padding:.5em .8em;border-radius:4px}
 table{border-collapse:collapse;width:100%;font-size:.9em}
-td,th{border-bottom:1px solid #ddd;padding:.25em .5em;text-align:left;vertical-align:top}
+td,th{border-bottom:1px solid #ddd;padding:.25em .3em;text-align:left;vertical-align:top}
+#trial-table td{white-space:nowrap} #trial-table td.error div{max-width:10em;overflow:hidden;text-overflow:ellipsis}
+#trial-table th{overflow-wrap:normal;word-break:normal}
+#trial-table td:first-child,#trial-table th:first-child{position:sticky;left:0;background:#fff}
+#trial-table tr.chosen td:first-child{background:#e4efff} .caption{font-size:.9em}
 th.sort{cursor:pointer;user-select:none} th.sort:hover{background:#eee}
 tbody tr{cursor:pointer} tbody tr:hover{background:#f0f6ff} tr.chosen{background:#e4efff}
 .COMPLETE{color:#1f77b4} .PRUNED{color:#c55f00} .FAILED{color:#d62728} .RUNNING{color:#2ca02c}
@@ -39,6 +51,7 @@ PAGE = f"""<!DOCTYPE html>
 <header><h1>mpiopt dashboard</h1><span id="status">loading...</span></header>
 <main>
 <h2>Studies</h2>
+<p class="note" id="waiting" hidden></p>
 <table id="studies"><thead><tr><th>study</th><th>state</th><th>metric</th><th>trials</th>
 <th>complete</th><th>running</th><th>pruned</th><th>failed</th><th>best</th></tr></thead>
 <tbody></tbody></table>
@@ -53,6 +66,7 @@ PAGE = f"""<!DOCTYPE html>
 <div class="scroll"><table id="trial-table"><thead></thead><tbody></tbody></table></div>
 <p class="meta" id="trial-count"></p></section>
 <section id="detail" hidden></section>
+<p class="note" id="lag" hidden></p>
 <div id="figures"></div>
 </section>
 </main>
@@ -63,7 +77,7 @@ APP_JS = r"""
 "use strict";
 const STATUSES = ["COMPLETE", "PRUNED", "FAILED", "RUNNING", "INTERRUPTED", "PENDING"];
 const state = {study: null, version: null, rowsVersion: null, rows: [], params: [], metrics: [], hover: {}, sort: "number",
-               desc: false, trial: null, polls: 0, pollMs: 2000, metric: "value"};
+               desc: false, trial: null, polls: 0, pollMs: 2000, metric: "value", drawn: null, counts: {}};
 
 function el(tag, props, ...children) {
   const node = document.createElement(tag);
@@ -73,10 +87,18 @@ function el(tag, props, ...children) {
   }
   return node;
 }
-function fmt(v) {
+function fmt(v, digits) {
   if (v === null || v === undefined) return "-";
-  if (typeof v === "number") return Number.isInteger(v) ? String(v) : String(+v.toPrecision(6));
+  if (typeof v === "number") return Number.isInteger(v) ? String(v) : String(+v.toPrecision(digits || 6));
   return String(v);
+}
+function breakable(label) {     // a header that may break after _ and ., never inside a word
+  const parts = [];
+  for (const piece of String(label).split(/(?<=[_.])/)) {
+    if (parts.length) parts.push(el("wbr"));
+    parts.push(piece);
+  }
+  return parts;
 }
 function seconds(s) {
   if (s === null || s === undefined) return "-";
@@ -107,7 +129,10 @@ function writeHash() {
   history.replaceState(null, "", "#" + parts.toString());
 }
 
-function drawStudies(studies) {
+function drawStudies(studies, waiting) {
+  const note = document.getElementById("waiting");
+  note.hidden = !waiting;
+  note.textContent = waiting || "";
   const body = document.querySelector("#studies tbody");
   body.replaceChildren(...studies.map(s => {
     const row = el("tr", {}, el("td", {}, s.name), el("td", {}, s.state),
@@ -152,7 +177,19 @@ function drawStudy(d) {
     : "No complete trial yet.";
   state.params = d.params; state.metrics = d.metrics;
   if (d.rows) { state.rows = d.rows; state.rowsVersion = d.rows_version; drawTrials(); }
-  if (d.figures) { state.hover = d.hover; drawFigures(d.figures); state.version = d.version; }
+  state.counts = d.counts;
+  if (d.figures) { state.hover = d.hover; state.drawn = d.drawn; drawFigures(d.figures); state.version = d.version; }
+  drawLag();
+}
+function drawLag() {      // figures older than the table: say so, and by how much
+  const lag = document.getElementById("lag");
+  const behind = state.drawn === null ? [] : ["complete", "pruned", "failed"]
+    .filter(s => (state.drawn[s] || 0) !== (state.counts[s] || 0));
+  lag.hidden = !behind.length;
+  lag.textContent = behind.length ? "The figures are behind the table: they show " +
+    behind.map(s => (state.drawn[s] || 0) + " " + s).join(", ") + " trial(s), the table " +
+    behind.map(s => (state.counts[s] || 0) + " " + s).join(", ") +
+    " (figures are redrawn every few seconds at most: a model is fitted for some)." : "";
 }
 
 function columns() {
@@ -176,7 +213,7 @@ function compare(a, b) {
 function drawTrials() {
   const head = document.querySelector("#trial-table thead");
   head.replaceChildren(el("tr", {}, ...columns().map(([key, label]) => {
-    const th = el("th", {className: "sort"}, label + (state.sort === key ? (state.desc ? " \u25bc" : " \u25b2") : ""));
+    const th = el("th", {className: "sort"}, ...breakable(label), state.sort === key ? (state.desc ? " \u25bc" : " \u25b2") : "");
     th.dataset.key = key;
     th.addEventListener("click", () => {
       state.desc = state.sort === key ? !state.desc : false; state.sort = key; drawTrials();
@@ -194,12 +231,16 @@ function drawTrials() {
   const body = document.querySelector("#trial-table tbody");
   body.replaceChildren(...shown.map(r => {
     const row = el("tr", {className: r.status + (r.number === state.trial ? " chosen" : "")},
-      ...columns().map(([key]) => el("td", {}, key === "duration" ? seconds(r.duration) : fmt(cell(r, key)))));
+      ...columns().map(([key]) => key === "error" ? el("td", {className: "error", title: r.error || ""}, el("div", {}, fmt(r.error)))
+        : el("td", {}, key === "duration" ? seconds(r.duration) : fmt(cell(r, key), 4))));
     row.dataset.number = r.number;
     row.addEventListener("click", () => showTrial(r.number));
     return row;
   }));
-  document.getElementById("trial-count").textContent = shown.length + " of " + state.rows.length + " trials shown";
+  const box = document.querySelector("#trials .scroll");
+  const wide = box.scrollWidth > box.clientWidth + 1;
+  document.getElementById("trial-count").textContent = shown.length + " of " + state.rows.length +
+    " trials shown" + (wide ? "; the table is wider than the window: scroll it sideways" : "");
 }
 
 function drawFigures(figures) {
@@ -211,19 +252,22 @@ function drawFigures(figures) {
       box.append(section);
     }
     section.querySelector("h2").textContent = f.title;
+    let caption = section.querySelector(".caption");
+    if (f.caption && !caption) { caption = el("p", {className: "note caption"}); section.append(caption); }
+    if (caption) { caption.hidden = !f.caption; caption.textContent = f.caption || ""; }
     if (f.note !== null) {
       const old = section.querySelector(".plot");
       if (old) { Plotly.purge(old); old.remove(); }
-      let note = section.querySelector(".note");
-      if (!note) { note = el("p", {className: "note"}); section.append(note); }
+      let note = section.querySelector(".note:not(.caption)");
+      if (!note) { note = el("p", {className: "note"}); section.insertBefore(note, caption || null); }
       note.textContent = f.note;
       continue;
     }
-    const note = section.querySelector(".note");
+    const note = section.querySelector(".note:not(.caption)");
     if (note) note.remove();
     let plot = section.querySelector(".plot");
     const fresh = !plot;
-    if (fresh) { plot = el("div", {className: "plot", id: "plot-" + f.kind}); section.append(plot); }
+    if (fresh) { plot = el("div", {className: "plot", id: "plot-" + f.kind}); section.insertBefore(plot, caption || null); }
     for (const trace of f.figure.data) {
       if (trace.meta === "trials") trace.text = trace.customdata.map(n => state.hover[n]);
     }
@@ -254,6 +298,7 @@ async function refreshTrial() {
     ["group", t.group], ["host", t.host], ["device", t.device], ["attempt", t.attempt],
     ["started", t.started_at], ["finished", t.finished_at], ["duration", seconds(t.duration)],
     ["seed", t.seed], ...(t.round !== null ? [["member", t.member], ["round", t.round], ["parent", t.parent]] : []),
+    ...(t.resumed ? [["resumed", t.resumed]] : []),
     ...Object.entries(t.params).map(([k, v]) => ["param " + k, fmt(v)]),
     ...Object.entries(t.metrics).map(([k, v]) => ["metric " + k, fmt(v)]),
     ...(t.folds.length ? [["folds", t.folds.map(fmt).join(", ")]] : [])];
@@ -261,15 +306,22 @@ async function refreshTrial() {
   close.addEventListener("click", () => { state.trial = null; box.hidden = true; writeHash(); drawTrials(); });
   const parts = [el("h2", {}, "Trial " + t.number + " ", close),
                  el("dl", {}, ...facts.flatMap(([k, v]) => [el("dt", {}, k), el("dd", {}, v)]))];
-  if (t.error) parts.push(el("h3", {}, "Error"), el("pre", {id: "trial-error"}, t.error));
+  if (t.error) parts.push(el("h3", {}, t.status === "PRUNED" ? "Pruned" : "Error"),
+                         el("pre", {id: "trial-error"}, t.error));
   const curve = el("div", {id: "trial-curve"});
   parts.push(t.curve.length ? curve : el("p", {className: "meta"}, "no per-epoch values reported"));
   box.hidden = false;
   box.replaceChildren(...parts);
-  if (t.curve.length) {
-    Plotly.react(curve, [{type: "scatter", mode: "lines+markers", x: t.curve.map(p => p[0]),
-      y: t.curve.map(p => p[1]), line: {color: "#1f77b4"}}],
-      {height: 300, margin: {l: 60, r: 20, t: 20, b: 45}, xaxis: {title: {text: "epoch"}},
+  if (t.curve.length) {      // [fold, epoch, value]: a line per fold, its epochs from 1
+    const folds = [...new Set(t.curve.map(p => p[0]))];
+    const lines = folds.map(f => {
+      const points = t.curve.filter(p => p[0] === f);
+      return {type: "scatter", mode: "lines+markers", name: "fold " + f,
+              x: points.map(p => p[1]), y: points.map(p => p[2])};
+    });
+    Plotly.react(curve, lines,
+      {height: 300, margin: {l: 60, r: 20, t: 20, b: 45}, showlegend: folds.length > 1,
+       xaxis: {title: {text: folds.length > 1 ? "epoch (of each fold)" : "epoch"}},
        yaxis: {title: {text: esc(t.metric)}}}, {displaylogo: false, responsive: true});
   }
 }
@@ -286,7 +338,7 @@ async function poll() {
   try {
     const s = await getJSON("/api/studies");
     state.pollMs = 1000 * (s.poll_s || 2);
-    drawStudies(s.studies);
+    drawStudies(s.studies, s.waiting);
     await refresh();
     await refreshTrial();
     state.polls += 1;

@@ -8,6 +8,8 @@ disagree about what a study looks like.
 """
 from __future__ import annotations
 
+import math
+
 from mpiopt.errors import cut
 from mpiopt.reporting import importance as imp
 from mpiopt.reporting.timeline import timeline
@@ -27,6 +29,17 @@ CURVE_POINTS = 400
 
 def panel(kind: str, view: StudyView) -> Panel:
     return BUILDERS[kind](view)
+
+
+def page_panels(view: StudyView, kinds=KINDS) -> list[Panel]:
+    """The panels a study's page shows, in order: `kinds`, with the Pareto front and its
+    hypervolume right after the history for a study of several objectives, and pbt's
+    lineage where it has data. The report and the dashboard both show these, so the
+    dashboard never lacks a figure the report has."""
+    if view.multi:
+        kinds = kinds[:1] + tuple(k for k in MULTI_KINDS if k not in kinds) + tuple(kinds[1:])
+    panels = [panel(kind, view) for kind in kinds]
+    return panels + [p for p in (panel(kind, view) for kind in PBT_KINDS) if p.note is None]
 
 
 def history(view: StudyView) -> Panel:
@@ -55,8 +68,37 @@ def history(view: StudyView) -> Panel:
                    "trials are the Pareto front (below)")
     elif front.constrained:
         caption = f"grey: breaks a constraint ({front.constraint_text()}); never the best"
-    return Panel("history", title, data={"points": points, "best": out, "metric": view.metric},
-                 caption=caption)
+    flat = flattened_by([p["value"] for p in points])
+    if flat:
+        caption = "; ".join(filter(None, [caption, f"log scale: {flat} on a linear one"]))
+    return Panel("history", title, data={"points": points, "best": out, "metric": view.metric,
+                                         "log": bool(flat)}, caption=caption)
+
+
+# A linear axis is flat when the values without their outliers span less than this share
+# of the axis: the bulk of the trials would sit on one line
+FLAT_SHARE = 0.05
+
+
+def flattened_by(values: list[float]) -> str | None:
+    """Why a linear axis would flatten these values ("1 outlier would squeeze the other
+    11 into 2% of the axis"), when a log axis shows them and a linear one does not; None
+    otherwise. Outliers: the values farthest from the median, one in twenty (at least
+    one). A log axis needs every value above zero; a study of signed values keeps its
+    linear axis."""
+    if len(values) < 5 or min(values) <= 0:
+        return None
+    ordered = sorted(values)
+    median = ordered[len(ordered) // 2]
+    outliers = max(1, len(values) // 20)
+    bulk = sorted(values, key=lambda v: abs(math.log(v / median)))[:-outliers]
+    span = max(values) - min(values)
+    share = (max(bulk) - min(bulk)) / span if span > 0 else 1.0
+    if share >= FLAT_SHARE:
+        return None
+    room = f"{share:.0%}" if share >= 0.01 else "under 1%"
+    return (f"{outliers} outlier(s) would squeeze the other {len(bulk)} values into "
+            f"{room} of the axis")
 
 
 def parallel(view: StudyView) -> Panel:
@@ -192,7 +234,7 @@ def contour(view: StudyView) -> Panel:
     {x, y, value, numbers} (encoded like the grid: log10 values are shown on log axes as
     the values); cells: True when an axis is categorical, so z is drawn as cells (a
     heatmap), never interpolated between two choices."""
-    title = f"Contour of {view.metric} over the two most important parameters"
+    title = f"Contour of {view.metric} as a model predicts it, over the two most important parameters"
     trials = view.complete()
     note = _model_note(view, trials, need_params=2)
     if note:
@@ -208,12 +250,16 @@ def contour(view: StudyView) -> Panel:
     z = imp.surface(model, background, i, j, gx, gy)
     have = [t for t in trials if pi.encode(t.params.get(pi.name)) is not None
             and pj.encode(t.params.get(pj.name)) is not None]     # absent: not a point
-    caption = None
+    caption = (f"the colours are a model's prediction, not measured: a random forest fitted "
+               f"to {len(trials)} complete trials, averaged over the other parameters "
+               "(partial dependence); the points are the trials")
     if len(have) < len(trials):
-        caption = (f"{len(trials) - len(have)} complete trial(s) lack {pi.name} or {pj.name} "
-                   "(conditional): not drawn as points")
-    return Panel("contour", f"Contour of {view.metric}: {pi.name} × {pj.name}", data={
+        caption += (f"; {len(trials) - len(have)} complete trial(s) lack {pi.name} or "
+                    f"{pj.name} (conditional): not drawn as points")
+    return Panel("contour", f"Contour of {view.metric} predicted by a random forest: "
+                            f"{pi.name} × {pj.name}", data={
         "x": _axis(pi, gx), "y": _axis(pj, gy), "z": z.tolist(),
+        "z_name": f"predicted {view.metric}",
         "cells": pi.categorical or pj.categorical,
         "points": {"x": [_shown(pi, t.params.get(pi.name)) for t in have],
                    "y": [_shown(pj, t.params.get(pj.name)) for t in have],
@@ -223,54 +269,71 @@ def contour(view: StudyView) -> Panel:
 
 def curves(view: StudyView) -> Panel:
     """lines: [{number, status, epochs, values, pruned}] for trials with per-epoch
-    values; a pruned trial's line ends where it was stopped. folds: with sequential
-    K-fold (steps fold * epochs + epoch, mpiopt.training.folds), the epochs per fold and
-    the boundaries between folds (x positions): each line is broken there (a None), so a
-    new fold's first epoch is not drawn as a fall from the last fold's best."""
+    values, `epochs` the x positions; a pruned trial's line ends where it was stopped.
+    folds (with several folds): {count, offsets, widths, boundaries, ticks}: fold f's
+    epoch e is drawn at offsets[f] + e, each fold as wide as the most epochs any trial
+    reported in it (the stored (fold, epoch) of each value: the same point of every trial
+    at the same x, also when training.epochs is searched), boundaries between folds, and
+    ticks [[x, epoch]]; each line is broken between folds (a None), so a new fold's
+    first epoch is not drawn as a fall from the last fold's best."""
     title = "Learning curves (per-epoch values; × marks a pruned trial's last epoch)"
-    lines = [{"number": t.number, "status": t.status.value, "pruned": t.status == TrialStatus.PRUNED,
-              **thinned_curve(t.intermediate, CURVE_POINTS)}
-             for t in view.trials if t.intermediate]
-    if not lines:
+    shown = [t for t in view.trials if t.intermediate]
+    if not shown:
         return Panel("curves", title, "no trial reported per-epoch values (a Keras model "
                                       "objective, or a function calling report(epoch, value))")
-    epochs, kfold = _training(view.spec_text)
-    data = {"lines": lines, "pruned": sum(line["pruned"] for line in lines), "metric": view.metric}
-    last = max(max(line["epochs"]) for line in lines)
-    if kfold > 1 and epochs and last > epochs:       # sequential folds: steps run past epochs
-        folds = min(kfold, -(-last // epochs))
-        data["folds"] = {"epochs": epochs, "count": folds,
-                         "boundaries": [f * epochs + 0.5 for f in range(1, folds)]}
-        for line in lines:
-            line["epochs"], line["values"] = _broken_at_folds(line["epochs"], line["values"], epochs)
-        title = (f"Learning curves, fold by fold ({kfold} folds of {epochs} epochs, one after "
-                 "another; × marks a pruned trial's last epoch)")
+    widths: dict[int, int] = {}
+    for t in shown:
+        for step in t.intermediate:
+            widths[step.fold] = max(widths.get(step.fold, 0), step.epoch)
+    data = {"metric": view.metric}
+    if len(widths) > 1:
+        offsets, at = {}, 0
+        for fold in sorted(widths):
+            offsets[fold], at = at, at + widths[fold]
+        data["folds"] = {"count": len(widths), "offsets": [offsets[f] for f in sorted(widths)],
+                         "widths": [widths[f] for f in sorted(widths)],
+                         "boundaries": [offsets[f] + 0.5 for f in sorted(widths)[1:]],
+                         "ticks": _fold_ticks(offsets, widths)}
+        title = (f"Learning curves, fold by fold ({len(widths)} folds; each fold's epochs "
+                 "count from 1; × marks a pruned trial's last epoch)")
+    else:
+        offsets = {fold: 0 for fold in widths}
+    lines = []
+    for t in shown:
+        curve = thinned_curve({offsets[s.fold] + s.epoch: v for s, v in t.intermediate.items()},
+                              CURVE_POINTS)
+        if len(widths) > 1:
+            curve["epochs"], curve["values"] = _broken_at_folds(curve["epochs"], curve["values"],
+                                                                offsets)
+        lines.append({"number": t.number, "status": t.status.value,
+                      "pruned": t.status == TrialStatus.PRUNED, **curve})
+    data.update(lines=lines, pruned=sum(line["pruned"] for line in lines))
     return Panel("curves", title, data=data)
 
 
-def _broken_at_folds(steps: list, values: list, epochs: int) -> tuple[list, list]:
-    """A None between two steps of different folds: the line is not drawn across."""
-    xs, ys = [], []
-    for i, (x, y) in enumerate(zip(steps, values)):
-        if i and (steps[i - 1] - 1) // epochs != (x - 1) // epochs:
-            xs.append(None)
-            ys.append(None)
-        xs.append(x)
-        ys.append(y)
-    return xs, ys
+def _fold_ticks(offsets: dict, widths: dict, most: int = 30) -> list[list[int]]:
+    """[[x, epoch]]: every fold's epochs, every k-th where there would be more than
+    `most` ticks in all (each fold's 1 and last kept)."""
+    every = max(1, -(-sum(widths.values()) // most))
+    ticks = []
+    for fold in sorted(widths):
+        shown = sorted({1, widths[fold], *range(every, widths[fold] + 1, every)})
+        ticks += [[offsets[fold] + e, e] for e in shown]
+    return ticks
 
 
-def _training(spec_text: str) -> tuple[int | None, int]:
-    """(training.epochs, training.kfold) of the stored spec; (None, 1) when unknown."""
-    import yaml
-
-    try:
-        training = (yaml.safe_load(spec_text or "") or {}).get("training") or {}
-        epochs, kfold = training.get("epochs"), training.get("kfold", 1)
-    except (yaml.YAMLError, AttributeError):
-        return None, 1
-    return (epochs if isinstance(epochs, int) and epochs > 0 else None,
-            kfold if isinstance(kfold, int) else 1)
+def _broken_at_folds(xs: list, values: list, offsets: dict) -> tuple[list, list]:
+    """A None between two points of different folds: the line is not drawn across."""
+    starts = sorted(offsets.values())
+    fold_of = [sum(1 for s in starts if x > s) for x in xs]
+    out_x, out_y = [], []
+    for i, (x, y) in enumerate(zip(xs, values)):
+        if i and fold_of[i] != fold_of[i - 1]:
+            out_x.append(None)
+            out_y.append(None)
+        out_x.append(x)
+        out_y.append(y)
+    return out_x, out_y
 
 
 def thinned_curve(intermediate: dict, limit: int) -> dict:

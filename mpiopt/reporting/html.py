@@ -11,9 +11,9 @@ import html
 from datetime import datetime
 
 from mpiopt import jsontext
-from mpiopt.reporting.figures import KINDS, MULTI_KINDS, PBT_KINDS, panel
+from mpiopt.reporting.figures import KINDS, page_panels, panel
 from mpiopt.reporting.timeline import held_text
-from mpiopt.reporting.view import Panel, StudyView, hover
+from mpiopt.reporting.view import Panel, StudyView, trial_hovers
 from mpiopt.trial import TrialStatus
 
 STYLE = """
@@ -42,16 +42,13 @@ def render(view: StudyView, kinds=KINDS) -> str:
 
     from mpiopt.reporting.plotly_figures import figure
 
-    if view.multi:       # the front and its hypervolume right after the history
-        kinds = kinds[:1] + tuple(k for k in MULTI_KINDS if k not in kinds) + tuple(kinds[1:])
-    panels = [panel(kind, view) for kind in kinds]
-    panels += [p for p in (panel(kind, view) for kind in PBT_KINDS) if p.note is None]
+    panels = page_panels(view, kinds)
     figures = {f"plot-{p.kind}": figure(p) for p in panels if p.note is None}
     body = [_header(view)] + [_section(p) for p in panels] + [_failures(panel("failures", view))]
     lineage = [p for p in panels if p.kind == "lineage"]
     if lineage:
         body.append(_lineage_table(lineage[0]))
-    hovers = {t.number: hover(t, view.metric) + _more_objectives(view, t) for t in view.trials}
+    hovers = trial_hovers(view)
     return "\n".join([
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
         f"<title>mpiopt report: {html.escape(view.name)}</title>",
@@ -111,16 +108,6 @@ def _best_lines(view: StudyView) -> list[str]:
             f"({html.escape(front.constraint_text())})" if infeasible else "")
     return [f'<p id="best">Best {what}{html.escape(view.metric)} <b>{best.value:.6g}</b> '
             f"(trial {best.number}): {html.escape(_params(best.params))}{tail}</p>"]
-
-
-def _more_objectives(view: StudyView, trial) -> str:
-    """The other objectives' values and the feasibility, for a trial's hover text."""
-    front = view.front
-    metrics = front.metrics_of(trial)
-    parts = [f"{n} {_num(metrics.get(n))}" for n in front.names[1:] if n in metrics]
-    if front.feasible(trial) is False:
-        parts.append("breaks " + ", ".join(front.broken(trial)))
-    return "<br>" + html.escape(" · ".join(parts)) if parts else ""
 
 
 def _num(v) -> str:

@@ -96,8 +96,9 @@ def _line(r: dict) -> str:
     work = []
     if r["groups"] is not None:
         work.append(f"{r['groups']} group{'s' if r['groups'] != 1 else ''}")
-    if r["running"]:
-        work.append(f"{r['running']} running")
+    if r["running"]:        # (a job that is gone runs nothing: its trials wait for another)
+        work.append(f"{r['running']} running" if r["state"] == "live"
+                    else f"{r['running']} left RUNNING")
     return (f"job {r['id']:<4} {where}" + (f", {', '.join(work)}" if work else "")
             + f"; started {_seconds(r['since_start'])} ago, last heartbeat "
             f"{_seconds(r['since_beat'])} ago: " + _how(r))

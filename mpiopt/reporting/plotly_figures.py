@@ -74,9 +74,10 @@ def history(d: dict) -> dict:
         data.append({"type": "scatter", "mode": "lines", "name": "best so far",
                      "x": [b[0] for b in d["best"]], "y": [b[1] for b in d["best"]],
                      "line": {"shape": "hv", "color": "#333"}})
+    metric = d.get("metric", "value")
     return {"data": data, "layout": {
         "xaxis": integer_axis([p["number"] for p in d["points"]], "trial"),
-        "yaxis": {"title": {"text": d.get("metric", "value")}}}}
+        "yaxis": log_axis(metric) if d.get("log") else {"title": {"text": metric}}}}
 
 
 def parallel(d: dict) -> dict:
@@ -153,7 +154,7 @@ def contour(d: dict) -> dict:
     surface = {"type": "heatmap"} if d.get("cells") else {
         "type": "contour", "contours": {"coloring": "heatmap"}}
     data = [{**surface, "x": x["grid"], "y": y["grid"], "z": d["z"], "colorscale": "Viridis",
-             "hoverinfo": "skip"},
+             "hoverinfo": "skip", "colorbar": {"title": {"text": d.get("z_name", "")}}},
             _trials({"type": "scatter", "mode": "markers", "x": pts["x"], "y": pts["y"],
                      "marker": {"color": "white", "line": {"width": 1, "color": "black"}}},
                     pts["numbers"])]
@@ -185,20 +186,22 @@ def curves(d: dict) -> dict:
                              "marker": {"symbol": symbols, "size": sizes, "color": color}},
                             [line["number"]] * n))
     steps = [e for line in d["lines"] for e in line["epochs"] if e is not None]
-    layout = {"showlegend": False, "xaxis": integer_axis(steps, "epoch (step)"),
+    layout = {"showlegend": False, "xaxis": integer_axis(steps, "epoch"),
               "yaxis": {"title": {"text": d.get("metric", "value")}}}
     folds = d.get("folds")
     if folds:
-        layout["xaxis"]["title"]["text"] = (f"step = fold × {folds['epochs']} + epoch "
-                                            "(folds one after another)")
+        layout["xaxis"] = {"title": {"text": "epoch, fold by fold (each fold's epochs count from 1)"},
+                           "tickmode": "array", "tickvals": [t[0] for t in folds["ticks"]],
+                           "ticktext": [str(t[1]) for t in folds["ticks"]]}
         layout["shapes"] = [{"type": "line", "xref": "x", "yref": "paper", "x0": b, "x1": b,
                              "y0": 0, "y1": 1, "line": {"dash": "dash", "color": "#888", "width": 1}}
                             for b in folds["boundaries"]]
         layout["annotations"] = [{"text": f"fold {f}", "xref": "x", "yref": "paper",
-                                  "x": f * folds["epochs"] + (folds["epochs"] + 1) / 2, "y": 1,
+                                  "x": at + (width + 1) / 2, "y": 1,
                                   "yanchor": "top", "showarrow": False,
                                   "font": {"color": "#666"}}
-                                 for f in range(folds["count"])]
+                                 for f, (at, width) in enumerate(zip(folds["offsets"],
+                                                                     folds["widths"]))]
     return {"data": data, "layout": layout}
 
 
@@ -314,3 +317,24 @@ MEMBER_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b
 
 DRAW = {"pareto": pareto, "hypervolume": hypervolume, "lineage": lineage, "history": history, "parallel": parallel, "importance": importance, "slice": slices,
         "contour": contour, "curves": curves, "folds": folds, "timeline": timeline}
+
+
+def standalone(panel: Panel, hovers: dict) -> dict:
+    """`panel` as a figure that stands alone (mpiopt.visualization: a notebook, a file),
+    where the report's page gives its section a heading and fills the hover texts: the
+    title (and the caption under it) in the figure, each trial trace's hover text from
+    `hovers` (view.trial_hovers), a note in place of an empty plot."""
+    heading = panel.title + (f"<br><sup>{panel.caption}</sup>" if panel.caption else "")
+    if panel.note is not None:
+        return {"data": [], "layout": {
+            "title": {"text": panel.title}, "xaxis": {"visible": False},
+            "yaxis": {"visible": False},
+            "annotations": [{"text": panel.note, "xref": "paper", "yref": "paper", "x": 0.5,
+                             "y": 0.5, "showarrow": False}]}}
+    fig = figure(panel)
+    for trace in fig["data"]:
+        if trace.get("meta") == "trials":
+            trace["text"] = [hovers.get(n, "") for n in trace["customdata"]]
+    top = fig["layout"]["margin"]["t"] + (50 if panel.caption else 30)
+    fig["layout"].update(title={"text": heading}, margin={**fig["layout"]["margin"], "t": top})
+    return fig

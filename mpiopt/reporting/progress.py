@@ -12,7 +12,7 @@ a handful of lines to a log, not one per epoch). --quiet silences it all.
 
 The shells (parallel.coordinator, parallel.local) tell it what happens besides finished
 trials: trial_started(number, group) when a trial goes to a group, epoch(number, epoch,
-value) for each report, tick() while they wait (on a terminal a thread of its own ticks
+value, fold) for each report, tick() while they wait (on a terminal a thread of its own ticks
 too, for the single-process loop that waits inside the trial). Each is a no-op until
 called, so a shell that calls none of them gets the finished-trial lines alone.
 """
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from mpiopt.durations import format_duration
 from mpiopt.errors import first_line
 from mpiopt.reporting.terminal import terminal_path, width
-from mpiopt.trial import FrozenTrial, TrialStatus
+from mpiopt.trial import FrozenTrial, Step, TrialStatus, resume_note, step_text
 
 # On a terminal, the status line is redrawn at most this often
 REDRAW_S = 0.5
@@ -92,17 +92,20 @@ class _Run:
     group: int | None
     since: float | None
     first: bool
-    epoch: int | None = None
+    epoch: Step | None = None
     value: float | None = None
 
 
 class Progress:
     def __init__(self, budget: int, out=None, quiet: bool = False, terminal: bool | None = None,
-                 columns: int | None = None, clock=time.monotonic, keep_time: bool | None = None):
+                 columns: int | None = None, clock=time.monotonic, keep_time: bool | None = None,
+                 folds: int = 1):
         """`terminal`: redraw a status line in place (None: find out from `out`);
         `columns`: its width (None: the terminal's); `keep_time`: a thread ticks on a
-        terminal while trials run (None: on a terminal)."""
+        terminal while trials run (None: on a terminal); `folds`: a trial's folds (a
+        running trial is then at 'fold F epoch E': its epochs count from 1 in each)."""
         self.budget, self.quiet, self.clock = budget, quiet, clock
+        self.folds = folds
         self._lock = threading.RLock()
         self._ticker: threading.Thread | None = None
         self._stop_ticking = threading.Event()
@@ -149,14 +152,15 @@ class Progress:
         self.tick()
 
     @_locked
-    def epoch(self, number: int, epoch: int, value: float) -> None:
-        """Trial `number` reported `value` at `epoch`: it is alive, and where it is."""
+    def epoch(self, number: int, epoch: int, value: float, fold: int = 0) -> None:
+        """Trial `number` reported `value` after `epoch` of `fold`: it is alive, and where
+        it is."""
         run = self.runs.get(number)
         if run is None:
             return
         if run.since is None:
             run.since = self.clock()
-        run.epoch, run.value = epoch, value
+        run.epoch, run.value = Step(fold, epoch), value
         self.tick()
 
     @_locked
@@ -220,9 +224,9 @@ class Progress:
         return (f"{_seconds(now - self.started)} elapsed, {len(running)} running: "
                 + "; ".join(parts))
 
-    @staticmethod
-    def _run_text(run: _Run, now: float) -> str:
-        doing = "starting" if run.epoch is None else f"epoch {run.epoch} value={_fmt(run.value)}"
+    def _run_text(self, run: _Run, now: float) -> str:
+        doing = ("starting" if run.epoch is None
+                 else f"{step_text(run.epoch, self.folds)} value={_fmt(run.value)}")
         return f"{_where(run)} {doing}, {_seconds(now - run.since)}"
 
     def _draw(self) -> None:
@@ -294,6 +298,11 @@ class Progress:
         self.say(line)
         if trial.status is TrialStatus.FAILED and trial.error:
             self.say(f"    error: {first_line(trial.error)}")
+        elif trial.status is TrialStatus.PRUNED and trial.error:
+            self.say(f"    {first_line(trial.error)}")      # where, and against what
+        resumed = resume_note(trial.spans)
+        if resumed:                  # (it ran again after its job ended: not from scratch)
+            self.say(f"    {resumed}")
         if front is not None:
             if any(t.number == trial.number for t, _ in front.front):
                 self.say(f"    on the front: {format_params(trial.params)}")

@@ -22,18 +22,24 @@ def save(panel: Panel, path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
+    with matplotlib.rc_context({"svg.fonttype": "none"}):
+        draw(panel).savefig(path, format=path.suffix[1:], bbox_inches="tight")
+
+
+def draw(panel: Panel):
+    """`panel` as a matplotlib Figure (not attached to pyplot, so drawing one neither
+    opens a window nor changes the caller's backend); a note becomes the figure's text."""
     from matplotlib.figure import Figure
 
-    with matplotlib.rc_context({"svg.fonttype": "none"}):
-        fig = Figure(figsize=(9, 5), dpi=100, layout="constrained")   # room for the title
-        if panel.note is not None:
-            fig.text(0.5, 0.5, panel.note, ha="center", va="center", wrap=True, fontsize=12)
-        else:
-            DRAW[panel.kind](fig, panel.data)
-        if panel.caption:
-            fig.supxlabel(panel.caption, fontsize=8, color="#8a5a00")
-        fig.suptitle(panel.title, fontsize=11)
-        fig.savefig(path, format=path.suffix[1:], bbox_inches="tight")
+    fig = Figure(figsize=(9, 5), dpi=100, layout="constrained")   # room for the title
+    if panel.note is not None:
+        fig.text(0.5, 0.5, panel.note, ha="center", va="center", wrap=True, fontsize=12)
+    else:
+        DRAW[panel.kind](fig, panel.data)
+    if panel.caption:
+        fig.supxlabel(panel.caption, fontsize=8, color="#8a5a00")
+    fig.suptitle(panel.title, fontsize=11)
+    return fig
 
 
 def _whole_numbers(axis) -> None:
@@ -57,6 +63,8 @@ def history(fig, d: dict) -> None:
         ax.step([b[0] for b in d["best"]], [b[1] for b in d["best"]], where="post",
                 color="#333", label="best so far")
     ax.set(xlabel="trial", ylabel=d.get("metric", "value"))
+    if d.get("log"):
+        ax.set_yscale("log")
     _whole_numbers(ax.xaxis)
     ax.legend(loc="best", fontsize=8)
 
@@ -135,7 +143,7 @@ def contour(fig, d: dict) -> None:
         filled = ax.pcolormesh(x["grid"], y["grid"], d["z"], shading="nearest", cmap="viridis")
     else:
         filled = ax.contourf(x["grid"], y["grid"], d["z"], levels=15, cmap="viridis")
-    fig.colorbar(filled, ax=ax)
+    fig.colorbar(filled, ax=ax, label=d.get("z_name", ""))
     ax.scatter(pts["x"], pts["y"], c="white", edgecolors="black", s=25)
     for axis, set_scale, set_ticks, label, ticker in (
             (x, ax.set_xscale, ax.set_xticks, ax.set_xlabel, ax.xaxis),
@@ -160,16 +168,17 @@ def curves(fig, d: dict) -> None:
         if line["pruned"]:
             ax.plot(xs[-1], ys[-1], "x", color=color, ms=9)
     folds = d.get("folds")
-    xlabel = "epoch (step)"
-    if folds:
-        for b in folds["boundaries"]:
-            ax.axvline(b, ls="--", color="#888", lw=0.8)
-        for f in range(folds["count"]):
-            ax.text(f * folds["epochs"] + (folds["epochs"] + 1) / 2, 1.0, f"fold {f}",
-                    transform=ax.get_xaxis_transform(), ha="center", va="bottom", fontsize=8)
-        xlabel = f"step = fold × {folds['epochs']} + epoch (folds one after another)"
-    ax.set(xlabel=xlabel, ylabel=d.get("metric", "value"))
-    _whole_numbers(ax.xaxis)
+    ax.set(xlabel="epoch", ylabel=d.get("metric", "value"))
+    if not folds:
+        _whole_numbers(ax.xaxis)
+        return
+    for b in folds["boundaries"]:
+        ax.axvline(b, ls="--", color="#888", lw=0.8)
+    for f, (at, width) in enumerate(zip(folds["offsets"], folds["widths"])):
+        ax.text(at + (width + 1) / 2, 1.0, f"fold {f}", transform=ax.get_xaxis_transform(),
+                ha="center", va="bottom", fontsize=8)
+    ax.set_xticks([t[0] for t in folds["ticks"]], [str(t[1]) for t in folds["ticks"]])
+    ax.set_xlabel("epoch, fold by fold (each fold's epochs count from 1)")
 
 
 def folds(fig, d: dict) -> None:
@@ -180,6 +189,8 @@ def folds(fig, d: dict) -> None:
         if t["value"] is not None:
             ax.plot([t["number"] - 0.3, t["number"] + 0.3], [t["value"]] * 2, color="#333")
     ax.set(xlabel="trial", ylabel=d.get("metric", "value"))
+    if d.get("log"):
+        ax.set_yscale("log")
     _whole_numbers(ax.xaxis)
 
 

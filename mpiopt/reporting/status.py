@@ -39,14 +39,14 @@ def space_sets_of(spec_text: str) -> int | None:
         return None
 
 
-def _how_to_go_on(record, url: str | None) -> str:
+def _how_to_go_on(record, url: str | None, jobs=()) -> str:
     """What the closing line of an ended job said to do next, for `mpiopt status`."""
-    from mpiopt.reporting.commands import after_failures, resume_command
+    from mpiopt.reporting.commands import after_failures
 
     if url is None or record.status.value not in ("INTERRUPTED", "FAILED"):
         return ""
     if record.status.value == "INTERRUPTED":
-        return f"; resume with: {_resume_command(record, url)}"
+        return f"; resume with: {_resume_command(record, url, jobs)}"
     try:
         algorithm = yaml.safe_load(record.spec_text or "")["search"]["algorithm"]
         rounds = traits(algorithm).rounds
@@ -54,11 +54,11 @@ def _how_to_go_on(record, url: str | None) -> str:
         return ""
     what = "rounds" if rounds else "trials"
     return (f" (its {what} failed before any succeeded); "
-            f"{after_failures(record.name, url, algorithm)}")
+            f"{after_failures(record.name, url, algorithm, launch=_launch(jobs))}")
 
 
 def liveness(record, url: str | None, now: datetime | None = None,
-             jobs=None) -> tuple[str, str]:
+             jobs=None, last_event: datetime | None = None) -> tuple[str, str]:
     """(short, long) state of a study: its status, except that a RUNNING study is either
     run by live jobs or "stopped without a word" (its last job died); the long one says
     how to go on (`url`: the database's, for the commands it gives).
@@ -68,11 +68,16 @@ def liveness(record, url: str | None, now: datetime | None = None,
     gone), so the study reads stopped without waiting out the three periods. `jobs`
     (storage.list_jobs): a study is running while any of its jobs lives, and stopped
     only when none does; without them the record's lease (the job with the newest
-    beat) decides."""
+    beat) decides.
+
+    A stopped study stopped at its last sign of life: its last heartbeat, or a later
+    event the database recorded (`last_event`: a trial started or finished; the
+    study's own update), so "stopped (18s ago)" never sits above "last update 18s ago"
+    as an older moment."""
     now = now or datetime.now(timezone.utc)
     if record.status.value != "RUNNING":
         text = record.status.value.lower()
-        return text, text + _how_to_go_on(record, url)
+        return text, text + _how_to_go_on(record, url, jobs)
     lease = getattr(record, "lease", None)
     if jobs:
         live = live_jobs(jobs, now)
@@ -84,16 +89,18 @@ def liveness(record, url: str | None, now: datetime | None = None,
                 f"{_seconds(lease.age_s(now))} ago; it beats every {_seconds(lease.period_s)}, "
                 f"and {_seconds(3 * lease.period_s)} without one means the job died)")
         return "running", text
-    last = utc(lease.beat_at) if lease is not None else record.updated_at
-    ago = _seconds((now - last).total_seconds())
+    seen = [utc(record.updated_at)] + [m for m in (last_event,) if m is not None]
+    if lease is not None:
+        seen.append(utc(lease.beat_at))
+    ago = _seconds((now - max(seen)).total_seconds())
     if lease is None or not lease.host:        # (no lease names a host: none is made up)
         return (f"stopped ({ago} ago)", f"stopped without a word (last update {ago} ago); "
-                f"resume with: {_resume_command(record, url)}")
+                f"resume with: {_resume_command(record, url, jobs)}")
     why = (f"its process {lease.pid} is gone" if dead_here(lease)
-           else f"last heartbeat {ago} ago")
+           else f"last heartbeat {_seconds(lease.age_s(now))} ago")
     return (f"stopped ({ago} ago, {lease.host})",
             f"stopped without a word ({why}, host {lease.host}); resume with: "
-            f"{_resume_command(record, url)}")
+            f"{_resume_command(record, url, jobs)}")
 
 
 def _several_running(live, now: datetime) -> str:
@@ -107,9 +114,12 @@ def _several_running(live, now: datetime) -> str:
             "its trials over)")
 
 
-def _resume_command(record, url: str | None) -> str:
-    """The resume line, naming the recovery file the last job left (an outage's results
-    wait there; `mpiopt resume` run from another folder would not find it)."""
+def _resume_command(record, url: str | None, jobs=()) -> str:
+    """The resume line the last job's closing line printed (mpiopt.reporting.commands):
+    its launcher and process count (a line without them, copied on a cluster's login
+    node, trains there in one process), --join where it was one of several jobs, and the
+    recovery file the last job left (an outage's results wait there; `mpiopt resume` run
+    from another folder would not find it)."""
     from pathlib import Path
 
     from mpiopt.reporting.commands import resume_command
@@ -117,7 +127,21 @@ def _resume_command(record, url: str | None) -> str:
     if not url:
         return "mpiopt resume NAME"
     kept = next((p for p in getattr(record, "recovery", ()) or () if Path(p).is_file()), None)
-    return resume_command(record.name, url, kept)
+    last = _last_job(jobs)
+    return resume_command(record.name, url, kept, launch=_launch(jobs),
+                          shared=bool(last and last.shared))
+
+
+def _last_job(jobs):
+    """The job that started last (storage.list_jobs), or None."""
+    return max(jobs, key=lambda j: j.id) if jobs else None
+
+
+def _launch(jobs) -> str:
+    """What went before `mpiopt resume` in the last job's own lines ("mpiexec -n 9 "),
+    "" where it ran alone or did not record it (a job of an older mpiopt)."""
+    last = _last_job(jobs)
+    return (last.launch or "") if last is not None else ""
 
 
 def status_summary(record, counts: dict, best: FrozenTrial | None, groups=(),
@@ -130,9 +154,9 @@ def status_summary(record, counts: dict, best: FrozenTrial | None, groups=(),
     done = sum(n for s, n in counts.items() if TrialStatus(s).counts())
     now = datetime.now(timezone.utc)
     # the last recorded event: a trial started or finished, or the study's own record changed
-    last_event = max([record.updated_at] + [g["last_at"] for g in groups])
-    ahead = sum(g.get("ahead", 0) for g in groups)   # RUNNING rows not started yet
-    short, state = liveness(record, url, now, jobs)
+    last_event = max([utc(record.updated_at)] + [g["last_at"] for g in groups])
+    short, state = liveness(record, url, now, jobs, last_event)
+    running, ahead, stranded = _running(counts, groups, jobs, now, short == "running")
     if front is not None:
         best = front.best
     summary = {
@@ -141,7 +165,7 @@ def status_summary(record, counts: dict, best: FrozenTrial | None, groups=(),
         "metric": record.metric, "budget": budget_of(record.spec_text), "done": done,
         "space_sets": space_sets_of(record.spec_text),
         "complete": counts[TrialStatus.COMPLETE],
-        "running": counts[TrialStatus.RUNNING] - ahead, "sent_ahead": ahead,
+        "running": running, "sent_ahead": ahead, "stranded": stranded,
         "failed": counts[TrialStatus.FAILED], "pruned": counts[TrialStatus.PRUNED],
         "interrupted": counts[TrialStatus.INTERRUPTED],
         "queued": counts[TrialStatus.PENDING],    # mpiopt enqueue, --retry-failed
@@ -151,7 +175,8 @@ def status_summary(record, counts: dict, best: FrozenTrial | None, groups=(),
         "elapsed": (now - record.created_at).total_seconds(),
         "since_update": (now - last_event).total_seconds(),
         "groups": [{**g, "since": (now - g["last_at"]).total_seconds(),
-                    "last_at": _iso(g["last_at"])} for g in _groups_now(groups, jobs, now)],
+                    "last_at": _iso(g["last_at"]), "live": _live_group(g, jobs, now, short)}
+                   for g in _groups_now(groups, jobs, now)],
         "jobs": [job_row(j, now) for j in jobs],
     }
     if front is not None and front.constrained:
@@ -163,6 +188,29 @@ def status_summary(record, counts: dict, best: FrozenTrial | None, groups=(),
                                         "values": dict(zip(front.names, front.values(t))),
                                         "params": dict(t.params)} for t in front.trials]}
     return summary
+
+
+def _running(counts, groups, jobs, now: datetime, alive: bool) -> tuple[int, int, int]:
+    """(running, sent ahead, stranded): the RUNNING trials of live jobs, started or
+    waiting for their group, and those a job that died left RUNNING (nothing runs them:
+    a live job of the study takes them over, else the next resume runs them again).
+    Without job records (an older database), `alive` (the study's state) decides."""
+    total = counts[TrialStatus.RUNNING]
+    if jobs:
+        live = {j.id for j in live_jobs(jobs, now)}
+        held = sum(j.running for j in jobs if j.id in live)
+        ahead = sum(g.get("ahead", 0) for g in groups if g.get("job") in live)
+    else:
+        held = total if alive else 0
+        ahead = sum(g.get("ahead", 0) for g in groups) if alive else 0
+    return held - ahead, ahead, total - held
+
+
+def _live_group(group: dict, jobs, now: datetime, short: str) -> bool:
+    """Whether the group's job still runs (its "running trial" is running now)."""
+    if not jobs:
+        return short == "running"
+    return group.get("job") in {j.id for j in live_jobs(jobs, now)}
 
 
 def _groups_now(groups, jobs, now: datetime) -> list[dict]:
@@ -213,6 +261,8 @@ def status_lines(summary: dict[str, Any]) -> list[str]:
             f"{said}" + (f"; {', '.join(constraints)}" if constraints else "") + ")",
             f"trials   {summary['done']}/{budget} done, {summary['running']} running"
             + (f" (+{summary['sent_ahead']} sent ahead)" if summary.get("sent_ahead") else "")
+            + (f", {summary['stranded']} left RUNNING by a job that died (they run again)"
+               if summary.get("stranded") else "")
             + ", "
             f"{summary['failed']} failed, {summary['pruned']} pruned, "
             f"{summary['interrupted']} interrupted"
@@ -224,7 +274,8 @@ def status_lines(summary: dict[str, Any]) -> list[str]:
             *job_lines(summary.get("jobs") or []),
             f"state    {summary['state']}"] + [
             f"{_group_name(g, several)} {g['host'] or '?'}: last reported {_seconds(g['since'])} ago"
-            + (f", running trial {g['running']}" if g["running"] is not None else "")
+            + (f", {'running' if g.get('live', True) else 'was running'} trial {g['running']}"
+               if g["running"] is not None else "")
             + (f", {g['ahead']} sent ahead" if g.get("ahead") else "")
             for g in summary["groups"]]
 

@@ -13,7 +13,7 @@ from typing import Any, Iterable, Sequence
 from mpiopt import jsontext
 from mpiopt.durations import format_duration
 from mpiopt.errors import cut
-from mpiopt.trial import FrozenTrial, TrialStatus
+from mpiopt.trial import FrozenTrial, TrialStatus, by_fold, resume_note
 
 TABLE_COLUMNS = ("number", "status", "value", "value_std", "attempt", "group", "duration", "params")
 BASE_COLUMNS = ("number", "status", "value", "value_std", "seed", "attempt", "group", "host",
@@ -82,8 +82,8 @@ def _first_line(text: str) -> str:
 
 
 def trial_dict(trial: FrozenTrial, front=None) -> dict[str, Any]:
-    """Every field of a trial, JSON-ready (timestamps as ISO 8601, epochs as strings);
-    `feasible` in a constrained study."""
+    """Every field of a trial, JSON-ready (timestamps as ISO 8601; the per-epoch values
+    as {fold: {epoch: value}}, their keys strings); `feasible` in a constrained study."""
     out = {c: getattr(trial, c) for c in BASE_COLUMNS}
     out["status"], out["error"] = trial.status.value, cut(trial.error)
     out["value_std"] = spread(trial)
@@ -93,7 +93,8 @@ def trial_dict(trial: FrozenTrial, front=None) -> dict[str, Any]:
     out["started_at"], out["finished_at"] = _iso(trial.started_at), _iso(trial.finished_at)
     out.update(params=dict(trial.params), metrics=dict(trial.metrics),
                fold_values=list(trial.fold_values),
-               intermediate={str(k): v for k, v in trial.intermediate.items()},
+               intermediate={str(f): {str(e): v for e, v in epochs.items()}
+                             for f, epochs in by_fold(trial.intermediate).items()},
                spans=list(trial.spans))
     if trial.round is not None:
         out.update(member=trial.member, round=trial.round, parent=trial.parent)
@@ -117,48 +118,106 @@ def front_rows(front, top: int) -> tuple[list[dict], list[str], str]:
     return rows, ["rank", "number", *extra, "params"], title
 
 
-def flat_row(trial: FrozenTrial, front=None) -> dict[str, Any]:
-    """A spreadsheet row: params_*, metrics_* and fold_* become their own columns;
-    `feasible` (yes/no) in a constrained study."""
-    row = {c: getattr(trial, c) for c in BASE_COLUMNS}
-    row["status"], row["error"] = trial.status.value, cut(trial.error)
-    row["value_std"] = spread(trial)
+# A trial's fields as `mpiopt export` (CSV, JSON) and the Python API's trials_dataframe()
+# name them, in their order: Optuna's names where Optuna has the field (its FrozenTrial,
+# its trials_dataframe: state, datetime_start, user_attrs for what the objective returned
+# beside its value), mpiopt's own after them. A flat table (CSV, DataFrame) spreads the
+# dicts into columns (params_<name>, user_attrs_<name>, values_<objective>) and the fold
+# values into fold_<i>; the per-epoch values and spans are in the JSON alone.
+RECORD_FIELDS = ("number", "value", "values", "datetime_start", "datetime_complete",
+                 "duration", "params", "user_attrs", "state", "value_std", "seed", "attempt",
+                 "group", "host", "error", "device", "suggest_seconds", "feasible", "member",
+                 "round", "parent", "fold_values", "intermediate_values", "spans")
+SPREAD = {"values": "values_", "params": "params_", "user_attrs": "user_attrs_",
+          "fold_values": "fold_"}
+
+
+def trial_record(trial: FrozenTrial, names: Sequence[str] = (), front=None) -> dict[str, Any]:
+    """One trial, its fields named as RECORD_FIELDS says. `names`: the objectives (two or
+    more: `values` {objective: value} replaces `value`); `front`: a constrained study's
+    trials say whether they are `feasible`. `state` is Optuna's word (FAIL for mpiopt's
+    FAILED, WAITING for PENDING); `duration` is in seconds; the times are UTC datetimes
+    (the writers give ISO 8601)."""
+    from mpiopt.reporting.view import utc
+    from mpiopt.trial import TrialState
+
+    rec: dict[str, Any] = {"number": trial.number}
+    if len(names) > 1:
+        metrics = {**trial.metrics, names[0]: trial.value}
+        rec["values"] = None if trial.value is None else {n: metrics.get(n) for n in names}
+    else:
+        rec["value"] = trial.value
+    rec.update(datetime_start=utc(trial.started_at), datetime_complete=utc(trial.finished_at),
+               duration=trial.duration, params=dict(trial.params),
+               user_attrs=dict(trial.metrics), state=TrialState.of(trial.status).name,
+               value_std=spread(trial), seed=trial.seed, attempt=trial.attempt,
+               group=trial.group, host=trial.host, error=cut(trial.error),
+               device=trial.device, suggest_seconds=trial.suggest_seconds)
     if front is not None and front.constrained:
-        row["feasible"] = _feasible(front, trial)
-    row["started_at"], row["finished_at"] = _iso(trial.started_at), _iso(trial.finished_at)
+        rec["feasible"] = _feasible(front, trial)
     if trial.round is not None:          # a pbt round's lineage
-        row.update(member=trial.member, round=trial.round, parent=trial.parent)
-    row.update({f"params_{k}": v for k, v in trial.params.items()})
-    row.update({f"metrics_{k}": v for k, v in trial.metrics.items()})
-    row.update({f"fold_{i}": v for i, v in enumerate(trial.fold_values)})
+        rec.update(member=trial.member, round=trial.round, parent=trial.parent)
+    rec.update(fold_values=list(trial.fold_values),
+               intermediate_values={str(k): v for k, v in trial.intermediate.items()},
+               spans=list(trial.spans))
+    return rec
+
+
+def flat_record(rec: dict[str, Any]) -> dict[str, Any]:
+    """A trial_record as one row of a table: dicts and fold values spread into columns
+    (SPREAD), the per-epoch values and spans left to the JSON."""
+    row: dict[str, Any] = {}
+    for key, value in rec.items():
+        if key in SPREAD:
+            items = enumerate(value) if key == "fold_values" else (value or {}).items()
+            row.update({f"{SPREAD[key]}{k}": v for k, v in items})
+        elif key not in ("intermediate_values", "spans"):
+            row[key] = value
     return row
 
 
-def export_rows(trials: Iterable[FrozenTrial], front=None) -> tuple[list[str], list[dict[str, Any]]]:
-    """Flat rows plus the union of their columns, in first-seen order within each kind
-    (params_*, metrics_*, fold_*): a parameter first seen in a later trial (a conditional
-    space's) still sits beside the other parameters. An absent one is an empty cell."""
-    rows = [flat_row(t, front) for t in trials]
-    columns: dict[str, None] = dict.fromkeys(BASE_COLUMNS)
-    if front is not None and front.constrained:
-        columns["feasible"] = None
-    for prefix in ("params_", "metrics_", "fold_", ""):
-        for row in rows:
-            columns.update(dict.fromkeys(k for k in row if k.startswith(prefix)))
-    return list(columns), rows
+def export_rows(trials: Iterable[FrozenTrial], names: Sequence[str] = (),
+                front=None) -> tuple[list[str], list[dict[str, Any]]]:
+    """Flat rows (flat_record) plus the union of their columns in RECORD_FIELDS' order,
+    first-seen within each spread field: a parameter first seen in a later trial (a
+    conditional space's) still sits beside the other parameters. An absent one is an
+    empty cell."""
+    rows = [flat_record(trial_record(t, names, front)) for t in trials]
+    rank = {field: i for i, field in enumerate(RECORD_FIELDS)}
+
+    def field_of(column: str) -> str:
+        for field, prefix in SPREAD.items():
+            if column.startswith(prefix) and column not in rank:
+                return field
+        return column
+
+    seen: dict[str, None] = {}
+    for row in rows:
+        seen.update(dict.fromkeys(row))
+    columns = sorted(seen, key=lambda c: rank.get(field_of(c), len(rank)))   # (stable)
+    return columns, rows
 
 
-def write_csv(trials: Iterable[FrozenTrial], out, front=None) -> None:
-    columns, rows = export_rows(trials, front)
+def write_csv(trials: Iterable[FrozenTrial], out, names: Sequence[str] = (), front=None) -> None:
+    columns, rows = export_rows(trials, names, front)
     writer = csv.DictWriter(out, fieldnames=columns, lineterminator="\n")
     writer.writeheader()
     for row in rows:
-        writer.writerow({k: "" if v is None else v for k, v in row.items()})
+        writer.writerow({k: _text(v) for k, v in row.items()})
 
 
-def write_json(trials: Iterable[FrozenTrial], out, front=None) -> None:
-    jsontext.dump([trial_dict(t, front) for t in trials], out, indent=2)
+def write_json(trials: Iterable[FrozenTrial], out, names: Sequence[str] = (), front=None) -> None:
+    jsontext.dump([{k: _text(v) if isinstance(v, datetime) else v
+                    for k, v in trial_record(t, names, front).items()} for t in trials],
+                  out, indent=2)
     out.write("\n")
+
+
+def _text(value) -> Any:
+    """A cell of a written table: a time as ISO 8601, nothing as an empty cell."""
+    if value is None:
+        return ""
+    return value.isoformat() if isinstance(value, datetime) else value
 
 
 def sparkline(values: Sequence[float | None], ascii_only: bool = False) -> str:
@@ -183,14 +242,19 @@ def _thinned(values: Sequence, width: int) -> list:
     return [values[round(i * (len(values) - 1) / (width - 1))] for i in range(width)]
 
 
-def _epoch_rows(epochs: list[int], values: list) -> list[str]:
-    """A row per epoch; a trial that reported every batch (20,000 reports printed 20,000
-    rows) lists its first and last EPOCH_ROWS / 2 and says where the rest are."""
-    rows = [f"  {e:>4}  {_num(v)}" for e, v in zip(epochs, values)]
+def _epoch_rows(epochs: list, values: list) -> list[str]:
+    """A row per epoch (with several folds, per fold and epoch); a trial that reported
+    every batch (20,000 reports printed 20,000 rows) lists its first and last
+    EPOCH_ROWS / 2 and says where the rest are."""
+    folds = len({s.fold for s in epochs}) > 1
+    head = ["  fold  epoch  value"] if folds else []
+    rows = [f"  {s.fold:>4}  {s.epoch:>5}  {_num(v)}" if folds else f"  {s.epoch:>4}  {_num(v)}"
+            for s, v in zip(epochs, values)]
     if len(rows) <= EPOCH_ROWS:
-        return rows
+        return head + rows
     half = EPOCH_ROWS // 2
-    return (rows[:half] + [f"  ... {len(rows) - 2 * half} more epochs (all of them: mpiopt export)"]
+    return (head + rows[:half]
+            + [f"  ... {len(rows) - 2 * half} more epochs (all of them: mpiopt export)"]
             + rows[-half:])
 
 
@@ -229,19 +293,40 @@ def show_lines(trial: FrozenTrial, study_name: str, metric: str, direction: str,
              f"duration {_seconds(trial.duration)}"]
     if trial.round is not None:
         lines.append("  " + lineage_line(trial, parent))
+    resumed = resume_note(trial.spans)
+    if resumed:
+        lines.append(f"  {resumed}")
     lines += _section("params", trial.params)
     lines += _section("folds", dict(enumerate(trial.fold_values)))
     lines += _section("metrics", trial.metrics)
-    if trial.intermediate:
-        epochs = sorted(trial.intermediate)
-        values = [trial.intermediate[e] for e in epochs]
-        lines += [f"per-epoch values ({len(epochs)} epochs, {epochs[0]}..{epochs[-1]}): "
-                  f"{sparkline(_thinned(values, CURVE_WIDTH), ascii_only=not unicode_ok)}"]
-        lines += ["  " + line for line in ascii_curve(values)]
-        lines += _epoch_rows(epochs, values)
-    if trial.error:
-        lines += ["error:"] + ["  " + line for line in cut(trial.error).rstrip().splitlines()]
+    lines += _curve_lines(trial.intermediate, unicode_ok)
+    if trial.error:      # a pruned trial's: where the pruner stopped it, and against what
+        head = "pruned:" if trial.status is TrialStatus.PRUNED else "error:"
+        lines += [head] + ["  " + line for line in cut(trial.error).rstrip().splitlines()]
     return lines
+
+
+def _curve_lines(intermediate: dict, unicode_ok: bool) -> list[str]:
+    """The per-epoch values: a sparkline and a small plot (one sparkline per fold with
+    several folds: each fold's first epoch is a new model, never a fall of the last
+    fold's curve), then the values."""
+    if not intermediate:
+        return []
+    steps = sorted(intermediate)
+    values = [intermediate[s] for s in steps]
+    folds = by_fold(intermediate)
+    if len(folds) == 1:
+        epochs = [s.epoch for s in steps]
+        return ([f"per-epoch values ({len(epochs)} epochs, {epochs[0]}..{epochs[-1]}): "
+                 f"{sparkline(_thinned(values, CURVE_WIDTH), ascii_only=not unicode_ok)}"]
+                + ["  " + line for line in ascii_curve(values)] + _epoch_rows(steps, values))
+    lines = [f"per-epoch values ({len(folds)} folds, {len(steps)} epochs in all; each fold's "
+             "epochs count from 1):"]
+    for fold, curve in folds.items():
+        epochs = sorted(curve)
+        lines.append(f"  fold {fold} (epochs {epochs[0]}..{epochs[-1]}): "
+                     f"{sparkline(_thinned([curve[e] for e in epochs], CURVE_WIDTH), not unicode_ok)}")
+    return lines + _epoch_rows(steps, values)
 
 
 def _front_lines(trial: FrozenTrial, front) -> list[str]:

@@ -89,3 +89,103 @@ def _name(pid: int) -> str:
             return comm.read().strip()
     except OSError:
         return ""
+
+
+# ---- tables that fit the terminal --------------------------------------------------------
+GAP = 2            # spaces between two columns
+NARROWEST = 16     # a wrapped column narrower than this reads worse than its own lines
+INDENT = 4         # a column given lines of its own is indented this much
+
+
+def table_width(out) -> int | None:
+    """How wide a table printed to `out` may be: on a terminal, $COLUMNS when set (as
+    Python's shutil.get_terminal_size reads it: a person may ask for another width),
+    else the terminal's own width. Anything else (a pipe, a file) gets None: no limit,
+    each row on one line, as `ls` and `git` print to a pipe, because a program reads it
+    (grep, a script, a test), and $COLUMNS, which shells and CI runners export to every
+    child, describes a terminal that output does not reach."""
+    try:
+        if not out.isatty():
+            return None
+        columns = os.environ.get("COLUMNS", "").strip()
+        if columns.isdigit() and int(columns) > 0:
+            return int(columns)
+        return os.get_terminal_size(out.fileno()).columns or None
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def fit_table(columns: list[str], cells: list[list[str]], width: int | None) -> list[str]:
+    """The lines of an aligned table no wider than `width` (None: one line per row).
+
+    Only columns with spaces in them (parameters, metrics, errors: words) are wrapped,
+    and only between words; numbers, names and states are never cut. Where the wrapped
+    columns fit beside the others at NARROWEST columns or more each, they wrap in place;
+    where they do not (80 columns and a study's parameters), they go under the row, each
+    on lines of its own, indented and named."""
+    widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(columns)]
+    if width is None or _total(widths) <= width:
+        return [_line(row, widths) for row in [columns] + cells]
+    loose = [i for i in range(len(columns)) if any(" " in row[i] for row in cells)]
+    fixed = [i for i in range(len(columns)) if i not in loose]
+    room = width - _total([widths[i] for i in fixed]) - GAP * len(loose)
+    if loose and room >= NARROWEST * len(loose):
+        shares = _shares(widths, loose, room)
+        if all(shares[i] >= _longest_word(cells, i) for i in loose):
+            return _wrapped_in_place(columns, cells, {**dict(enumerate(widths)), **shares})
+    return _wrapped_below(columns, cells, widths, fixed, loose, width)
+
+
+def _shares(widths: list[int], loose: list[int], room: int) -> dict[int, int]:
+    """The loose columns' widths: `room` shared in proportion to their natural widths."""
+    natural = sum(widths[i] for i in loose)
+    return {i: max(NARROWEST, room * widths[i] // natural) for i in loose}
+
+
+def _longest_word(cells: list[list[str]], i: int) -> int:
+    return max((len(word) for row in cells for word in row[i].split()), default=0)
+
+
+def _total(widths: list[int]) -> int:
+    return sum(widths) + GAP * max(0, len(widths) - 1)
+
+
+def _line(row: list[str], widths: list[int]) -> str:
+    return (" " * GAP).join(v.ljust(w) for v, w in zip(row, widths)).rstrip()
+
+
+def _wrap(text: str, width: int) -> list[str]:
+    """Lines of at most `width` characters, broken between words; only a word longer
+    than the whole line is cut (nothing else could show it)."""
+    import textwrap
+
+    return textwrap.wrap(text, width, break_on_hyphens=False) or [""]
+
+
+def _wrapped_in_place(columns, cells, widths: dict[int, int]) -> list[str]:
+    """Every column at its width (each loose one no narrower than its longest word);
+    each row takes as many lines as its longest wrapped cell."""
+    widths = [widths[i] for i in range(len(columns))]
+    lines = [_line(columns, widths)]
+    for row in cells:
+        parts = [_wrap(v, widths[i]) if " " in v else [v] for i, v in enumerate(row)]
+        for k in range(max(len(p) for p in parts)):
+            lines.append(_line([p[k] if k < len(p) else "" for p in parts], widths))
+    return lines
+
+
+def _wrapped_below(columns, cells, widths, fixed, loose, width) -> list[str]:
+    """The fixed columns as a table; under each row, each loose column that has a value,
+    named, on lines of its own wrapped to the width."""
+    head = [columns[i] for i in fixed]
+    fixed_widths = [widths[i] for i in fixed]
+    lines = [_line(head, fixed_widths)]
+    for row in cells:
+        lines.append(_line([row[i] for i in fixed], fixed_widths))
+        for i in loose:
+            if row[i] in ("", "-"):
+                continue
+            name = f"{' ' * INDENT}{columns[i]}: "
+            body = _wrap(row[i], max(NARROWEST, width - len(name)))
+            lines += [name + body[0]] + [" " * len(name) + more for more in body[1:]]
+    return lines

@@ -85,7 +85,7 @@ class StudyView:
     trials: tuple[FrozenTrial, ...]
     params: tuple[Param, ...]
     now: datetime                  # when the report was made: running trials end here
-    spec_text: str = ""            # the stored spec: objectives, constraints, K-fold
+    spec_text: str = ""            # the stored spec: objectives, constraints
     jobs: tuple = ()               # the jobs that ran it (storage.list_jobs), oldest first
     cache: dict = field(default_factory=dict, compare=False, repr=False)   # shared fits
 
@@ -187,6 +187,33 @@ def hover(trial: FrozenTrial, metric: str = "value") -> str:
     lines += [f"{k} = {v:.4g}" if isinstance(v, float) else f"{k} = {v}"
               for k, v in trial.params.items()]
     return "<br>".join(lines)
+
+
+def trial_hovers(view: StudyView) -> dict[int, str]:
+    """{number: hover text} of every trial, as each figure shows it: the trial (hover),
+    then the other objectives' values and the constraints it breaks. The report, the
+    dashboard and the Python figures (mpiopt.visualization) share this one table. Each
+    line is HTML-escaped (plotly reads a subset of HTML in hover text: a name holding
+    markup is shown as text), the lines joined by <br>."""
+    import html
+
+    return {t.number: "<br>".join(html.escape(line) for line in
+                                  (hover(t, view.metric) + _more_objectives(view, t)).split("<br>"))
+            for t in view.trials}
+
+
+def _more_objectives(view: StudyView, trial) -> str:
+    """The other objectives' values and the feasibility, for a trial's hover text."""
+    front = view.front
+    metrics = front.metrics_of(trial)
+    parts = [f"{n} {_num(metrics.get(n))}" for n in front.names[1:] if n in metrics]
+    if front.feasible(trial) is False:
+        parts.append("breaks " + ", ".join(front.broken(trial)))
+    return "<br>" + " · ".join(parts) if parts else ""
+
+
+def _num(v) -> str:
+    return "-" if v is None else f"{v:.6g}" if isinstance(v, float) else str(v)
 
 
 def utc(when: datetime | None) -> datetime | None:

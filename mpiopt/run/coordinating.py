@@ -60,7 +60,8 @@ def _set_up_run(world, started: Started, topo, comm, hosts, watch) -> RunContext
     from mpiopt.storage.resilient import Resilient
 
     spec, opened, flag = started.spec, started.opened, started.flag
-    progress = Progress(spec.search.trials, quiet=started.quiet)
+    progress = Progress(spec.search.trials, quiet=started.quiet,
+                        folds=trial_folds(spec, topo)[0])
     storage = Resilient(opened.storage, spec.storage_retry, opened.recovery, say=progress_line,
                         study_id=opened.study_id)
     artifacts = _keeper(spec)
@@ -174,7 +175,8 @@ def _scheduler(started: Started, topo, hosts, artifacts):
         send_first=send_first, ask_ahead=send_first and not background,
         study_id=opened.study_id, searcher=searcher,
         direction=spec.objective.direction, budget=s.trials, n_groups=n_groups, seed=s.seed,
-        pruner=make_pruner(spec.training.pruning), target=s.target,
+        pruner=make_pruner(spec.training.pruning, side_by_side=trial_folds(spec, topo)[1]),
+        folds=trial_folds(spec, topo)[0], target=s.target,
         time_limit=opened.shared_for(s.time_limit),
         shared=Shared(opened.job.id) if opened.shared else None,
         max_initial_failures=s.max_initial_failures,
@@ -182,6 +184,17 @@ def _scheduler(started: Started, topo, hosts, artifacts):
         hosts=hosts, ranks=ranks, trial_timeout=s.trial_timeout, grace=s.grace,
         stuck_grace=stuck_grace_s(s.trial_timeout), objective=spec.objective,
         warm=getattr(opened, "warm", ()))
+
+
+def trial_folds(spec, topo) -> tuple[int, bool]:
+    """A trial's folds, and whether they train side by side on its group (a model
+    objective's; a function objective's reports are all fold 0's)."""
+    if not spec.objective.model:
+        return 1, False
+    from mpiopt.training.folds import fold_plan
+
+    plan = fold_plan(spec.training.kfold, 1 if topo.single_process else topo.group_size)
+    return plan.k, plan.concurrent
 
 
 def _keeper(spec):

@@ -53,7 +53,7 @@ def start_rank0(world, prepare, quiet: bool, launch: str) -> Started:
             _tell_every_rank(world, {"error": str(exc) or "interrupted"})
         raise
     try:
-        own, opened, flag = _start_up(world, request, multi)
+        own, opened, flag = _start_up(world, request, multi, launch)
     except _VerdictSent:
         raise
     except KeyboardInterrupt:   # Ctrl-C while the others set up: they end on this verdict
@@ -76,7 +76,7 @@ def _tell_every_rank(world, message: dict) -> None:
         quiet_bcast(world, message, tag=Tag.SETUP)
 
 
-def _start_up(world, request: Request, multi: bool):
+def _start_up(world, request: Request, multi: bool, launch: str):
     """Rank 0's part of the start-up after the spec went out: (rank 0's own set-up, the
     opened study, the installed stop flag). A failure sends the other ranks its verdict
     and raises."""
@@ -95,7 +95,7 @@ def _start_up(world, request: Request, multi: bool):
         more = f" (and {len(errors) - 1} more rank(s))" if len(errors) > 1 else ""
         raise MpioptError(f"start-up failed on {errors[0]}{more}")
     isolated = all(p.get("isolated") for p in payloads) if multi else own[0].isolated
-    return own, *_open_with_flag(world, multi, request, isolated)
+    return own, *_open_with_flag(world, multi, request, isolated, launch)
 
 
 def _end_silent_start(world, multi: bool, silent) -> None:
@@ -111,7 +111,7 @@ def _end_silent_start(world, multi: bool, silent) -> None:
     abort(world, 2)
 
 
-def _open_with_flag(world, multi: bool, request: Request, isolated: bool):
+def _open_with_flag(world, multi: bool, request: Request, isolated: bool, launch: str):
     """(the opened study, the installed stop flag), as one step: a signal in between ended
     the job with "interrupted" alone and the study created (or resumed) and RUNNING; now
     it waits for the flag, and the run ends in order, with its resume line."""
@@ -126,7 +126,8 @@ def _open_with_flag(world, multi: bool, request: Request, isolated: bool):
             opened = open_run(request.spec, request.url, request.resume, isolated,
                               request.retry_failed, request.recovery,
                               lease_wait=knobs.lease_wait_s(knobs.startup_limit()),
-                              shared=request.shared, groups=_groups(world, multi, request.spec))
+                              shared=request.shared, groups=_groups(world, multi, request.spec),
+                              launch=launch)
             return opened, installed_stop_flag()
     except MpioptError as exc:
         _send_verdict(world, multi, error=str(exc))

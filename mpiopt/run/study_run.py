@@ -160,7 +160,8 @@ class StudyRun:
 
 
 def take_lease(storage, study_id: int, period: float, wait_s: float = 0.0,
-               say=print, shared: bool = False, groups: int | None = None):
+               say=print, shared: bool = False, groups: int | None = None,
+               launch: str | None = None):
     """This job's lease on the study (a Job with its token). `shared` (`--join`): other
     jobs may hold theirs at once (storage.join_study refuses only a job that runs the
     study alone, and jobs on several hosts of one SQLite file).
@@ -180,7 +181,8 @@ def take_lease(storage, study_id: int, period: float, wait_s: float = 0.0,
 
     def join(takeover: bool = False):
         return storage.join_study(study_id, host, os.getpid(), period, shared=shared,
-                                  takeover=takeover, groups=groups, launcher=launcher_job())
+                                  takeover=takeover, groups=groups, launcher=launcher_job(),
+                                  launch=launch)
 
     try:
         return join()
@@ -355,12 +357,14 @@ def refuse_shared(spec, url: str) -> None:
 
 def open_run(spec, url: str, resume, isolated: bool, retry_failed: bool = False,
              recovery=(), lease_wait: float = 0.0, shared: bool = False,
-             groups: int | None = None) -> StudyRun:
+             groups: int | None = None, launch: str | None = None) -> StudyRun:
     """`resume`: see mpiopt.study.opening.open_study; `retry_failed` (`--retry-failed`): the
     resumed study's FAILED trials become RETRIED and their parameter sets run again;
     `recovery`: recovery files to import besides those the resume finds itself;
     `lease_wait`: how long to watch a holder on another host (see take_lease);
-    `shared` (`--join`): other jobs may run the study at once; `groups`: this job's."""
+    `shared` (`--join`): other jobs may run the study at once; `groups`: this job's;
+    `launch`: what goes before `mpiopt resume` to start this layout again (the job's
+    record keeps it for `mpiopt status`)."""
     from mpiopt.storage import open_storage
     from mpiopt.study.opening import open_study
 
@@ -378,7 +382,8 @@ def open_run(spec, url: str, resume, isolated: bool, retry_failed: bool = False,
                                  recovery_places(spec, url)) if rescued else None
         opened = open_study(storage, spec, resume, url,
                             lambda study_id: take_lease(storage, study_id, period, lease_wait,
-                                                        shared=shared, groups=groups))
+                                                        shared=shared, groups=groups,
+                                                        launch=launch))
         if getattr(spec, "artifacts", None):
             storage.set_study_artifacts(opened.study_id, spec.artifacts)
         notes = [n for n in (warm_note, restored) if n]

@@ -1,108 +1,208 @@
 """Pruners: should a running trial stop early, given the learning curves of the others?
 
-Pure objects. The coordinator calls `should_prune(trial_number, epoch, value, history)`
-each time a group reports; `history` maps the number of every OTHER trial (running or
-finished) to its {epoch: value}. Values are lower-is-better (the coordinator negates them
-for a maximised metric) and epochs are the trainer's 1-based report steps.
+Pure objects. The coordinator calls `judge(trial_number, step, value, history)` each time
+a group reports a fold's value after an epoch; `history` maps trial numbers (this trial's
+earlier reports included, or not) to their curves {Step(fold, epoch): value}. Values are
+lower-is-better (the coordinator negates them for a maximised metric); the trainer's
+epochs count from 1 in each fold.
 
-How a pruned trial is told to the searcher: it is recorded as PRUNED and the searcher is
-told its last reported value. Training stopped before it could improve further, so for a
-minimisation that value is pessimistic: the true final value would be at most as bad for
-a curve that is still falling. That is what we want the model to learn: the region is not
-promising, but not impossibly bad either (telling +inf or a huge constant would wreck a
-GP's scaling, and forgetting it would make the searcher propose the same point again).
+Like with like. A trial is compared only with the other trials that reported the same
+(fold, epoch), and on the same figure: its **figure so far**, the mean over its folds of
+each fold's best value so far, which is how its final value is made (each fold's best
+epoch, the mean over the folds). With folds one after another the folds before this one
+are finished and count whole; with folds side by side every fold counts up to this
+epoch. A fold's first `warmup` epochs (a freshly built model) are left out of the figure
+until the fold is past them, so a new fold's first epochs never prune a trial by
+themselves: there the decision rests on the finished folds, and in the first fold on
+nothing (no decision). The best value so far, not the last, as Optuna's median pruner
+judges a trial: one bad epoch of a good curve does not stop it.
+
+How a pruned trial is told to the searcher is the trainer's part (mpiopt.training.folds):
+its value is the same figure over what it trained, so it means what a finished trial's
+value means, pessimistic only in that its last fold was cut short.
 """
 from __future__ import annotations
 
 import abc
 import math
+from dataclasses import dataclass
 
-__all__ = ["ASHAPruner", "MedianPruner", "Pruner", "make_pruner"]
+from mpiopt.trial import Step, as_step, step_text
+
+__all__ = ["ASHAPruner", "Judgement", "MedianPruner", "Pruner", "figure_so_far", "make_pruner"]
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """A pruner's answer to one report, and what it rests on (for the record)."""
+
+    prune: bool
+    step: Step
+    figure: float | None = None   # the trial's figure so far (lower is better), if compared
+    bar: float | None = None      # the value it had to reach: the median, or ASHA's cut
+    others: int = 0               # trials it was compared with
+    rule: str = ""                # "median" or "asha" ("": nothing was compared)
+    keep: int = 0                 # asha: 1/keep of the trials at a rung go on
+    why: str = ""                 # the reason where it is no comparison (a non-finite value)
+
+    def text(self, sign: float = 1.0, folds: int = 1) -> str:
+        """The reason in words, in the metric's own units (`sign` as Direction.sign):
+        'pruned at fold 2 epoch 3: its figure so far 0.912 is worse than the median
+        0.95 of 6 other trials there'."""
+        where = f"pruned at {step_text(self.step, folds)}"
+        if self.why or self.figure is None or self.bar is None:
+            return f"{where}: {self.why or 'the pruner said so'}"
+        mine = f"{'its best so far' if folds <= 1 else 'its figure so far'} {sign * self.figure:.6g}"
+        if self.rule == "asha":
+            return (f"{where} (a rung): {mine} is outside the best 1/{self.keep} of the "
+                    f"{self.others + 1} trials there (the cut: {sign * self.bar:.6g})")
+        others = f"{self.others} other trial{'s' if self.others != 1 else ''}"
+        return f"{where}: {mine} is worse than the median {sign * self.bar:.6g} of {others} there"
+
+
+def figure_so_far(curve: dict, step: Step, warmup: int = 0, side_by_side: bool = False):
+    """The trial's figure at `step` (see the module docstring), or None where every fold
+    it would rest on is still in its warm-up. `curve`: {Step: lower-is-better value}."""
+    if step.epoch <= warmup and (side_by_side or step.fold == 0):
+        return None                       # every fold it would rest on is in its warm-up
+    best: dict[int, float] = {}
+    for (fold, epoch), value in curve.items():     # one pass: the coordinator asks often
+        if fold > step.fold or not _finite(value):
+            continue
+        if fold == step.fold or side_by_side:      # counted up to this epoch, past warm-up
+            if epoch > step.epoch or step.epoch <= warmup:
+                continue
+        if value < best.get(fold, math.inf):
+            best[fold] = value
+    return sum(best.values()) / len(best) if best else None
 
 
 class Pruner(abc.ABC):
-    """Decides continue/prune from the trial's value at an epoch and the others' curves."""
+    """Decides continue/prune from the trial's value at a step and the others' curves."""
+
+    warmup = 0               # a fold's epochs left out of the figure until it is past them
+    side_by_side = False     # the study's folds train side by side (training.folds.fold_plan)
+
+    def judge(self, trial_number: int, step, value: float, history: dict) -> Judgement:
+        """The decision on this report, with what it rests on."""
+        step = as_step(step)
+        if not _finite(value):
+            return Judgement(True, step, why=f"its value is {value}")
+        own = {as_step(k): v for k, v in (history.get(trial_number) or {}).items()}
+        own[step] = float(value)
+        others = {n: c for n, c in history.items() if n != trial_number}
+        return self._judge(step, own, others)
+
+    def should_prune(self, trial_number: int, step, value: float, history: dict) -> bool:
+        """True: stop this trial now (judge's answer without its reasons)."""
+        return self.judge(trial_number, step, value, history).prune
 
     @abc.abstractmethod
-    def should_prune(self, trial_number: int, epoch: int, value: float,
-                     history: dict[int, dict[int, float]]) -> bool:
-        """True: stop this trial now."""
+    def _judge(self, step: Step, own: dict, others: dict) -> Judgement:
+        """own: this trial's curve, this report included; others: the other trials'."""
 
-
-def _others_at(trial_number: int, epoch: int, history) -> list[float]:
-    """Finite values the other trials reported at this very epoch."""
-    out = []
-    for number, curve in history.items():
-        if number == trial_number:
-            continue
-        v = curve.get(epoch)
-        if v is not None and math.isfinite(v):
-            out.append(float(v))
-    return out
+    def _figures_at(self, step: Step, others: dict) -> list[float]:
+        """The figures of the other trials that reported this very step."""
+        out = []
+        for curve in others.values():
+            curve = _stepped(curve)
+            if step not in curve:
+                continue
+            fig = figure_so_far(curve, step, self.warmup, self.side_by_side)
+            if fig is not None:
+                out.append(fig)
+        return out
 
 
 class MedianPruner(Pruner):
-    """Prune when this epoch's value is worse than the median of the other trials at the
-    same epoch; never during the first `warmup_epochs` epochs, and only when at least
-    `min_trials` other trials reported that epoch (a median of two says little)."""
+    """Prune when the trial's figure so far is worse than the median of the other
+    trials' figures at the same fold and epoch; never within a fold's first
+    `warmup_epochs` epochs on that fold alone (see the module docstring), and only when
+    at least `min_trials` other trials reported that fold and epoch (a median of two
+    says little)."""
 
-    def __init__(self, warmup_epochs: int = 1, min_trials: int = 5):
-        self.warmup_epochs = int(warmup_epochs)
+    def __init__(self, warmup_epochs: int = 1, min_trials: int = 5, side_by_side: bool = False):
+        self.warmup_epochs = self.warmup = int(warmup_epochs)
         self.min_trials = max(1, int(min_trials))
+        self.side_by_side = bool(side_by_side)
 
-    def should_prune(self, trial_number, epoch, value, history) -> bool:
-        if not math.isfinite(value):
-            return True
-        if epoch <= self.warmup_epochs:
-            return False
-        others = sorted(_others_at(trial_number, epoch, history))
-        if len(others) < self.min_trials:
-            return False
-        n = len(others)
-        median = others[n // 2] if n % 2 else 0.5 * (others[n // 2 - 1] + others[n // 2])
-        return value > median
+    def _judge(self, step, own, others) -> Judgement:
+        mine = figure_so_far(own, step, self.warmup, self.side_by_side)
+        if mine is None:
+            return Judgement(False, step)
+        theirs = sorted(self._figures_at(step, others))
+        n = len(theirs)
+        if n < self.min_trials:
+            return Judgement(False, step, mine, others=n)
+        median = theirs[n // 2] if n % 2 else 0.5 * (theirs[n // 2 - 1] + theirs[n // 2])
+        return Judgement(mine > median, step, mine, median, n, "median")
 
 
 class ASHAPruner(Pruner):
-    """Asynchronous successive halving: rungs at epochs min_epoch * reduction_factor**k.
+    """Asynchronous successive halving over the epochs a trial has trained (all its folds
+    together): rungs when it has trained min_epoch * reduction_factor**k epochs.
 
-    At a rung, the trial continues only if its value is among the best 1/reduction_factor
-    of all values recorded at that rung (its own included); with fewer than
-    reduction_factor values the top slot is the best one, so the first trial to reach a
-    rung always continues and a later one must beat everything seen there. Between rungs
-    nothing is pruned, so a decision never waits for other trials (asynchronous).
+    At a rung, the trial continues only if its figure so far is among the best
+    1/reduction_factor of the figures of every trial that reported the same fold and
+    epoch (its own included); with fewer than reduction_factor of them the top slot is the
+    best one, so the first trial there always continues and a later one must beat
+    everything seen there. Between rungs nothing is pruned, so a decision never waits for
+    other trials (asynchronous). A fold's epochs before min_epoch are its warm-up (see the
+    module docstring). Rungs count epochs trained, not a fold's epochs: the folds of a
+    trial are repeated measurements of one setting, so halving at every fold's own rungs
+    would halve the same trials again in each fold.
     """
 
-    def __init__(self, reduction_factor: int = 3, min_epoch: int = 1):
+    def __init__(self, reduction_factor: int = 3, min_epoch: int = 1, side_by_side: bool = False):
         if int(reduction_factor) < 2:
             raise ValueError("reduction_factor must be at least 2")
         self.rf = int(reduction_factor)
         self.min_epoch = max(1, int(min_epoch))
+        self.warmup = self.min_epoch - 1
+        self.side_by_side = bool(side_by_side)
 
-    def is_rung(self, epoch: int) -> bool:
+    def is_rung(self, trained: int) -> bool:
+        """Whether a trial that has trained this many epochs stands at a rung."""
         step = self.min_epoch
-        while step < epoch:
+        while step < trained:
             step *= self.rf
-        return step == epoch
+        return step == trained
 
-    def should_prune(self, trial_number, epoch, value, history) -> bool:
-        if not math.isfinite(value):
-            return True
-        if not self.is_rung(epoch):
-            return False
-        values = sorted(_others_at(trial_number, epoch, history) + [float(value)])
-        keep = max(1, len(values) // self.rf)
-        return value > values[keep - 1]
+    def _judge(self, step, own, others) -> Judgement:
+        # folds one after another: the epochs of the folds so far; side by side, the
+        # folds' epochs pass together
+        trained = step.epoch if self.side_by_side else sum(1 for s in own if s <= step)
+        if not self.is_rung(trained):
+            return Judgement(False, step)
+        mine = figure_so_far(own, step, self.warmup, self.side_by_side)
+        if mine is None:
+            return Judgement(False, step)
+        theirs = self._figures_at(step, others)
+        values = sorted(theirs + [mine])
+        cut = values[max(1, len(values) // self.rf) - 1]
+        return Judgement(mine > cut, step, mine, cut, len(theirs), "asha", self.rf)
 
 
-def make_pruner(spec) -> Pruner | None:
-    """A pruner from a PruningSpec (or a dict with the same fields); None turns pruning off."""
+def _stepped(curve: dict) -> dict:
+    """A curve keyed by Step (a bare epoch is fold 0's; the coordinator's are Steps)."""
+    if not curve or isinstance(next(iter(curve)), tuple):
+        return curve
+    return {as_step(k): v for k, v in curve.items()}
+
+
+def _finite(v) -> bool:
+    return v is not None and math.isfinite(v)
+
+
+def make_pruner(spec, side_by_side: bool = False) -> Pruner | None:
+    """A pruner from a PruningSpec (or a dict with the same fields); None turns pruning off.
+    side_by_side: the study's folds train side by side (mpiopt.training.folds.fold_plan)."""
     if spec is None:
         return None
     get = spec.get if isinstance(spec, dict) else (lambda k, d: getattr(spec, k, d))
     kind = get("pruner", "median")
     if kind == "median":
-        return MedianPruner(get("warmup_epochs", 1), get("min_trials", 5))
+        return MedianPruner(get("warmup_epochs", 1), get("min_trials", 5), side_by_side)
     if kind == "asha":
-        return ASHAPruner(get("reduction_factor", 3), get("min_epoch", 1))
+        return ASHAPruner(get("reduction_factor", 3), get("min_epoch", 1), side_by_side)
     raise ValueError(f"unknown pruner {kind!r}: expected median or asha")

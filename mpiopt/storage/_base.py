@@ -167,9 +167,11 @@ class BaseStorage(abc.ABC):
     @abc.abstractmethod
     def join_study(self, study_id: int, host: str, pid: int, period_s: float, *,
                    shared: bool = False, takeover: bool = False, groups: int | None = None,
-                   launcher: str | None = None):
+                   launcher: str | None = None, launch: str | None = None):
         """A new live job of the study; returns its Job, with the token that its
-        job_heartbeat, end_job and fence name. One write transaction, so two jobs joining
+        job_heartbeat, end_job and fence name. `launch`: what goes before `mpiopt resume`
+        to start the job's layout again ("mpiexec -n 9 "), kept for the resume line that
+        `mpiopt status` prints once the job is gone. One write transaction, so two jobs joining
         at once see each other. Live jobs silent for three periods are first marked
         end="lost" (taken_by: the new job). Then:
         - exclusive (shared=False): any other live job is a StudyBusyError naming its
@@ -259,8 +261,8 @@ class BaseStorage(abc.ABC):
         aligned where either is given) in one transaction; the results count first."""
 
     @abc.abstractmethod
-    def add_intermediate(self, trial_id: int, epoch: int, value: float) -> None:
-        """A per-epoch value (the same epoch again replaces it)."""
+    def add_intermediate(self, trial_id: int, epoch: int, value: float, fold: int = 0) -> None:
+        """A fold's value after an epoch (the same fold and epoch again replaces it)."""
 
     @abc.abstractmethod
     def interrupt_running(self, study_id: int, keep=()) -> int:

@@ -13,7 +13,7 @@ from mpiopt import jsontext
 from mpiopt.errors import StorageError, cut
 from mpiopt.storable import storable_text
 from mpiopt.storage.models import NAME_LEN, JobModel, StudyModel, TrialModel
-from mpiopt.trial import FrozenTrial, StudyStatus, TrialStatus
+from mpiopt.trial import FrozenTrial, StudyStatus, TrialStatus, steps
 
 
 @dataclass(frozen=True)
@@ -60,6 +60,7 @@ class Job:
     taken_by: int | None = None
     token: str | None = None
     running: int = 0
+    launch: str | None = None       # "mpiexec -n 9 " ("" alone; None: not recorded)
 
     @property
     def live(self) -> bool:
@@ -93,7 +94,7 @@ def to_job(row: JobModel, token: str | None = None, running: int = 0) -> Job:
                launcher=row.launcher, groups=row.groups, shared=bool(row.shared),
                started_at=row.started_at, beat_at=row.beat_at, period_s=float(row.period),
                ended_at=row.ended_at, end=row.end, taken_by=row.taken_by, token=token,
-               running=running)
+               running=running, launch=row.launch)
 
 
 def encode_param_row(trial_id: int, name: str, value: Any) -> dict:
@@ -168,7 +169,7 @@ def to_frozen(row: TrialModel) -> FrozenTrial:
         finished_at=row.finished_at, duration=row.duration, error=row.error,
         metrics=load_json(row.metrics_json),
         fold_values=[f.value for f in sorted(row.folds, key=lambda f: f.fold)],
-        intermediate={i.epoch: i.value for i in sorted(row.intermediate, key=lambda i: i.epoch)},
+        intermediate=steps({(i.fold, i.epoch): i.value for i in row.intermediate}),
         rank=row.rank, lost_attempts=row.lost_attempts or 0, device=row.device,
         suggest_seconds=row.suggest_seconds, spans=load_spans(row.spans_json),
         member=row.member, round=row.round, parent=row.parent, job=row.job_id,
@@ -204,5 +205,5 @@ def prepared_outcomes(outcomes: Sequence[dict]) -> list[tuple]:
             "error": cut(storable_text(o.get("error"))),
             "metrics_json": dump_json(o.get("metrics")), "duration": o.get("duration"),
             "device": _short(o.get("device")), "spans_json": dump_spans(o.get("spans"))},
-            o.get("fold_values") or (), o.get("fold_metrics") or (), o.get("intermediate") or {}))
+            o.get("fold_values") or (), o.get("fold_metrics") or (), steps(o.get("intermediate"))))
     return prepared

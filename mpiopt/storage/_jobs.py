@@ -57,7 +57,7 @@ class JobMethods:
 
     def join_study(self, study_id: int, host: str, pid: int, period_s: float, *,
                    shared: bool = False, takeover: bool = False, groups: int | None = None,
-                   launcher: str | None = None) -> Job:
+                   launcher: str | None = None, launch: str | None = None) -> Job:
         """See BaseStorage.join_study. One write transaction: the check and the insert.
         Not fenced: a job joins afresh, whatever became of one it was before."""
         now, token = _now(), uuid.uuid4().hex
@@ -71,7 +71,8 @@ class JobMethods:
             new_id = conn.execute(insert(JOBS).values(
                 study_id=study_id, token=token, shared=bool(shared), host=host[:255],
                 pid=int(pid), launcher=None if launcher is None else str(launcher)[:255],
-                groups=groups, started_at=now, beat_at=now, period=float(period_s))
+                launch=None if launch is None else str(launch)[:255], groups=groups,
+                started_at=now, beat_at=now, period=float(period_s))
             ).inserted_primary_key[0]
             stale = [j for j in live if j.is_stale(now)]
             revived = {j.id for j in stale} - set(mark_lost(conn, stale, now, new_id))
@@ -84,7 +85,7 @@ class JobMethods:
                 mark_lost(conn, live, now, new_id, beaten=False)
         return Job(id=new_id, study_id=study_id, host=host[:255], pid=int(pid),
                    launcher=launcher, groups=groups, shared=bool(shared), started_at=now,
-                   beat_at=now, period_s=float(period_s), token=token)
+                   beat_at=now, period_s=float(period_s), token=token, launch=launch)
 
     def _may_share(self, name: str, live: list[Job], host: str, now: datetime) -> None:
         """A --join job works beside other --join jobs only; on SQLite, on one host."""

@@ -15,7 +15,7 @@ from mpiopt.storage._convert import (Changes, StudyRecord, decode_value, load_js
 from mpiopt.storage._jobs import leases
 from mpiopt.storage._writes import CHILDREN_OF, EPOCH, PARAM
 from mpiopt.storage.models import StudyModel, TrialModel
-from mpiopt.trial import FrozenTrial, TrialStatus
+from mpiopt.trial import FrozenTrial, Step, TrialStatus
 
 
 def list_studies(s: Session) -> list[StudyRecord]:
@@ -100,16 +100,16 @@ def group_activity(s: Session, study_id: int) -> list[dict]:
 
 
 def _children(conn, ids: list) -> dict:
-    """{trial id: ({name: value}, {epoch: value}, [fold values])} from one statement."""
+    """{trial id: ({name: value}, {Step: value}, [fold values])} from one statement."""
     out: dict = {}
     if not ids:
         return out
-    for tid, part, order, name, kind, text, num in conn.execute(CHILDREN_OF, {"ids": ids}):
+    for tid, part, sub, order, name, kind, text, num in conn.execute(CHILDREN_OF, {"ids": ids}):
         params, epochs, folds = out.setdefault(tid, ({}, {}, []))
         if part == PARAM:
             params[name] = decode_value(kind, text)
         elif part == EPOCH:
-            epochs[order] = num
+            epochs[Step(sub, order)] = num
         else:
             folds.append(num)
     return out

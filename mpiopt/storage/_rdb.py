@@ -29,7 +29,7 @@ from mpiopt.storage._session import connection_scope, session_scope
 from mpiopt.storage._sqlite_file import SqliteFile
 from mpiopt.storage._stall import hurry_when
 from mpiopt.storage.models import StudyModel, TrialFoldModel, TrialIntermediateModel, TrialModel
-from mpiopt.trial import FrozenTrial, StudyStatus, TrialStatus
+from mpiopt.trial import FrozenTrial, Step, StudyStatus, TrialStatus
 
 DIRECTIONS = ("minimize", "maximize")
 NUMBER_RETRIES = 5
@@ -358,9 +358,9 @@ class Storage(JobMethods, BaseStorage):
                     raise
         raise AssertionError("unreachable")
 
-    def add_intermediate(self, trial_id: int, epoch: int, value: float) -> None:
+    def add_intermediate(self, trial_id: int, epoch: int, value: float, fold: int = 0) -> None:
         with self._writing_core() as conn:
-            _writes.add_epoch(conn, trial_id, epoch, value, self.shown_url)
+            _writes.add_epoch(conn, trial_id, Step(int(fold), int(epoch)), value, self.shown_url)
 
     def interrupt_running(self, study_id: int, keep=()) -> int:
         """RUNNING trials become INTERRUPTED; returns how many. With a fence, only this

@@ -25,7 +25,7 @@ from mpiopt.storage._convert import (decode_value, dump_json, encode_param_row,
                                      finite_or_none, load_json, load_spans)
 from mpiopt.storage.models import (StudyModel, TrialFoldModel, TrialIntermediateModel,
                                    TrialModel, TrialParamModel)
-from mpiopt.trial import FrozenTrial, TrialStatus
+from mpiopt.trial import FrozenTrial, Step, TrialStatus, steps
 
 TRIALS = TrialModel.__table__
 PARAMS = TrialParamModel.__table__
@@ -58,22 +58,27 @@ _NEW_FOLDS = insert(FOLDS)
 LINEAGE = ("member", "round", "parent")     # search.algorithm pbt (migration 0006)
 PARAM, EPOCH, FOLD = 0, 1, 2
 # Trials' params, per-epoch values and folds in one statement (also _queries.changes): rows of
-# (trial, part, ord, name, kind, text, num); params ordered by id, the order they were written.
+# (trial, part, sub, ord, name, kind, text, num); params ordered by id, the order they were
+# written; per-epoch values by fold (sub) and epoch (ord).
 CHILDREN_OF = union_all(
     select(PARAMS.c.trial_id.label("tid"), literal_column(str(PARAM)).label("part"),
-           PARAMS.c.id.label("ord"), PARAMS.c.name, PARAMS.c.kind, PARAMS.c.value_text,
+           literal_column("0").label("sub"), PARAMS.c.id.label("ord"), PARAMS.c.name,
+           PARAMS.c.kind, PARAMS.c.value_text,
            null().label("num")).where(PARAMS.c.trial_id.in_(_IDS)),
-    select(EPOCHS.c.trial_id, literal_column(str(EPOCH)), EPOCHS.c.epoch, null(), null(),
-           null(), EPOCHS.c.value).where(EPOCHS.c.trial_id.in_(_IDS)),
-    select(FOLDS.c.trial_id, literal_column(str(FOLD)), FOLDS.c.fold, null(), null(), null(),
-           FOLDS.c.value).where(FOLDS.c.trial_id.in_(_IDS)),
-).order_by(literal_column("tid"), literal_column("part"), literal_column("ord"))
+    select(EPOCHS.c.trial_id, literal_column(str(EPOCH)), EPOCHS.c.fold, EPOCHS.c.epoch,
+           null(), null(), null(), EPOCHS.c.value).where(EPOCHS.c.trial_id.in_(_IDS)),
+    select(FOLDS.c.trial_id, literal_column(str(FOLD)), literal_column("0"), FOLDS.c.fold,
+           null(), null(), null(), FOLDS.c.value).where(FOLDS.c.trial_id.in_(_IDS)),
+).order_by(literal_column("tid"), literal_column("part"), literal_column("sub"),
+           literal_column("ord"))
 _EPOCH = (select(TRIALS.c.id, EPOCHS.c.epoch, EPOCHS.c.value)
           .select_from(TRIALS.outerjoin(EPOCHS, (EPOCHS.c.trial_id == TRIALS.c.id)
+                                        & (EPOCHS.c.fold == bindparam("f"))
                                         & (EPOCHS.c.epoch == bindparam("e"))))
           .where(TRIALS.c.id == bindparam("tid")))
 _NEW_EPOCHS = insert(EPOCHS)
 _SET_EPOCH = (update(EPOCHS).where(EPOCHS.c.trial_id == bindparam("t"),
+                                   EPOCHS.c.fold == bindparam("f"),
                                    EPOCHS.c.epoch == bindparam("e"))
               .values(value=bindparam("v")))
 
@@ -162,7 +167,7 @@ def finish_many(conn: Connection, items: Sequence[tuple], now: datetime,
             seed=head.seed, attempt=head.attempt, group=head.group_index, host=head.host,
             started_at=started_at, finished_at=now, duration=outcome["duration"],
             error=outcome["error"], metrics=load_json(outcome["metrics_json"]),
-            fold_values=[r["value"] for r in folds], intermediate=dict(sorted(epochs.items())),
+            fold_values=[r["value"] for r in folds], intermediate=steps(epochs),
             rank=head.rank, device=outcome.get("device"), suggest_seconds=head.suggest_seconds,
             spans=load_spans(outcome.get("spans_json")),
             member=head.member, round=head.round, parent=head.parent, job=head.job_id))
@@ -182,17 +187,17 @@ def mark_started(conn: Connection, trial_ids: Sequence[int], now: datetime) -> N
         conn.execute(_MARK_STARTED, {"ids": list(trial_ids), "now": now})
 
 
-def add_epoch(conn: Connection, trial_id: int, epoch: int, value, where: str) -> None:
-    """One per-epoch value; a repeated epoch replaces the old value."""
-    found = conn.execute(_EPOCH, {"tid": trial_id, "e": int(epoch)}).first()
+def add_epoch(conn: Connection, trial_id: int, step: Step, value, where: str) -> None:
+    """One fold's value after an epoch; the same fold and epoch again replaces it."""
+    found = conn.execute(_EPOCH, {"tid": trial_id, "f": step.fold, "e": step.epoch}).first()
     if found is None:
         raise StorageError(f"no trial with id {trial_id} in {where}")
-    existing = {} if found.epoch is None else {found.epoch: found.value}
-    _merge_epochs(conn, trial_id, {epoch: value}, existing)
+    existing = {} if found.epoch is None else {step: found.value}
+    _merge_epochs(conn, trial_id, {step: value}, existing)
 
 
 def _merge_epochs(conn: Connection, trial_id: int, values: dict, existing: dict) -> dict:
-    """Write `values` over `existing` ({epoch: value} already stored); returns the union."""
+    """Write `values` over `existing` ({Step: value} already stored); returns the union."""
     inserts, updates = [], []
     merged = _epoch_rows(trial_id, values, existing, inserts, updates)
     if updates:
@@ -204,13 +209,14 @@ def _merge_epochs(conn: Connection, trial_id: int, values: dict, existing: dict)
 
 def _epoch_rows(trial_id: int, values: dict, existing: dict, inserts: list, updates: list) -> dict:
     """Rows that write `values` over `existing`, appended to inserts/updates; the union."""
-    for epoch, value in sorted(values.items()):
-        epoch, value = int(epoch), finite_or_none(value)
-        if epoch in existing:
-            updates.append({"t": trial_id, "e": epoch, "v": value})
+    for step, value in steps(values).items():
+        value = finite_or_none(value)
+        if step in existing:
+            updates.append({"t": trial_id, "f": step.fold, "e": step.epoch, "v": value})
         else:
-            inserts.append({"trial_id": trial_id, "epoch": epoch, "value": value})
-        existing[epoch] = value
+            inserts.append({"trial_id": trial_id, "fold": step.fold, "epoch": step.epoch,
+                            "value": value})
+        existing[step] = value
     return existing
 
 
@@ -222,14 +228,14 @@ def _fold_rows(trial_id, fold_values, fold_metrics) -> list[dict]:
 
 
 def _children_of(conn, ids: list) -> dict:
-    """{trial id: ({name: param}, {epoch: value}, whether folds exist)} from one SELECT."""
+    """{trial id: ({name: param}, {Step: value}, whether folds exist)} from one SELECT."""
     out: dict = {}
-    for tid, part, order, name, kind, text, num in conn.execute(CHILDREN_OF, {"ids": ids}):
+    for tid, part, sub, order, name, kind, text, num in conn.execute(CHILDREN_OF, {"ids": ids}):
         params, epochs, had_folds = out.setdefault(tid, ({}, {}, False))
         if part == PARAM:
             params[name] = decode_value(kind, text)
         elif part == EPOCH:
-            epochs[order] = num
+            epochs[Step(sub, order)] = num
         else:
             out[tid] = (params, epochs, True)
     return out

@@ -93,6 +93,9 @@ class JobModel(Base):
     host: Mapped[str] = mapped_column(String(NAME_LEN))
     pid: Mapped[int] = mapped_column(Integer)
     launcher: Mapped[str | None] = mapped_column(String(NAME_LEN))    # "slurm 4242_3"
+    # what goes before `mpiopt resume` to start the same layout: "mpiexec -n 9 " ("": one
+    # process; NULL: a job of an older mpiopt, which did not say); migration 0010
+    launch: Mapped[str | None] = mapped_column(String(NAME_LEN))
     groups: Mapped[int | None] = mapped_column(Integer)
     started_at: Mapped[datetime] = mapped_column(UTCDateTime())
     beat_at: Mapped[datetime] = mapped_column(UTCDateTime())
@@ -149,7 +152,7 @@ class TrialModel(Base):
         cascade="all, delete-orphan", passive_deletes=True, order_by="TrialFoldModel.fold")
     intermediate: Mapped[list["TrialIntermediateModel"]] = relationship(
         cascade="all, delete-orphan", passive_deletes=True,
-        order_by="TrialIntermediateModel.epoch")
+        order_by=lambda: [TrialIntermediateModel.fold, TrialIntermediateModel.epoch])
 
 
 class TrialParamModel(Base):
@@ -178,11 +181,15 @@ class TrialFoldModel(Base):
 
 
 class TrialIntermediateModel(Base):
+    """A fold's value after one of its epochs (migration 0011: the fold and the epoch
+    within it, never one encoded step)."""
+
     __tablename__ = "trial_intermediate"
     __table_args__ = (
-        UniqueConstraint("trial_id", "epoch"),)
+        UniqueConstraint("trial_id", "fold", "epoch"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     trial_id: Mapped[int] = mapped_column(ForeignKey("trials.id", ondelete="CASCADE"), index=True)
+    fold: Mapped[int] = mapped_column(Integer, server_default="0")
     epoch: Mapped[int] = mapped_column(Integer)     # at most mpiopt.storable.EPOCH_MAX
     value: Mapped[float | None] = mapped_column(Float)

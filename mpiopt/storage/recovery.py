@@ -18,7 +18,8 @@ from mpiopt.kept import FINISH_FIELDS, group_files, lines, read_line, record
 # a record's kind -> the storage call that makes it (the fields as kept.KINDS names them)
 APPLY = {
     "finish": lambda st, f: st.finish_trial(**{k: f[k] for k in FINISH_FIELDS if k in f}),
-    "intermediate": lambda st, f: st.add_intermediate(f["trial_id"], f["epoch"], f["value"]),
+    "intermediate": lambda st, f: st.add_intermediate(f["trial_id"], f["epoch"], f["value"],
+                                                      fold=f.get("fold") or 0),
     "interrupt": lambda st, f: st.interrupt_running(f["study_id"], keep=f.get("keep") or ()),
     "study": lambda st, f: None,        # (restore_study made it, where it was missing)
 }

@@ -196,9 +196,10 @@ class Resilient(BaseStorage):
                                                                  started, **extra),
                           _finished(outcomes), finishing=True)
 
-    def add_intermediate(self, trial_id, epoch, value) -> None:
-        kept = [record("intermediate", trial_id=trial_id, epoch=epoch, value=value)]
-        return self._call(lambda: self.storage.add_intermediate(trial_id, epoch, value), kept)
+    def add_intermediate(self, trial_id, epoch, value, fold=0) -> None:
+        kept = [record("intermediate", trial_id=trial_id, epoch=epoch, value=value, fold=fold)]
+        return self._call(lambda: self.storage.add_intermediate(trial_id, epoch, value, fold=fold),
+                          kept)
 
     def interrupt_running(self, study_id, keep=()) -> int:
         kept = [record("interrupt", study_id=study_id, keep=sorted(keep))]

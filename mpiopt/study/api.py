@@ -26,7 +26,7 @@ from datetime import timedelta
 from typing import Any
 
 from mpiopt.errors import MpioptError
-from mpiopt.reporting.tables import export_rows, spread
+from mpiopt.reporting.tables import export_rows
 from mpiopt.storage import Storage, StudyRecord, open_storage
 from mpiopt.reporting.view import utc
 from mpiopt.trial import FrozenTrial, StudyDirection, TrialState, TrialStatus
@@ -41,10 +41,12 @@ class TrialView:
     """One trial as the API shows it: Optuna's names first, mpiopt's record behind them
     (any other attribute is the FrozenTrial's: status, metrics, fold_values, group, ...)."""
 
-    __slots__ = ("_trial", "_names")
+    __slots__ = ("_trial", "_names", "_params")
 
-    def __init__(self, trial: FrozenTrial, names: tuple[str, ...] = ()):
-        self._trial, self._names = trial, names
+    def __init__(self, trial: FrozenTrial, names: tuple[str, ...] = (), params: dict = None):
+        """`params`: {name: mpiopt.reporting.view.Param} of the study's space (the
+        distributions' source; without it they are inferred from the trial alone)."""
+        self._trial, self._names, self._params = trial, names, params or {}
 
     def __getattr__(self, name: str):
         return getattr(self._trial, name)
@@ -80,9 +82,35 @@ class TrialView:
         return [metrics.get(n) for n in self._names]
 
     @property
-    def intermediate_values(self) -> dict[int, float]:
-        """Per-epoch (per-step) values, as report(epoch, value) gave them."""
-        return dict(self._trial.intermediate)
+    def intermediate_values(self) -> dict:
+        """Per-epoch values: {epoch: value} as report(epoch, value) gave them, Optuna's
+        {step: value}; a trial of several folds has {(fold, epoch): value}, each fold's
+        epochs counting from 1 (one number per report would mean different points in
+        different trials)."""
+        values = self._trial.intermediate
+        if all(s.fold == 0 for s in values):
+            return {s.epoch: v for s, v in values.items()}
+        return {(s.fold, s.epoch): v for s, v in values.items()}
+
+    @property
+    def last_step(self) -> int | None:
+        """The last step the trial reported (Optuna's last_step), None before its first
+        report: an epoch, or (fold, epoch) for a study of several folds, as the keys of
+        intermediate_values."""
+        return max(self.intermediate_values, default=None)
+
+    @property
+    def distributions(self) -> dict:
+        """{name: Optuna distribution} of the trial's parameters, from the study's stored
+        space: FloatDistribution / IntDistribution (log=True for a log-uniform prior),
+        CategoricalDistribution. A conditional parameter the trial did not use is absent,
+        as in its params. Optuna's own classes (optuna.distributions), so code that reads
+        them keeps working."""
+        from mpiopt.reporting.view import params_of
+
+        known = self._params or {p.name: p for p in params_of(None, [self._trial])}
+        return {name: _distribution(known[name], value)
+                for name, value in self._trial.params.items()}
 
     @property
     def datetime_start(self):
@@ -114,6 +142,30 @@ class TrialView:
     def system_attrs(self) -> dict[str, Any]:
         return {"seed": self._trial.seed, "attempt": self._trial.attempt,
                 "group": self._trial.group, "host": self._trial.host}
+
+
+def _status_of(state) -> str:
+    """A stored status from mpiopt's TrialState or TrialStatus, Optuna's own TrialState
+    (by its name: an Optuna user's `optuna.trial.TrialState.COMPLETE`), or a word."""
+    if isinstance(state, (TrialState, TrialStatus)):
+        return state.value
+    if getattr(state, "name", None) in TrialState.__members__:
+        return TrialState[state.name].value
+    return TrialStatus(state).value
+
+
+def _distribution(param, value):
+    """The Optuna distribution of one parameter (its bounds from the space, else the
+    value itself: a parameter the stored space does not name)."""
+    from optuna import distributions as d
+
+    if param.categorical:
+        return d.CategoricalDistribution(list(param.choices))
+    low = value if param.low is None else param.low
+    high = value if param.high is None else param.high
+    if param.kind == "integer":
+        return d.IntDistribution(int(low), int(high), log=param.log)
+    return d.FloatDistribution(float(low), float(high), log=param.log)
 
 
 class BestTrials(list):
@@ -197,8 +249,7 @@ class Study:
         list as the first argument is the statuses, as mpiopt's first releases took it."""
         if isinstance(deepcopy, (list, tuple, set)):
             statuses, deepcopy = deepcopy, True
-        wanted = [s.value if isinstance(s, (TrialState, TrialStatus)) else TrialStatus(s).value
-                  for s in (states or statuses or ())] or None
+        wanted = [_status_of(s) for s in (states or statuses or ())] or None
         return self._view(self._storage.get_trials(self._record.id, statuses=wanted))
 
     @property
@@ -242,6 +293,16 @@ class Study:
         """The best trial's value (in the study's direction; see best_trial)."""
         return self.best_trial.value
 
+    def view(self):
+        """The study as the report, the dashboard and `mpiopt plot` see it, read now
+        (mpiopt.reporting.view.StudyView): what mpiopt.importance and mpiopt.visualization
+        measure and draw, so they agree with the page."""
+        from mpiopt.reporting.view import StudyView
+
+        record = self.record
+        return StudyView.of(record, self._storage.get_trials(record.id),
+                            jobs=self._storage.list_jobs(record.id))
+
     def best_model(self, trial: int | None = None):
         """The kept model of the best trial (or of trial number `trial`); the refit model
         when training.refit made one. A Keras model comes loaded with
@@ -260,15 +321,17 @@ class Study:
         return keras.models.load_model(path)
 
     def trials_dataframe(self, attrs: tuple[str, ...] | None = None, multi_index: bool = False):
-        """A pandas DataFrame, one row per trial, in Optuna's column names: number, value
-        (several objectives: values_<name> each), datetime_start, datetime_complete,
-        duration (a timedelta), params_<name>, user_attrs_<name> (the metrics), state
-        (Optuna's state names: COMPLETE, PRUNED, FAIL, ...); then mpiopt's own: value_std
-        (a float, NaN with fewer than two folds), seed, attempt, group, host, error,
-        device, fold_<i>. `attrs` picks columns as Optuna's does ("params" picks every
+        """A pandas DataFrame, one row per trial, with the columns `mpiopt export` writes
+        (mpiopt.reporting.tables.RECORD_FIELDS): Optuna's first (number, value, or
+        values_<name> each with several objectives, datetime_start, datetime_complete,
+        duration as a timedelta, params_<name>, user_attrs_<name> for the metrics, state
+        in Optuna's words: COMPLETE, PRUNED, FAIL, ...), then mpiopt's own (value_std, a
+        float, NaN with fewer than two folds; seed, attempt, group, host, error, device,
+        suggest_seconds, feasible under constraints, a pbt round's member, round and
+        parent, fold_<i>). `attrs` picks columns as Optuna's does ("params" picks every
         params_ column). Needs pandas (the `report` extra)."""
         pandas = _pandas()
-        frame = pandas.DataFrame(self._optuna_rows(), columns=None)
+        frame = pandas.DataFrame(self._export_rows(typed=True)[1])
         if attrs is not None:
             keep = [c for c in frame.columns if c in attrs or c.split("_")[0] in attrs
                     or (c.startswith("values_") and "values" in attrs)
@@ -281,9 +344,10 @@ class Study:
         return frame
 
     def to_dataframe(self) -> Any:
-        """mpiopt's flat rows (status, started_at, ..., params_*, metrics_*, fold_*): a
-        pandas DataFrame when pandas is installed, else a list of dicts."""
-        columns, rows = export_rows(self._storage.get_trials(self._record.id))
+        """The rows `mpiopt export` writes, under the same names as trials_dataframe()
+        (duration in seconds, times as datetimes): a pandas DataFrame when pandas is
+        installed, else a list of dicts."""
+        columns, rows = self._export_rows(typed=False)
         try:
             import pandas
         except ImportError:
@@ -292,8 +356,11 @@ class Study:
 
     # ------------------------------------------------------------------ helpers
     def _view(self, trials) -> list[TrialView]:
+        from mpiopt.reporting.view import params_of
+
         names = tuple(self._objective().names)
-        return [TrialView(t, names) for t in trials]
+        params = {p.name: p for p in params_of(self._record.space_json, trials)}
+        return [TrialView(t, names, params) for t in trials]
 
     def _objective(self):
         from mpiopt.reporting.front import Front, objective_of
@@ -306,40 +373,24 @@ class Study:
         return Front.of(self._record, self._storage.get_trials(
             self._record.id, statuses=[TrialStatus.COMPLETE.value]))
 
-    def _optuna_rows(self) -> list[dict]:
+    def _export_rows(self, typed: bool) -> tuple[list[str], list[dict]]:
+        """(columns, rows) as `mpiopt export` has them, every row with every column;
+        `typed`: duration a timedelta and value_std a float (NaN for none), as pandas
+        and Optuna's DataFrame hold them."""
         import math
 
-        names = self._objective().names
-        rows = []
-        for t in self.trials:
-            row: dict[str, Any] = {"number": t.number}
-            if len(names) > 1:
-                row.update({f"values_{n}": v for n, v in zip(names, t.values or [None] * len(names))})
-            else:
-                row["value"] = t.value
-            row.update(datetime_start=t.datetime_start, datetime_complete=t.datetime_complete,
-                       duration=t.duration)
-            row.update({f"params_{k}": v for k, v in t.params.items()})
-            row.update({f"user_attrs_{k}": v for k, v in t.metrics.items()})
-            std = spread(t.frozen)
-            row.update(state=t.state.name, value_std=math.nan if std is None else float(std),
-                       seed=t.seed, attempt=t.attempt, group=t.group, host=t.host,
-                       error=t.error, device=t.device)
-            row.update({f"fold_{i}": v for i, v in enumerate(t.fold_values)})
-            rows.append(row)
-        return _ordered(rows)
+        from mpiopt.reporting.front import Front
 
-
-def _ordered(rows: list[dict]) -> list[dict]:
-    """Every row with the union of the columns, in first-seen order within each kind (a
-    conditional space's parameter first seen late still sits with the others)."""
-    columns: dict[str, None] = {}
-    for prefix in ("number", "value", "datetime_", "duration", "params_", "user_attrs_", "state",
-                   "value_std", "seed", "attempt", "group", "host", "error", "device", "fold_"):
-        for row in rows:
-            columns.update(dict.fromkeys(k for k in row if k.startswith(prefix)
-                                         and not (prefix == "value" and k.startswith("value_std"))))
-    return [{c: row.get(c) for c in columns} for row in rows]
+        trials = self._storage.get_trials(self._record.id)
+        front = Front.of(self._record, [t for t in trials if t.status == TrialStatus.COMPLETE])
+        columns, rows = export_rows(trials, front.names, front)
+        rows = [{c: row.get(c) for c in columns} for row in rows]
+        if typed:
+            for row in rows:
+                seconds, std = row["duration"], row["value_std"]
+                row["duration"] = None if seconds is None else timedelta(seconds=seconds)
+                row["value_std"] = math.nan if std is None else float(std)
+        return columns, rows
 
 
 def _pandas():

@@ -7,15 +7,17 @@ all r ranks. (So 6 ranks with K = 3 give 3 folds of 2 ranks at once; 4 ranks wit
 run the folds in turn on 4 ranks.) Both give the same figure of merit for the same seed up
 to float rounding: the folds, their shuffles and the initial weights depend only on the seed.
 
-What is reported after each epoch (for pruning, and as the trial's learning curve):
-- concurrent folds: at epoch e = 1..epochs, the mean of the figure of merit over the folds
-  still training (a fold that stopped early drops out of the mean);
-- sequential folds: fold f's epoch e is reported as step f * epochs + e, so step numbers
-  mean the same (fold, epoch) in every trial of the study and a pruner compares like with
-  like. With K = 1 the steps are simply the epochs.
+What is reported after each epoch (for pruning, and as the trial's learning curve): each
+fold's figure of merit after each of its epochs, as (fold, epoch, value), epochs counted
+from 1 in every fold. So (fold, epoch) means the same point in every trial of the study
+(also when training.epochs is searched), and a pruner compares like with like; folds side
+by side report each fold in turn after an epoch they all trained.
 Only rank 0 of the communicator calls report; its decision is broadcast, and on "prune"
 (or a deadline, or a cancel) every rank raises at the same point, so no rank is left
-inside a collective.
+inside a collective. A prune that comes with the trial's last report is no prune: the
+trial has trained everything, and its result is a finished one. A pruned trial's value is
+its figure of merit over what it trained (each fold's best epoch so far, the mean over
+its folds): what a finished trial's value means, over fewer epochs.
 """
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from mpiopt.training import resume
+from mpiopt.trial import Step
 from mpiopt.training.kfold import group_holdout_split, group_kfold_splits, holdout_split, kfold_splits
 from mpiopt.training.stream import View, streamed, take
 from mpiopt.training.weights import Weighted, weighted
@@ -101,20 +104,23 @@ def _sequential(comm, plan, make_trainer, epochs, report, on_epoch, note):
     results, intermediate = [], {}
     for fold in range(plan.k):
         trainer = make_trainer(comm, fold)
+        last = fold == plan.k - 1
         try:
             for e, (value, _) in enumerate(trainer.history, start=1):
-                intermediate[fold * epochs + e] = value
+                intermediate[Step(fold, e)] = value
             if trainer.history:
                 value, metrics = trainer.history[-1]
-                _report(comm, report, on_epoch, fold * epochs + len(trainer.history), value, metrics)
+                _report(comm, report, on_epoch, Step(fold, len(trainer.history)), value, metrics,
+                        last and trainer.done)
             while not trainer.done:
                 value, metrics = trainer.run_epoch()
                 resume.save_if_due(comm, trainer, ran=True)
-                step = fold * epochs + trainer.epoch
+                step = Step(fold, trainer.epoch)
                 intermediate[step] = value
-                _report(comm, report, on_epoch, step, value, metrics)
+                _report(comm, report, on_epoch, step, value, metrics, last and trainer.done)
         except TrialStopped as exc:      # a pruned trial keeps the spans of what it ran
             exc.spans = [s for r in results for s in r["spans"]] + list(trainer.spans)
+            exc.value = _so_far([r["value"] for r in results], [trainer])
             raise
         results.append(trainer.result())
     resume.save_model(comm, trainer, plan.k, note)
@@ -125,7 +131,8 @@ def _concurrent(comm, plan, make_trainer, epochs, report, on_epoch, note):
     """Resumed folds may stand at different epochs (a kill between two folds' writes): a
     fold ahead takes its stored value for the epochs it already has. The loop starts at
     the last epoch every fold has, which is reported again (the job may have died
-    between its checkpoints and its report; an epoch reported twice is one row)."""
+    between its checkpoints and its report; an epoch reported twice is one row). After
+    each epoch the folds are reported in turn, each with its own value."""
     from mpiopt.errors import TrialStopped
 
     fold = comm.Get_rank() // plan.ranks_per_fold
@@ -145,16 +152,21 @@ def _concurrent(comm, plan, make_trainer, epochs, report, on_epoch, note):
                 mine = None
             resume.save_if_due(comm, trainer, ran=ran)     # collective: on every rank
             ahead = len(trainer.history) > epoch
-            entries = comm.allgather((mine, trainer.done and not ahead) if leader else None)
-            values = [e[0] for e in entries if e is not None and e[0] is not None]
-            value, metrics = _mean(values)
-            intermediate[epoch] = value
+            entries = comm.allgather((fold, mine, trainer.best_value, trainer.done and not ahead)
+                                     if leader else None)
+            entries = [e for e in entries if e is not None]
+            ended = all(e[3] for e in entries)
+            reported = [e for e in entries if e[1] is not None]
             try:
-                _report(comm, report, on_epoch, epoch, value, metrics)
+                for i, (f, (value, metrics), _, _) in enumerate(reported):
+                    intermediate[Step(f, epoch)] = value
+                    _report(comm, report, on_epoch, Step(f, epoch), value, metrics,
+                            ended and i == len(reported) - 1)
             except TrialStopped as exc:  # a pruned trial keeps its spans (this rank's fold's)
                 exc.spans = list(trainer.spans)
+                exc.value = _so_far([e[2] for e in entries], [])
                 raise
-            if all(e[1] for e in entries if e is not None):
+            if ended:
                 break
         resume.save_model(comm, trainer, plan.k, note)
         results = comm.allgather(trainer.result() if leader else None)
@@ -163,22 +175,26 @@ def _concurrent(comm, plan, make_trainer, epochs, report, on_epoch, note):
         sub.Free()
 
 
+def _so_far(finished: list, running: list) -> float | None:
+    """A trial's figure of merit over what it trained: the mean of its folds' best values
+    so far (a fold with no epoch yet has none)."""
+    values = [float(v) for v in finished] + [t.best_value for t in running if t.history]
+    values = [v for v in values if v is not None and not np.isnan(v)]
+    return float(np.mean(values)) if values else None
+
+
 def _min():
     from mpi4py import MPI
 
     return MPI.MIN
 
 
-def _mean(entries) -> tuple[float, dict]:
-    value = float(np.mean([v for v, _ in entries]))
-    keys = set.intersection(*(set(m) for _, m in entries))
-    return value, {k: float(np.mean([m[k] for _, m in entries])) for k in sorted(keys)}
-
-
-def _report(comm, report, on_epoch, step: int, value: float, metrics: dict) -> None:
+def _report(comm, report, on_epoch, step: Step, value: float, metrics: dict,
+            last: bool = False) -> None:
     """Rank 0 logs and asks report(); everyone learns the answer together, so a prune, a
     deadline or a cancel raises on every rank at the same point (none is left waiting
-    inside a collective). report() answers True, False (prune) or a TrialStopped."""
+    inside a collective). report() answers True, False (prune) or a TrialStopped.
+    `last`: the trial's last report, after which nothing is left to save by a prune."""
     from mpiopt.errors import Pruned, answer_from_word, answer_word
 
     answer = True
@@ -186,11 +202,11 @@ def _report(comm, report, on_epoch, step: int, value: float, metrics: dict) -> N
         if on_epoch is not None:
             on_epoch(step, value, metrics)
         if report is not None:
-            answer = answer_word(report(step, value))
-    answer = answer_from_word(comm.bcast(answer, root=0), step, value)
-    if answer is False:
-        raise Pruned(step, value)
-    if answer is not True:
+            answer = answer_word(report(step.epoch, value, fold=step.fold))
+    answer = answer_from_word(comm.bcast(answer, root=0), step.epoch, value)
+    if answer is False and not last:
+        raise Pruned(step.epoch, value, fold=step.fold)
+    if answer is not True and answer is not False:
         raise answer
 
 

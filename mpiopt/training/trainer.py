@@ -2,8 +2,8 @@
 
 run_training is the entry point used by the group ranks (through mpiopt.objective.evaluate) and by
 `mpiopt train`. It knows nothing of the coordinator or the database: it gets a
-communicator, the spec, the parameters and a seed, and calls report(epoch, value) on the
-communicator's rank 0 after each epoch.
+communicator, the spec, the parameters and a seed, and calls report(epoch, value, fold=f)
+on the communicator's rank 0 after each epoch of each fold (mpiopt.training.folds).
 
 The figure of merit of a fold is the best value of objective.metric over its epochs (the
 epoch early stopping would keep); the trial's value is the mean over the folds, value_std
@@ -44,9 +44,9 @@ def run_training(spec, params: dict, comm, seed: int, report=None, on_epoch=None
     """Train and evaluate params; the same result dict on every rank of comm.
 
     Returns {value, value_std, fold_values, metrics, epochs, intermediate, timing,
-    framework}.
-    report(epoch, value) -> False prunes: every rank raises training.Pruned together.
-    on_epoch(epoch, value, metrics) is called on rank 0 for logging (mpiopt train).
+    framework}, the intermediate values keyed by Step(fold, epoch).
+    report(epoch, value, fold=f) -> False prunes: every rank raises training.Pruned together.
+    on_epoch(step, value, metrics) is called on rank 0 for logging (mpiopt train).
     artifacts (mpiopt.artifacts.TrialArtifacts): each fold continues from its checkpoint
     and writes one every `every` epochs; the final model is saved where it says.
     A model that fails to build, or data that fail to load, raise on every rank.

@@ -34,6 +34,7 @@ class Running:
     group: int
     started: float
     refit: bool = False          # training.refit's run: no trial row, no searcher
+    pruned: str | None = None    # the pruner's reason, once it said stop
 
 
 class Dispatching:
@@ -222,6 +223,9 @@ class Dispatching:
             self.untried.claim(params)       # (a re-run or a queued set: not suggested here)
         run = Running(rec.id, rec.number, params, group, self.clock())
         (self.ahead.trials if ahead else self.running)[group] = run
+        # its curve so far: what a trial continued from its checkpoint reported before
+        # (a fold's best so far, the folds it finished); none for a new attempt
+        self.outcomes.curve(rec)
         if not ahead:
             self.ahead.wanting[group] = None
             self.forecast.began(group, run.trial_id, run.started)

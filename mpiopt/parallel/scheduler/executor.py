@@ -79,9 +79,9 @@ class Executor:
             self.progress.trial_started(i.trial.number, i.group)
 
     def _intermediate(self, i: ins.AddIntermediate):
-        self.storage.add_intermediate(i.trial_id, i.epoch, i.value)
+        self.storage.add_intermediate(i.trial_id, i.epoch, i.value, fold=i.fold)
         if self.progress is not None:
-            self.progress.epoch(i.number, i.epoch, i.value)
+            self.progress.epoch(i.number, i.epoch, i.value, fold=i.fold)
 
     def _hold(self, i: ins.Hold):
         held = self.holding(list(i.outcomes)) if self.holding else nullcontext()

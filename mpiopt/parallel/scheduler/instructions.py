@@ -121,11 +121,12 @@ class WriteResultsAndCreate:
 
 @dataclass(frozen=True)
 class AddIntermediate:
-    """A per-epoch value (trial `number`, for the status line)."""
+    """A fold's value after an epoch (trial `number`, for the status line)."""
     trial_id: int
     epoch: int
     value: float
     number: int
+    fold: int = 0
 
 
 @dataclass(frozen=True)

@@ -47,8 +47,9 @@ class Scheduler(Dispatching, SharingJobs, Teaching):
                  stuck_grace: float = 60.0, objective=None,
                  warm: list[tuple[dict, float]] = (), refit_wanted: bool = False,
                  checkpoints: bool = False, send_first: bool = False,
-                 ask_ahead: bool = False, shared=None):
+                 ask_ahead: bool = False, shared=None, folds: int = 1):
         self.study_id, self.searcher, self.seed, self.pruner = study_id, searcher, seed, pruner
+        self.folds = folds           # a trial's folds: whether a prune's reason names them
         self.clock = clock
         self.limits = Budget(budget, clock, time_limit, grace)
         self.outcomes = Outcomes(direction, target, max_initial_failures, objective,
@@ -114,10 +115,11 @@ class Scheduler(Dispatching, SharingJobs, Teaching):
         words on settled trials), without acting on them: kept during an outage."""
         due = []
         for group, result in batch:
-            ids = {r.trial_id for r in (self.running.get(group), self.ahead.trials.get(group))
-                   if r is not None and not r.refit}
-            if result.trial_id in ids and TrialStatus(result.status) is not TrialStatus.INTERRUPTED:
-                due.append(result.record())
+            runs = {r.trial_id: r for r in (self.running.get(group), self.ahead.trials.get(group))
+                    if r is not None and not r.refit}
+            run = runs.get(result.trial_id)
+            if run is not None and TrialStatus(result.status) is not TrialStatus.INTERRUPTED:
+                due.append(_record(run, result))
         return due
 
     def _restore(self, existing, warm=()) -> None:
@@ -227,11 +229,12 @@ class Scheduler(Dispatching, SharingJobs, Teaching):
                 yield from self._cancelled(group, run, result, freed)
                 continue
             self.forecast.ended(self.clock() - run.started)
+            record = _record(run, result)
             done.append(FrozenTrial(
                 id=run.trial_id, study_id=self.study_id, number=run.number, status=status,
                 params=run.params, value=result.value, group=group, duration=result.duration,
-                error=result.error, metrics=dict(result.metrics)))
-            outcomes.append(result.record())
+                error=record["error"], metrics=dict(result.metrics), spans=list(result.spans)))
+            outcomes.append(record)
         return done, outcomes, begun, freed
 
     def _cancelled(self, group: int, run: Running, result: Result, freed: dict):
@@ -375,13 +378,16 @@ class Scheduler(Dispatching, SharingJobs, Teaching):
             verdict = Verdict.CANCEL if self.stop_reason == "interrupted" else Verdict.CONTINUE
             yield ins.Answer(group, Decision(report.trial_id, verdict))
             return
-        yield ins.AddIntermediate(run.trial_id, report.epoch, report.value, run.number)
+        yield ins.AddIntermediate(run.trial_id, report.epoch, report.value, run.number,
+                                  report.fold)
         value = self.sign * report.value
         prune = False
         if self.pruner is not None and is_number(value):
-            others = {n: h for n, h in self.history.items() if n != run.number}
-            prune = bool(self.pruner.should_prune(run.number, report.epoch, value, others))
-        self.history.setdefault(run.number, {})[report.epoch] = value
+            judgement = self.pruner.judge(run.number, report.step, value, self.history)
+            prune = judgement.prune
+            if prune:
+                run.pruned = judgement.text(self.sign, self.folds)
+        self.history.setdefault(run.number, {})[report.step] = value
         verdict = Verdict.PRUNE if prune else Verdict.CONTINUE
         if self.stop_reason == "interrupted":
             verdict = Verdict.CANCEL
@@ -493,3 +499,12 @@ class Scheduler(Dispatching, SharingJobs, Teaching):
 
     def withdraw_ahead(self):
         yield from self.ahead.withdraw()
+
+
+def _record(run: Running, result: Result) -> dict:
+    """The result's record; a trial the pruner stopped keeps why (where, and against what)
+    as its error text, as an INTERRUPTED one keeps what stopped it."""
+    record = result.record()
+    if TrialStatus(result.status) is TrialStatus.PRUNED and run.pruned and not record["error"]:
+        record["error"] = run.pruned
+    return record

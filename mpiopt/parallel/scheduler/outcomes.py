@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 
 from mpiopt.objective.metrics import FrontTracker
-from mpiopt.trial import Direction, FrozenTrial, TrialStatus
+from mpiopt.trial import Direction, FrozenTrial, Step, TrialStatus
 
 
 class Outcomes:
@@ -20,7 +20,7 @@ class Outcomes:
         # several objectives or constraints: tells vectors, keeps the Pareto front
         self.front = (FrontTracker(objective) if objective is not None and objective.vector
                       else None)
-        self.history: dict[int, dict[int, float]] = {}   # number -> epoch -> signed value
+        self.history: dict[int, dict[Step, float]] = {}  # number -> step -> signed value
         self.counts = {s: 0 for s in TrialStatus}
         self.finished = 0            # trials that count toward the budget
         self.best: FrozenTrial | None = None
@@ -36,12 +36,20 @@ class Outcomes:
         """A finished trial on record (a resume): counted; returns what the searcher is
         told of it (None: forgotten)."""
         self.count(trial.status)
-        if trial.intermediate:
-            self.history[trial.number] = {e: self.sign * v for e, v in trial.intermediate.items()}
+        self.curve(trial)
         if not usable(trial):
             return None
         self.consider_best(trial)
         return self.told_value(trial)
+
+    def curve(self, trial: FrozenTrial) -> None:
+        """The pruner's view of the trial's curve: the values it has on record (a new
+        attempt of a trial starts afresh)."""
+        if trial.intermediate:
+            self.history[trial.number] = {s: self.sign * v for s, v in trial.intermediate.items()
+                                          if v is not None}
+        else:
+            self.history.pop(trial.number, None)
 
     def after_restore(self) -> None:
         self.any_success = self.counts[TrialStatus.COMPLETE] + self.counts[TrialStatus.PRUNED] > 0

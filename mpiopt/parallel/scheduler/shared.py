@@ -13,10 +13,11 @@ The database is where jobs meet; no job talks to another. So:
   can both pick a corner of the space within one read).
 - **One search.** Every POLL_S the job reads what changed (Storage.changes): finished
   trials of other jobs are told to its searcher (and their per-epoch values go to the
-  pruner's history, so pruning compares with every job's trials at the same step); their
-  running trials are held pending (hold), so suggestions keep away from them; a result
-  that reaches the target stops this job too. Jobs draw from different streams (the run
-  seeds each job's searcher with its job id), so they do not suggest the same points.
+  pruner's history, so pruning compares with every job's trials at the same fold and
+  epoch); their running trials are held pending (hold), so suggestions keep away from
+  them; a result that reaches the target stops this job too. Jobs draw from different
+  streams (the run seeds each job's searcher with its job id), so they do not suggest the
+  same points.
 - **A lost job costs its running trials.** Trials a lost or stopped job left INTERRUPTED
   are claimed by whichever live job restarts them first (RestartTrial answers TrialTaken
   to the others); stale jobs are found by the run's lease thread (Storage.take_orphans).
