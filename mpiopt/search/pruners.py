@@ -144,22 +144,19 @@ class ASHAPruner(Pruner):
 
     At a rung, the trial continues only if its figure so far is among the best
     1/reduction_factor of the figures of every trial that reported the same fold and
-    epoch (its own included), and only once `min_trials` other trials have reported there,
-    as the median pruner (and Optuna's successive halving's `bootstrap_count`): a top
-    third of two or three early epochs is chance, and there the trials that the study
-    would have kept were stopped. Between rungs nothing is pruned, so a decision never
-    waits for other trials (asynchronous). A fold's epochs before min_epoch are its warm-up (see the
+    epoch (its own included); with fewer than reduction_factor of them the top slot is the
+    best one, so the first trial there always continues and a later one must beat
+    everything seen there. Between rungs nothing is pruned, so a decision never waits for
+    other trials (asynchronous). A fold's epochs before min_epoch are its warm-up (see the
     module docstring). Rungs count epochs trained, not a fold's epochs: the folds of a
     trial are repeated measurements of one setting, so halving at every fold's own rungs
     would halve the same trials again in each fold.
     """
 
-    def __init__(self, reduction_factor: int = 3, min_epoch: int = 1, side_by_side: bool = False,
-                 min_trials: int = 5):
+    def __init__(self, reduction_factor: int = 3, min_epoch: int = 1, side_by_side: bool = False):
         if int(reduction_factor) < 2:
             raise ValueError("reduction_factor must be at least 2")
         self.rf = int(reduction_factor)
-        self.min_trials = max(1, int(min_trials))
         self.min_epoch = max(1, int(min_epoch))
         self.warmup = self.min_epoch - 1
         self.side_by_side = bool(side_by_side)
@@ -181,8 +178,6 @@ class ASHAPruner(Pruner):
         if mine is None:
             return Judgement(False, step)
         theirs = self._figures_at(step, others)
-        if len(theirs) < self.min_trials:
-            return Judgement(False, step, mine, others=len(theirs))
         values = sorted(theirs + [mine])
         cut = values[max(1, len(values) // self.rf) - 1]
         return Judgement(mine > cut, step, mine, cut, len(theirs), "asha", self.rf)
@@ -209,6 +204,5 @@ def make_pruner(spec, side_by_side: bool = False) -> Pruner | None:
     if kind == "median":
         return MedianPruner(get("warmup_epochs", 1), get("min_trials", 5), side_by_side)
     if kind == "asha":
-        return ASHAPruner(get("reduction_factor", 3), get("min_epoch", 1), side_by_side,
-                          get("min_trials", 5))
+        return ASHAPruner(get("reduction_factor", 3), get("min_epoch", 1), side_by_side)
     raise ValueError(f"unknown pruner {kind!r}: expected median or asha")

@@ -55,13 +55,13 @@ PRUNING = Fields(
     Field("pruner", "median", "text", "`median`: stop a trial whose figure so far (the mean "
           "of its folds' best epochs so far) is worse than the median of the other trials' at "
           "the same fold and epoch (uses `warmup_epochs`, `min_trials`); `asha`: asynchronous "
-          "successive halving (uses `reduction_factor`, `min_epoch`, `min_trials`).",
+          "successive halving (uses `reduction_factor`, `min_epoch`).",
           choices=("median", "asha")),
     Field("warmup_epochs", 1, "integer", "`median`: each fold's first this many epochs (a new "
           "model) never prune a trial by themselves; in a later fold it is judged on its "
           "finished folds then.", low=0),
-    Field("min_trials", 5, "integer", "`median` and `asha`: other trials that must have "
-          "reported a fold's epoch before a trial is compared there.", low=1),
+    Field("min_trials", 5, "integer", "`median`: other trials that must have reported a fold's "
+          "epoch before a trial is compared there.", low=1),
     Field("reduction_factor", 3, "integer", "`asha`: rungs at `min_epoch * reduction_factor**k` "
           "epochs trained (over the folds one after another); at a rung a trial goes on only if "
           "among the best 1/`reduction_factor` at the same fold and epoch.", low=2),
