@@ -5,8 +5,8 @@ as the package mpiopt._alembic (see setup.cfg). No alembic.ini is needed.
 
 Alembic itself is imported only to migrate or to name the revisions a database may hold:
 every command opens a database, nearly always one already at head, and importing alembic
-costs a third of a second of each command's start. The head and the database's revision
-are read without it (the scripts are numbered and linear: revision "NNNN" lives in
+is a large part of a query command's start. The head and the database's revision are
+read without it (the scripts are numbered and linear: revision "NNNN" lives in
 versions/NNNN_*.py, which tests/test_migrations.py holds them to).
 """
 from __future__ import annotations
