@@ -694,14 +694,6 @@ def test_a_part_failing_after_the_last_collective_fails_the_trial_and_the_study_
     assert kinds == {0, 1, 2}, "every kind of trial ran"
 
 
-# A known defect, open: a group of two ranks running a function that takes `comm` and
-# `report`, its trials past trial_timeout, ends the job in about half the runs on an idle
-# 2-core machine (at bee3244 too): either the group's ranks are taken as not stopping
-# ("did not stop within 5s", MPI_Abort) or, after `study complete`, MPICH reports one rank
-# killed with signal 9. Reproduce with this case's spec under `mpiexec -n 5`. Marked so
-# that the suite reports it without failing; the closing note of the stop names it.
-@pytest.mark.xfail(strict=False, reason="known defect: a group timing out at reports "
-                   "sometimes ends the job (did not stop / rank killed at exit)")
 def test_a_deadline_heard_at_a_report_stops_every_rank_of_the_group(tmp_path):
     """A function taking `comm` and `report`: every rank's report() returns the leader's
     answer, so a trial past its deadline stops on every rank at the same step and the

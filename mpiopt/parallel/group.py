@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import socket
 import time
+from dataclasses import replace
 
 from mpiopt.errors import TrialCancelled, TrialTimeout, answer_from_word, answer_word
 from mpiopt.durations import format_duration
@@ -60,21 +61,21 @@ def _serve(world, comm, objective, keeper=None) -> None:
         if not leader:
             if objective.uses_group:
                 answers = LeaderAnswers(comm, trial) if hears else None
-                result = objective.evaluate(trial, work, answers)
+                result = objective.evaluate(_deadline_at_reports(trial) if hears else trial,
+                                            work, answers)
                 if together:
                     finish_together(world, comm, trial, result)
                 if answers:
                     answers.drain()
             continue
         reporter = Reporter(world, trial, cancelled, members=comm if hears else None)
-        result = objective.evaluate(trial, work, reporter, should_cancel=reporter.cancelled)
+        result = objective.evaluate(_deadline_at_reports(trial) if hears else trial, work,
+                                    reporter, should_cancel=reporter.cancelled)
         if hears:
             reporter.tell_members(END)
         if together:
             result = finish_together(world, comm, trial, result)
         if result.status.value == "PRUNED" and result.value is None:
-            from dataclasses import replace
-
             result = replace(result, value=reporter.last)
         if keeper is not None:
             keeper.keep(result)
@@ -186,6 +187,16 @@ class LeaderAnswers:
         the leader's part ended, so it comes), so none is taken for the next trial's."""
         while self._next() is not END:
             pass
+
+
+def _deadline_at_reports(trial: Trial) -> Trial:
+    """The trial as a group that hears the leader's answers runs it: without the
+    objective's own SIGALRM at the deadline, which the leader's Reporter applies at a
+    report instead. A signal raises on each rank at its own moment (one rank in a sleep,
+    another inside a collective that then waits for ever for it); an answer at a report
+    stops every rank at the same step. A function that does not report within the
+    coordinator's grace ends the job, as any trial that ignores its deadline."""
+    return replace(trial, timeout=None)
 
 
 def _take_cancels(world, cancelled: set[int]) -> None:
