@@ -704,3 +704,26 @@ def test_every_algorithm_works_at_the_edges_of_the_ranges_a_space_takes(algorith
             searcher.tell_trial(number, params, objective(params))
         else:
             searcher.tell(params, objective(params))
+
+
+@pytest.mark.parametrize("kind", ["RF", "ET"])
+def test_the_forest_spread_is_skopts_own(kind):
+    """The tree surrogates' mean and spread from one apply of the forest equal skopt's
+    predict(return_std=True) (law of total variance over the trees)."""
+    import skopt.space
+    from skopt.utils import cook_estimator
+
+    from mpiopt.search._skopt import _ForestSpread
+
+    rng = np.random.default_rng(0)
+    X = rng.random((40, 3))
+    y = np.sin(X @ np.array([3.0, 1.0, 2.0])) + rng.normal(0.0, 0.1, 40)
+    model = cook_estimator(kind, space=skopt.space.Space([(0.0, 1.0)] * 3), random_state=3)
+    model.set_params(n_jobs=1, min_variance=0.01)
+    model.fit(X, y)
+    rows = rng.random((300, 3))
+    mu, std = _ForestSpread(model).predict(rows, return_std=True)
+    want_mu, want_std = model.predict(rows, return_std=True)
+    np.testing.assert_allclose(mu, want_mu, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(std, want_std, rtol=1e-10, atol=1e-12)
+    assert std.min() >= 0.1 - 1e-12, "each tree's variance is at least min_variance"
