@@ -8,12 +8,22 @@ The features are either read into memory on every rank, or streamed: left in the
 files and read by sample (mpiopt.training.stream), memory-mapped where the format allows
 so that the ranks of a node share one copy in the page cache.
 
-`data.in_memory: auto` (the default) keeps the features in memory while the data's bytes
-are at most MEMORY_SHARE of the memory one rank may use: the node's memory (or its cgroup's
-limit) divided by the ranks on the node, and no more than the rank's RLIMIT_AS/RLIMIT_DATA.
-(The in-memory path holds the data and a fold's copy of it, so a quarter leaves room for
-the model.) `true` and `false` force either path. Both give the same splits and, with
-`shuffle: exact`, the same batches, so the same trial values.
+In memory, a rank holds the data once: the files are read straight into one array (each
+file's samples into their place, a block at a time: no per-file arrays concatenated, which
+would hold the data twice at the load's peak), and a fold's training and validation sets
+are views of it (stream.View: index arrays, the samples gathered batch by batch), not
+copies. So the ranks of a node hold (ranks on the node) x (the data's bytes), and
+`data.in_memory: auto` (the default) keeps the features in memory while that is at most
+MEMORY_SHARE of the node's memory (or its cgroup's limit), and no more than a rank's
+RLIMIT_AS/RLIMIT_DATA; past it they stream. The rest of the node is for the ranks'
+runtimes, models and batches, and for whatever else runs there. `true` and `false` force
+either path. Both give the same splits and the same batches, so the same trial values.
+
+The ranks of a node do not share one in-memory copy (an MPI shared-memory window): they
+load the data at different times (each group at its first trial, the coordinator never),
+so a window allocated collectively over the node's ranks would wait on ranks busy with
+other work. Data that outgrow the rule stream instead, and formats that can be
+memory-mapped then hold one copy per node in the page cache.
 
 What the events hold is read the same way in either path: the selection keeps a file's
 passing entries as it is opened (mpiopt.training.opening), so splits and shuffles run over
@@ -82,7 +92,7 @@ _cache: dict = {}       # data section -> (Dataset, the files it was read from)
 _opened: dict = {}      # (kind, path, Reading) -> Source, per process
 _seen: dict = {}        # file -> (size, mtime_ns) when this process first saw it
 KINDS = ("npz", "npy", "hdf5", "root")
-MEMORY_SHARE = 0.25
+MEMORY_SHARE = 0.25     # of a node's memory, for its ranks' in-memory copies of the data
 
 
 def load_data(data, base_dir=None) -> Dataset:
@@ -265,8 +275,31 @@ def _features(sources, stream: bool):
                                 f"streaming reads samples in place: save with np.savez or as "
                                 f".npy, or set data.in_memory: true")
         return FileArray(sources)
-    parts = [s.read(0, s.n) for s in sources]
-    return parts[0] if len(parts) == 1 else np.concatenate(parts)
+    return read_whole(sources)
+
+
+def read_whole(sources) -> np.ndarray:
+    """The features of every file in one array, each file read into its place (module
+    docstring): a block at a time where the file is read by block, in one copy where it
+    is memory-mapped, whole where it can only be read whole (np.savez_compressed). One
+    memory-mapped file is the mapping itself: its pages, shared by the node's ranks."""
+    from mpiopt.training.stream import BLOCK
+
+    if len(sources) == 1 and sources[0].mapped is not None:
+        return sources[0].read(0, sources[0].n)
+    total = sum(s.n for s in sources)
+    out = np.empty((total,) + tuple(sources[0].sample_shape),
+                   np.result_type(*(s.dtype for s in sources)))
+    at = 0
+    for s in sources:
+        if s.mapped is not None:
+            out[at:at + s.n] = s.mapped
+        else:
+            edges = s.blocks(BLOCK) if s.bounds is not None else (0, s.n)
+            for lo, hi in zip(edges[:-1], edges[1:]):
+                out[at + lo:at + hi] = s.read(int(lo), int(hi))
+        at += s.n
+    return out
 
 
 def _labels(sources) -> np.ndarray:

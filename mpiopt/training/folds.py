@@ -29,7 +29,7 @@ import numpy as np
 from mpiopt.training import resume
 from mpiopt.trial import Step
 from mpiopt.training.kfold import group_holdout_split, group_kfold_splits, holdout_split, kfold_splits
-from mpiopt.training.stream import View, streamed, take
+from mpiopt.training.stream import take
 from mpiopt.training.weights import Weighted, weighted
 
 
@@ -46,12 +46,11 @@ class Splits:
         if self.pairs is None:
             return data.x, data.targets, data.x_val, weighted(data.y_val, data.w_val)
         train, val = self.pairs[fold]
-        # streamed: the labels stay where they are too, read with each batch
-        part = View if streamed(data.x) else take
+        # Views, in memory too: a fold's samples are gathered batch by batch, not copied
 
         def targets(idx):
-            y = part(data.y, idx)
-            return y if data.w is None else Weighted(y, part(data.w, idx))
+            y = take(data.y, idx)
+            return y if data.w is None else Weighted(y, take(data.w, idx))
 
         return take(data.x, train), targets(train), take(data.x, val), targets(val)
 

@@ -131,8 +131,9 @@ def _check_finite(out: np.ndarray, idx: np.ndarray, array: FileArray) -> None:
 
 
 class View:
-    """Samples `indices` of a FileArray (or of another View, or of an array in memory:
-    a fold's labels when its features stream), read on demand."""
+    """Samples `indices` of a FileArray, of another View, or of an array in memory (a
+    fold's features or labels: gathered batch by batch, never copied whole), read on
+    demand."""
 
     def __init__(self, base, indices):
         if isinstance(base, View):
@@ -154,13 +155,12 @@ class View:
 
 
 def take(x, idx):
-    """x[idx] for arrays in memory; a View (nothing read yet) for streamed features; for
-    the holders of several arrays (named inputs, weighted labels), their own subset."""
+    """x's samples idx as a View, nothing read or copied yet (a fold of data in memory
+    is index arrays over the one copy: data's module docstring); for the holders of
+    several arrays (named inputs, weighted labels), their own subset."""
     if hasattr(x, "subset"):
         return x.subset(idx)
-    if isinstance(x, (FileArray, View)):
-        return View(x, idx)
-    return x[idx]
+    return View(x, idx)
 
 
 def rows(batch) -> int:
@@ -178,7 +178,8 @@ def file_numbers(sources) -> np.ndarray:
 
 def streamed(x) -> bool:
     """Whether x is read from its files (features, or named inputs that hold such)."""
-    return isinstance(x, (FileArray, View)) or bool(getattr(x, "streams", False))
+    return (isinstance(x, FileArray) or (isinstance(x, View) and isinstance(x.base, FileArray))
+            or bool(getattr(x, "streams", False)))
 
 
 def window_order(n: int, seed: int, epoch: int, window: int) -> np.ndarray:

@@ -1,0 +1,50 @@
+"""Data in memory without waste: the files read straight into one array, a fold a view
+of it."""
+from __future__ import annotations
+
+import sys
+import tracemalloc
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mpiopt.spec import DataSpec, TrainingSpec
+from mpiopt.training import data as D
+from mpiopt.training import stream as S
+from mpiopt.training.folds import make_splits
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from test_data_stream import arrays, write_parts  # noqa: E402
+
+pytest.importorskip("h5py")
+
+
+@pytest.mark.parametrize("kind,compressed", [("hdf5", True), ("npy", False)])
+def test_files_are_read_into_one_array_without_a_concatenated_copy(tmp_path, kind, compressed):
+    parts = [arrays(400, s, shape=(32, 32)) for s in range(4)]      # 4 x 1.6 MB of features
+    files = write_parts(tmp_path, kind, parts, compressed)
+    tracemalloc.start()
+    try:
+        data = D.load_data(DataSpec(**files, in_memory=True))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert np.array_equal(data.x, np.concatenate([p[0] for p in parts]))
+    # the one array, one block being read and the labels; a concatenation would be twice
+    assert peak < 1.3 * data.x.nbytes, (peak, data.x.nbytes)
+
+
+def test_a_fold_in_memory_is_a_view_of_the_one_copy(tmp_path):
+    parts = [arrays(n, s) for s, n in enumerate((50, 70, 30))]
+    data = D.load_data(DataSpec(**write_parts(tmp_path, "hdf5", parts), in_memory=True))
+    splits = make_splits(data, TrainingSpec(kfold=3), 5)
+    for fold in range(3):
+        train, val = splits.pairs[fold]
+        x, y, xv, yv = splits.arrays(data, fold)
+        for view, idx in ((x, train), (xv, val)):
+            assert isinstance(view, S.View) and view.base is data.x
+            assert not S.streamed(view)          # gathered by the training thread itself
+            assert np.array_equal(view[3:9], data.x[idx[3:9]])
+        assert y.base is data.y and np.array_equal(yv[:], data.y[val])
