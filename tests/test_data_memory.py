@@ -1,5 +1,6 @@
-"""Data in memory without waste: the files read straight into one array, a fold a view
-of it."""
+"""Data in memory without waste, and the shuffle `auto` picks: the files read straight
+into one array, a fold a view of it, and a window shuffle for chunked or compressed files
+(the same in memory as streamed), said in one line."""
 from __future__ import annotations
 
 import sys
@@ -48,3 +49,19 @@ def test_a_fold_in_memory_is_a_view_of_the_one_copy(tmp_path):
             assert not S.streamed(view)          # gathered by the training thread itself
             assert np.array_equal(view[3:9], data.x[idx[3:9]])
         assert y.base is data.y and np.array_equal(yv[:], data.y[val])
+
+
+@pytest.mark.parametrize("in_memory", [True, False])
+def test_shuffle_auto_windows_chunked_files_in_memory_and_streamed_and_says_so(tmp_path,
+                                                                               in_memory):
+    parts = [arrays(n, s) for s, n in enumerate((50, 70))]
+    chunked = write_parts(tmp_path / "gz", "hdf5", parts, compressed=True)
+    plain = write_parts(tmp_path / "plain", "hdf5", parts)
+    auto = DataSpec(**chunked, in_memory=in_memory, shuffle_window=32)
+    assert D.load_data(auto).window == 32
+    assert D.load_data(DataSpec(**chunked, in_memory=in_memory, shuffle="exact")).window is None
+    assert D.load_data(DataSpec(**plain, in_memory=in_memory)).window is None
+    assert D.load_data(DataSpec(**plain, in_memory=in_memory, shuffle="window")).window == 65536
+    line, = D.describe(auto)
+    assert line.startswith("data: shuffle: window of 32 samples (auto: ") and "exact" in line
+    assert D.describe(DataSpec(**plain, in_memory=in_memory)) == []

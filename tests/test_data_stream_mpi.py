@@ -20,21 +20,30 @@ from test_training import MODEL_SOURCE  # noqa: E402
 pytest.importorskip("tensorflow")
 
 
-def write_study(tmp_path: Path, name: str, data: dict, kfold: int = 3) -> Path:
-    """240 samples in 4 .npy directories; 3 ranks: the coordinator and one group of 2, so
-    every batch is cut in two shards."""
+def write_study(tmp_path: Path, name: str, data: dict, kfold: int = 3,
+                chunked: bool = False) -> Path:
+    """240 samples in 4 .npy directories (chunked: 4 gzip HDF5 files); 3 ranks: the
+    coordinator and one group of 2, so every batch is cut in two shards."""
     rng = np.random.default_rng(0)
     x = rng.normal(size=(240, 6)).astype("float32")
     y = np.digitize(x[:, 0] + 0.5 * x[:, 1], [-0.5, 0.5]).astype("int64")
     for i in range(4):
         part = tmp_path / "parts" / f"p{i}"
         part.mkdir(parents=True, exist_ok=True)
+        if chunked:
+            import h5py
+
+            with h5py.File(part.with_suffix(".h5"), "w") as h5:
+                h5.create_dataset("features", data=x[i * 60:(i + 1) * 60], chunks=(8, 6),
+                                  compression="gzip")
+                h5["labels"] = y[i * 60:(i + 1) * 60]
         np.save(part / "features.npy", x[i * 60:(i + 1) * 60])
         np.save(part / "labels.npy", y[i * 60:(i + 1) * 60])
     (tmp_path / "tiny.py").write_text(MODEL_SOURCE)
+    files = {"hdf5": "parts/p*.h5"} if chunked else {"npy": "parts/p*"}
     spec = {
         "study": {"name": name},
-        "objective": {"model": "tiny.py:build", "data": {"npy": "parts/p*", **data},
+        "objective": {"model": "tiny.py:build", "data": {**files, **data},
                       "metric": "val_accuracy", "direction": "maximize"},
         "search_space": {"width": {"type": "integer", "low": 2, "high": 16},
                          "lr": {"type": "real", "low": 1e-3, "high": 0.1, "prior": "log-uniform"}},
@@ -59,6 +68,25 @@ def test_streamed_kfold_gives_the_in_memory_trial_values(tmp_path):
         name = f"mem{int(mode)}"
         proc, url = search(tmp_path, write_study(tmp_path, name, {"in_memory": mode}), name)
         assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+        _, trials = trials_of(url, name)
+        values[mode] = [(t.params, t.fold_values) for t in sorted(trials, key=lambda t: t.number)]
+    assert len(values[True]) == 2
+    for (p_mem, f_mem), (p_str, f_str) in zip(values[True], values[False]):
+        assert p_mem == p_str
+        assert np.allclose(f_mem, f_str, atol=1e-6), (f_mem, f_str)
+
+
+def test_chunked_files_at_the_defaults_shuffle_by_window_alike_streamed_and_in_memory(tmp_path):
+    """shuffle: auto takes the window for gzip HDF5 in either path, says so at the start,
+    and the two paths give the same trial values."""
+    values = {}
+    for mode in (True, False):
+        name = f"gz{int(mode)}"
+        spec = write_study(tmp_path, name, {"in_memory": mode, "shuffle_window": 40},
+                           chunked=True)
+        proc, url = search(tmp_path, spec, name)
+        assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+        assert "data: shuffle: window of 40 samples (auto: " in proc.stdout + proc.stderr
         _, trials = trials_of(url, name)
         values[mode] = [(t.params, t.fold_values) for t in sorted(trials, key=lambda t: t.number)]
     assert len(values[True]) == 2

@@ -206,10 +206,12 @@ DATA = Fields(
           "node in the page cache); `auto`: in memory while the data take at most a quarter "
           "of one rank's memory (the node's, or its cgroup's, over the ranks on the node, "
           "within RLIMIT_AS/RLIMIT_DATA).", choices=("auto", "true", "false")),
-    Field("shuffle", "exact", "text", "`exact`: a permutation of all training samples per "
+    Field("shuffle", "auto", "text", "`exact`: a permutation of all training samples per "
           "epoch; `window`: windows of `shuffle_window` consecutive samples taken in a random "
-          "order, shuffled inside (contiguous reads, for compressed HDF5 and ROOT files). "
-          "The same on every rank, in memory or streamed.", choices=("exact", "window")),
+          "order, shuffled inside (contiguous reads, for compressed HDF5 and ROOT files); "
+          "`auto`: `window` when some training file is chunked or compressed (read by "
+          "block), else `exact`, said in one line at the start. The same on every rank, in "
+          "memory or streamed.", choices=("auto", "exact", "window")),
     Field("shuffle_window", 65536, "integer", "`shuffle: window`: samples per window.", low=1),
     Field("split_by", "sample", "text", "K-fold and holdout over samples, or over whole "
           "files (`file`: the events of one file never sit on both sides).",

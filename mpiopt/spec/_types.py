@@ -51,7 +51,7 @@ class DataSpec:
     val_hdf5: list = field(default_factory=list)
     val_root: list = field(default_factory=list)
     in_memory: str | bool = "auto"
-    shuffle: str = "exact"
+    shuffle: str = "auto"
     shuffle_window: int = 65536
     split_by: str = "sample"
     cache: str | None = None

@@ -25,6 +25,13 @@ so a window allocated collectively over the node's ranks would wait on ranks bus
 other work. Data that outgrow the rule stream instead, and formats that can be
 memory-mapped then hold one copy per node in the page cache.
 
+`data.shuffle: auto` (the default) is `exact` (a permutation of every training sample per
+epoch) unless some training file is read by block (chunked or compressed HDF5, compressed
+ROOT baskets, np.savez_compressed): then `window`, because an exact shuffle reads (and
+decompresses) a whole block for each sample it takes from a streamed file. The choice is
+made from the files, not from the in-memory/streamed path, so both paths shuffle alike;
+`describe` says it in one line at the study's start.
+
 What the events hold is read the same way in either path: the selection keeps a file's
 passing entries as it is opened (mpiopt.training.opening), so splits and shuffles run over
 selected events; collections make the features named inputs (mpiopt.training.inputs);
@@ -70,6 +77,7 @@ class Dataset:
     groups: np.ndarray | None = None   # split_by: file: the file number of each sample
     w: np.ndarray | None = None
     w_val: np.ndarray | None = None
+    window: int | None = None          # data.shuffle as resolved: samples per window, or exact
 
     @property
     def has_validation(self) -> bool:
@@ -85,7 +93,8 @@ class Dataset:
         if not self.has_validation:
             return self
         w = None if self.w is None else np.concatenate([self.w, self.w_val])
-        return Dataset(joined(self.x, self.x_val), np.concatenate([self.y, self.y_val]), w=w)
+        return Dataset(joined(self.x, self.x_val), np.concatenate([self.y, self.y_val]), w=w,
+                       window=self.window)
 
 
 _cache: dict = {}       # data section -> (Dataset, the files it was read from)
@@ -167,7 +176,9 @@ def _read(data, base_dir, files: list) -> Dataset:
         from mpiopt.refs import load_callable
 
         loaded = load_callable(data.loader, base_dir, field="objective.data.loader")()
-        return check_finite(from_loader(loaded))
+        dataset = check_finite(from_loader(loaded))
+        dataset.window = shuffle_window(data, [])
+        return dataset
     train = catalog(data, base_dir, files=files)
     val = catalog(data, base_dir, prefix="val_", files=files)
     stream = not in_memory(data.in_memory, sum(s.nbytes for s in train + val))
@@ -176,7 +187,20 @@ def _read(data, base_dir, files: list) -> Dataset:
     groups = file_numbers(train) if data.split_by == "file" else None
     w = scaled(_weights(train), y, data.balance_classes, files_named(train))
     wv = scaled(_weights(val), yv, data.balance_classes, files_named(val)) if val else None
-    return check_finite(Dataset(x, y, xv, yv, groups=groups, w=w, w_val=wv))
+    return check_finite(Dataset(x, y, xv, yv, groups=groups, w=w, w_val=wv,
+                                window=shuffle_window(data, train)))
+
+
+def shuffle_window(data, sources) -> int | None:
+    """The rule of data.shuffle (module docstring): samples per window, or None (exact)."""
+    if data.shuffle == "window" or (data.shuffle == "auto" and any(map(by_block, sources))):
+        return data.shuffle_window
+    return None
+
+
+def by_block(source) -> bool:
+    """Whether a file's features (or a collection of it) are read by block, not in place."""
+    return source.mapped is None or any(map(by_block, source.inputs.values()))
 
 
 def _inputs(sources, stream: bool, data):
@@ -234,15 +258,22 @@ def catalog(data, base_dir=None, prefix: str = "", files: list | None = None) ->
 
 
 def describe(data, base_dir=None) -> list[str]:
-    """What the data section reads, in lines for a person: the events of each file list,
-    before and after the selection, and the weights. Empty for a loader, and for files
-    read as they are (no selection, weights or collections)."""
+    """What the data section reads, in lines for a person: the shuffle `auto` chose when
+    it is a window; the events of each file list, before and after the selection, and the
+    weights (for files read with any of selection, weights or collections). Empty for a
+    loader."""
     from dataclasses import replace
 
-    if data.loader or not (data.selection or data.weights or data.balance_classes
-                           or data.collections):
+    if data.loader:
         return []
     lines = []
+    if data.shuffle == "auto" and (window := shuffle_window(
+            data, catalog(replace(data, cache=None), base_dir))):
+        lines.append(f"data: shuffle: window of {window} samples (auto: some files are "
+                     f"chunked or compressed, and an exact shuffle reads a whole chunk per "
+                     f"sample; data.shuffle: exact forces it)")
+    if not (data.selection or data.weights or data.balance_classes or data.collections):
+        return lines
     for prefix, what in (("", "training"), ("val_", "validation")):
         sources = catalog(replace(data, cache=None), base_dir, prefix=prefix)
         if not sources:

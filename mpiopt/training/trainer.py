@@ -80,7 +80,7 @@ def run_training(spec, params: dict, comm, seed: int, report=None, on_epoch=None
         ckpt = resume.restore(model, resume.load(fold_comm, artifacts, fold))
         x, y, xv, yv = splits.arrays(data, fold)
         trainer = FoldTrainer(model, fold_comm, spec, (x, y, xv, yv), seed, fold, t0, artifacts,
-                              last=segment is not None)
+                              last=segment is not None, window=data.window)
         if ckpt is not None:
             trainer.resume_from(ckpt)
         elif segment is not None and segment.parent_number is not None:
@@ -208,8 +208,9 @@ class FoldTrainer:
     epochs with reports and, for concurrent folds, with the other folds)."""
 
     def __init__(self, model, comm, spec, arrays, seed: int, fold: int, t0: float | None = None,
-                 artifacts=None, last: bool = False):
+                 artifacts=None, last: bool = False, window: int | None = None):
         self.model, self.comm, self.spec = model, comm, spec
+        self.window = window      # samples per shuffle window (Dataset.window), None: exact
         self.x, self.y, self.x_val, self.y_val = arrays
         self.training = spec.training
         self.metric = spec.objective.metric
@@ -234,9 +235,8 @@ class FoldTrainer:
 
     def run_epoch(self) -> tuple[float, dict]:
         """Train one epoch and validate; returns (figure of merit, metrics)."""
-        data = self.spec.objective.data
-        window = data.shuffle_window if data is not None and data.shuffle == "window" else None
-        order = epoch_order(len(self.x), self.seed, self.epoch, self.training.shuffle, window)
+        order = epoch_order(len(self.x), self.seed, self.epoch, self.training.shuffle,
+                            self.window)
         began = self._since_t0()
         start = time.perf_counter()
         self.model.begin_epoch(epoch_seed(self.seed, self.epoch, self.comm.Get_rank()))
