@@ -126,6 +126,19 @@ def test_windowed_shuffle_is_a_permutation_made_of_windows():
         assert block.max() - block.min() == 99 and not np.array_equal(block, np.sort(block))
 
 
+def test_a_windowed_shuffle_puts_each_batch_in_ascending_order_so_a_shard_reads_fewer_chunks():
+    """The same windows and the same batches' samples as without it; each batch ascending,
+    so of 2 ranks each reads about half of a window's 16-sample chunks, not all."""
+    plain = S.window_order(1000, seed=3, epoch=2, window=160)
+    order = S.window_order(1000, seed=3, epoch=2, window=160, batch=32)
+    assert sorted(order) == list(range(1000))
+    for b in range(0, 1000, 32):
+        assert np.array_equal(order[b:b + 32], np.sort(plain[b:b + 32]))
+    chunks = {tuple(np.unique(o[b:b + 16] // 16)) for o in (order,) for b in range(0, 992, 32)}
+    assert max(len(c) for c in chunks) <= 7        # a shard of a batch: about half of 10
+    assert np.array_equal(D.epoch_order(1000, 3, 2, window=160, batch=32), order)
+
+
 def test_split_by_file_never_puts_one_file_on_both_sides():
     from mpiopt.training.kfold import group_holdout_split, group_kfold_splits
 

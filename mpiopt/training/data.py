@@ -483,13 +483,15 @@ def batches(n: int, batch_size: int):
 
 
 def epoch_order(n: int, seed: int, epoch: int, shuffle: bool = True,
-                window: int | None = None) -> np.ndarray:
+                window: int | None = None, batch: int | None = None) -> np.ndarray:
     """The sample order of one epoch, the same on every rank; window: data.shuffle_window
-    samples per window (data.shuffle: window), None: an exact permutation."""
+    samples per window (data.shuffle: window), None: an exact permutation; batch: the
+    global batch size, whose batches a window shuffle puts in ascending order
+    (stream.window_order)."""
     order = np.arange(n, dtype=index_dtype(n))
     if not shuffle:
         return order
     if window:
-        return window_order(n, seed, epoch, window)
+        return window_order(n, seed, epoch, window, batch)
     np.random.default_rng([int(seed) % 2**32, int(epoch)]).shuffle(order)
     return order

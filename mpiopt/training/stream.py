@@ -14,7 +14,11 @@ Shuffles (`data.shuffle`):
 - `window`: the training samples, in file order, are cut into windows of
   `data.shuffle_window` consecutive samples; each epoch takes the windows in a random
   order and permutes the samples inside each one. A batch then reads from one or two
-  windows: contiguous reads, which compressed HDF5 and ROOT need to be fast.
+  windows: contiguous reads, which compressed HDF5 and ROOT need to be fast. Each global
+  batch's indices are then put in ascending order (the same samples, so the same batch
+  gradient up to rounding): a rank's shard of it is a run of that order, so it reads
+  about its share of the window's chunks rather than every one of them, and the ranks of
+  a group do not each decompress the whole data every epoch.
 """
 from __future__ import annotations
 
@@ -182,8 +186,10 @@ def streamed(x) -> bool:
             or bool(getattr(x, "streams", False)))
 
 
-def window_order(n: int, seed: int, epoch: int, window: int) -> np.ndarray:
-    """The windowed shuffle in the module docstring; the same on every rank."""
+def window_order(n: int, seed: int, epoch: int, window: int,
+                 batch: int | None = None) -> np.ndarray:
+    """The windowed shuffle in the module docstring; the same on every rank. batch: the
+    global batch size, whose batches are put in ascending order."""
     rng = np.random.default_rng([int(seed) % 2**32, int(epoch), 1])
     dtype = index_dtype(n)
     order = np.empty(n, dtype)
@@ -192,6 +198,10 @@ def window_order(n: int, seed: int, epoch: int, window: int) -> np.ndarray:
         size = min(s + window, n) - s
         order[at:at + size] = rng.permutation(np.arange(s, s + size, dtype=dtype))
         at += size
+    if batch:
+        full = n - n % batch
+        order[:full].reshape(-1, batch).sort(axis=1)
+        order[full:].sort()
     return order
 
 

@@ -236,7 +236,7 @@ class FoldTrainer:
     def run_epoch(self) -> tuple[float, dict]:
         """Train one epoch and validate; returns (figure of merit, metrics)."""
         order = epoch_order(len(self.x), self.seed, self.epoch, self.training.shuffle,
-                            self.window)
+                            self.window, self.training.batch_size)
         began = self._since_t0()
         start = time.perf_counter()
         self.model.begin_epoch(epoch_seed(self.seed, self.epoch, self.comm.Get_rank()))
