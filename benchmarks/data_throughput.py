@@ -30,6 +30,12 @@ run:
   collections  seconds to read particle lists padded to 32 with a mask, in windowed
                batches: from ROOT (an RNTuple and a TTree, uproot's default compression),
                padded as they are read, against the same arrays already padded in HDF5.
+  chunked      the same jets as chunked gzip HDF5 (one file a part, CHUNK_JETS jets a
+               chunk), every data field at its default: samples/s of `in_memory: true`
+               and `false` on the data that fits (--fit-gb); then `--mem-gb` of them
+               trained by `--ranks` ranks with `in_memory: auto`, the node's peak PSS
+               against the data's bytes and the ranks' runtimes ("base": their PSS after
+               importing Keras): "x data" is (node peak - base) / data.
 
 The model is a small dense network, so that the data path, not the model, sets the pace.
 
@@ -37,6 +43,7 @@ The model is a small dense network, so that the data path, not the model, sets t
     python benchmarks/data_throughput.py --gb 1 --pss-ranks 1,2 # a quick look
     python benchmarks/data_throughput.py --sections read        # ROOT against HDF5 only
     python benchmarks/data_throughput.py --sections collections # particle lists only
+    python benchmarks/data_throughput.py --sections chunked --mem-gb 2.25  # gzip HDF5
 """
 from __future__ import annotations
 
@@ -68,6 +75,7 @@ def build(params):
     return model
 '''
 PART_JETS = 50_000          # 49 MiB a part
+CHUNK_JETS = 1024           # jets a chunk of the chunked HDF5 parts: 1 MiB
 ROOT_BASKET = 10_000        # entries per basket: 10 MB, near ROOT's default 30 MB clusters
 PAIRS = {"root (uncompressed)": "hdf5 (contiguous)",   # read in place, both
          "root (uproot default)": "hdf5 (gzip)"}       # decompressed by block, both
@@ -93,12 +101,14 @@ def worker(config: dict) -> None:
     comm.Barrier()         # every rank still maps its files: their pages' sharers are all here
     mapped = mapped_pss(config["folder"])
     # after the peak: a Dataset held here would be a second one beside the training's
-    is_streamed = streamed(load_data(spec.objective.data, spec.base_dir).x)
+    data = load_data(spec.objective.data, spec.base_dir)
+    is_streamed = streamed(data.x)
     ranks = comm.gather({"base": base, "peak": peak.value, "mapped": mapped}, root=0)
     if comm.Get_rank() == 0:
         t = result["timing"]
         Path(config["out"]).write_text(json.dumps({
             "samples_s": t["samples"] / t["train_s"], "streamed": is_streamed,
+            "data_bytes": int(data.x.nbytes + data.y.nbytes), "window": data.window,
             "pss_mb": sum(r["peak"] for r in ranks) / 2**20,
             "data_mb": sum(r["peak"] - r["base"] for r in ranks) / 2**20,
             "mapped_mb": sum(r["mapped"] for r in ranks) / 2**20,
@@ -144,15 +154,15 @@ class Peak:
 
 
 def run_job(tmp: Path, name: str, parts: str, ranks: int, in_memory, limit: int | None,
-            epochs: int, batch: int, node_peak: bool = False) -> dict:
+            epochs: int, batch: int, node_peak: bool = False, kind: str = "npy") -> dict:
     """node_peak: sample the node's PSS from outside (memory runs only: reading the ranks'
-    page tables every 50 ms takes CPU time from them)."""
+    page tables every 50 ms takes CPU time from them). kind: the parts' format."""
     spec = tmp / f"{name}.yaml"
     import yaml
     spec.write_text(yaml.safe_dump({
         "study": {"name": name},
         "objective": {"model": "model.py:build", "metric": "val_loss",
-                      "data": {"npy": parts, "features": "images", "labels": "labels",
+                      "data": {kind: parts, "features": "images", "labels": "labels",
                                "in_memory": in_memory}},
         "search_space": {"u": {"type": "real", "low": 0.0, "high": 1.0}},
         "search": {"algorithm": "random", "trials": 1},
@@ -398,7 +408,9 @@ def main(argv=None) -> int:
     ap.add_argument("--pss-ranks", default="1,2,3,4", help="on the data that fits")
     ap.add_argument("--pss-full-ranks", default="1,2,4",
                     help="streamed, on the whole data set ('' for none)")
-    ap.add_argument("--sections", default="throughput,memory,gather,read,collections",
+    ap.add_argument("--mem-gb", type=float, default=2.25,
+                    help="chunked: the data trained in memory with the defaults (GiB)")
+    ap.add_argument("--sections", default="throughput,memory,gather,read,collections,chunked",
                     help="which parts to run (comma-separated)")
     ap.add_argument("--read-jets", type=int, default=400_000)
     ap.add_argument("--collection-jets", type=int, default=200_000,
@@ -441,6 +453,8 @@ def _run(args, tmp: Path) -> int:
         tables.append(read_speeds(tmp, args.read_jets, args.batch))
     if "collections" in sections:
         tables.append(collection_speeds(tmp, args.collection_jets, args.batch))
+    if "chunked" in sections:
+        tables.append(chunked(args, tmp))
     for rows in tables:
         print(table(rows))
     print(f"({time.monotonic() - t0:.0f} s)")
@@ -469,6 +483,65 @@ def throughput(args, tmp: Path, fit: int, size: int) -> list[dict]:
     print(rows[-1], flush=True)
     if "samples/s" in rows[0] and "samples/s" in rows[1]:
         print(f"streamed / in memory: {rows[1]['samples/s'] / rows[0]['samples/s']:.2f}x")
+    return rows
+
+
+def chunked_parts(tmp: Path, gigabytes: float) -> list[Path]:
+    """About `gigabytes` of the jets as chunked gzip HDF5, one file a part."""
+    import h5py
+
+    out = []
+    for part in ensure_big(gigabytes, tmp / "big", part_jets=PART_JETS):
+        path = tmp / "h5" / f"{part.name}.h5"
+        if not path.exists():
+            path.parent.mkdir(exist_ok=True)
+            images = np.load(part / "images.npy", mmap_mode="r")
+            with h5py.File(path, "w") as h5:
+                h5.create_dataset("images", data=images, compression="gzip",
+                                  chunks=(CHUNK_JETS, *images.shape[1:]))
+                h5["labels"] = np.load(part / "labels.npy")
+        out.append(path)
+    return out
+
+
+def chunked(args, tmp: Path) -> list[dict]:
+    """Chunked gzip HDF5 at the defaults: streamed against in memory on the data that
+    fits, then --mem-gb in memory (auto) with the node's peak PSS."""
+    (tmp / "model.py").write_text(MODEL)
+    t0 = time.monotonic()
+    fit = chunked_parts(tmp, args.fit_gb)
+    (tmp / "h5fit").mkdir(exist_ok=True)
+    for p in fit:
+        if not (tmp / "h5fit" / p.name).exists():
+            (tmp / "h5fit" / p.name).symlink_to(p)
+    runs = {True: [], False: []}
+    for _ in range(args.repeat):   # alternated, the best of each: a shared machine's load
+        for mode in (True, False):
+            runs[mode].append(run_job(tmp, f"h5fit{int(mode)}", str(tmp / "h5fit" / "*.h5"),
+                                      args.ranks, mode, None, 2, args.batch, kind="hdf5"))
+    rows = []
+    for mode in (True, False):
+        r = max(runs[mode], key=lambda r: r.get("samples_s", 0))
+        rows.append({"data": f"{len(fit) * PART_JETS * 1024 / 2**30:.2f} GiB",
+                     "path": "in_memory: true" if mode else "in_memory: false",
+                     "ranks": args.ranks, **_cells(r), "shuffle window": r.get("window")})
+        print(rows[-1], [round(x.get("samples_s", 0)) for x in runs[mode]], flush=True)
+    if "samples/s" in rows[0] and "samples/s" in rows[1]:
+        rows[1]["x in memory"] = rows[1]["samples/s"] / rows[0]["samples/s"]
+        print(f"chunked HDF5, streamed / in memory: {rows[1]['x in memory']:.2f}x", flush=True)
+    parts = chunked_parts(tmp, args.mem_gb)
+    print(f"{len(parts)} chunked HDF5 parts ({time.monotonic() - t0:.0f} s so far)", flush=True)
+    r = run_job(tmp, "h5all", str(tmp / "h5" / "*.h5"), args.ranks, "auto", None, 1,
+                args.batch, node_peak=True, kind="hdf5")
+    row = {"data": f"{len(parts) * PART_JETS * 1024 / 2**30:.2f} GiB",
+           "path": "in_memory: auto", "ranks": args.ranks,
+           **_cells(r, ("samples_s", "node_mb", "base_mb"))}
+    if "error" not in r:
+        data_mb = r["data_bytes"] / 2**20
+        row.update({"data MB": data_mb, "x data": (r["node_mb"] - r["base_mb"]) / data_mb,
+                    "wall s": r["wall_s"]})
+    rows.append(row)
+    print(rows[-1], flush=True)
     return rows
 
 
