@@ -454,7 +454,7 @@ def _run(args, tmp: Path) -> int:
     if "collections" in sections:
         tables.append(collection_speeds(tmp, args.collection_jets, args.batch))
     if "chunked" in sections:
-        tables.append(chunked(args, tmp))
+        tables.extend(chunked(args, tmp))
     for rows in tables:
         print(table(rows))
     print(f"({time.monotonic() - t0:.0f} s)")
@@ -504,7 +504,7 @@ def chunked_parts(tmp: Path, gigabytes: float) -> list[Path]:
     return out
 
 
-def chunked(args, tmp: Path) -> list[dict]:
+def chunked(args, tmp: Path) -> list[list[dict]]:
     """Chunked gzip HDF5 at the defaults: streamed against in memory on the data that
     fits, then --mem-gb in memory (auto) with the node's peak PSS."""
     (tmp / "model.py").write_text(MODEL)
@@ -540,9 +540,8 @@ def chunked(args, tmp: Path) -> list[dict]:
         data_mb = r["data_bytes"] / 2**20
         row.update({"data MB": data_mb, "x data": (r["node_mb"] - r["base_mb"]) / data_mb,
                     "wall s": r["wall_s"]})
-    rows.append(row)
-    print(rows[-1], flush=True)
-    return rows
+    print(row, flush=True)
+    return [rows, [row]]
 
 
 MEMORY_KEYS = ("node_mb", "pss_mb", "mapped_mb", "other_mb", "base_mb", "data_mb")
