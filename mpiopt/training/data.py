@@ -8,22 +8,20 @@ The features are either read into memory on every rank, or streamed: left in the
 files and read by sample (mpiopt.training.stream), memory-mapped where the format allows
 so that the ranks of a node share one copy in the page cache.
 
-In memory, a rank holds the data once: the files are read straight into one array (each
-file's samples into their place, a block at a time: no per-file arrays concatenated, which
-would hold the data twice at the load's peak), and a fold's training and validation sets
-are views of it (stream.View: index arrays, the samples gathered batch by batch), not
-copies. So the ranks of a node hold (ranks on the node) x (the data's bytes), and
-`data.in_memory: auto` (the default) keeps the features in memory while that is at most
-MEMORY_SHARE of the node's memory (or its cgroup's limit), and no more than a rank's
-RLIMIT_AS/RLIMIT_DATA; past it they stream. The rest of the node is for the ranks'
+In memory, the data are held once per node by the ranks of a training communicator (a
+group): the files are read straight into one array (each file's samples into their place,
+a block at a time: no per-file arrays concatenated, which would hold the data twice at
+the load's peak), in node-shared memory that the node's first rank fills and the others
+read in place (mpiopt.training.shared, which says why the ranks of different groups do not
+share it); a fold's training and validation sets are views of it (stream.View: index
+arrays, the samples gathered batch by batch), not copies. `data.in_memory: auto` (the
+default) keeps the features in memory while (ranks on the node) x (the data's bytes) is
+at most MEMORY_SHARE of the node's memory (or its cgroup's limit), and no more than a
+rank's RLIMIT_AS/RLIMIT_DATA; past it they stream. The rule counts a copy per rank, as if
+every group had one rank on the node (the most copies a node can hold), since the groups'
+layout is not known where the data are read. The rest of the node is for the ranks'
 runtimes, models and batches, and for whatever else runs there. `true` and `false` force
 either path. Both give the same splits and the same batches, so the same trial values.
-
-The ranks of a node do not share one in-memory copy (an MPI shared-memory window): they
-load the data at different times (each group at its first trial, the coordinator never),
-so a window allocated collectively over the node's ranks would wait on ranks busy with
-other work. Data that outgrow the rule stream instead, and formats that can be
-memory-mapped then hold one copy per node in the page cache.
 
 `data.shuffle: auto` (the default) is `exact` (a permutation of every training sample per
 epoch) unless some training file is read by block (chunked or compressed HDF5, compressed
@@ -59,6 +57,7 @@ import numpy as np
 from mpiopt.errors import DataError, SpecError
 from mpiopt.training.inputs import FLAT, Inputs, joined
 from mpiopt.training.opening import open_source
+from mpiopt.training.shared import NodeShare
 from mpiopt.training.sources import Reading
 from mpiopt.training.stream import FileArray, file_numbers, index_dtype, streamed, window_order
 from mpiopt.training.weights import scaled, weighted
@@ -78,6 +77,7 @@ class Dataset:
     w: np.ndarray | None = None
     w_val: np.ndarray | None = None
     window: int | None = None          # data.shuffle as resolved: samples per window, or exact
+    held: object = None                # the node-shared memory the arrays live in, kept
 
     @property
     def has_validation(self) -> bool:
@@ -104,8 +104,10 @@ KINDS = ("npz", "npy", "hdf5", "root")
 MEMORY_SHARE = 0.25     # of a node's memory, for its ranks' in-memory copies of the data
 
 
-def load_data(data, base_dir=None) -> Dataset:
-    """The Dataset described by a DataSpec (loader or file lists, optional val_* files)."""
+def load_data(data, base_dir=None, comm=None) -> Dataset:
+    """The Dataset described by a DataSpec (loader or file lists, optional val_* files).
+    comm: the training communicator, whose ranks on a node hold one in-memory copy
+    (collective over comm when the data are not read yet)."""
     key = repr(data), str(base_dir)
     if key in _cache:
         dataset, files = _cache[key]
@@ -113,7 +115,8 @@ def load_data(data, base_dir=None) -> Dataset:
         return dataset
     _cache.clear()  # one study's data at a time
     files: list = []
-    _cache[key] = _read(data, base_dir, files), files
+    node = None if data.loader else NodeShare.of(comm)
+    _cache[key] = _read(data, base_dir, files, node), files
     return _cache[key][0]
 
 
@@ -171,7 +174,7 @@ def _checked(ds: Dataset):
             yield name, a
 
 
-def _read(data, base_dir, files: list) -> Dataset:
+def _read(data, base_dir, files: list, node=None) -> Dataset:
     if data.loader:
         from mpiopt.refs import load_callable
 
@@ -179,16 +182,23 @@ def _read(data, base_dir, files: list) -> Dataset:
         dataset = check_finite(from_loader(loaded))
         dataset.window = shuffle_window(data, [])
         return dataset
-    train = catalog(data, base_dir, files=files)
-    val = catalog(data, base_dir, prefix="val_", files=files)
-    stream = not in_memory(data.in_memory, sum(s.nbytes for s in train + val))
-    x, y = _inputs(train, stream, data), _labels(train)
-    xv, yv = (_inputs(val, stream, data), _labels(val)) if val else (None, None)
+    try:
+        train = catalog(data, base_dir, files=files)
+        val = catalog(data, base_dir, prefix="val_", files=files)
+        stream, error = not in_memory(data.in_memory, sum(s.nbytes for s in train + val)), None
+    except Exception as exc:  # raised on every rank of the node, before its first window
+        if node is None:
+            raise
+        error = exc
+    if node is not None:
+        stream = node.agree(error, stream)    # the reader's choice, the node's
+    x, y = _inputs(train, stream, data, node), _labels(train)
+    xv, yv = (_inputs(val, stream, data, node), _labels(val)) if val else (None, None)
     groups = file_numbers(train) if data.split_by == "file" else None
     w = scaled(_weights(train), y, data.balance_classes, files_named(train))
     wv = scaled(_weights(val), yv, data.balance_classes, files_named(val)) if val else None
     return check_finite(Dataset(x, y, xv, yv, groups=groups, w=w, w_val=wv,
-                                window=shuffle_window(data, train)))
+                                window=shuffle_window(data, train), held=node))
 
 
 def shuffle_window(data, sources) -> int | None:
@@ -203,13 +213,13 @@ def by_block(source) -> bool:
     return source.mapped is None or any(map(by_block, source.inputs.values()))
 
 
-def _inputs(sources, stream: bool, data):
+def _inputs(sources, stream: bool, data, node=None):
     """The features, or with collections the named Inputs (mpiopt.training.inputs)."""
     if not data.collections:
-        return _features(sources, stream)
-    parts = {FLAT: _features(sources, stream)} if data.features else {}
+        return _features(sources, stream, node)
+    parts = {FLAT: _features(sources, stream, node)} if data.features else {}
     for c in data.collections:
-        parts[c.name] = _features([s.inputs[c.name] for s in sources], stream)
+        parts[c.name] = _features([s.inputs[c.name] for s in sources], stream, node)
     return Inputs(parts, masked=[c.name for c in data.collections if c.mask])
 
 
@@ -298,7 +308,7 @@ def _weights_note(data, sources) -> str:
     return note + (", classes balanced" if data.balance_classes else "")
 
 
-def _features(sources, stream: bool):
+def _features(sources, stream: bool, node=None):
     if stream:
         for s in sources:
             if s.extra.get("compressed"):
@@ -306,21 +316,28 @@ def _features(sources, stream: bool):
                                 f"streaming reads samples in place: save with np.savez or as "
                                 f".npy, or set data.in_memory: true")
         return FileArray(sources)
-    return read_whole(sources)
+    return read_whole(sources, node)
 
 
-def read_whole(sources) -> np.ndarray:
+def read_whole(sources, node=None) -> np.ndarray:
     """The features of every file in one array, each file read into its place (module
     docstring): a block at a time where the file is read by block, in one copy where it
     is memory-mapped, whole where it can only be read whole (np.savez_compressed). One
-    memory-mapped file is the mapping itself: its pages, shared by the node's ranks."""
-    from mpiopt.training.stream import BLOCK
-
+    memory-mapped file is the mapping itself: its pages, shared by the node's ranks.
+    node (shared.NodeShare): the array in node-shared memory, read by the node's reader."""
     if len(sources) == 1 and sources[0].mapped is not None:
         return sources[0].read(0, sources[0].n)
-    total = sum(s.n for s in sources)
-    out = np.empty((total,) + tuple(sources[0].sample_shape),
-                   np.result_type(*(s.dtype for s in sources)))
+    shape = (sum(s.n for s in sources),) + tuple(sources[0].sample_shape)
+    dtype = np.result_type(*(s.dtype for s in sources))
+    if node is not None:
+        return node.array(shape, dtype, lambda out: _fill(out, sources))
+    return _fill(np.empty(shape, dtype), sources)
+
+
+def _fill(out: np.ndarray, sources) -> np.ndarray:
+    """out, holding the features of sources one after the other."""
+    from mpiopt.training.stream import BLOCK
+
     at = 0
     for s in sources:
         if s.mapped is not None:

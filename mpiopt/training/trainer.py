@@ -64,7 +64,7 @@ def run_training(spec, params: dict, comm, seed: int, report=None, on_epoch=None
         spec = replace(spec, training=replace(spec.training, epochs=segment.end))
 
     obj = spec.objective
-    data = together(comm, lambda: load_data(obj.data, spec.base_dir))
+    data = together(comm, lambda: load_data(obj.data, spec.base_dir, comm))
     if all_data:                     # the refit: every sample, validated on itself
         data = data.merged()
         splits = Splits(1, [(np.arange(len(data.x)), np.arange(len(data.x)))])
