@@ -418,10 +418,16 @@ def main(argv=None) -> int:
     ap.add_argument("--batch", type=int, default=512)
     ap.add_argument("--repeat", type=int, default=3, help="runs of each throughput case")
     ap.add_argument("--tmp", default=None, help="where the data is written (removed after)")
+    ap.add_argument("--keep", default=None,
+                    help="a folder for the data, kept after and reused by the next run "
+                         "(writing gigabytes of gzip HDF5 takes minutes)")
     args = ap.parse_args(argv)
     if args.worker:
         worker(json.loads(args.worker))
         return 0
+    if args.keep:
+        Path(args.keep).mkdir(parents=True, exist_ok=True)
+        return _run(args, Path(args.keep).resolve())
     tmp = Path(tempfile.mkdtemp(prefix="mpiopt-data-", dir=args.tmp))
     try:
         return _run(args, tmp)
@@ -438,9 +444,10 @@ def _run(args, tmp: Path) -> int:
         parts = ensure_big(args.gb, tmp / "big", part_jets=PART_JETS)
         size = sum(f.stat().st_size for p in parts for f in p.iterdir())
         fit = min(len(parts), max(1, int(round(args.fit_gb * 2**30 / (PART_JETS * 1024)))))
-        (tmp / "fit").mkdir()
+        (tmp / "fit").mkdir(exist_ok=True)
         for p in parts[:fit]:                  # the data that fits: the first parts
-            (tmp / "fit" / p.name).symlink_to(p)
+            if not (tmp / "fit" / p.name).exists():
+                (tmp / "fit" / p.name).symlink_to(p)
         print(f"{machine()}; {len(parts)} parts, {size / 2**30:.2f} GiB in {tmp} "
               f"({time.monotonic() - t0:.0f} s to write)", flush=True)
     if "throughput" in sections:
@@ -496,10 +503,12 @@ def chunked_parts(tmp: Path, gigabytes: float) -> list[Path]:
         if not path.exists():
             path.parent.mkdir(exist_ok=True)
             images = np.load(part / "images.npy", mmap_mode="r")
-            with h5py.File(path, "w") as h5:
+            part_tmp = path.with_suffix(".tmp")          # a whole file or none (--keep)
+            with h5py.File(part_tmp, "w") as h5:
                 h5.create_dataset("images", data=images, compression="gzip",
                                   chunks=(CHUNK_JETS, *images.shape[1:]))
                 h5["labels"] = np.load(part / "labels.npy")
+            part_tmp.rename(path)
         out.append(path)
     return out
 
