@@ -137,3 +137,55 @@ def test_bad_data_seen_while_training_fails_the_trial_naming_the_file(tmp_path):
     _, trials = trials_of(url, "nan")
     assert trials and all(t.status is TrialStatus.FAILED for t in trials), proc.stderr[-3000:]
     assert "p2: features of sample 7 hold NaN" in trials[0].error
+
+
+def test_a_study_stored_before_shuffle_auto_resumes_with_the_exact_shuffle(tmp_path):
+    """A study created while `exact` was the default stored its spec without data.shuffle:
+    it resumes with the exact shuffle and its fingerprint, its old spec file is refused with
+    the one field named; a study created since stores `auto`."""
+    from mpiopt.trial import TrialStatus
+
+    said = "data: shuffle: window of 40 samples (auto: "
+    old = write_study(tmp_path, "old", {"in_memory": True, "shuffle_window": 40,
+                                        "shuffle": "exact"}, chunked=True)
+    url = f"sqlite:///{tmp_path / 'studies.db'}"
+    proc = mpiopt("search", old, "--storage", url, "--trials", "1", np=3, cwd=tmp_path,
+                  timeout=400)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    as_stored_before(url, "old")
+
+    proc = mpiopt("resume", "old", "--storage", url, "--trials", "2", np=3, cwd=tmp_path,
+                  timeout=400)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    assert said not in proc.stdout + proc.stderr
+    _, trials = trials_of(url, "old")
+    assert [t.status for t in trials] == [TrialStatus.COMPLETE] * 2
+
+    unchanged = yaml.safe_load(old.read_text())            # the spec file as it was then
+    del unchanged["objective"]["data"]["shuffle"]
+    old.write_text(yaml.safe_dump(unchanged))
+    proc = mpiopt("search", old, "--storage", url, "--resume", "--trials", "3", cwd=tmp_path)
+    assert proc.returncode == 2, proc.stdout + proc.stderr[-3000:]
+    assert "changed objective.data.shuffle: 'exact' -> 'auto'" in proc.stderr
+
+    new = write_study(tmp_path, "new", {"in_memory": True, "shuffle_window": 40}, chunked=True)
+    proc = mpiopt("search", new, "--storage", url, "--trials", "1", np=3, cwd=tmp_path,
+                  timeout=400)
+    assert proc.returncode == 0 and said in proc.stdout + proc.stderr, proc.stderr[-3000:]
+    record, _ = trials_of(url, "new")       # (so its resume reads `auto` back)
+    assert yaml.safe_load(record.spec_text)["objective"]["data"]["shuffle"] == "auto"
+
+
+def as_stored_before(url: str, name: str) -> None:
+    """The study's stored spec as mpiopt stored it while `exact` was the default: without
+    data.shuffle (a default was left out of the stored spec)."""
+    from mpiopt.storage import open_storage
+
+    storage = open_storage(url)
+    try:
+        record = storage.get_study(name)
+        stored = yaml.safe_load(record.spec_text)
+        stored["objective"]["data"].pop("shuffle", None)
+        storage.update_study_spec(record.id, yaml.safe_dump(stored, sort_keys=False))
+    finally:
+        storage.close()

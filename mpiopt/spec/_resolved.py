@@ -17,9 +17,17 @@ def _objective_dict(obj: ObjectiveSpec) -> dict:
     return out
 
 
+# Data fields whose default changed after specs were stored without them: the value
+# their absence meant then. Such a field is written (stored, fingerprinted) unless it
+# holds that value, so a stored spec without it still reads as it ran
+# (stored_as_it_ran), and a study created since stores its value.
+STORED_DEFAULTS = {"shuffle": "exact"}
+
+
 def _data_beyond_first_release(d) -> dict:
     """The data fields added since the first release, only where they differ from their
-    defaults: a study that does not use them keeps its fingerprint."""
+    defaults (STORED_DEFAULTS where the default changed): a study that does not use them
+    keeps its fingerprint."""
     from dataclasses import fields
 
     from mpiopt.spec._types import DataSpec
@@ -28,8 +36,8 @@ def _data_beyond_first_release(d) -> dict:
     out = {}
     for f in fields(DataSpec):
         value = getattr(d, f.name)
-        if f.name not in first and value != DataSpec.__dataclass_fields__[f.name].default \
-                and value not in ([], None):
+        default = STORED_DEFAULTS.get(f.name, DataSpec.__dataclass_fields__[f.name].default)
+        if f.name not in first and value != default and value not in ([], None):
             out[f.name] = list(value) if isinstance(value, (list, tuple)) else value
     if isinstance(d.features, tuple):
         out["features"] = list(d.features)
@@ -93,3 +101,14 @@ def _training_dict(t: TrainingSpec) -> dict:
     if t.metrics:
         out["metrics"] = list(t.metrics)
     return out
+
+
+def stored_as_it_ran(stored: dict) -> dict:
+    """A spec dict read back from a study, with the values that fields absent from it
+    (STORED_DEFAULTS) meant when it was stored: a study created before a default changed
+    resumes as it ran, with the same fingerprint."""
+    data = (stored.get("objective") or {}).get("data")
+    if isinstance(data, dict):
+        for key, value in STORED_DEFAULTS.items():
+            data.setdefault(key, value)
+    return stored

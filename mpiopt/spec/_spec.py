@@ -94,9 +94,24 @@ class Spec:
         lines = self.space.diff(other.space)
         mine, theirs = self._identity()["objective"], other._identity()["objective"]
         for key in sorted(set(mine) | set(theirs)):
-            if mine.get(key) != theirs.get(key):
+            if key == "data" and isinstance(mine.get(key), dict) and isinstance(theirs.get(key), dict):
+                lines += _data_diff(mine[key], theirs[key])
+            elif mine.get(key) != theirs.get(key):
                 lines.append(f"changed objective.{key}: {mine.get(key)!r} -> {theirs.get(key)!r}")
         return lines
+
+
+def _data_diff(mine: dict, theirs: dict) -> list[str]:
+    """The data fields that differ, one line each; a field left out holds the value its
+    absence means (its default, or STORED_DEFAULTS' where the default changed)."""
+    from mpiopt.spec._resolved import STORED_DEFAULTS
+
+    lines = []
+    for key in sorted(set(mine) | set(theirs)):
+        a, b = mine.get(key, STORED_DEFAULTS.get(key)), theirs.get(key, STORED_DEFAULTS.get(key))
+        if a != b:
+            lines.append(f"changed objective.data.{key}: {a!r} -> {b!r}")
+    return lines
 
 
 def load_spec(path: str | Path, overrides: dict | None = None) -> Spec:
