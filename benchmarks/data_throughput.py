@@ -36,6 +36,9 @@ run:
                trained by `--ranks` ranks with `in_memory: auto`, the node's peak PSS
                against the data's bytes and the ranks' runtimes ("base": their PSS after
                importing Keras): "x data" is (node peak - base) / data.
+  chunked-cpu  CPU time per trained sample, load-independent: each rank's streamed reads
+               of an epoch of those parts, and the model's train step; with every core
+               busy, streamed / in memory is at most step / (step + read).
 
 The model is a small dense network, so that the data path, not the model, sets the pace.
 
@@ -44,6 +47,7 @@ The model is a small dense network, so that the data path, not the model, sets t
     python benchmarks/data_throughput.py --sections read        # ROOT against HDF5 only
     python benchmarks/data_throughput.py --sections collections # particle lists only
     python benchmarks/data_throughput.py --sections chunked --mem-gb 2.25  # gzip HDF5
+    python benchmarks/data_throughput.py --sections chunked-cpu --keep /tmp/jets  # reuse
 """
 from __future__ import annotations
 
@@ -410,7 +414,7 @@ def main(argv=None) -> int:
                     help="streamed, on the whole data set ('' for none)")
     ap.add_argument("--mem-gb", type=float, default=2.25,
                     help="chunked: the data trained in memory with the defaults (GiB)")
-    ap.add_argument("--sections", default="throughput,memory,gather,read,collections,chunked",
+    ap.add_argument("--sections", default="throughput,memory,gather,read,collections,chunked,chunked-cpu",
                     help="which parts to run (comma-separated)")
     ap.add_argument("--read-jets", type=int, default=400_000)
     ap.add_argument("--collection-jets", type=int, default=200_000,
@@ -462,6 +466,8 @@ def _run(args, tmp: Path) -> int:
         tables.append(collection_speeds(tmp, args.collection_jets, args.batch))
     if "chunked" in sections:
         tables.extend(chunked(args, tmp))
+    if "chunked-cpu" in sections:
+        tables.append(chunked_cpu(args, tmp))
     for rows in tables:
         print(table(rows))
     print(f"({time.monotonic() - t0:.0f} s)")
@@ -515,9 +521,19 @@ def chunked_parts(tmp: Path, gigabytes: float) -> list[Path]:
 
 def chunked(args, tmp: Path) -> list[list[dict]]:
     """Chunked gzip HDF5 at the defaults: streamed against in memory on the data that
-    fits, then --mem-gb in memory (auto) with the node's peak PSS."""
+    fits (--fit-gb, 0: not run), then --mem-gb in memory (auto) with the node's peak PSS
+    (0: not run)."""
     (tmp / "model.py").write_text(MODEL)
-    t0 = time.monotonic()
+    tables = []
+    if args.fit_gb:
+        tables.append(chunked_speeds(args, tmp))
+    if args.mem_gb:
+        tables.append([chunked_memory(args, tmp)])
+    return tables
+
+
+def chunked_speeds(args, tmp: Path) -> list[dict]:
+    """Samples/s of in_memory: true and false, alternated, the best of each."""
     fit = chunked_parts(tmp, args.fit_gb)
     (tmp / "h5fit").mkdir(exist_ok=True)
     for p in fit:
@@ -538,9 +554,19 @@ def chunked(args, tmp: Path) -> list[list[dict]]:
     if "samples/s" in rows[0] and "samples/s" in rows[1]:
         rows[1]["x in memory"] = rows[1]["samples/s"] / rows[0]["samples/s"]
         print(f"chunked HDF5, streamed / in memory: {rows[1]['x in memory']:.2f}x", flush=True)
+    return rows
+
+
+def chunked_memory(args, tmp: Path) -> dict:
+    """--mem-gb trained by --ranks ranks with in_memory: auto: the node's peak PSS."""
+    t0 = time.monotonic()
     parts = chunked_parts(tmp, args.mem_gb)
-    print(f"{len(parts)} chunked HDF5 parts ({time.monotonic() - t0:.0f} s so far)", flush=True)
-    r = run_job(tmp, "h5all", str(tmp / "h5" / "*.h5"), args.ranks, "auto", None, 1,
+    print(f"{len(parts)} chunked HDF5 parts ({time.monotonic() - t0:.0f} s to write)", flush=True)
+    (tmp / "h5mem").mkdir(exist_ok=True)
+    for p in parts:
+        if not (tmp / "h5mem" / p.name).exists():
+            (tmp / "h5mem" / p.name).symlink_to(p)
+    r = run_job(tmp, "h5all", str(tmp / "h5mem" / "*.h5"), args.ranks, "auto", None, 1,
                 args.batch, node_peak=True, kind="hdf5")
     row = {"data": f"{len(parts) * PART_JETS * 1024 / 2**30:.2f} GiB",
            "path": "in_memory: auto", "ranks": args.ranks,
@@ -550,7 +576,77 @@ def chunked(args, tmp: Path) -> list[list[dict]]:
         row.update({"data MB": data_mb, "x data": (r["node_mb"] - r["base_mb"]) / data_mb,
                     "wall s": r["wall_s"]})
     print(row, flush=True)
-    return [rows, [row]]
+    return row
+
+
+def chunked_cpu(args, tmp: Path) -> list[dict]:
+    """CPU time per trained sample, which load on a shared machine does not change: each
+    rank's streamed reads of one epoch of the data that fits (--fit-gb) as the training
+    reads them (holdout 0.1, the window shuffle at its default, each rank its shard of
+    every global batch), and a train step of the model on a rank's share of a batch.
+    Where the cores are all busy, streamed / in memory is at most step / (step + read)."""
+    import os
+
+    from mpiopt.spec import DataSpec, TrainingSpec
+    from mpiopt.training import stream
+    from mpiopt.training.data import _opened, batches, epoch_order, load_data, shard
+    from mpiopt.training.folds import make_splits
+
+    fit = chunked_parts(tmp, args.fit_gb)
+    _opened.clear()
+    spec = DataSpec(hdf5=[str(p) for p in fit], features="images", in_memory=False)
+    data = load_data(spec)
+    train, _ = make_splits(data, TrainingSpec(holdout=0.1), 1).pairs[0]
+    x = stream.take(data.x, train)
+    order = epoch_order(len(train), 1, 0, True, data.window, args.batch)
+    rows = []
+    for rank in range(args.ranks):
+        data.x._blocks.clear()
+        read = _counting(data.x)
+        start = time.process_time()
+        n = 0
+        for b in batches(len(order), args.batch):
+            part = order[b][shard(len(order[b]), args.ranks, rank)]
+            n += len(x[part])
+        cpu = time.process_time() - start
+        rows.append({"what": f"rank {rank} of {args.ranks}: streamed reads of an epoch",
+                     "samples": n, "us/sample": cpu / n * 1e6,
+                     "decompressed per sample": read["samples"] / n})
+        del data.x._block
+    os.environ.update(TF_NUM_INTRAOP_THREADS="1", TF_NUM_INTEROP_THREADS="1",
+                      OMP_NUM_THREADS="1", KERAS_BACKEND="tensorflow")
+    namespace: dict = {}
+    exec(MODEL, namespace)
+    model = namespace["build"]({})
+    share = args.batch // args.ranks
+    xb, yb = x[np.arange(share)], data.y[train[:share]]
+    for _ in range(20):
+        model.train_on_batch(xb, yb)
+    start, steps = time.process_time(), 200
+    for _ in range(steps):
+        model.train_on_batch(xb, yb)
+    step = (time.process_time() - start) / (steps * share) * 1e6
+    rows.append({"what": f"train step (Keras train_on_batch, {share} samples, 1 thread)",
+                 "samples": steps * share, "us/sample": step})
+    read = float(np.mean([r["us/sample"] for r in rows[:-1]]))
+    print(f"CPU-bound ceiling of streamed / in memory: {step / (step + read):.2f}x", flush=True)
+    return rows
+
+
+def _counting(array) -> dict:
+    """Counts the samples array's block reads decompress (a block cache miss each)."""
+    read = {"samples": 0}
+    plain = type(array)._block
+
+    def block(f, b, edges):
+        with array._lock:
+            cached = (f, b) in array._blocks
+        if not cached:
+            read["samples"] += int(edges[b + 1] - edges[b])
+        return plain(array, f, b, edges)
+
+    array._block = block
+    return read
 
 
 MEMORY_KEYS = ("node_mb", "pss_mb", "mapped_mb", "other_mb", "base_mb", "data_mb")
