@@ -78,5 +78,14 @@ class NodeShare:
                 fill(out)
             except Exception as exc:  # raised on every rank by agree
                 error = exc
+        self.filled()
         self.agree(error)
         return out
+
+    def filled(self) -> None:
+        """Wait until the reader has filled the array, sleeping between tests: reading
+        gigabytes takes minutes, and a rank blocked in MPICH's barrier would spin on a
+        core the reader needs (mpiopt.backoff)."""
+        from mpiopt.training._algorithm import wait
+
+        wait(self.comm.Ibarrier(), limit=0.05)
