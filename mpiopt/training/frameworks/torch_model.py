@@ -18,9 +18,11 @@ reduction="none", its values averaged over each sample's outputs), then
 sum(w_i * loss_i) / the batch's size. Why not sum(w * loss) / sum(w): with negative
 weights a batch's sum(w) may be near zero or below, and the step would blow up or turn
 round; the weights are scaled to a mean of 1 over the data, so over the data the two
-agree. Summed over a group's ranks it is the global batch's loss, as without weights. A module with its own training_step is
-trained through it instead (torch_step.StepModel). torch is imported only when this
-process trains a torch model: owns() looks at sys.modules, never imports.
+agree. Summed over a group's ranks it is the global batch's loss, as without weights.
+
+A module with its own training_step is trained through it instead (torch_step.StepModel).
+torch is imported only when this process trains a torch model: owns() looks at
+sys.modules, never imports.
 """
 from __future__ import annotations
 
