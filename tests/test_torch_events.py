@@ -218,6 +218,17 @@ def test_without_a_gpu_the_model_and_its_buffers_stay_on_the_cpu(tmp_path, monke
     assert not np.allclose(before, model.get_weights())
 
 
+def test_a_trial_on_a_torch_gpu_records_the_gpu_s_name(monkeypatch):
+    from mpiopt.objective.device import describe_device
+
+    assert describe_device().startswith("cpu: ")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "get_device_name",
+                        lambda index: {1: "NVIDIA H200"}.get(index, "another"))
+    assert describe_device() == "gpu: NVIDIA H200"
+
+
 def test_a_cuda_out_of_memory_is_one_line_and_frees_the_cache(tmp_path, monkeypatch):
     from mpiopt.training.frameworks import torch_device
 
