@@ -5,9 +5,10 @@ a training_step of the module's own gets them in its batch; and the rank's devic
 GPU per rank by node-local rank, checked on CPU with torch.cuda faked), a CUDA
 out-of-memory as one line.
 
-Hand computations stand for the Keras path's numbers: its loss with sample weights is
-sum(w * loss) / batch size (reduction "sum_over_batch_size") and its weighted metrics
-sum(w * value) / sum(w), as tests/test_data_events_mpi.py trains it."""
+Hand computations say the rule (Keras's loss with sample weights is sum(w * loss) /
+batch size, reduction "sum_over_batch_size"; its weighted metrics sum(w * value) /
+sum(w)), and the last test sets the same weights in a Keras model and compares the
+numbers, imported last: the other tests run without TensorFlow in the process."""
 from __future__ import annotations
 
 import sys
@@ -253,3 +254,40 @@ def test_a_cuda_out_of_memory_is_one_line_and_frees_the_cache(tmp_path, monkeypa
     assert str(info.value) == ("cpu: CUDA out of memory. Tried to allocate 20.00 GiB (a smaller "
                                "training.batch_size or model fits)")
     assert freed == [1]
+
+
+def test_the_weighted_loss_and_metrics_are_the_keras_path_s_numbers(tmp_path):
+    """The same network and weights in torch and in Keras (a sigmoid output, binary cross
+    entropy), the same weighted events, negative ones among them: the training loss and
+    every validation metric agree (AUC within its 200 bins)."""
+    pytest.importorskip("tensorflow")
+    import keras
+
+    from mpiopt.training.frameworks.keras_model import KerasModel
+
+    x, y, w = _data(500, seed=2)
+
+    def sigmoid(params):
+        return torch.nn.Sequential(_binary(params), torch.nn.Sigmoid())
+
+    spec = _spec(tmp_path, metric="val_auc", training={
+        "loss": "BCELoss", "optimizer": {"name": "SGD", "lr": 0.1},
+        "metrics": ["accuracy", "auc", "mse"]})
+    ours = frameworks.build_model(sigmoid, {}, 3, spec, None, x[:2], Weighted(y, w)[:2])
+    theirs = keras.Sequential([keras.Input((6,)), keras.layers.Dense(8, activation="tanh"),
+                               keras.layers.Dense(1, activation="sigmoid")])
+    theirs.compile(keras.optimizers.SGD(0.1), "binary_crossentropy",
+                   metrics=["accuracy", keras.metrics.AUC(name="auc"), "mse"])
+    a, b, c, d = (q.detach().numpy() for q in ours.module.parameters())
+    theirs.set_weights([a.T, b, c.T, d])
+    theirs = KerasModel(theirs, x[:2], Weighted(y, w)[:2])
+
+    got = ours.metric_results(ours.metric_state(x, Weighted(y, w), 64))
+    want = theirs.metric_results(theirs.metric_state(x, Weighted(y, w), 64))
+    for name in ("loss", "accuracy", "mse"):
+        assert got[name] == pytest.approx(want[name], rel=1e-4), name
+    assert got["auc"] == pytest.approx(want["auc"], abs=0.005)
+    mine, keras_ = (np.zeros(m.n_grad + 1, np.float32) for m in (ours, theirs))
+    ours.gradient(x[:64], Weighted(y, w)[:64], 1.0, mine)
+    theirs.gradient(x[:64], Weighted(y, w)[:64], 1.0, keras_)
+    assert mine[-1] == pytest.approx(keras_[-1], rel=1e-4)
