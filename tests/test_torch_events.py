@@ -193,17 +193,33 @@ def test_a_training_step_gets_named_inputs_and_the_weights_in_its_batch(tmp_path
 
 
 # ----------------------------------------------------------------------- the device
-@pytest.mark.parametrize("count, local_rank, index", [(4, 0, 0), (4, 3, 3), (2, 3, 1), (1, 2, 0)])
-def test_each_rank_takes_its_node_local_rank_s_gpu(monkeypatch, count, local_rank, index):
+LAUNCHERS = {"hydra": ("MPI_LOCALRANKID", "MPI_LOCALNRANKS"),
+             "openmpi": ("OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"),
+             "slurm": ("SLURM_LOCALID", "SLURM_NTASKS_PER_NODE")}
+PINNED = ("TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS", "OMP_NUM_THREADS",
+          "CUDA_VISIBLE_DEVICES", "KERAS_BACKEND", "TF_CPP_MIN_LOG_LEVEL")
+
+
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+@pytest.mark.parametrize("count, local_rank, index", [(4, 3, 3), (2, 3, 1), (1, 2, 0)])
+def test_each_rank_takes_its_node_local_rank_s_gpu(monkeypatch, launcher, count, local_rank,
+                                                   index):
+    """The node-local rank as the launcher says it (threads.node_layout), the GPUs torch
+    sees faked: rank -> its GPU, round-robin, set as torch's current device."""
     from mpiopt.training import threads
     from mpiopt.training.frameworks import torch_device
 
+    for name in (*PINNED, *(v for pair in LAUNCHERS.values() for v in pair)):
+        monkeypatch.delenv(name, raising=False)       # put back as they were after the test
+    rank_var, size_var = LAUNCHERS[launcher]
+    monkeypatch.setenv(rank_var, str(local_rank))
+    monkeypatch.setenv(size_var, "4")
+    monkeypatch.setattr(threads, "_pinned", None)
+    monkeypatch.setattr(threads, "_gpus", lambda: [])
     chosen = []
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: count)
     monkeypatch.setattr(torch.cuda, "set_device", chosen.append)
-    monkeypatch.setattr(threads, "_pinned", {"threads": 1, "local_rank": local_rank,
-                                             "local_size": 4, "gpu": None})
     assert torch_device.rank_device() == torch.device("cuda", index)
     assert chosen == [index]
 
