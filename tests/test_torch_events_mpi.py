@@ -97,3 +97,45 @@ def test_a_torch_deep_sets_model_trains_on_collections_and_weights_in_groups(tmp
     for (p_mem, f_mem), (p_str, f_str) in zip(values[True], values[False]):
         assert p_mem == p_str
         assert np.allclose(f_mem, f_str, atol=1e-6), (f_mem, f_str)
+
+
+def test_the_jets_particles_example_in_pytorch_searches_on_its_rntuple(tmp_path):
+    """examples/jets/particles_torch.yaml on data its generator writes (small here): the
+    torch Deep Sets network takes the particle lists by name, weighted, and keeps a model
+    plain PyTorch loads."""
+    import importlib.util
+    import shutil
+
+    import torch
+
+    from conftest import EXAMPLES
+    from mpiopt.trial import TrialStatus
+
+    jets = EXAMPLES / "jets"
+    shutil.copy(jets / "torch_model.py", tmp_path / "torch_model.py")
+    spec = importlib.util.spec_from_file_location("jets_generate", jets / "generate.py")
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    gen.DATA, gen.JETS_PER_FILE = tmp_path / "data", 60
+    gen.ensure_particles()
+    raw = yaml.safe_load((jets / "particles_torch.yaml").read_text())
+    raw["search"]["trials"], raw["training"]["epochs"] = 1, 2
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump(raw))
+    url = f"sqlite:///{tmp_path / 'p.db'}"
+    proc = mpiopt("search", tmp_path / "spec.yaml", "--storage", url, np=3, cwd=tmp_path,
+                  timeout=400)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    _, trials = trials_of(url, raw["study"]["name"])
+    assert [t.status for t in trials] == [TrialStatus.COMPLETE], [t.error for t in trials]
+    assert 0.0 <= trials[0].value <= 1.0 and len(trials[0].fold_values) == 2
+    out = tmp_path / "best.pt"
+    proc = mpiopt("model", "export", raw["study"]["name"], "--storage", url, "-o", out,
+                  cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    sys.path.insert(0, str(tmp_path))
+    try:
+        from torch_model import build_particle_model
+    finally:
+        sys.path.remove(str(tmp_path))
+    net = build_particle_model(trials[0].params)
+    net.load_state_dict(torch.load(out))
