@@ -2,7 +2,8 @@
 collections, event weights and a selection (issue 60 with issue 61), as
 tests/test_data_events_mpi.py trains a Keras one: forward takes the inputs by name, the
 weights weigh the loss and the metrics, K-fold on a group of 2 (every batch cut in two
-shards), the same trial values streamed and in memory."""
+shards), the same trial values streamed and in memory; and the jets example's Deep Sets
+network in PyTorch (examples/jets/particles_torch.yaml)."""
 from __future__ import annotations
 
 import sys

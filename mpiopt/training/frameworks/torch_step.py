@@ -121,9 +121,9 @@ class StepModel(TorchFlat):
     def batch(self, x, y) -> tuple:
         """(x, y), or (x, y, w) with event weights (y the pair (labels, weights)), as
         tensors on the module's device."""
-        parts = (x, *y) if isinstance(y, tuple) else (x, y)
+        targets = y if isinstance(y, tuple) else (y,)
         return (inputs(x, self.floats, self.device),
-                *(tensor(a, self.floats, self.device) for a in parts[1:]))
+                *(tensor(a, self.floats, self.device) for a in targets))
 
     def _step(self, x, y) -> float:
         self.module.train()
