@@ -15,6 +15,13 @@ among a configuration's ranks):
   torchrun DDP 2        `torchrun --nproc_per_node 2` running DistributedDataParallel on the
                         same network and global batches (gloo on CPU, NCCL on GPUs)
   torch_group DDP 2     the same DDP loop inside mpiopt.torch_group under mpiexec -n 2
+  keras trainer 1, 2    (--device cuda) the same network in Keras through mpiopt's
+                        trainer on 1 and 2 GPUs (examples/jets/model.py's flat CNN; a
+                        dense Keras twin of the mlp)
+
+With --device cuda every row trains on GPUs: each rank its node-local rank's (the
+trainer's torch_device.rank_device, the GPU threads.pin_threads gives Keras), the plain
+loop and one-rank rows on one GPU, the two-rank rows on two.
 
 Each is measured in samples per second of wall time (the slowest rank's), and in samples
 per second of CPU time summed over its ranks' processes, which the other load of a shared
@@ -34,7 +41,8 @@ DDP 2; a trial's fixed cost at most 0.5 s.
 
     python benchmarks/torch_training.py                       # CPU: a few minutes on 2 cores
     python benchmarks/torch_training.py --epochs 5 --threads 32
-    python benchmarks/torch_training.py --device cuda         # a machine with 2 GPUs
+    python benchmarks/torch_training.py --device cuda         # a machine with 2 GPUs: torch
+                                                              # and Keras on 1 and 2 GPUs
 """
 from __future__ import annotations
 
@@ -128,6 +136,23 @@ def build_own_step(params):
     return OwnStep()
 
 
+def build_keras(params):
+    """The network in Keras, compiled with the same loss and optimizer."""
+    import keras
+
+    if params["kind"] == "cnn":
+        sys.path.insert(0, str(HERE.parents[1] / "examples" / "jets"))
+        from model import build_flat_model
+
+        return build_flat_model(dict(filters=16, kernel_size=5, dense_units=32,
+                                     learning_rate=1e-3, dropout=0.0))
+    model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(256, activation="relu"),
+                              keras.layers.Dense(256, activation="relu"), keras.layers.Dense(10)])
+    model.compile(keras.optimizers.Adam(1e-3),
+                  keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    return model
+
+
 def load_mlp():
     return data("mlp")
 
@@ -136,19 +161,23 @@ def load_cnn():
     return data("cnn")
 
 
-def spec_for(kind: str, own_step: bool = False, epochs: int = 3, folder: Path | None = None):
-    """A torch spec over this file's builders and loaders."""
+BUILDERS = {"trainer": None, "own-step": "build_own_step", "keras": "build_keras"}
+
+
+def spec_for(kind: str, what: str = "trainer", epochs: int = 3, folder: Path | None = None):
+    """A spec over this file's builders and loaders: what is "trainer" (a torch module
+    with mpiopt's step), "own-step" (its own training_step) or "keras"."""
     import yaml
 
     from mpiopt.spec import load_spec
 
     folder = Path(folder or tempfile.mkdtemp())
     training = {"epochs": epochs, "batch_size": SIZES[kind]["batch"]}
-    if not own_step:
+    if what == "trainer":
         training.update(loss="CrossEntropyLoss" if kind == "mlp" else "BCEWithLogitsLoss",
                         optimizer={"name": "Adam", "lr": 1e-3})
     spec = {"study": {"name": f"bench-{kind}"},
-            "objective": {"model": f"{HERE}:{'build_own_step' if own_step else 'build_' + kind}",
+            "objective": {"model": f"{HERE}:{BUILDERS[what] or 'build_' + kind}",
                           "data": {"loader": f"{HERE}:load_{kind}"},
                           "metric": "val_loss", "direction": "minimize"},
             "search_space": {"kind": [kind]}, "search": {"trials": 1}, "training": training}
@@ -203,8 +232,9 @@ def plain(kind: str, device: str, threads: int, epochs: int) -> dict:
     return timed_epochs(epoch, epochs)
 
 
-def trainer(kind: str, own_step: bool, epochs: int) -> dict:
-    """mpiopt's trainer on MPI.COMM_WORLD (threads: MPIOPT_THREADS)."""
+def trainer(kind: str, what: str, epochs: int) -> dict:
+    """mpiopt's trainer on MPI.COMM_WORLD (threads: MPIOPT_THREADS; each rank on its own
+    GPU where it has any): what as spec_for's."""
     from types import SimpleNamespace
 
     from mpi4py import MPI
@@ -215,7 +245,7 @@ def trainer(kind: str, own_step: bool, epochs: int) -> dict:
 
     comm = MPI.COMM_WORLD
     threads.pin_threads(comm)
-    spec = spec_for(kind, own_step)
+    spec = spec_for(kind, what)
     x, y = data(kind)
     build = load_callable(spec.objective.model)
     model = frameworks.build_model(build, {"kind": kind}, 0, spec, None, x, y)
@@ -316,8 +346,8 @@ def worker(args) -> None:
     """One configuration, in this process (under mpiexec or torchrun): its figures as JSON."""
     if args.what == "plain":
         out = plain(args.kind, args.device, args.threads, args.epochs)
-    elif args.what in ("trainer", "own-step"):
-        out = trainer(args.kind, args.what == "own-step", args.epochs)
+    elif args.what in BUILDERS:
+        out = trainer(args.kind, args.what, args.epochs)
     elif args.what in ("torchrun", "torch_group"):
         out = ddp(args.kind, args.device, args.epochs, args.what)
     else:
@@ -328,17 +358,21 @@ def worker(args) -> None:
 
 # --------------------------------------------------------------------------- the run
 def configurations(device: str, threads: int) -> list:
-    """(name, what, ranks, threads per rank, launcher). On GPUs: the plain loop on one,
-    DDP on two (the trainer trains on the CPU)."""
+    """(name, what, ranks, threads per rank, launcher). On GPUs one GPU a rank: the
+    one-rank rows on one, the two-rank rows on two, Keras's trainer beside torch's."""
     one = max(1, threads // 2)
-    rows = [("plain loop 1", "plain", 1, threads, None)]
+    rows = [("plain loop 1", "plain", 1, threads, None),
+            ("trainer 1", "trainer", 1, threads, "mpiexec"),
+            ("trainer 1, own step", "own-step", 1, threads, "mpiexec")]
     if device == "cpu":
-        rows += [("trainer 1", "trainer", 1, threads, "mpiexec"),
-                 ("trainer 1, own step", "own-step", 1, threads, "mpiexec"),
-                 ("trainer 1 x 1 thread", "trainer", 1, 1, "mpiexec"),
-                 ("allreduce 2", "trainer", 2, one, "mpiexec")]
-    return rows + [("torchrun DDP 2", "torchrun", 2, one, "torchrun"),
-                   ("torch_group DDP 2", "torch_group", 2, one, "mpiexec")]
+        rows.append(("trainer 1 x 1 thread", "trainer", 1, 1, "mpiexec"))
+    rows += [("allreduce 2", "trainer", 2, one, "mpiexec"),
+             ("torchrun DDP 2", "torchrun", 2, one, "torchrun"),
+             ("torch_group DDP 2", "torch_group", 2, one, "mpiexec")]
+    if device == "cuda":
+        rows += [("keras trainer 1", "keras", 1, threads, "mpiexec"),
+                 ("keras allreduce 2", "keras", 2, one, "mpiexec")]
+    return rows
 
 
 def run(what, kind, ranks, threads, launcher, args, folder: Path) -> dict:
@@ -393,8 +427,16 @@ def report_model(kind: str, args, folder: Path) -> str:
                   f"allreduce 2 against torchrun DDP 2: "
                   f"{both(rows, 'allreduce 2', 'torchrun DDP 2')} (target at least 0.9x)"]
     else:
-        lines += [f"2 GPUs (torchrun DDP) against 1: {ratio(rows, 'torchrun DDP 2', 'plain loop 1')}",
-                  "the trainer trains on the CPU: its rows are measured with --device cpu"]
+        lines += [f"trainer 1 against the plain loop, on one GPU: "
+                  f"{ratio(rows, 'trainer 1', 'plain loop 1')} (target at least 0.9x)",
+                  f"allreduce on 2 GPUs against 1: {ratio(rows, 'allreduce 2', 'trainer 1')}",
+                  f"allreduce 2 against torchrun DDP 2: "
+                  f"{ratio(rows, 'allreduce 2', 'torchrun DDP 2')} (target at least 0.9x)",
+                  f"2 GPUs (torchrun DDP) against 1: {ratio(rows, 'torchrun DDP 2', 'plain loop 1')}",
+                  f"Keras on 2 GPUs against 1: {ratio(rows, 'keras allreduce 2', 'keras trainer 1')}",
+                  f"torch's trainer against Keras's, 1 GPU: "
+                  f"{ratio(rows, 'trainer 1', 'keras trainer 1')}; 2 GPUs: "
+                  f"{ratio(rows, 'allreduce 2', 'keras allreduce 2')}"]
     lines.append(f"torch_group DDP 2 against torchrun DDP 2: "
                  f"{both(rows, 'torch_group DDP 2', 'torchrun DDP 2')}")
     return "\n".join(lines) + "\n"

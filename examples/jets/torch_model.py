@@ -2,7 +2,8 @@
 
 build_model returns the module only; its loss (BCEWithLogitsLoss: the last layer gives a
 logit), optimizer and learning-rate schedule are named in torch.yaml, so they can be
-searched like any other parameter.
+searched like any other parameter. build_particle_model is model.py's Deep Sets network on
+the jets' particle lists (particles_torch.yaml), its forward taking the inputs by name.
 """
 import torch
 from torch import nn
@@ -28,3 +29,25 @@ class JetCNN(nn.Module):
 def build_model(params):
     return JetCNN(int(params["filters"]), int(params["kernel_size"]),
                   int(params["dense_units"]), float(params["dropout"]))
+
+
+class DeepSets(nn.Module):
+    """The same small network applied to every particle, summed over the real particles
+    (the mask), joined with the jet's pT and mass. forward takes the inputs by the names
+    the data section gives them: `particles` (n, length, 3), `particles_mask` (n, length)
+    and `features` (n, 2)."""
+
+    def __init__(self, dense_units: int, dropout: float):
+        super().__init__()
+        self.each = nn.Sequential(nn.Linear(3, dense_units), nn.ReLU(),
+                                  nn.Linear(dense_units, dense_units), nn.ReLU())
+        self.head = nn.Sequential(nn.Linear(dense_units + 2, dense_units), nn.ReLU(),
+                                  nn.Dropout(dropout), nn.Linear(dense_units, 1))
+
+    def forward(self, particles, particles_mask, features):
+        summed = (self.each(particles) * particles_mask.unsqueeze(-1)).sum(1)
+        return self.head(torch.cat([summed, features * 0.01], 1))
+
+
+def build_particle_model(params):
+    return DeepSets(int(params["dense_units"]), float(params["dropout"]))

@@ -1,9 +1,10 @@
 """Name the device a trial trained on, for its record ("gpu: NVIDIA H100 80GB HBM3").
 
 Why: a study on a mixed cluster compares trials that ran on different hardware; the
-record says which. TensorFlow is asked only when the process already imported it (a Keras
-objective): a plain function's trials say the CPU, and no rank pays TensorFlow's start-up
-to learn a name.
+record says which. A framework is asked only when the process already imported it
+(TensorFlow for a Keras objective, torch for a torch one: the GPU the rank took,
+mpiopt.training.frameworks.torch_device): a plain function's trials say the CPU, and no
+rank pays a framework's start-up to learn a name.
 """
 from __future__ import annotations
 
@@ -14,9 +15,23 @@ import sys
 
 
 def describe_device() -> str:
-    """The GPU this process trains on if TensorFlow sees one, else the CPU model."""
+    """The GPU this process trains on if TensorFlow or torch sees one, else the CPU model."""
     gpu = _gpu_name() if "tensorflow" in sys.modules else None
+    if gpu is None and "torch" in sys.modules:
+        gpu = _torch_gpu_name()
     return f"gpu: {gpu}" if gpu else f"cpu: {cpu_model()}"
+
+
+def _torch_gpu_name() -> str | None:
+    """The name of torch's current CUDA device (the rank's own), or None without one."""
+    try:
+        import torch
+
+        if not torch.cuda.is_available():
+            return None
+        return torch.cuda.get_device_name(torch.cuda.current_device())
+    except Exception:        # a broken driver must not fail the trial that just finished
+        return None
 
 
 @functools.lru_cache(maxsize=1)

@@ -53,6 +53,7 @@ from datetime import timedelta
 from mpiopt.errors import ArtifactStoreError, Pruned, answer_from_word, answer_word
 from mpiopt.objective.current import current
 from mpiopt.training import threads
+from mpiopt.training.frameworks.torch_device import rank_device
 
 CHECKPOINT = "torch.pt"
 TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
@@ -188,19 +189,14 @@ class TorchGroup:
 
 
 def _device(comm):
-    """The rank's GPU where it has one (the one threads.pin_threads gave it: the only one
-    it sees, or its node-local rank's), else the CPU; intra-op threads as pinned."""
+    """The rank's GPU where it has one (torch_device.rank_device: the one a model mpiopt
+    trains takes, by node-local rank), else the CPU; intra-op threads as pinned."""
     import torch
 
     pinned = threads.pin_threads(comm)
     if pinned["threads"]:
         torch.set_num_threads(pinned["threads"])
-    if not torch.cuda.is_available():
-        return torch.device("cpu")
-    count = torch.cuda.device_count()
-    index = 0 if count == 1 else pinned["local_rank"] % count
-    torch.cuda.set_device(index)
-    return torch.device("cuda", index)
+    return rank_device(comm)
 
 
 def _store(comm, address: str, wait: timedelta):

@@ -221,7 +221,8 @@ DATA = Fields(
     Field("collections", None, "mapping", "`root`: per-object inputs (particles, tracks, jets) "
           "as `{NAME: {branches, length, ...}}` (`objective.data.collections` below): each "
           "jagged branch padded or cut to `length` objects, the model's input `NAME` with its "
-          "mask `NAME_mask` (a Keras model with named inputs).", shown="–"),
+          "mask `NAME_mask` (a Keras model's named inputs, a torch module's `forward` "
+          "keyword arguments).", shown="–"),
     Field("weights", None, "text", "Event weights: the branch, dataset or array holding one "
           "number per event (negative ones allowed), used in the loss and in the validation "
           "metrics, scaled to a mean of 1.", shown="–"),

@@ -110,8 +110,8 @@ class AllreduceSGD(Algorithm):
         steps = [self._own_part(order[b]) for b in batches(len(order), self.training.batch_size)]
         reader = prefetched(x, y, [part for part, _, _ in steps], failures=self.read_failures)
         for (xb, yb), (_, scale, n) in zip(reader, steps):
-            if not len(xb):
-                xb, yb, scale = _zeros_like(x, 1), _zeros_like(y, 1), 0.0
+            if not rows(xb):
+                xb, yb, scale = _zeros_like(xb, 1), _zeros_like(yb, 1), 0.0
             total[0] += self.model.group_step(xb, yb, scale, self.comm) * scale * n
             stats.steps += 1
         clock.compute()
@@ -126,5 +126,11 @@ class AllreduceSGD(Algorithm):
         return (part, len(part) / len(idx), len(idx)) if len(part) else (idx[:1], 0.0, len(idx))
 
 
-def _zeros_like(a, n: int) -> np.ndarray:
-    return np.zeros((n, *a.shape[1:]), a.dtype)
+def _zeros_like(batch, n: int):
+    """n samples of zeros in an (empty) batch's form: an array, named inputs (a dict),
+    labels with their event weights (a pair)."""
+    if isinstance(batch, dict):
+        return {name: _zeros_like(a, n) for name, a in batch.items()}
+    if isinstance(batch, tuple):
+        return tuple(_zeros_like(a, n) for a in batch)
+    return np.zeros((n, *batch.shape[1:]), batch.dtype)

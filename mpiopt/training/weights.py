@@ -22,6 +22,7 @@ In training a batch's loss is sum(w_i * loss_i) / batch size (Keras's default re
 with sample weights; summed over the ranks of a group it is the global batch's, as
 without weights). In validation every Keras metric weighs each event by w_i (Keras's
 `sample_weight`): val_loss, val_accuracy, val_auc and the figure of merit are weighted.
+A torch model follows the same rule (frameworks.torch_model, frameworks.metrics).
 """
 from __future__ import annotations
 

@@ -12,6 +12,14 @@ or a sigmoid (binary cross entropy with logits), log-probabilities through exp (
 the output as it is. Classes come from the argmax of several outputs per sample when the
 loss is a multi-class one (or there are several outputs and the loss says nothing), from
 a score above 0.5 otherwise; one-hot targets count as their argmax.
+
+Event weights (objective.data.weights) weigh every metric as Keras's `sample_weight` does
+(mpiopt.training.weights states the rule): each sample's term and its count are
+multiplied by its weight, so accuracy, MSE and MAE are sum(w * value) / sum(w) (a
+sample's value the mean over its outputs), AUC's histograms add weights instead of ones,
+and the loss is sum(w * loss) over the samples divided by their number, as the training
+loss is. Negative weights subtract; a class whose weights sum to zero or less has no AUC
+(0, as with no sample of it).
 """
 from __future__ import annotations
 
@@ -40,14 +48,16 @@ class Accumulators:
     def zeros(self) -> np.ndarray:
         return np.zeros(self.size, np.float64)
 
-    def add(self, state: np.ndarray, loss_sum: float, output, target) -> None:
-        """Add one batch: its summed loss, the model's output and the targets."""
+    def add(self, state: np.ndarray, loss_sum: float, output, target, weights=None) -> None:
+        """Add one batch: its summed (weighted) loss, the model's output, the targets and
+        the events' weights (None: each weighs 1)."""
         n = len(output)
         state[self.offsets["loss"]] += (loss_sum, n)
         out = np.asarray(output, np.float64).reshape(n, -1)
         y = np.asarray(target).reshape(n, -1)
+        w = np.ones(n) if weights is None else np.asarray(weights, np.float64).reshape(n)
         for name in self.names[1:]:
-            state[self.offsets[name]] += getattr(self, f"_{name}")(out, y)
+            state[self.offsets[name]] += getattr(self, f"_{name}")(out, y, w)
 
     def results(self, state: np.ndarray) -> dict:
         out = {}
@@ -57,22 +67,22 @@ class Accumulators:
         return out
 
     # ------------------------------------------------------------------ per batch
-    def _accuracy(self, out, y) -> tuple:
+    def _accuracy(self, out, y, w) -> tuple:
         if self._classes(out):
             true = y.argmax(1) if y.shape[1] == out.shape[1] > 1 else y[:, 0]
-            return float(np.sum(out.argmax(1) == true)), len(out)
+            return float(np.sum(w * (out.argmax(1) == true))), float(w.sum())
         hit = (self._scores(out) > 0.5) == (_matched(y, out) > 0.5)
-        return float(hit.sum()), hit.size
+        return _weighed(hit, w)
 
-    def _mse(self, out, y) -> tuple:
+    def _mse(self, out, y, w) -> tuple:
         d = out - _matched(y, out)
-        return float(np.sum(d * d)), d.size
+        return _weighed(d * d, w)
 
-    def _mae(self, out, y) -> tuple:
+    def _mae(self, out, y, w) -> tuple:
         d = out - _matched(y, out)
-        return float(np.sum(np.abs(d))), d.size
+        return _weighed(np.abs(d), w)
 
-    def _auc(self, out, y) -> np.ndarray:
+    def _auc(self, out, y, w) -> np.ndarray:
         scores = self._scores(out)
         if self._classes(out):
             labels = (y.argmax(1)[:, None] if y.shape[1] == out.shape[1] > 1 else y[:, :1]) \
@@ -80,8 +90,9 @@ class Accumulators:
         else:
             labels = _matched(y, out) > 0.5
         bins = np.clip((scores * THRESHOLDS).astype(np.int64), 0, THRESHOLDS - 1)
-        positives = np.bincount(bins[labels], minlength=THRESHOLDS)
-        negatives = np.bincount(bins[~labels], minlength=THRESHOLDS)
+        w = np.broadcast_to(w.reshape(-1, 1), bins.shape)
+        positives = np.bincount(bins[labels], w[labels], minlength=THRESHOLDS)
+        negatives = np.bincount(bins[~labels], w[~labels], minlength=THRESHOLDS)
         return np.concatenate([positives, negatives]).astype(np.float64)
 
     def _classes(self, out) -> bool:
@@ -99,6 +110,13 @@ class Accumulators:
         return out
 
 
+def _weighed(values: np.ndarray, w: np.ndarray) -> tuple:
+    """(sum of each sample's values times its weight, sum of the weights times the values
+    per sample): a weighted mean over samples of each sample's mean."""
+    values = values.reshape(len(w), -1)
+    return float(np.sum(w * values.sum(1))), float(w.sum() * values.shape[1])
+
+
 def _matched(y, out) -> np.ndarray:
     """Targets shaped like the outputs where they hold as many values."""
     y = np.asarray(y, np.float64)
@@ -110,7 +128,7 @@ def _auc(part: np.ndarray) -> float:
     rates at each bin edge, counted from the top, joined by straight lines."""
     positives, negatives = part[:THRESHOLDS], part[THRESHOLDS:]
     p, n = positives.sum(), negatives.sum()
-    if p == 0 or n == 0:
+    if p <= 0 or n <= 0:
         return 0.0
     tpr = np.concatenate([[0.0], np.cumsum(positives[::-1]) / p])
     fpr = np.concatenate([[0.0], np.cumsum(negatives[::-1]) / n])

@@ -3,8 +3,16 @@ the checkpoint state, the kept file. The two ways a module is trained build on i
 torch_model.TorchModel (forward, a loss and one optimizer: mpiopt's step) and
 torch_step.StepModel (the module's own training_step, Lightning's contract).
 
-A flat buffer is a NumPy array; torch.from_numpy views the same memory, so weights are
-read into an MPI buffer by one torch.cat and written back as views (no copy).
+A flat buffer is a NumPy array; torch.from_numpy views the same memory, so on the CPU
+weights are read into an MPI buffer by one torch.cat and written back as views (no copy);
+on a GPU each crosses to the host and back once (torch_device: no CUDA-aware MPI).
+
+Inputs: one array is forward's one argument. Named inputs (objective.data.collections:
+`features`, each collection NAME and its mask NAME_mask, mpiopt.training.inputs) are
+forward's keyword arguments by name, `module(**inputs)`: the way weaver-core's
+ParticleNet is written (`forward(self, points, features, mask)`), so a model of the field
+runs unchanged and the order of the inputs never matters; the same names a Keras model's
+`keras.Input(name=...)` takes.
 
 Layout (as the interface says): trainable parameters, then frozen float parameters and
 float buffers (batch-norm statistics). Integer buffers (num_batches_tracked) stay local.
@@ -24,16 +32,43 @@ from mpiopt.training.frameworks._base import FlatModel
 NAME = "torch"
 
 
-def tensor(a: np.ndarray, floats):
+def tensor(a: np.ndarray, floats, device=None):
     """A tensor over the array's memory (a copy where it is read-only: a memory-mapped
-    file), floating values as the model's float type."""
+    file), floating values as the model's float type, on the device (None: the CPU)."""
     import torch
 
     a = np.asarray(a)
     if not a.flags.writeable or not a.flags.c_contiguous:
         a = np.array(a)
     t = torch.from_numpy(a)
-    return t.to(floats) if t.is_floating_point() and t.dtype != floats else t
+    if t.is_floating_point() and t.dtype != floats:
+        t = t.to(floats)
+    return t if device is None or device.type == "cpu" else t.to(device)
+
+
+def inputs(x, floats, device=None):
+    """A batch's inputs as tensors: one, or a dict of named inputs."""
+    if isinstance(x, dict):
+        return {name: tensor(a, floats, device) for name, a in x.items()}
+    return tensor(x, floats, device)
+
+
+def call(module, given):
+    """The module's forward over inputs(): named inputs as keyword arguments."""
+    return module(**given) if isinstance(given, dict) else module(given)
+
+
+def into_host(parts: list, out: np.ndarray) -> None:
+    """torch.cat(parts) into the NumPy array out: in place on the CPU, one copy from a GPU."""
+    import torch
+
+    if not parts:
+        return
+    host = torch.from_numpy(out)
+    if parts[0].device.type == "cpu":
+        torch.cat(parts, out=host)
+    else:
+        host.copy_(torch.cat(parts))
 
 
 class TorchFlat(FlatModel):
@@ -46,7 +81,8 @@ class TorchFlat(FlatModel):
     framework, suffix = NAME, ".pt"
 
     def lay_out(self) -> None:
-        """The flat layout of the module's float tensors (trainable ones first)."""
+        """The flat layout of the module's float tensors (trainable ones first), and the
+        device they are on (torch_device.rank_device put the module there)."""
         import torch
 
         module = self.module
@@ -61,6 +97,7 @@ class TorchFlat(FlatModel):
         self.n_grad = int(edges[len(self.trainable)])
         self.n_weights = int(edges[-1])
         self.floats = self.trainable[0].dtype if self.trainable else torch.float32
+        self.device = self.variables[0].device if self.variables else torch.device("cpu")
 
     def begin_epoch(self, seed: int) -> None:
         import torch
@@ -74,14 +111,13 @@ class TorchFlat(FlatModel):
         if out is None:
             out = np.empty(self.n_weights, np.float32)
         with torch.no_grad():
-            torch.cat([t.detach().reshape(-1).float() for t in self.variables],
-                      out=torch.from_numpy(out))
+            into_host([t.detach().reshape(-1).float() for t in self.variables], out)
         return out
 
     def set_weights(self, flat: np.ndarray) -> None:
         import torch
 
-        flat = tensor(np.asarray(flat, np.float32), torch.float32)
+        flat = tensor(np.asarray(flat, np.float32), torch.float32, self.device)
         with torch.no_grad():
             for t, (a, b) in zip(self.variables, self.spans):
                 t.copy_(flat[a:b].view_as(t))
@@ -131,8 +167,9 @@ class TorchFlat(FlatModel):
         self.restore(self._snapshot)
 
     def save(self, path: str, weights: np.ndarray | None = None) -> None:
-        """torch.save(module.state_dict(), path): what plain PyTorch loads into the module
-        build_model makes (module.load_state_dict(torch.load(path)))."""
+        """torch.save(module.state_dict(), path) of CPU tensors: what plain PyTorch loads
+        into the module build_model makes (module.load_state_dict(torch.load(path))), on
+        a machine with a GPU or without."""
         import torch
 
         current = None
@@ -140,7 +177,7 @@ class TorchFlat(FlatModel):
             current = self.get_weights()
             self.set_weights(weights)
         try:
-            torch.save(self.module.state_dict(), path)
+            torch.save(on_cpu(self.module.state_dict()), path)
         finally:
             if current is not None:
                 self.set_weights(current)
@@ -154,7 +191,16 @@ class TorchFlat(FlatModel):
 
         self.module.eval()
         with torch.inference_mode():
-            self.module(tensor(np.asarray(x), self.floats))
+            call(self.module, inputs(x, self.floats, self.device))
+
+
+def on_cpu(state: dict) -> dict:
+    """A state_dict with its tensors on the CPU (its metadata kept: load_state_dict reads
+    the modules' versions from it)."""
+    out = type(state)((k, v.detach().cpu()) for k, v in state.items())
+    if hasattr(state, "_metadata"):
+        out._metadata = state._metadata
+    return out
 
 
 def step_schedule(schedule, value: float | None = None) -> None:

@@ -7,9 +7,22 @@ referenced only during a step. The layout, the weights and the checkpoint state 
 torch_base.TorchFlat's.
 
 The loss, optimizer and schedule come from torch_parts (the spec or the module); the
-validation metrics from metrics.Accumulators. A module with its own training_step is
-trained through it instead (torch_step.StepModel). torch is imported only when this
-process trains a torch model: owns() looks at sys.modules, never imports.
+validation metrics from metrics.Accumulators. The module sits on the rank's device
+(torch_device.rank_device), each batch is moved there, and named inputs reach forward as
+keyword arguments (torch_base.inputs).
+
+Event weights (objective.data.weights: a batch's targets are then the pair (y, w)) follow
+Keras's rule, so a torch and a Keras study of the same weighted data mean the same
+(mpiopt.training.weights): the loss is taken per sample (the torch.nn loss with
+reduction="none", its values averaged over each sample's outputs), then
+sum(w_i * loss_i) / the batch's size. Why not sum(w * loss) / sum(w): with negative
+weights a batch's sum(w) may be near zero or below, and the step would blow up or turn
+round; the weights are scaled to a mean of 1 over the data, so over the data the two
+agree. Summed over a group's ranks it is the global batch's loss, as without weights.
+
+A module with its own training_step is trained through it instead (torch_step.StepModel).
+torch is imported only when this process trains a torch model: owns() looks at
+sys.modules, never imports.
 """
 from __future__ import annotations
 
@@ -20,7 +33,9 @@ import numpy as np
 from mpiopt.trial import Direction
 from mpiopt.training import threads
 from mpiopt.training.frameworks.metrics import Accumulators
-from mpiopt.training.frameworks.torch_base import NAME, TorchFlat, step_schedule, tensor
+from mpiopt.training.frameworks.torch_base import (NAME, TorchFlat, call, inputs, into_host,
+                                                   step_schedule, tensor)
+from mpiopt.training.frameworks.torch_device import out_of_memory_fails_the_trial, rank_device
 from mpiopt.training.frameworks.torch_names import METRICS
 from mpiopt.training.frameworks.torch_parts import parts
 
@@ -62,23 +77,58 @@ def prepare(seed: int) -> None:
 
 
 def wrap(module, spec, learning_rate: float | None, sample_x, sample_y) -> TorchFlat:
-    """The module with its loss, optimizer and schedule behind the flat-buffer interface
-    (a module with its own training_step: torch_step.StepModel). Its validation metrics:
-    training.metrics and those the objective or a constraint names (val_accuracy asks
-    for accuracy), so a figure of merit is never missing."""
-    if isinstance(sample_x, dict) or isinstance(sample_y, tuple):
-        field = "collections" if isinstance(sample_x, dict) else "weights"
-        raise ValueError(f"objective.data.{field}: a torch model does not take named inputs "
-                         "or event weights yet (a Keras model does)")
+    """The module, on the rank's device, with its loss, optimizer and schedule behind the
+    flat-buffer interface (a module with its own training_step: torch_step.StepModel).
+    Its validation metrics: training.metrics and those the objective or a constraint names
+    (val_accuracy asks for accuracy), so a figure of merit is never missing."""
     _materialize(module, sample_x)
+    module.to(rank_device())
     maximize = Direction.parse(spec.objective.direction) is Direction.MAXIMIZE
     if callable(getattr(module, "training_step", None)):
         from mpiopt.training.frameworks.torch_step import wrap_step
 
         return wrap_step(module, spec, learning_rate, maximize)
+    if isinstance(sample_x, dict):
+        _check_forward(module, sample_x)
     wanted = [m[len("val_"):] for m in _named_metrics(spec.objective) if m.startswith("val_")]
-    return TorchModel(module, parts(module, spec.training, learning_rate, maximize),
-                      [*spec.training.metrics, *(m for m in wanted if m in METRICS)])
+    p = parts(module, spec.training, learning_rate, maximize)
+    if isinstance(sample_y, tuple):
+        p.loss = per_sample(p.loss)
+    return TorchModel(module, p, [*spec.training.metrics, *(m for m in wanted if m in METRICS)],
+                      weighted=isinstance(sample_y, tuple))
+
+
+def per_sample(criterion):
+    """The loss with reduction "none" (a copy: the module's own criterion is left as it
+    is), for event weights; a loss that cannot give each sample's value is one line."""
+    import copy
+
+    if not isinstance(getattr(criterion, "reduction", None), str):
+        raise ValueError("objective.data.weights: the module's criterion gives only the batch's "
+                         "mean loss; event weights need each sample's: use a torch.nn loss "
+                         "(training.loss, or a criterion with `reduction`), or a training_step "
+                         "of the module's own, which gets the weights in its batch")
+    mine = copy.copy(criterion)
+    mine.reduction = "none"
+    return mine
+
+
+def _check_forward(module, sample_x: dict) -> None:
+    """Named inputs are forward's keyword arguments: one it does not take is one line
+    naming the inputs (a forward(**inputs) or one parameter per name takes them)."""
+    import inspect
+
+    try:
+        params = inspect.signature(module.forward).parameters
+    except (TypeError, ValueError):      # a builtin forward: let the call say
+        return
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return
+    missing = [name for name in sample_x if name not in params]
+    if missing:
+        raise ValueError(f"objective.data.collections: the module's forward() takes no "
+                         f"argument {missing[0]!r}; with collections it is called with the "
+                         f"inputs by name: forward({', '.join(sample_x)})")
 
 
 def _named_metrics(objective) -> list:
@@ -93,15 +143,17 @@ def _materialize(module, sample_x) -> None:
     from torch.nn.parameter import is_lazy
 
     if any(is_lazy(p) for p in module.parameters()):
+        first = ({k: v[:2] for k, v in sample_x.items()} if isinstance(sample_x, dict)
+                 else sample_x[:2])
         with torch.no_grad():
-            module(tensor(np.asarray(sample_x[:2]), torch.float32))
+            call(module, inputs(first, torch.float32))
 
 
 class TorchModel(TorchFlat):
     """A torch module with its loss and optimizer, seen as flat buffers."""
 
-    def __init__(self, module, p, metrics):
-        self.module = module
+    def __init__(self, module, p, metrics, weighted: bool = False):
+        self.module, self.weighted = module, weighted
         self.criterion, self.optimizer = p.loss, p.optimizer
         self.scheduler, self.interval = p.scheduler, p.interval
         self.optimizers, self.schedulers = [p.optimizer], [p.scheduler]
@@ -113,20 +165,26 @@ class TorchModel(TorchFlat):
 
     # ------------------------------------------------------------------ batches
     def _loss(self, x, y):
-        """(output, mean loss) of a batch; the targets in the form the loss takes
-        (INDEX_TARGETS, else shaped like the output; a module's own criterion gets them
-        as they are)."""
+        """(output, loss) of a batch: the mean loss, or with event weights (y the pair
+        (labels, weights)) sum(w * per-sample loss) / the batch's size. The targets in
+        the form the loss takes (INDEX_TARGETS, else shaped like the output; a module's
+        own criterion gets them as they are)."""
         import torch
 
-        output = self.module(tensor(x, self.floats))
-        target = tensor(y, self.floats)
+        y, w = y if self.weighted else (y, None)
+        output = call(self.module, inputs(x, self.floats, self.device))
+        target = tensor(y, self.floats, self.device)
         if self.index_targets and (target.dim() == 1 or target.shape[1:] == (1,)):
             target = target.reshape(-1).to(torch.int64)
         elif self.shaped_targets:
             target = target.to(self.floats)
             if target.numel() == output.numel():
                 target = target.reshape(output.shape)
-        return output, self.criterion(output, target)
+        loss = self.criterion(output, target)
+        if w is None:
+            return output, loss
+        each = loss.reshape(len(output), -1).mean(1)
+        return output, (each * tensor(w, self.floats, self.device)).sum() / max(1, len(output))
 
     def _gradients(self, x, y, scale: float):
         """(loss, gradients of scale * loss): returned, never accumulated into .grad."""
@@ -138,19 +196,22 @@ class TorchModel(TorchFlat):
         return loss, grads
 
     # ------------------------------------------------------------------ training steps
+    @out_of_memory_fails_the_trial
     def gradient(self, x, y, scale: float, out: np.ndarray) -> None:
+        """Into the host buffer out (the group's Allreduce reads it there)."""
         import torch
 
         loss, grads = self._gradients(x, y, scale)
-        flat = [torch.zeros(q.numel()) if g is None else g.reshape(-1).float()
+        flat = [torch.zeros(q.numel(), device=self.device) if g is None else g.reshape(-1).float()
                 for g, q in zip(grads, self.trainable)]
-        torch.cat(flat, out=torch.from_numpy(out)[: self.n_grad])
+        into_host(flat, out[: self.n_grad])
         out[self.n_grad] = float(loss.detach()) * scale
 
+    @out_of_memory_fails_the_trial
     def apply(self, flat_grad: np.ndarray) -> None:
         import torch
 
-        flat = tensor(flat_grad, torch.float32)
+        flat = tensor(flat_grad, torch.float32, self.device)
         for q, (a, b) in zip(self.trainable, self.spans):
             q.grad = flat[a:b].view_as(q).to(q.dtype)
         self.optimizer.step()
@@ -158,6 +219,7 @@ class TorchModel(TorchFlat):
             q.grad = None
         self._after_step()
 
+    @out_of_memory_fails_the_trial
     def train_step(self, x, y) -> float:
         self.module.train()
         self.optimizer.zero_grad(set_to_none=True)
@@ -176,6 +238,7 @@ class TorchModel(TorchFlat):
             step_schedule(self.scheduler, value)
 
     # ------------------------------------------------------------------ validation
+    @out_of_memory_fails_the_trial
     def metric_state(self, x, y, batch_size: int) -> np.ndarray:
         import torch
 
@@ -185,7 +248,9 @@ class TorchModel(TorchFlat):
             for start in range(0, len(x), batch_size):
                 xb, yb = x[start: start + batch_size], y[start: start + batch_size]
                 output, loss = self._loss(xb, yb)
-                self.accumulators.add(state, float(loss) * len(xb), output.float().numpy(), yb)
+                labels, w = yb if self.weighted else (yb, None)
+                self.accumulators.add(state, float(loss) * len(output),
+                                      output.float().cpu().numpy(), labels, w)
         return state
 
     def metric_results(self, state: np.ndarray) -> dict:

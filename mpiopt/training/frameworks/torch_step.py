@@ -6,10 +6,15 @@ contract is the one HEP users know from PyTorch Lightning (the how-to "Train a P
 model in groups" states it for users):
 
 - training_step(batch, batch_idx) -> the batch's loss: a tensor, or a dict with "loss".
-  batch is (x, y) as tensors (floats as the module's float type); batch_idx is the global
-  batch's number in the epoch, the same on every rank (`batch_idx % 5` picks the same
-  steps everywhere).
-- validation_step(batch, batch_idx) logs its metrics with self.log(name, value) or
+  batch is (x, y) as tensors on the module's device (floats as the module's float type),
+  x a dict of tensors by name with named inputs (objective.data.collections), and
+  (x, y, w) with event weights (objective.data.weights): the weights of the batch's
+  events, one per sample, a PyTorch dataset's (input, target, weight) triple; weighing
+  the loss is then the step's (Keras's rule, which mpiopt's own step follows, is
+  sum(w * loss) / len(w)). batch_idx is the global batch's number in the epoch, the
+  same on every rank (`batch_idx % 5` picks the same steps everywhere).
+- validation_step(batch, batch_idx), batch as training_step's, logs its metrics with
+  self.log(name, value) or
   self.log_dict({...}) (a returned dict counts too); each is recorded as val_NAME (a name
   that begins with val_ as it is), the mean over the validation set weighted by the
   batches' sizes (reduce_fx="sum": the sum).
@@ -40,7 +45,8 @@ import math
 
 import numpy as np
 
-from mpiopt.training.frameworks.torch_base import TorchFlat, step_schedule, tensor
+from mpiopt.training.frameworks.torch_base import TorchFlat, inputs, step_schedule, tensor
+from mpiopt.training.frameworks.torch_device import out_of_memory_fails_the_trial
 from mpiopt.training.frameworks.torch_parts import optimizers_of
 
 # what Lightning's Trainer gives a module, set on the instance
@@ -99,10 +105,12 @@ class StepModel(TorchFlat):
         self._snapshot = self.state()
 
     # ------------------------------------------------------------------ training steps
+    @out_of_memory_fails_the_trial
     def train_step(self, x, y) -> float:
         """One step on this rank alone (one rank, an easgd worker)."""
         return self._step(x, y)
 
+    @out_of_memory_fails_the_trial
     def group_step(self, x, y, scale: float, comm) -> float:
         self.comm, self.scale = comm, scale
         try:
@@ -110,9 +118,16 @@ class StepModel(TorchFlat):
         finally:
             self.comm, self.scale = None, 1.0
 
+    def batch(self, x, y) -> tuple:
+        """(x, y), or (x, y, w) with event weights (y the pair (labels, weights)), as
+        tensors on the module's device."""
+        targets = y if isinstance(y, tuple) else (y,)
+        return (inputs(x, self.floats, self.device),
+                *(tensor(a, self.floats, self.device) for a in targets))
+
     def _step(self, x, y) -> float:
         self.module.train()
-        batch = (tensor(x, self.floats), tensor(y, self.floats))
+        batch = self.batch(x, y)
         index, self.batch_idx = self.batch_idx, self.batch_idx + 1
         if not self.automatic:
             return float(_loss_of(self.module.training_step(batch, index)).detach())
@@ -180,6 +195,7 @@ class StepModel(TorchFlat):
         self._toggled = None
 
     # ------------------------------------------------------------------ validation
+    @out_of_memory_fails_the_trial
     def metric_state(self, x, y, batch_size: int) -> np.ndarray:
         """[weighted sum, weight] of each logged metric, in the layout of the first
         validation: the same on every rank, so the shards add up in one Allreduce."""
@@ -192,9 +208,9 @@ class StepModel(TorchFlat):
             with torch.no_grad():
                 for index, start in enumerate(range(0, len(x), batch_size)):
                     xb, yb = x[start: start + batch_size], y[start: start + batch_size]
-                    self.logged, self.weight = {}, len(xb)
-                    returned = self.module.validation_step(
-                        (tensor(xb, self.floats), tensor(yb, self.floats)), index)
+                    batch = self.batch(xb, yb)
+                    self.logged, self.weight = {}, len(batch[-1])
+                    returned = self.module.validation_step(batch, index)
                     if isinstance(returned, dict):
                         self.log_dict(returned)
                     for name, (value, weight, how) in self.logged.items():
@@ -234,7 +250,8 @@ class Averaged:
     pre-hook), each rank's weighted by its share of the global batch (the model's scale):
     one Allreduce of one flat buffer, with one slot per parameter that counts the ranks
     holding its gradient, so a parameter no rank's loss reached keeps no gradient (torch's
-    optimizers skip it, as on one rank)."""
+    optimizers skip it, as on one rank). The buffer is in host memory (a GPU's gradients
+    are copied to it and the sum back: torch_device)."""
 
     def __init__(self, optimizer, model: StepModel):
         self.model = model
@@ -262,7 +279,7 @@ class Averaged:
                 held[i] = 1.0
         comm.Allreduce(MPI.IN_PLACE, self.buffer, op=MPI.SUM)
         for i, (q, (a, b)) in enumerate(zip(self.params, self.spans)):
-            q.grad = flat[a:b].view_as(q).to(q.dtype) if held[i] else None
+            q.grad = flat[a:b].view_as(q).to(q.device, q.dtype) if held[i] else None
 
 
 def _loss_of(returned):
