@@ -168,9 +168,11 @@ class ASHAPruner(Pruner):
       early epochs of one fold, a single noisy curve of a model still learning, where
       trials that end best are often still behind; a finished fold is a whole
       measurement of the setting, which every trial has in the same sense (whatever its
-      epochs per fold or its early stopping). The pruner learns that a fold ended from
-      the next fold's first report, so a pruned trial trains that one epoch more. A
-      rung inside the last fold is the trial's end: there is nothing left to save.
+      epochs per fold or its early stopping). Rungs that fall in one fold are one
+      decision: a second halving on the same fold would choose again, on the same
+      measurement, among the trials it has just kept. The pruner learns that a fold
+      ended from the next fold's first report, so a pruned trial trains that one epoch
+      more. A rung inside the last fold is the trial's end: nothing is left to save.
     """
 
     def __init__(self, reduction_factor: int = 3, min_epoch: int = 1, side_by_side: bool = False,
