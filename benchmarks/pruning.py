@@ -17,7 +17,8 @@ Per pruner, over the seeds:
   (trials x folds x epochs), all seeds together.
 - "pruned" and "top-quarter pruned": how many trials were pruned, and of those, how many
   would have ended in the top quarter of their study (its trials' final values, each
-  pruned trial at its unpruned value: the best quarter, ties in).
+  pruned trial at its unpruned value: the best quarter, ties in); "top-quarter pruned
+  at": where those were stopped, as fold/epoch (fold from 0, epoch from 1) and count.
 - "wall vs none": the study's time (first trial start to last trial end) over the same
   seed's without pruning, the median over the seeds.
 
@@ -118,6 +119,7 @@ def one_seed(tmp: Path, seed: int, args) -> dict[str, dict]:
             "full": len(trials) * spec["training"]["kfold"] * spec["training"]["epochs"],
             "pruned": len(pruned), "trials": len(trials),
             "top": int(sum(sign * ends[_key(t)] <= cut for t in pruned)),
+            "missed": _where([t for t in pruned if sign * ends[_key(t)] <= cut]),
             "wall": _wall(trials) / _wall(base),
         }
     return out
@@ -133,6 +135,15 @@ def _ends(runs: dict) -> dict:
     if missing:
         ends.update(unpruned(runs["none"][1], list(missing.values())))
     return ends
+
+
+def _where(trials) -> dict[str, int]:
+    """{"fold/epoch": how many of these trials were pruned there} (their last report)."""
+    out: dict[str, int] = {}
+    for t in trials:
+        last = max(t.intermediate)
+        out[f"{last.fold}/{last.epoch}"] = out.get(f"{last.fold}/{last.epoch}", 0) + 1
+    return out
 
 
 def _key(t) -> str:
@@ -165,9 +176,20 @@ def summary(per_seed: list[dict[str, dict]], names: list[str]) -> list[dict]:
             "pruned": pruned,
             "top-quarter pruned": (f"{sum(g['top'] for g in got)} of {pruned}"
                                    if name != "none" else "-"),
+            "top-quarter pruned at": _at(got) if name != "none" else "-",
             "wall vs none": float(numpy.median([g["wall"] for g in got])),
         })
     return rows
+
+
+def _at(got: list[dict]) -> str:
+    """Where the top-quarter trials were pruned, over the seeds: 'fold/epoch: count'."""
+    where: dict[str, int] = {}
+    for g in got:
+        for step, n in g["missed"].items():
+            where[step] = where.get(step, 0) + n
+    order = sorted(where, key=lambda k: tuple(map(int, k.split("/"))))
+    return ", ".join(f"{k}: {where[k]}" for k in order) or "-"
 
 
 def _t95(n: int) -> float:

@@ -140,20 +140,58 @@ def test_trials_of_different_epochs_are_compared_at_the_same_fold_and_epoch():
 
 
 def test_asha_rungs_count_the_epochs_trained_over_the_folds():
-    """Folds one after another: rungs where the trial has trained min_epoch * rf**k
-    epochs in all (3 folds of 6: at fold 0's epochs 2 and 6, then the end), not again at
-    every fold's own epoch 2 (that would halve the same trials in every fold)."""
-    pruner = ASHAPruner(reduction_factor=3, min_epoch=2)
+    """Rungs where the trial has trained min_epoch * rf**k epochs in all, not again at
+    every fold's own epoch 2 (that would halve the same trials in every fold). Folds one
+    after another: a rung is decided at the end of the fold it falls in (learnt from the
+    next fold's first report); side by side, at the epoch, which all folds share."""
     better = {n: {Step(f, e): 0.0 for f in range(3) for e in range(1, 7)} for n in range(4)}
-    ours, at = {}, []
-    for step in [Step(f, e) for f in range(3) for e in range(1, 7)]:
-        if pruner.should_prune(9, step, 1.0, {**better, 9: ours}):
-            at.append(step)
-        ours[step] = 1.0
-    assert at == [(0, 2), (0, 6), (2, 6)]                 # (2, 6): the trainer ignores it
-    side = ASHAPruner(reduction_factor=3, min_epoch=2, side_by_side=True)
+
+    def pruned_at(pruner, epochs):
+        ours, at = {}, []
+        for step in [Step(f, e) for f in range(3) for e in range(1, epochs + 1)]:
+            if pruner.should_prune(9, step, 1.0, {**better, 9: ours}):
+                at.append(step)
+            ours[step] = 1.0
+        return at
+
+    # 3 folds of 6: rungs at 2 and 6 epochs trained fall in fold 0, 18 in fold 2 (the end)
+    assert pruned_at(ASHAPruner(reduction_factor=3, min_epoch=2, folds=3), 6) == [(1, 1)]
+    # 3 folds of 2: rung 1 in fold 0, rung 3 in fold 1, rung 9 past the end
+    assert pruned_at(ASHAPruner(reduction_factor=3, min_epoch=1, folds=3), 2) == [(1, 1), (2, 1)]
+    side = ASHAPruner(reduction_factor=3, min_epoch=2, side_by_side=True, folds=3)
     assert side.should_prune(9, Step(1, 2), 1.0, better) and \
         not side.should_prune(9, Step(1, 3), 1.0, better)
+
+
+def test_asha_with_folds_in_turn_decides_on_finished_folds_not_a_folds_early_epochs():
+    """Folds one after another (3 of 6 epochs, rf 3, min_epoch 2: rungs at 2 and 6 epochs
+    trained, both in fold 0). A trial that starts slowly and ends fold 0 best is not
+    stopped on fold 0's second epoch, where it is behind every other trial: it is judged
+    once fold 0 has ended, on fold 0's best epoch, against the trials that finished fold 0
+    (whatever their epochs per fold). One that ends fold 0 worst is stopped there."""
+    others = {n: _kfold([0.5, 0.3 + n / 100, 0.25, 0.2 + n / 100, 0.2, 0.2], [0.6])
+              for n in range(4)}
+    others[4] = _kfold([0.5, 0.3, 0.22, 0.21], [0.6])                    # 4 epochs a fold
+    others[5] = _kfold([0.5, 0.3, 0.25], [])                             # still in fold 0
+    pruner = ASHAPruner(reduction_factor=3, min_epoch=2, folds=3)
+    slow = _kfold([0.9, 0.8, 0.4, 0.15, 0.1, 0.1], [0.7])
+    assert _stops(pruner, slow, others) == []
+    judged = pruner.judge(9, Step(1, 1), 0.7, {**others, 9: slow})
+    assert (judged.figure, judged.others, judged.bar) == (0.1, 5, 0.2)  # the best 2 of 6 go on
+    assert _stops(pruner, _kfold([0.9, 0.8, 0.4, 0.3, 0.3, 0.3], [0.5]), others) == [(1, 1)]
+    # one fold (a holdout): the rungs stay at the epochs, on the best so far
+    holdout = ASHAPruner(reduction_factor=3, min_epoch=2, folds=1)
+    assert holdout.should_prune(9, Step(0, 2), 0.8, {**others, 9: slow})
+
+
+def _stops(pruner, curve: dict, others: dict) -> list:
+    """The steps at which `pruner` would stop trial 9 reporting `curve` in turn."""
+    ours, at = {}, []
+    for step, value in curve.items():
+        if pruner.should_prune(9, step, value, {**others, 9: ours}):
+            at.append(step)
+        ours[step] = value
+    return at
 
 
 def test_the_reason_says_where_and_against_what_in_the_metrics_units():
@@ -165,7 +203,13 @@ def test_the_reason_says_where_and_against_what_in_the_metrics_units():
     asha = ASHAPruner(reduction_factor=2, min_epoch=2).judge(9, Step(1, 1), 0.7, {
         **{n: {Step(0, 1): 0.1, Step(1, 1): 0.1 * n} for n in range(3)},
         9: {Step(0, 1): 0.7}})
-    assert asha.text(folds=3) == ("pruned at fold 1 epoch 1 (a rung): its figure so far 0.7 "
-                                  "is outside the best 1/2 of the 4 trials there (the cut: 0.1)")
+    assert asha.text(folds=1) == ("pruned at epoch 1 (a rung): its best so far 0.7 is outside "
+                                  "the best 1/2 of the 4 trials there (the cut: 0.1)")
+    at_end = ASHAPruner(reduction_factor=2, min_epoch=2, folds=3).judge(9, Step(1, 1), 0.1, {
+        **{n: {Step(0, 1): 0.2, Step(0, 2): 0.1 * n, Step(1, 1): 0.5} for n in range(3)},
+        9: {Step(0, 1): 0.9, Step(0, 2): 0.7}})
+    assert at_end.text(folds=3) == ("pruned at fold 1 epoch 1 (the rung at fold 0's end): its "
+                                    "mean over fold 0 0.7 is outside the best 1/2 of the 4 "
+                                    "trials that finished fold 0 (the cut: 0.1)")
     nan = MedianPruner().judge(1, Step(0, 3), math.nan, {})
     assert nan.prune and nan.text(folds=1) == "pruned at epoch 3: its value is nan"

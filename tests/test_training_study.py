@@ -146,3 +146,38 @@ def test_folds_one_after_another_are_pruned_like_with_like(tmp_path):
     curves = panel("curves", StudyView.of(record, trials))
     assert curves.data["folds"]["count"] == 3 and curves.data["folds"]["widths"] == \
         [max(e for t in trials for f, e in t.intermediate if f == fold) for fold in range(3)]
+
+
+def test_asha_with_folds_one_after_another_decides_at_a_folds_end(tmp_path):
+    """ASHA on 3 ranks (the 3 folds one after another), training.epochs searched, rungs at
+    1, 2, 4, 8 epochs trained (rf 2): whatever a trial's epochs per fold, its rungs fall
+    in fold 0 and fold 1, so a pruned trial was stopped at fold 1's or fold 2's first
+    report, on its finished folds, and says so; no trial stops inside a fold."""
+    pytest.importorskip("tensorflow")
+    from mpiopt.storage import open_storage
+    from mpiopt.trial import TrialStatus
+
+    spec_path = write_case(tmp_path, training={
+        "epochs": 3, "batch_size": 32, "kfold": 3,
+        "pruning": {"pruner": "asha", "reduction_factor": 2, "min_epoch": 1}})
+    spec = yaml.safe_load(spec_path.read_text())
+    spec["search"] = {"algorithm": "random", "trials": 6, "seed": 5}
+    spec["search_space"]["lr"]["low"] = 1e-5      # some trials learn far too slowly
+    spec["search_space"]["training.epochs"] = {"type": "integer", "low": 2, "high": 4}
+    spec["resources"] = {"group_size": 1}
+    spec_path.write_text(yaml.safe_dump(spec))
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    proc = mpiopt("search", spec_path, "--storage", url, np=3, cwd=tmp_path, timeout=400)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    with open_storage(url) as st:
+        trials = st.get_trials(st.get_study("tiny").id)
+    pruned = [t for t in trials if t.status == TrialStatus.PRUNED]
+    assert len(trials) == 6 and pruned, [(t.status, t.intermediate) for t in trials]
+    for t in pruned:
+        last = max(t.intermediate)
+        assert last in [(1, 1), (2, 1)], t.intermediate
+        done = "fold 0" if last.fold == 1 else "folds 0-1"
+        assert re.fullmatch(rf"pruned at fold {last.fold} epoch 1 \(the rung at fold "
+                            rf"{last.fold - 1}'s end\): its mean over {done} [\d.e-]+ is "
+                            rf"outside the best 1/2 of the \d+ trials that finished {done} "
+                            r"\(the cut: [\d.e-]+\)", t.error), t.error

@@ -169,14 +169,15 @@ def _scheduler(started: Started, topo, hosts, artifacts):
             searcher, max_stock=n_groups,
             min_fill_wait_s=0.0 if s.time_limit else MIN_FILL_WAIT_S)
     send_first = multi and opened.isolated
+    folds, side_by_side = trial_folds(spec, topo)
     return Scheduler(
         refit_wanted=artifacts is not None and artifacts.refit_wanted(),
         checkpoints=artifacts is not None and artifacts.checkpoints,
         send_first=send_first, ask_ahead=send_first and not background,
         study_id=opened.study_id, searcher=searcher,
         direction=spec.objective.direction, budget=s.trials, n_groups=n_groups, seed=s.seed,
-        pruner=make_pruner(spec.training.pruning, side_by_side=trial_folds(spec, topo)[1]),
-        folds=trial_folds(spec, topo)[0], target=s.target,
+        pruner=make_pruner(spec.training.pruning, side_by_side, folds),
+        folds=folds, target=s.target,
         time_limit=opened.shared_for(s.time_limit),
         shared=Shared(opened.job.id) if opened.shared else None,
         max_initial_failures=s.max_initial_failures,

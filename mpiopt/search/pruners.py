@@ -44,6 +44,7 @@ class Judgement:
     rule: str = ""                # "median" or "asha" ("": nothing was compared)
     keep: int = 0                 # asha: 1/keep of the trials at a rung go on
     why: str = ""                 # the reason where it is no comparison (a non-finite value)
+    finished: int = 0             # asha at a fold's end: the folds the figure is the mean of
 
     def text(self, sign: float = 1.0, folds: int = 1) -> str:
         """The reason in words, in the metric's own units (`sign` as Direction.sign):
@@ -53,6 +54,12 @@ class Judgement:
         if self.why or self.figure is None or self.bar is None:
             return f"{where}: {self.why or 'the pruner said so'}"
         mine = f"{'its best so far' if folds <= 1 else 'its figure so far'} {sign * self.figure:.6g}"
+        if self.rule == "asha" and self.finished:
+            done = "fold 0" if self.finished == 1 else f"folds 0-{self.finished - 1}"
+            return (f"{where} (the rung at fold {self.finished - 1}'s end): its mean over "
+                    f"{done} {sign * self.figure:.6g} is outside the best 1/{self.keep} of "
+                    f"the {self.others + 1} trials that finished {done} (the cut: "
+                    f"{sign * self.bar:.6g})")
         if self.rule == "asha":
             return (f"{where} (a rung): {mine} is outside the best 1/{self.keep} of the "
                     f"{self.others + 1} trials there (the cut: {sign * self.bar:.6g})")
@@ -142,45 +149,88 @@ class ASHAPruner(Pruner):
     """Asynchronous successive halving over the epochs a trial has trained (all its folds
     together): rungs when it has trained min_epoch * reduction_factor**k epochs.
 
-    At a rung, the trial continues only if its figure so far is among the best
-    1/reduction_factor of the figures of every trial that reported the same fold and
-    epoch (its own included); with fewer than reduction_factor of them the top slot is the
-    best one, so the first trial there always continues and a later one must beat
-    everything seen there. Between rungs nothing is pruned, so a decision never waits for
-    other trials (asynchronous). A fold's epochs before min_epoch are its warm-up (see the
-    module docstring). Rungs count epochs trained, not a fold's epochs: the folds of a
-    trial are repeated measurements of one setting, so halving at every fold's own rungs
-    would halve the same trials again in each fold.
+    At a rung, the trial continues only if its figure is among the best 1/reduction_factor
+    of the figures of every trial that reached the same rung (its own included); with
+    fewer than reduction_factor of them the top slot is the best one, so the first trial
+    there always continues and a later one must beat everything seen there. Between rungs
+    nothing is pruned, so a decision never waits for other trials (asynchronous). Rungs
+    count epochs trained, not a fold's epochs: the folds of a trial are repeated
+    measurements of one setting, so halving at every fold's own rungs would halve the same
+    trials again in each fold.
+
+    Where a rung is decided, and on what:
+    - One fold (a holdout), or folds side by side (their epochs pass together): at the
+      epoch itself, on the figure so far (the best so far); a fold's epochs before
+      min_epoch are its warm-up (see the module docstring).
+    - Folds one after another: at the end of the fold the rung falls in, on the mean of
+      the finished folds (each fold's best epoch), against the trials that finished as
+      many folds. Inside a fold, ASHA would keep one trial in reduction_factor on the
+      early epochs of one fold, a single noisy curve of a model still learning, where
+      trials that end best are often still behind; a finished fold is a whole
+      measurement of the setting, which every trial has in the same sense (whatever its
+      epochs per fold or its early stopping). Rungs that fall in one fold are one
+      decision: a second halving on the same fold would choose again, on the same
+      measurement, among the trials it has just kept. The pruner learns that a fold
+      ended from the next fold's first report, so a pruned trial trains that one epoch
+      more. A rung inside the last fold is the trial's end: nothing is left to save.
     """
 
-    def __init__(self, reduction_factor: int = 3, min_epoch: int = 1, side_by_side: bool = False):
+    def __init__(self, reduction_factor: int = 3, min_epoch: int = 1, side_by_side: bool = False,
+                 folds: int = 1):
         if int(reduction_factor) < 2:
             raise ValueError("reduction_factor must be at least 2")
         self.rf = int(reduction_factor)
         self.min_epoch = max(1, int(min_epoch))
         self.warmup = self.min_epoch - 1
         self.side_by_side = bool(side_by_side)
+        self.folds = max(1, int(folds))
 
     def is_rung(self, trained: int) -> bool:
         """Whether a trial that has trained this many epochs stands at a rung."""
+        return self.rung_within(trained - 1, trained)
+
+    def rung_within(self, before: int, through: int) -> bool:
+        """Whether a rung falls after `before` and at or before `through` epochs trained."""
         step = self.min_epoch
-        while step < trained:
+        while step <= before:
             step *= self.rf
-        return step == trained
+        return step <= through
 
     def _judge(self, step, own, others) -> Judgement:
-        # folds one after another: the epochs of the folds so far; side by side, the
-        # folds' epochs pass together
+        if self.folds > 1 and not self.side_by_side:
+            return self._judge_fold_end(step, own, others)
+        # one fold: the epochs trained; side by side, the folds' epochs pass together
         trained = step.epoch if self.side_by_side else sum(1 for s in own if s <= step)
         if not self.is_rung(trained):
             return Judgement(False, step)
         mine = figure_so_far(own, step, self.warmup, self.side_by_side)
         if mine is None:
             return Judgement(False, step)
-        theirs = self._figures_at(step, others)
+        return self._cut(step, mine, self._figures_at(step, others))
+
+    def _judge_fold_end(self, step, own, others) -> Judgement:
+        """Folds one after another: at a fold's first report, the rungs that fell in the
+        fold before it, decided on the finished folds (see the class docstring)."""
+        if step.fold == 0 or any(s.fold == step.fold and s.epoch < step.epoch for s in own):
+            return Judgement(False, step)
+        before = sum(1 for s in own if s.fold < step.fold - 1)
+        through = sum(1 for s in own if s.fold < step.fold)
+        if not self.rung_within(before, through):
+            return Judgement(False, step)
+        finished = Step(step.fold, 0)        # the figure of the folds before this one
+        mine = figure_so_far(own, finished)
+        if mine is None:
+            return Judgement(False, step)
+        theirs = [figure_so_far(curve, finished) for curve in map(_stepped, others.values())
+                  if any(s.fold >= step.fold for s in curve)]
+        return self._cut(step, mine, [f for f in theirs if f is not None], step.fold)
+
+    def _cut(self, step: Step, mine: float, theirs: list, finished: int = 0) -> Judgement:
+        """Prune unless `mine` is among the best 1/rf of the figures, its own included."""
         values = sorted(theirs + [mine])
         cut = values[max(1, len(values) // self.rf) - 1]
-        return Judgement(mine > cut, step, mine, cut, len(theirs), "asha", self.rf)
+        return Judgement(mine > cut, step, mine, cut, len(theirs), "asha", self.rf,
+                         finished=finished)
 
 
 def _stepped(curve: dict) -> dict:
@@ -194,9 +244,10 @@ def _finite(v) -> bool:
     return v is not None and math.isfinite(v)
 
 
-def make_pruner(spec, side_by_side: bool = False) -> Pruner | None:
+def make_pruner(spec, side_by_side: bool = False, folds: int = 1) -> Pruner | None:
     """A pruner from a PruningSpec (or a dict with the same fields); None turns pruning off.
-    side_by_side: the study's folds train side by side (mpiopt.training.folds.fold_plan)."""
+    folds: a trial's folds; side_by_side: they train side by side
+    (mpiopt.training.folds.fold_plan)."""
     if spec is None:
         return None
     get = spec.get if isinstance(spec, dict) else (lambda k, d: getattr(spec, k, d))
@@ -204,5 +255,5 @@ def make_pruner(spec, side_by_side: bool = False) -> Pruner | None:
     if kind == "median":
         return MedianPruner(get("warmup_epochs", 1), get("min_trials", 5), side_by_side)
     if kind == "asha":
-        return ASHAPruner(get("reduction_factor", 3), get("min_epoch", 1), side_by_side)
+        return ASHAPruner(get("reduction_factor", 3), get("min_epoch", 1), side_by_side, folds)
     raise ValueError(f"unknown pruner {kind!r}: expected median or asha")

@@ -64,9 +64,11 @@ PRUNING = Fields(
           "epoch before a trial is compared there.", low=1),
     Field("reduction_factor", 3, "integer", "`asha`: rungs at `min_epoch * reduction_factor**k` "
           "epochs trained (over the folds one after another); at a rung a trial goes on only if "
-          "among the best 1/`reduction_factor` at the same fold and epoch.", low=2),
-    Field("min_epoch", 1, "integer", "`asha`: the epochs trained at the first rung (a fold's "
-          "earlier epochs are its warm-up).", low=1),
+          "among the best 1/`reduction_factor` of the trials there. With folds one after "
+          "another a rung is decided at the end of the fold it falls in, on the finished "
+          "folds.", low=2),
+    Field("min_epoch", 1, "integer", "`asha`: the epochs trained at the first rung (with one "
+          "fold or folds side by side, a fold's earlier epochs are its warm-up).", low=1),
 )
 
 
