@@ -175,9 +175,14 @@ def _concurrent(comm, plan, make_trainer, epochs, report, on_epoch, note):
 
 
 def _so_far(finished: list, running: list) -> float | None:
-    """A trial's figure of merit over what it trained: the mean of its folds' best values
-    so far (a fold with no epoch yet has none)."""
-    values = [float(v) for v in finished] + [t.best_value for t in running if t.history]
+    """A pruned trial's figure of merit, what the searcher is told: the mean of its
+    finished folds' values; with none finished, its running folds' best so far. A fold
+    still training is a partial measurement of the same setting (after a fold's end, its
+    freshly built model's first epoch): mixed into the finished folds' mean it would make
+    a trial pruned early in a fold look worse than the same trial pruned at its end."""
+    values = [float(v) for v in finished]
+    if not values:
+        values = [t.best_value for t in running if t.history]
     values = [v for v in values if v is not None and not np.isnan(v)]
     return float(np.mean(values)) if values else None
 
