@@ -1,10 +1,11 @@
 """The storage conformance suite: every implementation of storage/_base.BaseStorage (SQL
-on SQLite and on a real PostgreSQL server, see conftest.db_url, and the outage wrapper
-Resilient around each: the `storage` fixture) passes the same cases: round trips of
-every field, status transitions, dense numbers under concurrent writers, best trials,
-one transaction per write, leases. Cases that look into the SQL implementation (its
-engine, its lease fence) take `sql_storage`; engine-specific ones (SQLite's settings
-and files) say so in their names."""
+on SQLite, on a real PostgreSQL server and in memory, see conftest.storage_url, and the
+outage wrapper Resilient around each: the `storage` fixture) passes the same cases:
+round trips of every field, status transitions, dense numbers under concurrent writers,
+best trials, one transaction per write, leases. Cases that look into the SQL
+implementation (its engine, its lease fence) take `sql_storage`; cases that open the
+database again (a fresh engine, other processes) take `url`, the engines that outlive
+an open; engine-specific ones (SQLite's settings and files) say so in their names."""
 from __future__ import annotations
 
 import math
@@ -35,8 +36,8 @@ def url(db_url):
 
 
 @pytest.fixture
-def sql_storage(url):
-    with open_storage(url, create=True) as st:
+def sql_storage(storage_url):
+    with open_storage(storage_url, create=True) as st:
         yield st
 
 
@@ -363,6 +364,28 @@ def test_dense_numbers_with_concurrent_writers(url):
         try:
             with open_storage(url) as mine:           # separate engines, like processes
                 got.extend(mine.create_trial(sid, {}, seed=0, group=0).number for _ in range(8))
+        except Exception as exc:                      # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=write) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert sorted(got) == list(range(32))
+
+
+def test_one_instance_serves_several_threads_at_once(storage):
+    """The contract's threads: one instance used from several threads at once (the
+    coordinator's heartbeat beside its loop), each call its own transaction, numbers
+    still dense; on the in-memory database too, whose one connection they share."""
+    sid = new_study(storage)
+    got, errors = [], []
+
+    def write():
+        try:
+            got.extend(storage.create_trial(sid, {}, seed=0, group=0).number for _ in range(8))
         except Exception as exc:                      # pragma: no cover - reported below
             errors.append(exc)
 
