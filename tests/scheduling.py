@@ -12,6 +12,7 @@ carries the instructions out through the Executor alone.
 """
 from __future__ import annotations
 
+from conftest import MEMORY_URL
 from mpiopt.parallel.scheduler import MESSAGES, Executor, Scheduler, drive
 from mpiopt.parallel.scheduler import instructions as ins
 from mpiopt.storage import open_storage
@@ -20,7 +21,6 @@ from mpiopt.trial import TrialStatus
 HANDLERS = {"start", "on_result", "on_results", "on_report", "tick", "interrupt", "stop_all",
             "withdraw_ahead", "_take_queued"}
 RETURNING = {"overdue", "finish"}          # handlers whose return value the test reads
-MEMORY_URL = "sqlite://"
 SPEC = "study: {name: s}\nsearch: {algorithm: random, trials: 10}\n"
 
 
