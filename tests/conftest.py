@@ -159,6 +159,20 @@ def db_url(request, tmp_path):
     return request.getfixturevalue("pg_server").new_database()
 
 
+MEMORY_URL = "sqlite://"      # the in-memory storage (storage/_engine.py: OneHolderPool)
+
+
+@pytest.fixture(params=[*ENGINES, "memory"])
+def storage_url(request, tmp_path):
+    """A fresh, empty results database URL on each engine and in memory: for the cases
+    that open it once (a new open of the in-memory URL is a new database)."""
+    if request.param == "memory":
+        return MEMORY_URL
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'results.db'}"
+    return request.getfixturevalue("pg_server").new_database()
+
+
 @pytest.fixture(autouse=True)
 def _no_native_log_leak(monkeypatch):
     """A command run in this process (cli main) sets MPIOPT_NATIVE_LOG for the TensorFlow

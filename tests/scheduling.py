@@ -2,115 +2,124 @@
 (mpiopt.parallel.scheduler.instructions); a test runs them to their end and reads what
 they asked for.
 
-`Records` is the test's reading of the instructions: what the database would hold after
-them, and a log of every one in order (a message to a group is logged as ("send",
-group)). `Driven` wraps a Scheduler so a test calls its handlers as plain methods and
-gets back the messages they gave (overdue and finish: their return value). With a real
-storage, `scheduler(storage=st, ...)` carries the instructions out through the
-production Executor instead.
+`Records` is the database the instructions leave: a real in-memory storage (sqlite://,
+the same SQL code and conformance suite as a study's file: storage/_engine.py) holding
+study 1, written through the production Executor, and a log of every instruction in
+order (a message to a group is logged as ("send", group)). `Driven` wraps a Scheduler so
+a test calls its handlers as plain methods and gets back the messages they gave (overdue
+and finish: their return value). With another storage, `scheduler(storage=st, ...)`
+carries the instructions out through the Executor alone.
 """
 from __future__ import annotations
 
+from conftest import MEMORY_URL
 from mpiopt.parallel.scheduler import MESSAGES, Executor, Scheduler, drive
 from mpiopt.parallel.scheduler import instructions as ins
-from mpiopt.trial import FrozenTrial, TrialStatus
+from mpiopt.storage import open_storage
+from mpiopt.trial import TrialStatus
 
 HANDLERS = {"start", "on_result", "on_results", "on_report", "tick", "interrupt", "stop_all",
             "withdraw_ahead", "_take_queued"}
 RETURNING = {"overdue", "finish"}          # handlers whose return value the test reads
+SPEC = "study: {name: s}\nsearch: {algorithm: random, trials: 10}\n"
 
 
 class Records:
-    """The database as the instructions leave it (trials by id), and their log."""
+    """Study 1 in an in-memory storage, as the instructions leave it, and their log.
+
+    `trials` reads the study's trials back (by id: a dict of their fields, status as its
+    name, `started` whether the trial's start is recorded); `intermediate` every stored
+    per-epoch value as (trial id, fold, epoch, value); `status` the study's; `said` the
+    lines for the user (Say); `failing` maps an instruction kind to the error its
+    execution raises instead (an outage)."""
 
     def __init__(self):
-        self.trials: dict[int, dict] = {}
+        self.storage = open_storage(MEMORY_URL, create=True)
+        self.study_id = self.storage.create_study("s", "minimize", "value", SPEC, "0" * 64, "{}")
         self.log: list[tuple] = []
-        self.status = None
-        self.intermediate = []
-        self.said: list[str] = []                      # the lines for the user (Say)
-        self.failing: dict[type, BaseException] = {}   # instruction kind -> error to raise
-        self._table = {
-            ins.CreateTrials: self._create, ins.RestartTrial: self._restart,
-            ins.WriteResults: self._write, ins.WriteResultsAndCreate: self._write_and_create,
-            ins.AddIntermediate: lambda i: self.intermediate.append((i.trial_id, i.fold, i.epoch,
-                                                                     i.value)),
-            ins.InterruptRunning: self._interrupt,
-            ins.SetStudyStatus: lambda i: setattr(self, "status", i.status),
-            ins.ReadQueue: self._read_queue, ins.TakeQueued: self._take,
-            ins.Say: lambda i: self.said.append(i.line),
+        self.said: list[str] = []
+        self.failing: dict[type, BaseException] = {}
+        self.executor = Executor(self.storage, send=lambda instruction: None)
+        self._after = {
+            ins.CreateTrials: self._created, ins.RestartTrial: self._restarted,
+            ins.WriteResults: self._written, ins.WriteResultsAndCreate: self._written_and_created,
+            ins.ReadQueue: lambda i, got: self.log.append(("read queue", len(got))),
+            ins.TakeQueued: lambda i, got: self.log.extend(
+                ("take", t.id) for t in got if t is not None),
         }
 
-    def do(self, instruction):
+    def do(self, instruction, executor: Executor | None = None):
+        """Carry `instruction` out through `executor` (the test's, else a bare one) on the
+        in-memory storage, and log it."""
         if type(instruction) in self.failing:
             raise self.failing[type(instruction)]
         if isinstance(instruction, MESSAGES):
             self.log.append(("send", instruction.group))
             return None
-        handler = self._table.get(type(instruction))
-        return handler(instruction) if handler else None
+        if isinstance(instruction, ins.Say):
+            self.said.append(instruction.line)
+            return None
+        got = (executor or self.executor).do(instruction)
+        logged = self._after.get(type(instruction))
+        if logged is not None:
+            logged(instruction, got)
+        return got
+
+    @property
+    def trials(self) -> dict[int, dict]:
+        return {t.id: dict(number=t.number, params=t.params, seed=t.seed,
+                           status=t.status.value, attempt=t.attempt, group=t.group,
+                           error=t.error, started=t.started_at is not None,
+                           intermediate=dict(t.intermediate))
+                for t in self.storage.get_trials(self.study_id)}
+
+    @property
+    def intermediate(self) -> list[tuple]:
+        return [(t.id, step.fold, step.epoch, value)
+                for t in self.storage.get_trials(self.study_id)
+                for step, value in t.intermediate.items()]
+
+    @property
+    def status(self):
+        return self.storage.get_study("s").status
 
     def enqueue(self, params) -> int:
-        tid = len(self.trials) + 1
-        self.trials[tid] = dict(number=tid - 1, params=params, seed=None, status="PENDING", attempt=0)
-        return tid
+        return self.storage.enqueue_trials(self.study_id, [params])[0].id
 
-    def _create(self, i: ins.CreateTrials):
-        made = []
-        for r in i.requests:
-            tid = len(self.trials) + 1
-            self.trials[tid] = dict(number=tid - 1, params=r["params"], seed=r["seed"],
-                                    status="RUNNING", attempt=0, started=r.get("started", True))
-            self.log.append(("create", tid))
-            made.append(self._frozen(tid))
-        return made
+    def put(self, params, status: TrialStatus, seed=None, value=None, error=None,
+            intermediate=None) -> int:
+        """A trial as an earlier job left it (numbered next), written through the storage:
+        PENDING queued; RUNNING as a resume finds it (INTERRUPTED, its per-epoch values
+        kept); a final status finished."""
+        status = TrialStatus(status)
+        if status is TrialStatus.PENDING:
+            return self.enqueue(params)
+        trial = self.storage.create_trial(self.study_id, params, seed=seed, group=0)
+        for (fold, epoch), v in (intermediate or {}).items():
+            self.storage.add_intermediate(trial.id, epoch, v, fold=fold)
+        if status is TrialStatus.RUNNING:
+            self.storage.interrupt_running(self.study_id, keep=set(
+                t.id for t in self.storage.get_trials(self.study_id, [TrialStatus.RUNNING])
+                if t.id != trial.id))
+        else:
+            self.storage.finish_trial(trial.id, status, value=value, error=error)
+        return trial.id
 
-    def _restart(self, i: ins.RestartTrial):
-        self.trials[i.trial_id].update(status="RUNNING", attempt=self.trials[i.trial_id]["attempt"] + 1)
+    def _created(self, i, made):
+        self.log.extend(("create", t.id) for t in made if t is not None)
+
+    def _restarted(self, i, trial):
         self.log.append(("restart", i.trial_id))
-        return self._frozen(i.trial_id)
 
-    def _write(self, i: ins.WriteResults):
+    def _written(self, i, written):
         self.log.append(("batch", len(i.outcomes)))
-        for tid in i.started:
-            self.trials[tid]["started"] = True
-            self.log.append(("started", tid))
-        for o in i.outcomes:
-            o = dict(o)
-            tid = o.pop("trial_id")
-            self.trials[tid].update(status=TrialStatus(o.pop("status")).value, **o)
-            self.log.append(("finish", tid))
+        self.log.extend(("started", tid) for tid in i.started)
+        self.log.extend(("finish", o["trial_id"]) for o in i.outcomes)
 
-    def _write_and_create(self, i: ins.WriteResultsAndCreate):
+    def _written_and_created(self, i, made):
         self.log.append(("one commit", len(i.outcomes), len(i.requests)))
-        self._write(ins.WriteResults(i.outcomes, i.started))
-        return self._create(ins.CreateTrials(i.study_id, i.requests))
-
-    def _interrupt(self, i: ins.InterruptRunning):
-        for tid, t in self.trials.items():
-            if t["status"] == "RUNNING" and tid not in i.keep:
-                t["status"] = "INTERRUPTED"
-
-    def _read_queue(self, i: ins.ReadQueue):
-        queued = [tid for tid, t in sorted(self.trials.items()) if t["status"] == "PENDING"]
-        self.log.append(("read queue", len(queued)))
-        return [self._frozen(tid) for tid in queued[:i.limit]]
-
-    def _take(self, i: ins.TakeQueued):
-        for r in i.requests:
-            self.trials[r["trial_id"]].update(status="RUNNING", seed=r["seed"], group=r["group"],
-                                              started=r.get("started", True))
-            self.log.append(("take", r["trial_id"]))
-        return [FrozenTrial(id=r["trial_id"], study_id=1, status=TrialStatus.RUNNING,
-                            number=self.trials[r["trial_id"]]["number"], group=r["group"],
-                            params=self.trials[r["trial_id"]]["params"], seed=r["seed"])
-                for r in i.requests]
-
-    def _frozen(self, tid):
-        t = self.trials[tid]
-        return FrozenTrial(id=tid, study_id=1, number=t["number"], status=TrialStatus(t["status"]),
-                           params=t["params"], seed=t["seed"], attempt=t["attempt"],
-                           intermediate=t.get("intermediate", {}))
+        self._written(i, None)
+        self._created(i, made or [])
 
 
 class Driven:
@@ -145,19 +154,18 @@ class Driven:
 
 
 def scheduler(storage, artifacts=None, **kw) -> Driven:
-    """A driven Scheduler over `storage`: Records, or a real storage (then the production
-    Executor carries the database's instructions out); `artifacts`: an artifact store's
-    Keeper (or a test's stand-in), tended as the run tends it."""
+    """A driven Scheduler over `storage`: Records, or another storage (then the production
+    Executor alone carries the database's instructions out); `artifacts`: an artifact
+    store's Keeper (or a test's stand-in), tended as the run tends it."""
     if artifacts is not None:
         kw.update(refit_wanted=artifacts.refit_wanted(), checkpoints=artifacts.checkpoints)
     sched = Scheduler(**kw)
-    executor = Executor(storage, send=lambda action: None, artifacts=artifacts, view=sched)
     if isinstance(storage, Records):
-        def do(instruction):
-            kept = isinstance(instruction, (ins.TrialsSettled, ins.RefitEnded))
-            return executor.do(instruction) if kept else storage.do(instruction)
+        executor = Executor(storage.storage, send=lambda action: None, artifacts=artifacts,
+                            view=sched)
+        do = lambda instruction: storage.do(instruction, executor)  # noqa: E731
     else:
-        do = executor.do
+        do = Executor(storage, send=lambda action: None, artifacts=artifacts, view=sched).do
     if artifacts is not None:
         do(sched.settled_on_resume(kw.get("existing", ())))
     return Driven(sched, do)

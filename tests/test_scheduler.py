@@ -304,9 +304,8 @@ def test_a_trial_continued_from_its_checkpoint_is_judged_with_its_folds_before()
                 FrozenTrial(id=2, study_id=1, number=1, status=TrialStatus.RUNNING,
                             params={"x": 11})]
     storage, searcher = Records(), CountingSearcher()
-    storage.trials = {1: dict(number=0, params={"x": 10}, seed=1, status="COMPLETE", attempt=0),
-                      2: dict(number=1, params={"x": 11}, seed=2, status="RUNNING", attempt=0,
-                              intermediate={(0, 1): 0.3, (0, 2): 0.1})}
+    storage.put({"x": 10}, TrialStatus.COMPLETE, seed=1, value=0.35, intermediate=curve)
+    storage.put({"x": 11}, TrialStatus.RUNNING, seed=2, intermediate={(0, 1): 0.3, (0, 2): 0.1})
     sched = scheduler(storage=storage, study_id=1, searcher=searcher, direction="minimize",
                       budget=2, n_groups=1, existing=existing, checkpoints=True,
                       pruner=MedianPruner(warmup_epochs=1, min_trials=1))
@@ -324,9 +323,9 @@ def test_resume_replays_finished_and_reruns_unfinished_first():
         FrozenTrial(id=3, study_id=1, number=2, status=TrialStatus.FAILED, params={"x": 12}, error="e"),
     ]
     storage, searcher = Records(), CountingSearcher()
-    storage.trials = {1: dict(number=0, params={"x": 10}, seed=1, status="COMPLETE", attempt=0),
-                      2: dict(number=1, params={"x": 11}, seed=2, status="RUNNING", attempt=0),
-                      3: dict(number=2, params={"x": 12}, seed=3, status="FAILED", attempt=0)}
+    storage.put({"x": 10}, TrialStatus.COMPLETE, seed=1, value=2.0)
+    storage.put({"x": 11}, TrialStatus.RUNNING, seed=2)
+    storage.put({"x": 12}, TrialStatus.FAILED, seed=3, error="e")
     sched = scheduler(storage=storage, study_id=1, searcher=searcher, direction="minimize",
                       budget=4, n_groups=2, existing=existing)
     assert searcher.replayed == [({"x": 10}, 2.0), ({"x": 12}, None)]

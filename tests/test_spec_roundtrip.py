@@ -9,7 +9,8 @@ import pytest
 import yaml
 
 from conftest import EXAMPLES, ROOT
-from mpiopt.spec import Spec, load_spec
+from mpiopt.errors import SpecError
+from mpiopt.spec import Spec, load_spec, stored
 from mpiopt.study.opening import spec_text
 
 SEARCHSPACES = sorted((ROOT / "searchspaces").glob("*.yaml"))
@@ -18,9 +19,22 @@ SEARCHSPACES = sorted((ROOT / "searchspaces").glob("*.yaml"))
 def roundtrip(spec: Spec) -> Spec:
     again = Spec.from_dict(spec.to_dict(), source="<from rank 0>")
     assert again.to_dict() == spec.to_dict() and again.fingerprint() == spec.fingerprint()
-    stored = Spec.from_dict(yaml.safe_load(spec_text(spec)), source="<stored>", check_files=False)
-    assert stored.fingerprint() == spec.fingerprint()
+    kept = stored(spec_text(spec)).spec      # the one reader of a study's stored spec
+    assert kept is not None and kept.fingerprint() == spec.fingerprint()
     return again
+
+
+def test_a_stored_text_that_makes_no_spec_is_read_as_far_as_it_goes():
+    """A stored text that makes no Spec (another version's, a database written by hand)
+    gives its fields as written and no Spec; one that is no mapping, or no YAML, gives
+    nothing, and a reader of the whole gets one line naming <stored>."""
+    part = stored("study: {name: s}\nsearch: {algorithm: pbt, trials: 10}\n")
+    assert part.spec is None and part.get("search", "trials") == 10
+    assert part.section("objective") == {} and part.data["study"] == {"name": "s"}
+    for text in ("- a list", "x: [", None):
+        assert stored(text).get("search", "trials") is None and stored(text).spec is None
+    with pytest.raises(SpecError, match="<stored>"):
+        stored("- a list").data
 
 
 @pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*/spec.yaml")), ids=lambda p: p.parent.name)

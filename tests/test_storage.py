@@ -1,10 +1,11 @@
 """The storage conformance suite: every implementation of storage/_base.BaseStorage (SQL
-on SQLite and on a real PostgreSQL server, see conftest.db_url, and the outage wrapper
-Resilient around each: the `storage` fixture) passes the same cases: round trips of
-every field, status transitions, dense numbers under concurrent writers, best trials,
-one transaction per write, leases. Cases that look into the SQL implementation (its
-engine, its lease fence) take `sql_storage`; engine-specific ones (SQLite's settings
-and files) say so in their names."""
+on SQLite, on a real PostgreSQL server and in memory, see conftest.storage_url, and the
+outage wrapper Resilient around each: the `storage` fixture) passes the same cases:
+round trips of every field, status transitions, dense numbers under concurrent writers,
+best trials, one transaction per write, leases. Cases that look into the SQL
+implementation (its engine, its lease fence) take `sql_storage`; cases that open the
+database again (a fresh engine, other processes) take `url`, the engines that outlive
+an open; engine-specific ones (SQLite's settings and files) say so in their names."""
 from __future__ import annotations
 
 import math
@@ -35,8 +36,8 @@ def url(db_url):
 
 
 @pytest.fixture
-def sql_storage(url):
-    with open_storage(url, create=True) as st:
+def sql_storage(storage_url):
+    with open_storage(storage_url, create=True) as st:
         yield st
 
 
@@ -270,6 +271,45 @@ def test_trial_round_trip_of_every_field(url):
     assert again.finished_at >= again.started_at and again.finished_at.tzinfo is not None
 
 
+def test_every_field_of_a_trial_survives_a_write_and_a_read(storage_url):
+    """Every FrozenTrial field set (none left at its default: a field added to the record
+    must be written too), and the record each write returns equal to what every read
+    gives back (by id, by number, the study's list, changes()), on every engine."""
+    import dataclasses
+
+    from test_storage_jobs import age, as_job
+
+    with open_storage(storage_url, create=True) as st:
+        sid = new_study(st)
+        a = st.join_study(sid, "n1", 1, 30, shared=True)
+        as_job(st, a)
+        made, = st.create_trials(sid, [dict(params=PARAMS, seed=2**40 + 7, group=3, host="node17",
+                                             rank=5, suggest_seconds=0.25, member=1, round=2,
+                                             parent=0)])
+        b = st.join_study(sid, "n1", 2, 30, shared=True)
+        age(st, a)
+        as_job(st, b)
+        lost, = st.take_orphans(sid, count_lost_attempts=True)
+        again = st.restart_trial(made.id, group=4, host="node18", rank=6)
+        st.add_intermediate(made.id, 1, 0.5, fold=1)
+        done = st.finish_trial(made.id, TrialStatus.PRUNED, value=0.125, value_std=0.0625,
+                               fold_values=[0.1, 0.15], metrics={"acc": 0.9}, error="pruned",
+                               duration=12.5, intermediate={(1, 2): 0.25}, device="cpu: x",
+                               spans=[{"kind": "fold", "fold": 0, "epoch": None, "start": 0.0,
+                                       "end": 1.5}])
+        reads = [st.get_trial_by_id(made.id), st.get_trial(sid, 0), *st.get_trials(sid),
+                 *st.changes(sid, None).finished]
+        as_job(st, None)
+    defaults = {f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()
+                for f in dataclasses.fields(FrozenTrial)
+                if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING}
+    assert [name for name, default in defaults.items() if getattr(done, name) == default] == []
+    assert all(read == done for read in reads)
+    assert (made.job, lost.lost_attempts, again.attempt, again.job) == (a.id, 1, 1, b.id)
+    assert (done.lost_attempts, done.attempt, done.group, done.rank, done.job) == (1, 1, 4, 6, b.id)
+    assert done.intermediate == {(1, 1): 0.5, (1, 2): 0.25} and done.params == PARAMS
+
+
 def test_failed_trial_keeps_error_text_and_non_finite_values_become_none(storage):
     sid = new_study(storage)
     t = storage.create_trial(sid, {"x": 1.0}, seed=None, group=None)
@@ -363,6 +403,28 @@ def test_dense_numbers_with_concurrent_writers(url):
         try:
             with open_storage(url) as mine:           # separate engines, like processes
                 got.extend(mine.create_trial(sid, {}, seed=0, group=0).number for _ in range(8))
+        except Exception as exc:                      # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=write) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert sorted(got) == list(range(32))
+
+
+def test_one_instance_serves_several_threads_at_once(storage):
+    """The contract's threads: one instance used from several threads at once (the
+    coordinator's heartbeat beside its loop), each call its own transaction, numbers
+    still dense; on the in-memory database too, whose one connection they share."""
+    sid = new_study(storage)
+    got, errors = [], []
+
+    def write():
+        try:
+            got.extend(storage.create_trial(sid, {}, seed=0, group=0).number for _ in range(8))
         except Exception as exc:                      # pragma: no cover - reported below
             errors.append(exc)
 

@@ -136,8 +136,7 @@ def test_a_resumed_study_runs_only_the_sets_it_has_not_tried():
                 for i, (p, s) in enumerate(zip(sets, statuses))]
     storage = Records()
     for t in existing:
-        storage.trials[t.id] = dict(number=t.number, params=t.params, seed=0,
-                                    status=t.status.value, attempt=0)
+        storage.put(t.params, t.status, seed=0, value=t.value)
     searcher = make_searcher("random", GRID, {}, 0)
     sched = scheduler(storage=storage, study_id=1, searcher=searcher, direction="minimize",
                       budget=20, n_groups=1, existing=existing)

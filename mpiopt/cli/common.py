@@ -73,7 +73,8 @@ SLOW_START_S = 5.0     # a step of the start-up that takes longer is named on st
 
 def read_spec(path, overrides=None):
     """load_spec, saying on stderr what it is doing when that takes over SLOW_START_S (a
-    spec of 600,000 choices took minutes without a word: it looked hung)."""
+    spec of hundreds of thousands of choices takes minutes, and without a word it looks
+    hung)."""
     import os
     import threading
 

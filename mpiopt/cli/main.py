@@ -139,9 +139,9 @@ def _interrupted(a_run: bool = False) -> int:
 def _exit_undisturbed() -> None:
     """A run's study is closed, its closing lines are out: a stop signal from here on (a
     Ctrl-C at the summary, the batch system's SIGTERM as the job ends) has nothing left to
-    stop, and it used to kill rank 0 in its last 0.3 s (MPI_Finalize, the interpreter's
-    exit), so that a COMPLETE study's job ended with status 15 or 2 and no line (10 jobs in
-    10 with the signal sent as the summary's last line came). SIG_IGN, not a handler that
+    stop, and it must not kill rank 0 in its last moments (MPI_Finalize, the interpreter's
+    exit), which would end a COMPLETE study's job with status 15 or 2 and no line (how
+    often: benchmarks/results/startup.md). SIG_IGN, not a handler that
     does nothing: the interpreter's exit puts Python handlers back to SIG_DFL before
     mpi4py's MPI_Finalize runs, and there the signal killed the group ranks. An exit that
     hangs is still ended by leftover_threads' alarm (SIGALRM), and a second Ctrl-C makes

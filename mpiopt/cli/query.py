@@ -108,10 +108,9 @@ def _front(storage, record, trials=None):
     """The best trials (mpiopt.reporting.front) of a study with several objectives or
     constraints, from its COMPLETE trials; None for one objective without constraints
     (the store's order by value says it all)."""
-    from mpiopt.objective.metrics import from_stored
-    from mpiopt.reporting.front import Front
+    from mpiopt.reporting.front import Front, stored_objectives
 
-    if from_stored(record.spec_text) is None:
+    if stored_objectives(record.spec_text) is None:
         return None
     if trials is None:
         trials = storage.get_trials(record.id, statuses=[TrialStatus.COMPLETE.value])

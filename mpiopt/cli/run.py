@@ -99,11 +99,11 @@ def _recovery_files(given: list[str], study: str) -> list[str]:
 
 def _rescued_spec(recovery: list[str], name: str) -> dict | None:
     """The spec of a study that a recovery file holds whole (mpiopt.storage.recovery)."""
+    from mpiopt.spec import stored
     from mpiopt.storage.recovery import rescued_study
-    from mpiopt.study.opening import stored_dict
 
     rescued = rescued_study(recovery, name)
-    return stored_dict(rescued["dump"]["study"]["spec_text"]) if rescued else None
+    return stored(rescued["dump"]["study"]["spec_text"]).data if rescued else None
 
 
 def _named_as_allowed(name: str, url: str) -> None:

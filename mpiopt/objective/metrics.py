@@ -135,16 +135,12 @@ class FrontTracker:
         return min(self.front, key=lambda tv: tv[1])[0] if self.front else None
 
 
-def from_stored(spec_text: str):
-    """The objectives of a stored study (its resolved spec), for the query commands;
-    None when it has one objective and no constraint."""
-    import yaml
+def from_stored(obj: dict):
+    """The objectives of a stored study from the objective section of its resolved spec
+    (mpiopt.reporting.front.stored_objectives reads it), for the query commands; None
+    when it has one objective and no constraint."""
     from types import SimpleNamespace
 
-    try:
-        obj = (yaml.safe_load(spec_text) or {}).get("objective") or {}
-    except (yaml.YAMLError, AttributeError):
-        return None
     metrics = tuple((obj.get("metrics") or {}).items())
     try:
         constraints = tuple(parse_constraint(c, _raise) for c in obj.get("constraints") or [])

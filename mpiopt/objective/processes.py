@@ -102,9 +102,9 @@ def ignore(signals) -> None:
     """Ignore `signals` in this process, but not in the programs it starts nor in the
     processes it forks.
 
-    SIG_IGN passes through exec: a trial's own program then ignored SIGTERM, so the
-    trial's `proc.terminate(); proc.wait()` waited until the trial's deadline (20 s of a
-    20-s timeout, measured). A handler that does nothing is reset by exec instead; system
+    SIG_IGN passes through exec: a trial's own program would then ignore SIGTERM, and the
+    trial's `proc.terminate(); proc.wait()` wait until the trial's deadline. A handler
+    that does nothing is reset by exec instead; system
     calls it interrupts are restarted (siginterrupt False), as under SIG_IGN. A fork keeps
     it, so processes forked here get Python's usual handlers back (`usual_signals_in_forks`)."""
     for sig in signals:

@@ -19,8 +19,8 @@ exits with os._exit and dies with its parent (PR_SET_PDEATHSIG).
 Processes a trial starts die with its worker. A subprocess.Popen the objective does not
 wait for, or a simulation still running when its trial's deadline kills the worker, would
 otherwise live on holding the job's output pipes, and mpiexec waits for those after the
-last rank has exited: a study that finished in seconds kept the job for as long as a
-killed trial's `subprocess.run(["sleep", "100"])` (102 s, measured). So the worker leads a
+last rank has exited: a study that finished in seconds would keep the job for as long as
+a killed trial's `subprocess.run(["sleep", "100"])` sleeps. So the worker leads a
 process group of its own, which the rank kills whole where it kills the worker, and a
 keeper process in that group kills the group when the worker dies for any reason (its
 trial's os._exit, the end of the study, the rank's own death). A process that starts a

@@ -1,16 +1,16 @@
 """Inside a trial, MPI.COMM_WORLD is a guard that fails at once and says what to use.
 
 COMM_WORLD holds the coordinator and every group, and none of them joins a trial's
-collectives. Measured before this guard (`mpiexec -n 3`, a function calling
-`MPI.COMM_WORLD.Barrier()`):
+collectives. Unguarded, a function calling `MPI.COMM_WORLD.Barrier()` (under
+`mpiexec -n 3`):
 
-- a function taking `comm` (it runs in its rank) waited in the barrier for ever: the
-  ranks' heartbeats went on, so nothing looked wrong, and the job printed nothing until
-  `timeout` killed it;
-- a function without `comm` runs in a worker process forked from its rank, which must
-  never use MPI: there the barrier ran on the rank's copied MPI state, the rank stopped
-  hearing its coordinator, and the job ended after 60 s blaming a silent coordinator,
-  its trials left RUNNING to hang the same way on every resume.
+- taking `comm` (it runs in its rank), it waits in the barrier for ever: the ranks'
+  heartbeats go on, so nothing looks wrong, and the job prints nothing until `timeout`
+  kills it;
+- without `comm`, it runs in a worker process forked from its rank, which must never use
+  MPI: there the barrier runs on the rank's copied MPI state, the rank stops hearing its
+  coordinator, and the job ends after 60 s blaming a silent coordinator, its trials left
+  RUNNING to hang the same way on every resume.
 
 So while a trial runs, `MPI.COMM_WORLD` (and, where the objective's module holds it in a
 global, that name too) is a GuardedComm: asking it for its rank or size answers as

@@ -39,9 +39,9 @@ from mpiopt.parallel.waiting import probe
 
 from mpiopt.knobs import WIND_DOWN_S
 # The loop's longest sleep between probes: a result waits at most this long to be seen.
-# Shorter sleeps see results sooner but cost CPU: at 1-2 ms (two probes per wake-up) the
-# coordinator used 6-6.5% of a core while every group trained, 3-4% at 5 ms
-# (tests/test_search_mpi.py holds it under 8%; a rank spinning in MPICH uses 100%).
+# Shorter sleeps see results sooner but cost rank 0 CPU while every group trains, which
+# tests/test_search_mpi.py holds under 8% of a core (a rank spinning in MPICH uses all of
+# one); what each sleep costs: benchmarks/results/scheduling.md.
 POLL_LIMIT_S = 5e-3
 
 
@@ -129,7 +129,7 @@ class Coordinator:
             self.execute(self.sched.withdraw_ahead())
             status = probe(self.world) or probe(self.world)   # MPICH's first probe often
             # only moves a message along (mpiopt.parallel.waiting.probe): a second one sees
-            # it now instead of one sleep later, for about 0.5% of a core at 5 ms wake-ups
+            # it now instead of one sleep later, for little CPU at POLL_LIMIT_S wake-ups
             if status is not None:
                 tag, source = Tag(status.Get_tag()), status.Get_source()
                 msg = self.world.recv(source=source, tag=tag)
@@ -192,9 +192,9 @@ class Coordinator:
     def _take_in_results(self) -> list[dict]:
         """Between the tries of a write during an outage (the storage calls this): results
         that arrived meanwhile are received, kept for the scheduler (it gets them once the
-        database answers) and their records returned for the recovery file. Before, they
-        waited unreceived in MPI's queue, and a job killed during the outage lost them:
-        those trials ran again on resume."""
+        database answers) and their records returned for the recovery file: left
+        unreceived in MPI's queue, they would be lost with a job killed during the outage,
+        and those trials would run again on resume."""
         batch = self._waiting_results()
         self.received += batch
         return self.sched.outcomes_due(batch)

@@ -159,8 +159,8 @@ END = "end"     # the leader's last word on a trial to its members' report()
 class LeaderAnswers:
     """A member's report(epoch, value) for a function taking `comm` and `report`: it
     returns the leader's answer to the leader's next report of the trial, so that every
-    rank prunes, times out or is cancelled at the same step (before, only the leader
-    heard; the others waited in their next collective for it). Waits without spinning;
+    rank prunes, times out or is cancelled at the same step: were only the leader to hear
+    it, the others would wait for it in their next collective. Waits without spinning;
     the leader's END (its part is over) answers True to any report left."""
 
     def __init__(self, comm, trial: Trial):

@@ -3,9 +3,9 @@
 A group objective (a function taking `comm`, a Keras model trained data-parallel) runs
 its collectives in lock-step on every rank of the group. When one rank's part fails (a
 GPU out of memory on that rank only, a file missing on one node) the others wait in the
-next collective, which that rank will never join: before, they waited for ever (a rank of
-the group failing first, and the others' next trial's collectives met the old trial's
-ones: results mixed between trials).
+next collective, which that rank will never join: left alone, they would wait for ever,
+or the failed rank's next trial's collectives would meet the others' old trial's ones and
+mix results between trials.
 
 So the objective gets a duplicate of the group's communicator (its collectives never meet
 mpiopt's own), and every rank ends its part of a trial with a non-blocking all-reduce of

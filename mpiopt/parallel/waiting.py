@@ -14,10 +14,11 @@ from mpiopt.parallel.protocol import Tag
 def probe(comm, source=MPI.ANY_SOURCE, tag=MPI.ANY_TAG) -> MPI.Status | None:
     """Status of a waiting message, or None (never blocks).
 
-    One Iprobe per wake-up. (Two see a message sooner, since MPICH's first often only
-    moves it along: measured at 1 ms wake-ups, a result was seen 2.2 ms after it was sent
-    with one, 0.8-1.2 ms with two; but an Iprobe costs tens of microseconds, and the
-    coordinator then used 6.5% of a core, past the 5% of tests/test_search_mpi.py.)"""
+    One Iprobe per call. Two in a row see a message sooner, since MPICH's first often
+    only moves it along, but each costs tens of microseconds, paid on every wake-up of a
+    rank that waits: a waiter that must see a message at once (the coordinator's loop)
+    calls it twice; the others wait one sleep longer and stay cheap (the figures:
+    benchmarks/results/scheduling.md)."""
     status = MPI.Status()
     return status if comm.Iprobe(source=source, tag=tag, status=status) else None
 

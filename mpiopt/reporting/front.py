@@ -21,11 +21,19 @@ from mpiopt.objective.metrics import FrontTracker, from_stored
 from mpiopt.trial import FrozenTrial, TrialStatus
 
 
+def stored_objectives(spec_text: str | None):
+    """The objectives and constraints of a study's stored spec (objective.metrics.
+    from_stored); None when it has one objective and no constraint, or none to read."""
+    from mpiopt.spec import stored
+
+    return from_stored(stored(spec_text).section("objective"))
+
+
 def objective_of(record) -> SimpleNamespace:
     """The study's objectives and constraints, read from its stored spec; a study with one
     objective and no constraint (or a spec that cannot be read) gets its metric and
     direction as its one objective."""
-    stored = from_stored(getattr(record, "spec_text", None) or "")
+    stored = stored_objectives(getattr(record, "spec_text", None))
     if stored is not None:
         return stored
     return SimpleNamespace(metric=record.metric, direction=record.direction,

@@ -9,8 +9,6 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
-import yaml
-
 from mpiopt.durations import format_duration as _seconds
 from mpiopt.reporting.jobs import dead_here, job_lines, job_row, live_jobs
 from mpiopt.reporting.view import utc
@@ -19,11 +17,10 @@ from mpiopt.trial import FrozenTrial, TrialStatus
 
 
 def budget_of(spec_text: str) -> int | None:
-    """search.trials from the stored spec (YAML); None when it cannot be read."""
-    try:
-        trials = (yaml.safe_load(spec_text) or {}).get("search", {}).get("trials")
-    except (yaml.YAMLError, AttributeError):
-        return None
+    """search.trials from the stored spec; None when it has none."""
+    from mpiopt.spec import stored
+
+    trials = stored(spec_text).get("search", "trials")
     return trials if isinstance(trials, int) else None
 
 
@@ -31,12 +28,10 @@ def space_sets_of(spec_text: str) -> int | None:
     """How many parameter sets the stored study's space has (mpiopt.search.untried); None
     for an infinite space or a spec that cannot be read."""
     from mpiopt.search.untried import space_size
-    from mpiopt.spec import Spec
+    from mpiopt.spec import stored
 
-    try:
-        return space_size(Spec.from_text(spec_text, check_files=False).space)
-    except Exception:        # (a stored spec of another version: the count is only a note)
-        return None
+    spec = stored(spec_text).spec
+    return None if spec is None else space_size(spec.space)
 
 
 def _how_to_go_on(record, url: str | None, jobs=()) -> str:
@@ -47,8 +42,10 @@ def _how_to_go_on(record, url: str | None, jobs=()) -> str:
         return ""
     if record.status.value == "INTERRUPTED":
         return f"; resume with: {_resume_command(record, url, jobs)}"
+    from mpiopt.spec import stored
+
+    algorithm = stored(record.spec_text).get("search", "algorithm")
     try:
-        algorithm = yaml.safe_load(record.spec_text or "")["search"]["algorithm"]
         rounds = traits(algorithm).rounds
     except Exception:               # (a stored spec of another version: no advice)
         return ""

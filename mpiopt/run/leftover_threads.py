@@ -66,10 +66,10 @@ def die_of_sigint() -> None:
     signals (mpiopt.run.startup_signals), while the other ranks may already wait in MPI_Init
     (once main holds them, a Ctrl-C is noted and acted on where the command can end in
     order).
-    Ending with status 1 there hung the job: mpiexec (MPICH's hydra) takes an ordinary exit
-    of a rank that never started MPI as that rank's end, not the job's, and the others
-    waited in MPI_Init for it for ever (a Ctrl-C 0.2-0.3 s into `mpiexec -n 3 mpiopt
-    search` on a loaded machine: 2 jobs of 77). A rank killed by a signal is what mpiexec
+    Ending with status 1 there would hang the job: mpiexec (MPICH's hydra) takes an
+    ordinary exit of a rank that never started MPI as that rank's end, not the job's, and
+    the others would wait in MPI_Init for it for ever (how often:
+    benchmarks/results/startup.md). A rank killed by a signal is what mpiexec
     ends the whole job for, as it does for a Ctrl-C a few milliseconds earlier, in the
     interpreter's start."""
     traceback.print_exc()

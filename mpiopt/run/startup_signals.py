@@ -3,11 +3,10 @@ acted on, until the rank can end in order.
 
 Under mpirun a terminal's Ctrl-C reaches every rank at once. In a job's first second the
 ranks are still importing and inside MPI_Init, where every rank waits for all the others:
-rank 0 used to end at once, cleanly (`mpiopt: interrupted`, status 130), while the other
-ranks sat in MPI_Init waiting for it, at full CPU, and mpiexec with them, for ever
-(measured: Ctrl-C 0.2-0.3 s into `mpiexec -n 3 mpiopt search`, 5 jobs of 10 hung). A group
-rank ended by the signal a little later ended the job with a killed rank (status 9)
-instead of the one line.
+a rank 0 that ended at once, cleanly (`mpiopt: interrupted`, status 130), would leave the
+other ranks in MPI_Init waiting for it, at full CPU, and mpiexec with them, for ever (how
+often: benchmarks/results/startup.md); a group rank ended by the signal a little later
+would end the job with a killed rank (status 9) instead of the one line.
 
 So `main` holds these signals from its first line: a signal that comes is only noted.
 Rank 0 of a run releases them where it can tell every rank (mpiopt.run.launch: the

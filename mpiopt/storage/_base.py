@@ -1,7 +1,8 @@
 """The storage contract: what the rest of mpiopt may ask of a results database, and what
 every implementation promises.
 
-`Storage` (SQLAlchemy, for SQLite and PostgreSQL, storage/_rdb.py) implements it, and so
+`Storage` (SQLAlchemy, for SQLite and PostgreSQL, storage/_rdb.py; in memory it is the same
+code on SQLite's in-memory database, storage/_engine.py) implements it, and so
 does `Resilient` (storage/resilient.py), the coordinator's wrapper that rides out an
 outage. A new engine subclasses BaseStorage and passes tests/test_storage.py, the
 conformance suite that runs every implementation through the same cases.

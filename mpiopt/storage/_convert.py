@@ -5,8 +5,9 @@ import json
 import math
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
+from sqlalchemy import inspect as sa_inspect
 from sqlalchemy.orm import selectinload
 
 from mpiopt import jsontext
@@ -160,20 +161,39 @@ def with_children(stmt):
                         selectinload(TrialModel.intermediate))
 
 
-def to_frozen(row: TrialModel) -> FrozenTrial:
+def trial_record(columns: Mapping, params: dict, fold_values: Sequence = (),
+                 intermediate: dict | None = None) -> FrozenTrial:
+    """The one way a FrozenTrial is made: from the values of a trials row by column name
+    (a Core row's mapping, an ORM row's through to_frozen, or what a write just put in
+    the row) and its children, already decoded. Every write returns and every read gives
+    the record of this one function, so they cannot drift apart field by field; a column
+    left out (a write that has not set it) reads as the column's default."""
+    get = columns.get
     return FrozenTrial(
-        id=row.id, study_id=row.study_id, number=row.number, status=TrialStatus(row.status),
-        params={p.name: decode_param(p) for p in row.params},
-        value=row.value, value_std=row.value_std, seed=row.seed, attempt=row.attempt,
-        group=row.group, host=row.host, started_at=row.started_at,
-        finished_at=row.finished_at, duration=row.duration, error=row.error,
-        metrics=load_json(row.metrics_json),
-        fold_values=[f.value for f in sorted(row.folds, key=lambda f: f.fold)],
-        intermediate=steps({(i.fold, i.epoch): i.value for i in row.intermediate}),
-        rank=row.rank, lost_attempts=row.lost_attempts or 0, device=row.device,
-        suggest_seconds=row.suggest_seconds, spans=load_spans(row.spans_json),
-        member=row.member, round=row.round, parent=row.parent, job=row.job_id,
-    )
+        id=columns["id"], study_id=columns["study_id"], number=columns["number"],
+        status=TrialStatus(columns["status"]), params=params,
+        value=get("value"), value_std=get("value_std"), seed=get("seed"),
+        attempt=get("attempt") or 0, group=get("group_index"), host=get("host"),
+        started_at=get("started_at"), finished_at=get("finished_at"),
+        duration=get("duration"), error=get("error"), metrics=load_json(get("metrics_json")),
+        fold_values=list(fold_values), intermediate=steps(intermediate or {}),
+        rank=get("rank"), lost_attempts=get("lost_attempts") or 0, device=get("device"),
+        suggest_seconds=get("suggest_seconds"), spans=load_spans(get("spans_json")),
+        member=get("member"), round=get("round"), parent=get("parent"), job=get("job_id"))
+
+
+def to_frozen(row: TrialModel) -> FrozenTrial:
+    """An ORM row (loaded with_children) as its record."""
+    return trial_record(
+        {name: getattr(row, key) for key, name in _TRIAL_ATTRIBUTES},
+        {p.name: decode_param(p) for p in row.params},
+        [f.value for f in sorted(row.folds, key=lambda f: f.fold)],
+        {(i.fold, i.epoch): i.value for i in row.intermediate})
+
+
+# (ORM attribute, column name) of every column of the trials table
+_TRIAL_ATTRIBUTES = tuple((attr.key, attr.columns[0].name)
+                          for attr in sa_inspect(TrialModel).column_attrs)
 
 
 def to_record(row: StudyModel, counts=None, best_value=None, lease: Job | None = None

@@ -1,5 +1,14 @@
 """Engines for any SQLAlchemy URL, with SQLite tuned so readers never block on the writer.
 
+The in-memory storage is this same SQL code on SQLite's in-memory database (`sqlite://`
+or `sqlite:///:memory:`, the spellings SQLAlchemy and Optuna users know): its one
+connection is held by one thread at a time (OneHolderPool), so every session of the
+engine sees one database and the contract's "one transaction per call, from any thread"
+holds on it too. One implementation of the contract, not two: the conformance suite that
+holds the file and server engines holds this one, and nothing is kept in step by hand.
+A new open of the URL is a new, empty database (as a new InMemoryStorage is in Optuna);
+it lives as long as its engine.
+
 SQLite: WAL journal (readers see a snapshot while the coordinator writes), a busy timeout
 (a writer waits for a lock instead of failing at once), foreign keys on. pysqlite's own
 transaction handling is switched off and SQLAlchemy emits BEGIN itself: reads use a plain
@@ -9,6 +18,7 @@ takes the write lock up front and waits on the busy timeout instead of failing m
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 from sqlalchemy import create_engine, event
@@ -83,7 +93,7 @@ def make_engine(url: "str | StorageURL", read_only: bool = False) -> Engine:
     kwargs = {"connect_args": {"timeout": BUSY_TIMEOUT_MS / 1000}}
     path = url.sqlite_path
     if path is None and not parsed.query.get("uri"):
-        kwargs["poolclass"] = StaticPool      # one in-memory database shared by all sessions
+        kwargs["poolclass"] = OneHolderPool   # one in-memory database shared by all sessions
         kwargs["connect_args"]["check_same_thread"] = False
     elif path is not None and read_only:
         mode = "ro&immutable=1" if _unchanging(path) else "ro"
@@ -92,6 +102,32 @@ def make_engine(url: "str | StorageURL", read_only: bool = False) -> Engine:
     engine = create_engine(parsed, **kwargs)
     _tune_sqlite(engine, read_only)
     return engine
+
+
+class OneHolderPool(StaticPool):
+    """The in-memory database's one connection, held by one thread from checkout to
+    checkin: two threads on it at once would run their statements inside each other's
+    transactions. Re-entrant, since a thread may open a read inside its own write; there
+    is no peer to lose (the holder is this process), so the wait ends when the holder's
+    transaction does."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._holder = threading.RLock()
+
+    def _do_get(self):
+        self._holder.acquire()
+        try:
+            return super()._do_get()
+        except BaseException:
+            self._holder.release()
+            raise
+
+    def _do_return_conn(self, record) -> None:
+        try:
+            super()._do_return_conn(record)
+        finally:
+            self._holder.release()
 
 
 def _unchanging(path: Path) -> bool:

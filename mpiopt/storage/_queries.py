@@ -10,8 +10,7 @@ from typing import Sequence
 from sqlalchemy import bindparam, func, select
 from sqlalchemy.orm import Session
 
-from mpiopt.storage._convert import (Changes, StudyRecord, decode_value, load_json, load_spans,
-                                     to_record)
+from mpiopt.storage._convert import Changes, StudyRecord, decode_value, to_record, trial_record
 from mpiopt.storage._jobs import leases
 from mpiopt.storage._writes import CHILDREN_OF, EPOCH, PARAM
 from mpiopt.storage.models import StudyModel, TrialModel
@@ -116,17 +115,9 @@ def _children(conn, ids: list) -> dict:
 
 
 def _frozen(r, children) -> FrozenTrial:
-    """A trials row and its children as the FrozenTrial that to_frozen makes of them."""
+    """A trials row and its children as their record."""
     params, epochs, folds = children or ({}, {}, [])
-    return FrozenTrial(
-        id=r.id, study_id=r.study_id, number=r.number, status=TrialStatus(r.status),
-        params=params, value=r.value, value_std=r.value_std, seed=r.seed, attempt=r.attempt,
-        group=r.group_index, host=r.host, started_at=r.started_at, finished_at=r.finished_at,
-        duration=r.duration, error=r.error, metrics=load_json(r.metrics_json),
-        fold_values=folds, intermediate=epochs, rank=r.rank,
-        lost_attempts=r.lost_attempts or 0, device=r.device, suggest_seconds=r.suggest_seconds,
-        spans=load_spans(r.spans_json), member=r.member, round=r.round, parent=r.parent,
-        job=r.job_id)
+    return trial_record(r._mapping, params, folds, epochs)
 
 
 def zero_counts() -> dict[TrialStatus, int]:

@@ -22,7 +22,7 @@ from sqlalchemy.engine import Connection
 
 from mpiopt.errors import StorageError
 from mpiopt.storage._convert import (decode_value, dump_json, encode_param_row,
-                                     finite_or_none, load_json, load_spans)
+                                     finite_or_none, trial_record)
 from mpiopt.storage.models import (StudyModel, TrialFoldModel, TrialIntermediateModel,
                                    TrialModel, TrialParamModel)
 from mpiopt.trial import FrozenTrial, Step, TrialStatus, steps
@@ -47,7 +47,7 @@ _NEW_PARAMS = insert(PARAMS)
 _IDS = bindparam("ids", expanding=True)
 _HEADS = select(TRIALS.c.id, TRIALS.c.study_id, TRIALS.c.number, TRIALS.c.status,
                 TRIALS.c.seed, TRIALS.c.attempt, TRIALS.c.group_index, TRIALS.c.host,
-                TRIALS.c.started_at, TRIALS.c.rank,
+                TRIALS.c.started_at, TRIALS.c.rank, TRIALS.c.lost_attempts,
                 TRIALS.c.suggest_seconds, TRIALS.c.member, TRIALS.c.round,
                 TRIALS.c.parent, TRIALS.c.job_id).where(TRIALS.c.id.in_(_IDS))
 _SET_TRIAL = update(TRIALS).where(TRIALS.c.id == bindparam("tid"))   # SET from the params
@@ -118,11 +118,7 @@ def insert_trials(conn: Connection, study_id: int, requests: Sequence[dict], now
     flat = [row for trial_rows in rows for row in trial_rows]
     if flat:
         conn.execute(_NEW_PARAMS, flat)
-    return [FrozenTrial(id=tid, study_id=study_id, number=h["number"], status=TrialStatus.RUNNING,
-                        params=_decoded(trial_rows), seed=h["seed"], attempt=0,
-                        group=h["group_index"], host=h["host"], started_at=h["started_at"], rank=h["rank"],
-                        suggest_seconds=h["suggest_seconds"], job=job_id,
-                        **{k: h[k] for k in LINEAGE})
+    return [trial_record({**h, "id": tid}, _decoded(trial_rows))
             for tid, h, trial_rows in zip(ids, heads, rows)]
 
 
@@ -161,16 +157,9 @@ def finish_many(conn: Connection, items: Sequence[tuple], now: datetime,
         folds = _fold_rows(tid, fold_values, fold_metrics)
         fold_rows += folds
         epochs = _epoch_rows(tid, intermediate, epochs, epoch_inserts, epoch_updates)
-        out.append(FrozenTrial(
-            id=tid, study_id=head.study_id, number=head.number, status=status,
-            params=params, value=outcome["value"], value_std=outcome["value_std"],
-            seed=head.seed, attempt=head.attempt, group=head.group_index, host=head.host,
-            started_at=started_at, finished_at=now, duration=outcome["duration"],
-            error=outcome["error"], metrics=load_json(outcome["metrics_json"]),
-            fold_values=[r["value"] for r in folds], intermediate=steps(epochs),
-            rank=head.rank, device=outcome.get("device"), suggest_seconds=head.suggest_seconds,
-            spans=load_spans(outcome.get("spans_json")),
-            member=head.member, round=head.round, parent=head.parent, job=head.job_id))
+        out.append(trial_record({**head._mapping, "status": status, "finished_at": now,
+                                 "started_at": started_at, **outcome},
+                                params, [r["value"] for r in folds], epochs))
     conn.execute(_SET_TRIAL, updates)
     if drop:
         conn.execute(_DROP_FOLDS_OF, {"ids": drop})

@@ -277,9 +277,9 @@ class Study:
     def top_trials(self, k: int = 1) -> list[TrialView]:
         """The k best trials: the k best feasible COMPLETE ones (one objective), or the
         first k of the Pareto front by the first objective."""
-        from mpiopt.objective.metrics import from_stored
+        from mpiopt.reporting.front import stored_objectives
 
-        if from_stored(self._record.spec_text) is None:
+        if stored_objectives(self._record.spec_text) is None:
             return self._view(self._storage.best_trials(self._record.id, k))
         return self._view(self._front().top(k))
 

@@ -22,6 +22,7 @@ import yaml
 
 from mpiopt.errors import MpioptError, ResumeError, SpecError
 from mpiopt.search import ALGORITHMS, traits
+from mpiopt.spec import stored
 from mpiopt.space import Space, SpaceError
 
 
@@ -72,8 +73,7 @@ def enqueue(storage, name: str, given: dict):
     a pbt study: its rounds come from its population, and a queued set would run as a
     whole training outside it, which the searcher ignores."""
     record = storage.get_study(name)
-    search = (yaml.safe_load(record.spec_text or "") or {}).get("search") or {}
-    algorithm = search.get("algorithm") if isinstance(search, dict) else None
+    algorithm = stored(record.spec_text).get("search", "algorithm")
     if algorithm in ALGORITHMS and traits(algorithm).rounds:
         raise SpecError(f"study '{name}' uses search.algorithm pbt: its rounds come from its "
                         "population, so a queued parameter set has no member to join")
@@ -86,7 +86,7 @@ def enqueue(storage, name: str, given: dict):
 
 def renamed_spec(spec_text: str, new: str) -> str:
     """The stored spec with study.name set to `new` (what `mpiopt resume NEW` reads)."""
-    data = yaml.safe_load(spec_text) or {}
+    data = stored(spec_text).data
     if isinstance(data.get("study"), dict):
         data["study"]["name"] = new
     return yaml.safe_dump(data, sort_keys=False)

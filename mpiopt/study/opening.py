@@ -66,14 +66,10 @@ def native_log_path(url: str, name: str) -> Path:
 
 
 def stored_spec_dict(storage, name: str) -> dict:
-    return stored_dict(storage.get_study(name).spec_text)
+    """The stored spec of study `name`, as a mapping a resume's overrides change."""
+    from mpiopt.spec import stored
 
-
-def stored_dict(spec_text: str) -> dict:
-    """A stored spec as its study ran (spec._resolved.stored_as_it_ran)."""
-    from mpiopt.spec._resolved import stored_as_it_ran
-
-    return stored_as_it_ran(yaml.safe_load(spec_text) or {})
+    return stored(storage.get_study(name).spec_text).data
 
 
 def open_study(storage, spec, resume, url: str, take_lease=None) -> OpenedStudy:
@@ -110,7 +106,9 @@ def open_study(storage, spec, resume, url: str, take_lease=None) -> OpenedStudy:
         raise ResumeError(
             f"study '{name}' already exists in {url}: continue it with `mpiopt search SPEC "
             f"--resume` or `mpiopt resume {name}`, or give study.name a new name")
-    changes = spec_changes(stored_dict(record.spec_text), spec)
+    from mpiopt.spec import stored
+
+    changes = spec_changes(stored(record.spec_text).data, spec)
     if changes:
         raise ResumeError(f"study '{name}' was started with a different spec; only "
                           f"{', '.join(RESUMABLE_CHANGES)} may change on resume: " + "; ".join(changes))

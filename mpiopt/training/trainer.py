@@ -302,7 +302,7 @@ class FoldTrainer:
     def _span(self, began: float) -> None:
         """This epoch's span, and the fold's end moved to now (for the report's trace). Its
         start is read from the same clock as the fold's (a start worked out from
-        perf_counter's duration once fell 0.9 ms before the fold's own start)."""
+        perf_counter's duration, another clock, can fall before the fold's own start)."""
         end = self._since_t0()
         self.spans.append({"kind": "epoch", "fold": self.fold, "epoch": self.epoch,
                            "start": began, "end": end})

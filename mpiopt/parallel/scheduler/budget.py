@@ -16,12 +16,20 @@ class Budget:
         self.stop_reason: str | None = None
         self.message: str | None = None
 
+    def left(self, started: int) -> int:
+        """How many trials the study has left when `started` count against its budget:
+        search.trials less every trial that started (finished, running, sent ahead, being
+        written, promised this round; of a shared study, every job's, as the database
+        counts them). The rule of the whole scheduler; the database keeps the same one
+        under its lock for a shared study's creates (storage: create_trials' limit)."""
+        return max(0, self.trials - started)
+
     def allows(self, started: int) -> bool:
-        """Whether a trial may start when `started` count against the budget (finished,
-        running, sent ahead, being written, promised this round); notices the time limit."""
+        """Whether a trial may start when `started` count against the budget (see left);
+        notices the time limit."""
         if self.stop_reason is None and self.deadline is not None and self.clock() >= self.deadline:
             self.stop("time_limit", "time limit reached: running trials finish, no new ones start")
-        return self.stop_reason is None and started < self.trials
+        return self.stop_reason is None and self.left(started) > 0
 
     def past_hard_edge(self) -> bool:
         return self.hard_deadline is not None and self.clock() >= self.hard_deadline
