@@ -572,6 +572,29 @@ def test_preload_imports_the_modules_the_searcher_will_use(monkeypatch):
         importlib.import_module(module)
 
 
+def test_cmaes_is_told_its_space_and_suggests_as_optuna_would(monkeypatch):
+    """Optuna's CmaEsSampler works out the space CMA-ES models from every finished trial
+    (a scan of the whole study, for each new sampler: one per ask here); ours is told
+    it. The suggestions are those Optuna's own inference gives, and no ask scans."""
+    import optuna.search_space.intersection as intersection
+
+    from mpiopt.search import optuna_samplers
+
+    scans = []
+    calculate = intersection._calculate
+    monkeypatch.setattr(intersection, "_calculate",
+                        lambda *a, **k: scans.append(1) or calculate(*a, **k))
+
+    def asked() -> list[dict]:
+        return drive(make_searcher("cmaes", MIXED, {}, seed=0), mixed_objective, 30, parallel=3)
+
+    told = asked()
+    assert not scans
+    monkeypatch.setattr(optuna_samplers, "_fixed_space_cmaes",
+                        lambda optuna: optuna.samplers.CmaEsSampler)
+    assert asked() == told and scans
+
+
 def test_portfolio_partners_hold_each_others_pending_points():
     from optuna.trial import TrialState
 

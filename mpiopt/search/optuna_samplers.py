@@ -50,8 +50,8 @@ class OptunaSearcher(Searcher):
 
         optuna.logging.set_verbosity(optuna.logging.ERROR)   # its notes are not the user's
         self._optuna = optuna
-        self.study = optuna.create_study(direction="minimize", sampler=self._sampler(seed))
         self.dists = distributions(space)
+        self.study = optuna.create_study(direction="minimize", sampler=self._sampler(seed))
         self.numbers: dict[tuple, int] = {}      # pending key -> Optuna trial number
 
     def _sampler(self, seed: int):
@@ -142,11 +142,43 @@ class CmaEsSearcher(OptunaSearcher):
 
         d = max(1, len(self.names))
         pop = int(self.options["population"]) or 4 + int(3 * math.log(d))
+        kind = (self._optuna.samplers.CmaEsSampler if self.space.conditional
+                else _fixed_space_cmaes(self._optuna))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            return self._optuna.samplers.CmaEsSampler(
-                seed=int(seed), popsize=pop, n_startup_trials=0, x0=self._x0,
-                independent_sampler=self._optuna.samplers.TPESampler(seed=int(seed)))
+            sampler = kind(seed=int(seed), popsize=pop, n_startup_trials=0, x0=self._x0,
+                           independent_sampler=self._optuna.samplers.TPESampler(seed=int(seed)))
+        sampler.fixed_space = self.dists if self.told else {}   # (as the intersection of none)
+        return sampler
+
+
+_FIXED_SPACE_CMAES = None
+
+
+def _fixed_space_cmaes(optuna):
+    """Optuna's CmaEsSampler told the search space instead of working it out.
+
+    Optuna infers the space CMA-ES models from every finished trial (the intersection of
+    their distributions), anew for each new sampler, and the searcher makes a sampler per
+    ask (its randomness keyed by the trial number): a scan of the whole study per ask,
+    most of an ask's cost past a thousand trials. Where the space has no conditions
+    every finished trial has every parameter with the same distribution, so the
+    intersection is the space itself (its numeric, non-constant dimensions by name, as
+    Optuna's own rule), or nothing before the first result."""
+    global _FIXED_SPACE_CMAES
+    if _FIXED_SPACE_CMAES is None:
+        d = optuna.distributions
+
+        class FixedSpaceCmaEsSampler(optuna.samplers.CmaEsSampler):
+            fixed_space: dict = {}
+
+            def infer_relative_search_space(self, study, trial):
+                return {n: dist for n, dist in sorted(self.fixed_space.items())
+                        if not dist.single()
+                        and isinstance(dist, (d.FloatDistribution, d.IntDistribution))}
+
+        _FIXED_SPACE_CMAES = FixedSpaceCmaEsSampler
+    return _FIXED_SPACE_CMAES
 
     def _on_replay(self, reruns: list[dict]) -> None:
         super()._on_replay(reruns)
