@@ -44,7 +44,7 @@ class SimulatedSearcher(BackgroundSearcher):
         super().__init__(searcher, max_stock, clock=clock)
         self.cpu = cpu
         self.cpu_s = 0.0
-        self._asked: tuple[dict, float] | None = None    # (params, CPU seconds), in flight
+        self._in_flight: tuple[list, float] | None = None   # (suggestions, CPU seconds)
 
     def start(self, next_number: int) -> None:
         self._number = self._first_number = int(next_number)
@@ -66,18 +66,18 @@ class SimulatedSearcher(BackgroundSearcher):
             return at + applied if applied > 0 else None
         self._asking_since = at + applied
         begin = self.cpu()
-        params = self.inner.ask(self._number)
+        batch = self._next_batch()
         took = self.cpu() - begin
         self.cpu_s += applied + took
-        self._asked = (params, took)
+        self._in_flight = (batch, took)
         return at + applied + took
 
     def finish(self) -> None:
-        """The ask in flight (if any) ends: its suggestion joins the stock."""
-        if self._asked is not None:
-            params, took = self._asked
-            self._asked = None
-            self._publish(params, took)
+        """The ask in flight (if any) ends: its suggestions join the stock."""
+        if self._in_flight is not None:
+            batch, took = self._in_flight
+            self._in_flight = None
+            self._publish(batch, took)
 
 
 def run(url: str, space, objective, algorithm: str, groups: int, trials: int,

@@ -16,7 +16,7 @@ from mpiopt.trial import FrozenTrial, StudyStatus, TrialStatus
 class CountingSearcher:
     """Suggests x = 0, 1, 2, ...; remembers what it was told, in order."""
 
-    numbered, asks_ahead, space = False, True, None     # (the searchers' traits)
+    numbered, asks_ahead, batches, space = False, True, False, None   # (the searchers' traits)
 
     def __init__(self):
         self.counter = itertools.count()
@@ -29,6 +29,9 @@ class CountingSearcher:
         p = {"x": next(self.counter)}
         self.pending.append(p)
         return p
+
+    def ask_batch(self, numbers):
+        return [self.ask(n) for n in numbers]
 
     def tell(self, params, value):
         self.calls.append("tell")
@@ -490,6 +493,56 @@ def test_the_stock_follows_results_per_ask():
     assert searcher._waiting_costs_too_much()
     searcher.min_fill_wait_s, searcher._ask_s = 1.0, 2.0  # a wait of seconds is too much
     assert searcher._waiting_costs_too_much()
+
+
+class BatchingSearcher(CountingSearcher):
+    """CountingSearcher that makes its suggestions in batches (one fit, many points)."""
+
+    batches = True
+
+    def __init__(self):
+        super().__init__()
+        self.batch_sizes = []
+
+    def ask_batch(self, numbers):
+        numbers = list(numbers)
+        self.batch_sizes.append(len(numbers))
+        return [self.ask(n) for n in numbers]
+
+
+def test_a_batching_searcher_is_asked_once_for_the_groups_waiting():
+    """Five groups wait for suggestions: one batch (one fit) makes them all, and the
+    stock's one, instead of one ask per group in a queue."""
+    from mpiopt.search.background import BackgroundSearcher
+
+    inner = BatchingSearcher()
+    searcher = BackgroundSearcher(inner, max_stock=8, clock=lambda: 0.0)
+    assert searcher.take(waiting=5) is None            # nothing made yet: the groups wait
+    searcher.start(0)
+    try:
+        _until(lambda: searcher.ready == 6, "the batch")
+        assert inner.batch_sizes == [6] and inner.numbers == list(range(6))
+        assert [searcher.take(waiting=w) for w in range(5, 0, -1)] == [{"x": i} for i in range(5)]
+    finally:
+        searcher.close()
+
+
+def test_a_batching_searcher_keeps_two_asks_of_results_in_stock():
+    """Its suggestions come when the whole batch is made: the stock covers the results
+    during the ask in progress and during the one that refills them. The wait it weighs
+    for fillers is that ask's, not one ask per group in the queue."""
+    from mpiopt.search.background import BackgroundSearcher
+
+    one = BackgroundSearcher(CountingSearcher(), max_stock=100, clock=lambda: 0.0)
+    many = BackgroundSearcher(BatchingSearcher(), max_stock=100, clock=lambda: 0.0)
+    for searcher in (one, many):
+        searcher._ask_s, searcher._gap_s = 0.5, 0.1       # 5 results during one ask
+    assert (one.stock_target, many.stock_target) == (6, 11)
+    many._asking_for = 20                                # a batch of 20 in progress
+    many._ask_s, many._gap_s = 0.2, 0.01                # 0.2 s a batch, 1,000 groups of 10 s
+    one._ask_s, one._gap_s = 0.2, 0.01
+    assert not many._waiting_costs_too_much(waiting=20, training=1000)
+    assert one._waiting_costs_too_much(waiting=20, training=1000)     # 20 asks in a row
 
 
 def test_a_queue_of_waiting_groups_is_a_wait_too():

@@ -195,6 +195,150 @@ def test_a_failed_suggestion_is_not_made_again(algorithm, options):
     assert not set(more) & set(keys), "a failed or told suggestion came again after a resume"
 
 
+def drive_batches(searcher: Searcher, objective, n: int, parallel: int = 6,
+                  batch: int = 3) -> list[list[dict]]:
+    """Keep `parallel` suggestions pending; whenever `batch` of them were told, ask that
+    many in one batch (as the background thread asks for groups that finish together).
+    Returns the batches, in order."""
+    batches = [searcher.ask_batch(range(parallel))]
+    pending, asked = list(batches[0]), parallel
+    for told in range(1, n + 1):
+        params = pending.pop(0)
+        searcher.tell(params, objective(params))
+        if told % batch == 0 and asked < n:
+            more = min(batch, n - asked)
+            batches.append(searcher.ask_batch(range(asked, asked + more)))
+            pending += batches[-1]
+            asked += more
+    return batches
+
+
+@pytest.mark.parametrize("algorithm,options", SEEDED, ids=SEEDED_IDS)
+def test_batches_keep_the_contract(algorithm, options):
+    """Suggestions asked in batches: inside the space with native types, pending until
+    told, distinct, and the same again from the same seed."""
+    searcher = make_searcher(algorithm, MIXED, options, seed=4)
+    batches = drive_batches(searcher, mixed_objective, 18)
+    asked = [p for b in batches for p in b]
+    assert len(asked) == 18 and [len(b) for b in batches][:2] == [6, 3]
+    for params in asked:
+        MIXED.check(params)
+        assert type(params["lr"]) is float and type(params["units"]) is int
+    assert len({searcher.key(p) for p in asked}) == 18
+    assert not searcher.pending and len(searcher.told) == 18
+    again = drive_batches(make_searcher(algorithm, MIXED, options, seed=4), mixed_objective, 18)
+    assert again == batches
+
+
+@pytest.mark.parametrize("algorithm,options", SEEDED, ids=SEEDED_IDS)
+def test_a_batch_of_one_is_an_ask(algorithm, options):
+    a, b = (make_searcher(algorithm, MIXED, options, seed=9) for _ in range(2))
+    for searcher in (a, b):
+        drive(searcher, mixed_objective, 12, parallel=2)
+    assert a.ask_batch([20]) == [b.ask(20)] and a.pending.keys() == b.pending.keys()
+
+
+def test_a_bayesian_batch_is_one_fit_its_suggestions_apart(monkeypatch):
+    """Eight suggestions from one posterior (the told points and the pending ones, lied
+    in once), each at least min_distance from the pending points and from each other."""
+    from mpiopt.search import _gp
+
+    searcher = BayesianSearcher(SQUARE, {"initial_points": 5}, seed=3)
+    drive(searcher, square_objective, 12, parallel=3)
+    pending = [searcher.ask() for _ in range(3)]
+    built = []
+    monkeypatch.setattr(_gp.Posterior, "__init__", lambda self, kernel, X, y, _init=_gp.Posterior.__init__:
+                        built.append(len(X)) or _init(self, kernel, X, y))
+    batch = searcher.ask_batch(range(20, 28))
+    assert built == [12, 15]          # the told points (for the lies), then with the pending
+    assert len({searcher.key(p) for p in batch}) == 8
+    for i, params in enumerate(batch):
+        others = pending + batch[:i] + batch[i + 1:]
+        assert min(SQUARE.distance(params, other) for other in others) >= 0.01
+    assert all(searcher.key(p) in searcher.pending for p in batch + pending)
+
+
+def test_a_believed_point_lowers_the_variance_as_adding_it_to_the_posterior_does():
+    """_gp.Believed's one column per pick is the exact posterior with the picks added at
+    their believed values: the same variance everywhere (a variance does not depend on
+    the values, so the believed mean never enters)."""
+    from mpiopt.search import _gp
+
+    rng = np.random.default_rng(1)
+    X = rng.random((12, 2))
+    y = np.sin(4 * X[:, 0]) + X[:, 1] ** 2
+    kernel = _gp.fit_kernel(_gp.default_kernel(2), X, y, restarts=0, seed=0)
+    post = _gp.Posterior(kernel, X, y)
+    rows = rng.random((40, 2))
+    believed = _gp.Believed(post, rows, picks=2)
+    for i in (3, 17, 29):                        # (a third pick: the columns grow)
+        believed.add(i)
+    added = rows[[3, 17, 29]]
+    exact = _gp.Posterior(kernel, np.vstack([X, added]),
+                          np.concatenate([y, post.predict(added)[0]]))
+    _, var, _ = exact.moments(rows)                # (in the kernel's units: y plays no part)
+    assert np.allclose(var, believed.var, rtol=1e-6, atol=1e-10)
+    assert np.all(believed.var <= post.moments(rows)[1])
+
+
+def test_only_the_latest_pending_points_enter_the_model_but_all_keep_their_distance(monkeypatch):
+    """With thousands of groups, thousands of points are pending: the model takes the
+    `max_points` most recent (so a fit's cost stays bounded); the distance rule keeps new
+    suggestions away from every one of them."""
+    from mpiopt.search import _gp
+
+    searcher = BayesianSearcher(SQUARE, {"initial_points": 5, "max_points": 8}, seed=0)
+    drive(searcher, square_objective, 10, parallel=1)
+    rng = np.random.default_rng(0)
+    held = [SQUARE.sample(rng) for _ in range(30)]
+    for params in held:
+        searcher.hold(params)
+    built = []
+    monkeypatch.setattr(_gp.Posterior, "__init__", lambda self, kernel, X, y, _init=_gp.Posterior.__init__:
+                        built.append(X.copy()) or _init(self, kernel, X, y))
+    batch = searcher.ask_batch(range(40, 44))
+    latest = searcher.encoder.encode(held[-8:])
+    assert len(built[-1]) == 8 + 8 and np.allclose(built[-1][8:], latest)
+    for params in batch:
+        assert min(SQUARE.distance(params, other) for other in held) >= 0.01
+
+
+def test_a_portfolio_batch_asks_each_member_once_the_partner_first():
+    """One batch: the trials' members drawn as for single asks, then CMA-ES's share asked,
+    then the GP's in one batch that keeps away from CMA-ES's (held in the GP first)."""
+    searcher = make_searcher("auto", Space([Real(f"x{i}", 0.0, 1.0) for i in range(3)]), {},
+                             seed=0, budget=60, parallel=8)
+    gp, cma = searcher.members
+    bowl = lambda p: sum((p[f"x{i}"] - 0.3) ** 2 for i in range(3))      # noqa: E731
+    drive(searcher, bowl, 24, parallel=4)
+    calls = []
+    for member in (gp, cma):
+        def ask_batch(numbers, _member=member, _ask=member.ask_batch):
+            calls.append((_member.algorithm, list(numbers), set(gp.pending)))
+            return _ask(numbers)
+        member.ask_batch = ask_batch
+    batch = searcher.ask_batch(range(30, 38))
+    assert [c[0] for c in calls] == ["cmaes", "bayesian"]
+    assert sorted(calls[0][1] + calls[1][1]) == list(range(30, 38))
+    made_by_cma = {searcher.key(p) for p in batch if searcher.owner[searcher.key(p)] is cma}
+    assert made_by_cma <= calls[1][2]                 # pending in the GP before its batch
+    assert {searcher.key(p) for p in batch} <= set(gp.pending) & set(cma.pending)
+
+
+def test_a_batch_that_fails_is_drawn_at_random_and_said_once():
+    searcher = BayesianSearcher(SQUARE, {"initial_points": 3}, seed=0)
+    drive(searcher, square_objective, 6, parallel=1)
+
+    def broken(numbers):
+        raise np.linalg.LinAlgError("not positive definite")
+        yield
+
+    searcher._believed_batch = broken
+    batch = searcher.ask_batch(range(10, 15))
+    assert len({searcher.key(p) for p in batch}) == 5 and len(searcher.pending) == 5
+    assert [kind for kind, _ in searcher.take_failures()] == ["suggest"]
+
+
 @pytest.mark.parametrize("algorithm", ["random", "evolutionary", "bayesian"])
 @pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
 def test_tell_refuses_non_finite_values(algorithm, bad):

@@ -85,6 +85,11 @@ class Searcher(abc.ABC):
     a place), it needs a Keras objective, and a study's reports count rounds."""
     supports_vector: bool = Traits.supports_vector
     """Takes pareto.Objectives values: several objectives, or constraints."""
+    batches: bool = Traits.batches
+    """One fit gives several suggestions (ask_batch): whoever needs many at once (the
+    background thread, for the groups that will finish before its next fit) asks them
+    together; a searcher without it is asked one at a time, each ask seeing the results
+    told before it."""
     choice: str | None = None
     """How `auto` chose this searcher, in words (mpiopt.search.make_searcher); None when
     the algorithm was named."""
@@ -128,9 +133,35 @@ class Searcher(abc.ABC):
         until told or forgotten."""
         self.number = self.next_number if number is None else int(number)
         self._reseed(_ASK, self.number)
-        params = self.space.active(self._suggest_or_draw())   # only what is present leaves
-        self.pending[self.key(params)] = params
+        params = self._pend(self._suggest_or_draw())   # only what is present leaves
         self.next_number = max(self.next_number, self.number + 1)
+        return params
+
+    def ask_batch(self, numbers: Iterable[int]) -> list[dict]:
+        """Suggestions for the trials `numbers`, in order, from one view of what is told
+        (a model fitted once, its suggestions spread apart by _suggest_batch); each stays
+        pending until told or forgotten. A batch of one is ask(); a searcher that does not
+        batch makes each as ask() would."""
+        numbers = [int(n) for n in numbers]
+        if len(numbers) < 2 or not self.batches:
+            return [self.ask(n) for n in numbers]
+        self.number = numbers[0]
+        self._reseed(_BATCH, self.number)   # (the batch's stream: keyed by its first trial)
+        out: list[dict] = []
+        try:
+            for params in self._suggest_batch(numbers):
+                out.append(self._pend(params))
+        except Exception as exc:            # the rest of the batch: as _suggest_or_draw
+            self._failed("suggest", exc, "such a trial's parameters are drawn at random")
+            self._reseed(_DRAW, self.number)
+            out += [self._pend(self.space.sample(self.rng)) for _ in numbers[len(out):]]
+        self.next_number = max(self.next_number, numbers[-1] + 1)
+        return out
+
+    def _pend(self, params: dict) -> dict:
+        """A suggestion given out: only its active parameters, pending from now on."""
+        params = self.space.active(params)
+        self.pending[self.key(params)] = params
         return params
 
     def tell(self, params: dict, value) -> None:
@@ -237,6 +268,15 @@ class Searcher(abc.ABC):
     def _suggest(self) -> dict:
         """Return a new parameter dict (native Python types, inside the space)."""
 
+    def _suggest_batch(self, numbers: list[int]):
+        """Yield a suggestion for each of the trials `numbers` (a searcher that batches
+        overrides this); each is pending before the next is made, so the next one can
+        keep away from it. Here: each made as ask() would make it."""
+        for number in numbers:
+            self.number = number
+            self._reseed(_ASK, number)
+            yield self._suggest_or_draw()
+
     def _on_hold(self, params: dict) -> None:
         """Called after another searcher's suggestion became pending here (see hold)."""
 
@@ -253,7 +293,7 @@ class Searcher(abc.ABC):
         """Called at the end of a replay with the parameter sets that will run again."""
 
 
-# the first word of a stream's key: streams for asks, tells and the draws that replace a
-# failed suggestion never meet
-_ASK, _TELL, _DRAW = 0, 1, 3
+# the first word of a stream's key: streams for asks, tells, batches and the draws that
+# replace a failed suggestion never meet (2: the background thread's fillers')
+_ASK, _TELL, _DRAW, _BATCH = 0, 1, 3, 4
 _DOING = {"suggest": "make a suggestion", "learn": "learn a result"}

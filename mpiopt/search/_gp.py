@@ -33,6 +33,7 @@ NOISE_MIN = 1e-8    # the white noise's lower bound: a noise-free objective may 
 # start from the previous kernel needs few steps
 _MAX_ITER = {True: 100, False: 40}
 _SAMPLE_ROWS = 400  # candidates in one joint posterior draw at most (see Posterior.sample)
+_PRIOR_ROWS = 2048  # Believed keeps its rows' prior covariance up to this many rows (32 MB)
 
 
 def default_kernel(n_cols: int, base=None):
@@ -146,21 +147,29 @@ class Posterior:
         self.L = cholesky(K, lower=True, check_finite=False)
         self.alpha = cho_solve((self.L, True), (y - self.mean) / self.scale, check_finite=False)
         self.prior_var = float(self.signal.diag(X[:1])[0])
+        # the white noise (kernel.k2), standardised: what a believed point adds to its variance
+        self.noise = float(getattr(kernel.k2, "noise_level", 0.0)) + _JITTER
 
-    def predict(self, Xs: np.ndarray, normalized: bool = False):
-        """(mean, std) at rows Xs; normalized=True gives them in standardised units."""
+    def moments(self, Xs: np.ndarray):
+        """(mean, variance, V) at rows Xs in standardised units, V = L^-1 k(X, Xs): the
+        factor Believed conditions with."""
         Ks = self.signal(Xs, self.X)
         mu = Ks @ self.alpha
         v = solve_triangular(self.L, Ks.T, lower=True, check_finite=False)
-        var = np.maximum(self.prior_var - np.einsum("ij,ij->j", v, v), 1e-12)
+        return mu, np.maximum(self.prior_var - np.einsum("ij,ij->j", v, v), 1e-12), v
+
+    def predict(self, Xs: np.ndarray, normalized: bool = False):
+        """(mean, std) at rows Xs; normalized=True gives them in standardised units."""
+        mu, var, _ = self.moments(Xs)
         std = np.sqrt(var)
         if normalized:
             return mu, std
         return mu * self.scale + self.mean, std * self.scale
 
-    def sample(self, Xs: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    def sample(self, Xs: np.ndarray, rng: np.random.Generator, count: int | None = None) -> np.ndarray:
         """One joint draw of the latent function at rows Xs (objective units), where it
-        can be the draw's minimum; +inf elsewhere.
+        can be the draw's minimum; +inf elsewhere (`count`: that many independent draws,
+        one per row of the result, for the price of one factorisation).
 
         A joint draw costs a Cholesky of the candidates' covariance (cubic in their
         number). Only rows whose lower bound mean - 4 sd lies below the
@@ -173,15 +182,15 @@ class Posterior:
         keep = np.flatnonzero(lower <= np.min(mu + 4.0 * std))
         if len(keep) > _SAMPLE_ROWS:
             keep = keep[np.argsort(lower[keep], kind="stable")[:_SAMPLE_ROWS]]
-        out = np.full(len(Xs), np.inf)
-        out[keep] = self._joint_draw(Xs[keep], rng)
-        return out
+        out = np.full((1 if count is None else count, len(Xs)), np.inf)
+        out[:, keep] = self._joint_draws(Xs[keep], rng, len(out))
+        return out[0] if count is None else out
 
-    def _joint_draw(self, Xs: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    def _joint_draws(self, Xs: np.ndarray, rng: np.random.Generator, count: int) -> np.ndarray:
         Ks = self.signal(Xs, self.X)
         v = solve_triangular(self.L, Ks.T, lower=True, check_finite=False)
         cov = self.signal(Xs) - v.T @ v
-        z = rng.standard_normal(len(Xs))
+        z = rng.standard_normal((len(Xs), count)) if count > 1 else rng.standard_normal(len(Xs))
         for jitter in (1e-8, 1e-6, 1e-4):
             try:
                 root = cholesky(cov + jitter * np.eye(len(Xs)), lower=True, check_finite=False)
@@ -190,8 +199,44 @@ class Posterior:
                 continue
         else:  # numerically not positive definite: independent draws still explore
             root = np.diag(np.sqrt(np.maximum(np.diag(cov), 0.0)))
-        draw = Ks @ self.alpha + root @ z
-        return draw * self.scale + self.mean
+        draw = (Ks @ self.alpha)[:, None] + (root @ z).reshape(len(Xs), count)
+        return (draw * self.scale + self.mean).T
+
+
+class Believed:
+    """The posterior variance at fixed candidate rows as suggestions join it one at a
+    time, each believed (its value the posterior mean there: the kriging believer).
+
+    A believed value leaves the posterior mean unchanged everywhere (for the same prior
+    mean); only the variance falls, near the new point. So a batch needs one factorisation (the Posterior's) and
+    then, per suggestion, one covariance column over the candidates (GP-BUCB's
+    hallucinated observations, Desautels et al. 2014): the k-th pick conditions on the
+    k-1 before it, and on every pending point the Posterior holds, exactly.
+    Standardised units, as Posterior.moments."""
+
+    def __init__(self, post: Posterior, rows: np.ndarray, picks: int):
+        self.post, self.rows = post, rows
+        self.mean, self.var, v = post.moments(rows)
+        self.vt = np.ascontiguousarray(v.T)           # rows x model points
+        self.g = np.zeros((len(rows), max(1, picks)))  # each pick's innovation column
+        self.n = 0
+        # the rows' prior covariance in one call where it fits in _PRIOR_ROWS^2 numbers
+        # (the kernel's per-call overhead is most of a pick's cost), else column by column
+        self.prior = post.signal(rows) if len(rows) <= _PRIOR_ROWS else None
+
+    def add(self, i: int) -> None:
+        """Row i joins (believed): every row's variance drops by its covariance with it."""
+        if self.n == self.g.shape[1]:
+            self.g = np.hstack([self.g, np.zeros_like(self.g)])
+        prior = (self.prior[:, i] if self.prior is not None
+                 else self.post.signal(self.rows, self.rows[i:i + 1])[:, 0])
+        cov = prior - self.vt @ self.vt[i]
+        if self.n:
+            cov -= self.g[:, :self.n] @ self.g[i, :self.n]
+        g = cov / math.sqrt(max(float(self.var[i]), 0.0) + self.post.noise)
+        self.var = np.maximum(self.var - g * g, 1e-12)
+        self.g[:, self.n] = g
+        self.n += 1
 
 
 def loo_agreement(kernel, X: np.ndarray, y: np.ndarray) -> float:

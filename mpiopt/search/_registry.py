@@ -20,6 +20,7 @@ class Traits:
     numbered: bool = False
     rounds: bool = False
     supports_vector: bool = False
+    batches: bool = False
 
 
 TRAIT_NAMES: tuple[str, ...] = tuple(f.name for f in fields(Traits))
@@ -46,9 +47,10 @@ _ROWS = (
     # (mpiopt.search.auto): every choice takes any number of objectives, and is slow but
     # for NSGA-II (the built searcher's `slow` says which)
     Algorithm("auto", None, Traits(slow=True, supports_vector=True)),
-    # a model fit per ask, growing with the results; several objectives by ParEGO
+    # a model fit per ask, growing with the results (or one per batch); several
+    # objectives by ParEGO
     Algorithm("bayesian", "mpiopt.search.bayesian:BayesianSearcher",
-              Traits(slow=True, supports_vector=True)),
+              Traits(slow=True, supports_vector=True, batches=True)),
     # Optuna's samplers: their ask grows with the trials told
     Algorithm("cmaes", "mpiopt.search.optuna_samplers:CmaEsSearcher", Traits(slow=True)),
     Algorithm("tpe", "mpiopt.search.optuna_samplers:TPESearcher", Traits(slow=True)),
@@ -60,9 +62,10 @@ _ROWS = (
               Traits(asks_ahead=False, numbered=True, rounds=True)),
     # learns nothing from the values, so any number of objectives works
     Algorithm("random", "mpiopt.search.random:RandomSearcher", Traits(supports_vector=True)),
-    # auto's pair of a GP and a partner (mpiopt.search.portfolio): as slow as its GP
-    Algorithm("portfolio", "mpiopt.search.portfolio:PortfolioSearcher", Traits(slow=True),
-              public=False),
+    # auto's pair of a GP and a partner (mpiopt.search.portfolio): as slow as its GP, and
+    # batched like it
+    Algorithm("portfolio", "mpiopt.search.portfolio:PortfolioSearcher",
+              Traits(slow=True, batches=True), public=False),
 )
 REGISTRY: dict[str, Algorithm] = {row.name: row for row in _ROWS}
 # the values of search.algorithm, sorted

@@ -65,9 +65,12 @@ class Encoder:
         return rows
 
     def decode(self, row) -> dict:
-        row = np.clip(np.asarray(row, dtype=float), 0.0, 1.0)[None, :]
-        point = self.sk.inverse_transform(row)[0]
-        return from_point(self.space, point)
+        return self.decode_rows(np.asarray(row, dtype=float)[None, :])[0]
+
+    def decode_rows(self, rows: np.ndarray) -> list[dict]:
+        """decode() of each row, in one inverse transform (a batch's suggestions)."""
+        points = self.sk.inverse_transform(np.clip(np.asarray(rows, dtype=float), 0.0, 1.0))
+        return [from_point(self.space, point) for point in points]
 
     def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
         """n random rows: uniform in the encoded space, which is the prior's own scale."""

@@ -9,6 +9,13 @@ arrive during one ask (Little's law: results per second x seconds per ask, both 
 as the study runs, plus one), at most one per group; every stocked suggestion is pending
 in the searcher, so the suggestions after it keep away from it as usual.
 
+A searcher that batches (`Searcher.batches`: one fit, many suggestions) is asked for the
+groups' needs at once: the stock's shortfall plus the groups waiting now. Its suggestions
+join the stock only when the whole batch is made, so the stock covers the results of two
+asks (the one in progress, and the one that refills what they took): 1 + 2 x results
+per ask. With 1,000 groups, results come faster than one fit per suggestion could serve
+them; one fit per batch of them does (benchmarks/results/simulate.md).
+
 When results come faster than the model can be asked (many groups of short trials on a
 loaded node), an idle group may get a random point from the space instead (a "filler",
 pending in the searcher like any suggestion, and told to it when done). A filler spends a
@@ -78,6 +85,8 @@ class BackgroundSearcher:
         self.asks = 0
         self.fillers = 0
         self._asking_since: float | None = None
+        self._asking_for = 0        # the suggestions the ask in progress makes
+        self._waiting = 0           # groups left without work at the last take()
 
     # ---- the coordinator's side ------------------------------------------------------
     def replay(self, trials, pending=(), next_number=None) -> None:
@@ -105,6 +114,7 @@ class BackgroundSearcher:
                 start = self.clock()
                 params = self._filler()
                 self.last_ask_s = self.clock() - start
+            self._waiting = waiting - (params is not None)
             self._wake.notify()
         return params
 
@@ -116,7 +126,11 @@ class BackgroundSearcher:
         if self._gap_s is None:        # fewer than two results: nothing known yet
             return False
         since, ask = self._asking_since, self._ask_s or 0.0
-        wait = max(ask, 0.0 if since is None else self.clock() - since) + (waiting - 1) * ask
+        wait = max(ask, 0.0 if since is None else self.clock() - since)
+        if not self.inner.batches:      # one suggestion per ask: a queue of asks
+            wait += (waiting - 1) * ask
+        elif waiting > self._asking_for:   # the next batch serves the rest
+            wait += ask
         trial = self._gap_s * max(1, self.max_stock if training is None else training)
         return wait > FILL_SHARE * trial and wait >= self.min_fill_wait_s
 
@@ -154,11 +168,20 @@ class BackgroundSearcher:
 
     @property
     def stock_target(self) -> int:
-        """Suggestions to keep ready: results during one ask, plus one (see module doc)."""
+        """Suggestions to keep ready: results during one ask (two for a searcher that
+        batches), plus one (see module doc)."""
         if self._ask_s is None or self._gap_s is None:
             return 1
-        expected = self._ask_s / max(self._gap_s, 1e-6)
-        return max(1, min(self.max_stock, 1 + math.ceil(expected)))
+        expected = math.ceil(self._ask_s / max(self._gap_s, 1e-6))
+        return max(1, min(self.max_stock, 1 + expected * (2 if self.inner.batches else 1)))
+
+    def _wanted(self) -> int:
+        """Suggestions the next ask makes: one, or for a searcher that batches, the
+        stock's shortfall and the groups waiting now (at most one per group in all)."""
+        if not self.inner.batches:
+            return 1
+        short = self.stock_target - len(self._ready) + self._waiting
+        return max(1, min(short, self.max_stock - len(self._ready)))
 
     @property
     def ready(self) -> int:
@@ -182,7 +205,7 @@ class BackgroundSearcher:
                     inbox, self._inbox = list(self._inbox), collections.deque()
                 self._apply(inbox)
                 if len(self._ready) < self.stock_target:
-                    self._ask_one()
+                    self._ask()
         except BaseException as exc:   # raised to the coordinator at its next call
             self._error = exc
 
@@ -199,20 +222,27 @@ class BackgroundSearcher:
             else:
                 self.inner.forget(params)
 
-    def _ask_one(self) -> None:
+    def _ask(self) -> None:
         start = self._asking_since = self.clock()
-        params = self.inner.ask(self._number)
-        self._publish(params, self.clock() - start)
+        self._publish(self._next_batch(), self.clock() - start)
 
-    def _publish(self, params: dict, took: float) -> None:
-        """A suggestion that took `took` seconds joins the stock (the thread only;
-        benchmarks/simulate_model.py calls it when a simulated ask ends)."""
-        self._asking_since = None
-        self._number += 1
-        self.asks += 1
+    def _next_batch(self) -> list[dict]:
+        """The inner searcher's next suggestions, _wanted() of them (the thread only;
+        benchmarks/simulate_model.py calls it on a simulated clock)."""
+        self._asking_for = self._wanted()
+        return self.inner.ask_batch(range(self._number, self._number + self._asking_for))
+
+    def _publish(self, batch: list[dict], took: float) -> None:
+        """Suggestions that took `took` seconds join the stock, each with its share of
+        them (the thread only; benchmarks/simulate_model.py calls it when a simulated
+        ask ends)."""
+        self._asking_since, self._asking_for = None, 0
+        self._number += len(batch)
+        self.asks += len(batch)
         self._ask_s = _average(self._ask_s, took)
         with self._wake:
-            self._ready.append((params, took))
+            self._ready.extend((params, took / len(batch)) for params in batch)
+            self._waiting = max(0, self._waiting - len(batch))   # (it was sized for them)
 
     def _raise_error(self) -> None:
         if self._error is not None:

@@ -53,6 +53,10 @@ _RESTART_UNTIL = 100       # full fits only while the study is this small (then 
 _EXPLORE_EVERY = 2
 _THOMPSON_CANDIDATES = 1000   # random candidates a posterior sample is minimised over
 _DESIGN_SIZE = 64          # points of the initial Sobol design (a power of two)
+# A batch picks from each acquisition's best _SHORTLIST_PER_PICK x picks candidates (at
+# least _SHORTLIST_MIN): the cost of a pick grows with them (see _shortlist)
+_SHORTLIST_PER_PICK, _SHORTLIST_MIN = 2, 128
+_BATCH_SPREAD = "believer"   # TEMPORARY (measuring): believer, thompson, distance
 # _INITIAL note: the initial suggestions (`initial_design`) are the first points of a
 # scrambled Sobol sequence (seeded by the study's seed) not yet known: the first k points
 # of a Sobol sequence cover the cube evenly for every k, which random samples do not, and
@@ -79,6 +83,7 @@ class BayesianSearcher(Searcher):
         self.thompson_every = _EXPLORE_EVERY   # (0 in auto's portfolio: see there)
         self._agreement: tuple | None = None   # loo_agreement's (told count, kernel, value)
         self._warp_cache: tuple | None = None  # _warped: (the values' bytes, _warp of them)
+        self._encoded: dict[tuple, np.ndarray] = {}   # pending key -> its row (_pending_rows)
 
     # ---- bookkeeping ----------------------------------------------------------------
     def _on_tell(self, params, value, was_pending) -> None:
@@ -101,11 +106,16 @@ class BayesianSearcher(Searcher):
             return self.encoder.decode(self._maximise(model.predict, X, y))
 
     def _initial_point(self) -> dict:
-        """The first design point that is not yet told, pending or spent (a failed one is
-        not given again): deterministic from the seed and what is known, so a resumed study
-        continues the same design."""
+        return next(self._design_points())
+
+    def _design_points(self):
+        """The design points not yet told, pending or spent (a failed one is not given
+        again), first to last, then random ones: deterministic from the seed and what is
+        known, so a resumed study continues the same design. What is known is read once
+        (a batch of thousands takes its points from one pass)."""
         if self.options["initial_design"] == "random":
-            return self.space.sample(self.rng)
+            while True:
+                yield self.space.sample(self.rng)
         if self._design is None:
             from scipy.stats import qmc
 
@@ -115,8 +125,101 @@ class BayesianSearcher(Searcher):
         for genes in self._design:
             params = self.space.from_genome(genes.tolist())
             if self.key(params) not in known:
-                return params
-        return self.space.sample(self.rng)     # (a small discrete space: the design is used up)
+                known.add(self.key(params))
+                yield params
+        while True:
+            yield self.space.sample(self.rng)   # (a small discrete space: the design is used up)
+
+    # ---- batches (one fit, many suggestions: see the module docstring) ------------------
+    def _suggest_batch(self, numbers: list[int]):
+        if not self._batchable():
+            yield from super()._suggest_batch(numbers)   # each as ask() would make it
+            return
+        numbers, design = list(numbers), self._design_points()
+        while numbers and self.designing():
+            self.number = numbers.pop(0)
+            yield next(design)
+        if numbers:
+            yield from self._believed_batch(numbers)
+
+    def _batchable(self) -> bool:
+        """One fit serves a batch where a believed point changes no mean: a GP with the
+        believer liar, on one objective. Trees are refitted per suggestion anyway, a
+        constant lie moves the mean, and ParEGO draws its scalarization per suggestion."""
+        vector = bool(self.told) and isinstance(self.told[0][1], tuple)
+        return (self.options["estimator"] == "GP" and self.options["liar"] == "believer"
+                and not vector)
+
+    def _believed_batch(self, numbers: list[int]):
+        """One fit, then each pick the acquisition's best allowed candidate (or, on
+        Thompson turns, a posterior draw's minimum) with the picks before it believed."""
+        with _single_thread():
+            X, y = self._training_set()
+            model = self._surrogate(X, y)
+            names = self._names()
+            if self._hedge_last is not None and len(names) > 1:
+                self._gains -= model.predict(self._hedge_last)[0]
+            cand, mu, _, scores, y_opt = self._pool(model.predict, X, y, names)
+            rows = cand[self._shortlist(scores, len(numbers))]
+            believed = _gp.Believed(model.post, rows, len(numbers))
+            mu = (believed.mean * model.post.scale + model.post.mean - model.mean) / model.scale
+            to_std = model.post.scale / model.scale
+            blocked = self._blocked(rows)
+            explore = {n for n in numbers if self._explores(n) or _BATCH_SPREAD == "thompson"}
+            draws = iter(model.post.sample(rows, self.rng, len(explore)) if explore else ())
+            picked, last = [], None
+            for number in numbers:
+                self.number = number
+                if number in explore:
+                    i = _best_allowed(-next(draws), blocked)
+                else:
+                    std = np.sqrt(believed.var) * to_std
+                    i, last = self._hedged_pick(
+                        {n: self._acq(n, mu, std, y_opt) for n in names}, mu, last, blocked)
+                    if last is not None:
+                        self._hedge_last = rows[last]
+                if i is None:                  # every candidate taken: a random point
+                    picked.append(self.encoder.sample(1, self.rng)[0])
+                    continue
+                picked.append(rows[i])
+                blocked |= np.abs(rows - rows[i]).max(axis=1) < self.options["min_distance"]
+                if _BATCH_SPREAD == "believer":
+                    believed.add(i)
+        yield from self.encoder.decode_rows(np.array(picked))
+
+    def _hedged_pick(self, scores: dict, mu: np.ndarray, last, blocked: np.ndarray) -> tuple:
+        """gp_hedge within a batch: each acquisition's best allowed row, one of them
+        chosen by the gains (each lowered by the model's mean at that function's previous
+        pick `last`, as between asks). Returns (the row, or None: all blocked; the picks)."""
+        picks = [_best_allowed(s, blocked) for s in scores.values()]
+        if any(i is None for i in picks):
+            return None, last
+        if len(picks) == 1:
+            return picks[0], None
+        if last is not None:
+            self._gains -= mu[last]
+        return picks[self._hedge_choice(len(picks))], np.array(picks)
+
+    def _shortlist(self, scores: dict, picks: int) -> np.ndarray:
+        """The candidates a batch picks from: the best _SHORTLIST_PER_PICK x picks (at
+        least _SHORTLIST_MIN) of each acquisition. Each pick costs one covariance column
+        over them; the rest scored too low to be reached by the batch."""
+        k = max(_SHORTLIST_MIN, _SHORTLIST_PER_PICK * picks)
+        tops = [np.argsort(-s, kind="stable")[:k] for s in scores.values()]
+        return np.unique(np.concatenate(tops))
+
+    def _blocked(self, rows: np.ndarray) -> np.ndarray:
+        """Rows a suggestion may not be: a told point's exact repeat, or within
+        min_distance of a pending one (all of them, however many: a k-d tree)."""
+        from scipy.spatial import cKDTree
+
+        blocked = np.zeros(len(rows), dtype=bool)
+        for known, limit in ((np.array(self._rows), _TOLD_MIN_DISTANCE),
+                             (self._pending_rows(), self.options["min_distance"])):
+            if len(known) and limit > 0:
+                near, _ = cKDTree(known).query(rows, k=1, p=np.inf)
+                blocked |= near < limit
+        return blocked
 
     def loo_agreement(self) -> float | None:
         """How well the GP predicts each told value from the others (Spearman's rank
@@ -132,8 +235,11 @@ class BayesianSearcher(Searcher):
         return self._agreement[2]
 
     def _explore_now(self, model) -> bool:
+        return hasattr(model.post, "sample") and self._explores(self.number)
+
+    def _explores(self, number: int) -> bool:
         every = self.thompson_every
-        return every > 0 and hasattr(model.post, "sample") and self.number % every == every - 1
+        return every > 0 and number % every == every - 1
 
     def _thompson(self, model, X: np.ndarray, y: np.ndarray) -> np.ndarray:
         """Argmin of one posterior sample over random and near-best candidates.
@@ -152,10 +258,18 @@ class BayesianSearcher(Searcher):
         rows = list(self._rows) + [r for r in self._pending_rows()]
         return np.array(rows) if rows else np.zeros((0, self.encoder.n_cols))
 
-    def _pending_rows(self) -> np.ndarray:
-        if not self.pending:
+    def _pending_rows(self, recent: int | None = None) -> np.ndarray:
+        """The pending points encoded (only the `recent` last ones, where given), each
+        encoded once while it is pending: with thousands of groups, thousands are."""
+        keys = list(self.pending)[-recent:] if recent else list(self.pending)
+        if not keys:
             return np.zeros((0, self.encoder.n_cols))
-        return self.encoder.encode(list(self.pending.values()))
+        new = [k for k in keys if k not in self._encoded]
+        if new:
+            self._encoded.update(zip(new, self.encoder.encode([self.pending[k] for k in new])))
+        if len(self._encoded) > 2 * len(self.pending):
+            self._encoded = {k: self._encoded[k] for k in self.pending if k in self._encoded}
+        return np.array([self._encoded[k] for k in keys])
 
     def _training_set(self) -> tuple[np.ndarray, np.ndarray]:
         """Told rows, capped at max_points: the best half and the most recent half."""
@@ -203,8 +317,11 @@ class BayesianSearcher(Searcher):
 
     # ---- surrogate ---------------------------------------------------------------------
     def _surrogate(self, X: np.ndarray, y: np.ndarray):
-        """A predict(rows) -> (mean, std) in standardised units, pending points lied in."""
-        P = self._pending_rows()
+        """A predict(rows) -> (mean, std) in standardised units, pending points lied in:
+        the `max_points` most recent (they were picked with the model nearest this one,
+        where the next picks go); all of them keep the distance (_first_allowed,
+        _blocked). So a fit's cost does not grow with the groups."""
+        P = self._pending_rows(recent=self.options["max_points"])
         mean, scale = float(np.mean(y)), float(np.std(y)) or 1.0
         if self.options["estimator"] == "GP":
             self._refit_kernel(X, y)
@@ -267,12 +384,26 @@ class BayesianSearcher(Searcher):
     # ---- acquisition -------------------------------------------------------------------
     def _maximise(self, predict, X: np.ndarray, y: np.ndarray) -> np.ndarray:
         """Best candidate of the acquisition that respects the distance rules."""
+        names = self._names()
+        if self._hedge_last is not None and len(names) > 1:
+            self._gains -= predict(self._hedge_last)[0]
+        cand, _, _, scores, _ = self._pool(predict, X, y, names)
+        avoid = self._known_rows()
+        picks = np.array([self._first_allowed(cand, scores[n], avoid) for n in names])
+        choice = self._hedge_choice(len(names))
+        self._hedge_last = picks if len(names) > 1 else None
+        return picks[choice]
+
+    def _names(self) -> tuple[str, ...]:
+        return _HEDGED if self.options["acquisition"] == "gp_hedge" else (self.options["acquisition"],)
+
+    def _pool(self, predict, X: np.ndarray, y: np.ndarray, names) -> tuple:
+        """The acquisition's candidates: random rows and steps round the best told rows,
+        then steps round the best candidates of each function (coarse to fine); returns
+        (candidates, mean, std, {function: scores}, the best value standardised)."""
         scale = float(np.std(y)) or 1.0
         y_opt = float((np.min(y) - np.mean(y)) / scale)
         self._xi = self.options["xi"] / scale  # xi is in the objective's units, as in skopt
-        names = _HEDGED if self.options["acquisition"] == "gp_hedge" else (self.options["acquisition"],)
-        if self._hedge_last is not None and len(names) > 1:
-            self._gains -= predict(self._hedge_last)[0]
         best_rows = X[np.argsort(y, kind="stable")[:3]]
         cand = np.vstack([self.encoder.sample(self.options["candidates"], self.rng),
                           self._around(best_rows, 32)])
@@ -284,11 +415,7 @@ class BayesianSearcher(Searcher):
         cand = np.vstack([cand, local])
         for n in names:
             scores[n] = np.concatenate([scores[n], self._acq(n, mu2, std2, y_opt)])
-        avoid = self._known_rows()
-        picks = np.array([self._first_allowed(cand, scores[n], avoid) for n in names])
-        choice = self._hedge_choice(len(names))
-        self._hedge_last = picks if len(names) > 1 else None
-        return picks[choice]
+        return cand, np.concatenate([mu, mu2]), np.concatenate([std, std2]), scores, y_opt
 
     def _acq(self, name, mu, std, y_opt):
         return _skopt.acquisition(name, mu, std, y_opt, self._xi, self.options["kappa"])
@@ -314,6 +441,12 @@ class BayesianSearcher(Searcher):
             if len(avoid) == 0 or np.all(np.abs(avoid - cand[i]).max(axis=1) >= limits):
                 return cand[i]
         return self.encoder.sample(1, self.rng)[0]
+
+
+def _best_allowed(score: np.ndarray, blocked: np.ndarray) -> int | None:
+    """The highest-scoring row not blocked (the first of equals), or None."""
+    free = np.flatnonzero(~blocked)
+    return int(free[np.argmax(score[free])]) if len(free) else None
 
 
 def _warp(y: np.ndarray) -> np.ndarray:

@@ -26,7 +26,7 @@ Figures for both rules, and the variants that lost to them: benchmarks/results/q
 """
 from __future__ import annotations
 
-from mpiopt.search._base import Searcher
+from mpiopt.search._base import _ASK, Searcher
 
 # Each member keeps at least this share of the turns, whatever the model's agreement: a
 # model can look good on a few points, and a member starved of turns cannot show that it
@@ -63,12 +63,33 @@ class PortfolioSearcher(Searcher):
     def _suggest(self) -> dict:
         member = self._pick()
         params = member.ask(self.number)
-        key = self.key(params)
-        self.owner[key] = member
+        self._given(member, params)
+        return params
+
+    def _suggest_batch(self, numbers: list[int]):
+        """Each trial's member drawn as for one ask (from that trial's own stream), then
+        each member's trials asked together: the partner's first, so that the model's
+        batch, made from one fit, keeps away from them."""
+        turns: dict[int, list[int]] = {id(m): [] for m in self.members}
+        for number in numbers:
+            self.number = number
+            self._reseed(_ASK, number)
+            turns[id(self._pick())].append(number)
+        made = {}
+        for member in sorted(self.members, key=lambda m: m is self._model):
+            mine = turns[id(member)]
+            for number, params in zip(mine, member.ask_batch(mine)):
+                self._given(member, params)
+                made[number] = params
+        for number in numbers:
+            yield made[number]
+
+    def _given(self, member: Searcher, params: dict) -> None:
+        """`member` suggested params: it owns them, and the others keep away from them."""
+        self.owner[self.key(params)] = member
         for other in self.members:
             if other is not member:
-                other.hold(params)                 # so the others keep away from it
-        return params
+                other.hold(params)
 
     def _on_tell(self, params, value, was_pending) -> None:
         if not self._replaying:                 # (a replay went to the members already)
