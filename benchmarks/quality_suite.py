@@ -28,6 +28,16 @@ many problems a searcher's two halves of 10 seeds are more than 10% apart):
     python benchmarks/quality_suite.py --first-seed 10 --save b.json
     python benchmarks/quality_suite.py --load a.json --load b.json --seeds 20
 
+Batches (a searcher name NAME/batch): NAME asked as the background thread asks it with
+many groups, one fit giving several suggestions. P suggestions run at any time; when a
+group needs one and none is stocked, the searcher makes a batch of a quarter of P
+(BATCH_SHARE, at least 2): one runs, the rest wait in stock, pending in the searcher, and
+go to the next groups that finish, each made before the results told since. The report
+then compares NAME/batch with NAME problem by problem, paired by seed (a one-sided
+Wilcoxon signed-rank test for "batch is worse", with Holm's correction over the problems):
+
+    python benchmarks/quality_suite.py --pending 16 64 --searchers auto auto/batch random
+
 Judging a change to `auto` without running every searcher again (each run is
 deterministic per seed, so the stored runs of unchanged searchers are the runs):
 
@@ -66,6 +76,9 @@ import problems as P  # noqa: E402
 OURS = {"auto": ("auto", {}), "bayesian": ("bayesian", {}), "evolutionary": ("evolutionary", {}),
         "tpe": ("tpe", {}), "cmaes": ("cmaes", {}), "random": ("random", {})}
 REFERENCES = ["optuna-tpe", "optuna-cmaes", "skopt-gp"]
+BATCHED = "/batch"      # NAME/batch: NAME asked in batches (see the module docstring)
+BATCH_SHARE = 0.25      # a batch: this share of the pending suggestions (at least 2)
+SIGNIFICANCE = 0.05     # "significantly worse": one-sided p below this
 SKOPT_MAX_BUDGET, SKOPT_SEEDS = 50, 3    # gp_minimize: 1 pending, small budgets, 3 seeds
 
 
@@ -187,18 +200,40 @@ def run(task) -> tuple:
     if name == "skopt-gp":
         curve = skopt_curve(problem, seed)
     else:
-        searcher = make(name, problem.space, seed, problem.budget, pending_n)
-        pending, incumbent, curve = [], (math.inf, math.inf), []
-        for evaluation in range(problem.budget):
-            while len(pending) < pending_n and evaluation + len(pending) < problem.budget:
-                pending.append(searcher.ask())
-            params = pending.pop(0)
-            value = problem.objective(params)
-            if value < incumbent[0]:
-                incumbent = (value, _truth(problem, params, value))
-            curve.append(incumbent[1])
-            searcher.tell(params, value)
+        base = name[:-len(BATCHED)] if name.endswith(BATCHED) else name
+        searcher = make(base, problem.space, seed, problem.budget, pending_n)
+        curve = drive(searcher, problem, pending_n,
+                      batch_size(pending_n) if base != name else 1)
     return task, curve, time.perf_counter() - start
+
+
+def batch_size(pending_n: int) -> int:
+    return max(2, round(BATCH_SHARE * pending_n))
+
+
+def drive(searcher, problem, pending_n: int, batch: int = 1) -> list[float]:
+    """The best-so-far curve with `pending_n` suggestions running; batch > 1: asked in
+    batches of that many, the rest of a batch stocked (see the module docstring)."""
+    pending, stock, incumbent, curve = [], [], (math.inf, math.inf), []
+
+    def one() -> dict:
+        if batch == 1:
+            return searcher.ask()
+        if not stock:
+            first = searcher.next_number
+            stock.extend(searcher.ask_batch(range(first, min(first + batch, problem.budget))))
+        return stock.pop(0)
+
+    for evaluation in range(problem.budget):
+        while len(pending) < pending_n and evaluation + len(pending) < problem.budget:
+            pending.append(one())
+        params = pending.pop(0)
+        value = problem.objective(params)
+        if value < incumbent[0]:
+            incumbent = (value, _truth(problem, params, value))
+        curve.append(incumbent[1])
+        searcher.tell(params, value)
+    return curve
 
 
 def _truth(problem, params, value):
@@ -351,6 +386,9 @@ def report(results, problems, searchers, pending_levels, seeds) -> str:
                      + (", ".join(f"{s} {n}/{m}" for s, (n, m) in
                                   sorted(short_any.items(), key=lambda kv: kv[1][0]) if m)
                         or "none to compare (random and two others needed)") + ".")
+        for s in (s for s in searchers if s.endswith(BATCHED) and s[:-len(BATCHED)] in searchers):
+            lines.append("\n" + batch_comparison(results, problems, s[:-len(BATCHED)], s,
+                                                  pending_n))
         if seeds >= SPLIT_MIN_SEEDS:
             lines.append(f"\nThe same searcher against itself, its seeds split in two halves of "
                          f"{seeds // 2} (one half's score more than 10% below the other's; "
@@ -359,6 +397,39 @@ def report(results, problems, searchers, pending_levels, seeds) -> str:
                                      for s, (n, m, where) in
                                      sorted(apart.items(), key=lambda kv: kv[1][0]) if m) + ".")
     return "\n".join(lines)
+
+
+def batch_comparison(results, problems, one: str, batched: str, pending_n: int) -> str:
+    """`batched` against `one` problem by problem, each seed's final best values paired
+    (one seed gives both the same initial design): better and worse medians, and a
+    one-sided Wilcoxon signed-rank test of "the batched runs end worse", with Holm's
+    correction over the problems (a run of many problems finds a small p by chance)."""
+    from scipy.stats import wilcoxon
+
+    wins = losses = 0
+    tests = []
+    for pname in problems:
+        a = np.array([c[-1] for c in results.get((pname, one, pending_n), [])])
+        b = np.array([c[-1] for c in results.get((pname, batched, pending_n), [])])
+        n = min(len(a), len(b))
+        if n == 0:
+            continue
+        wins += np.median(b[:n]) < np.median(a[:n])
+        losses += np.median(b[:n]) > np.median(a[:n])
+        diff = b[:n] - a[:n]
+        p = 1.0 if not np.any(diff) else float(
+            wilcoxon(b[:n], a[:n], alternative="greater", zero_method="zsplit").pvalue)
+        tests.append((p, pname))
+    tests.sort()
+    holm = [(min(1.0, p * (len(tests) - i)), pname) for i, (p, pname) in enumerate(tests)]
+    for i in range(1, len(holm)):                    # (Holm's adjusted p never falls)
+        holm[i] = (max(holm[i][0], holm[i - 1][0]), holm[i][1])
+    raw = [f"{pname} (p = {p:.3f})" for p, pname in tests if p < SIGNIFICANCE]
+    held = [f"{pname} (p = {p:.3f})" for p, pname in holm if p < SIGNIFICANCE]
+    return (f"`{batched}` against `{one}`, paired by seed: better median on {wins} problem(s), "
+            f"worse on {losses}; significantly worse (one-sided Wilcoxon, p < {SIGNIFICANCE}): "
+            f"{', '.join(raw) or 'nowhere'}; after Holm's correction over {len(tests)} problems: "
+            f"{', '.join(held) or 'nowhere'}.")
 
 
 def halves_apart(finals: list, half: int, random_median: float, optimum: float) -> bool:

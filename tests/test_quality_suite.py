@@ -112,3 +112,24 @@ def test_seeds_saved_in_two_files_are_joined_and_their_halves_compared(tmp_path,
     line = next(t for t in out.splitlines() if t.startswith("The same searcher against itself"))
     assert "halves of 10" in line and "a 1/2 (camel)" in line
     assert Q.halves_apart([1.0] * 10 + [1.05] * 10, 10, 10.0, 0.0) is False
+
+
+def test_batched_runs_are_judged_against_one_at_a_time_runs_seed_by_seed():
+    """NAME/batch beside NAME: on branin every seed's batched run ends worse (a paired
+    test finds it), on camel they trade places (nothing significant); and a batched run
+    is the suite's own drive with the stock of a quarter of the pending suggestions."""
+    worse = [[0.5 + 0.01 * i] for i in range(10)]
+    results = {("branin", "a", 16): [[0.4 + 0.01 * i] for i in range(10)],
+               ("branin", "a/batch", 16): worse,
+               ("camel", "a", 16): [[-1.0], [-0.9]] * 5, ("camel", "a/batch", 16): [[-0.9], [-1.0]] * 5}
+    line = Q.batch_comparison(results, ["branin", "camel"], "a", "a/batch", 16)
+    assert "better median on 0 problem(s), worse on 1" in line
+    assert "(one-sided Wilcoxon, p < 0.05): branin (p = 0.001)" in line
+    assert line.endswith("over 2 problems: branin (p = 0.002).")
+    text = Q.report({**results, ("branin", "random", 16): _runs(10.0, 10),
+                     ("camel", "random", 16): _runs(0.0, 10)},
+                    ["branin", "camel"], ["a", "a/batch", "random"], [16], 10)
+    assert line in text
+    assert Q.batch_size(16) == 4 and Q.batch_size(64) == 16 and Q.batch_size(4) == 2
+    task, curve, _ = Q.run(("camel", "bayesian/batch", 2, 16))
+    assert len(curve) == Q.P.catalogue()["camel"].budget and curve != Q.run(("camel", "bayesian", 2, 16))[1]
