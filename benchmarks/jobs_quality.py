@@ -15,6 +15,11 @@ problems, the paired differences in normalized score (4x4 minus 1x16; the suite'
 test over every (problem, seed) pair and a sign test over the problems' medians for "the
 layouts differ".
 
+With --batch, each job asks its searcher as its background thread does with many groups
+(quality_suite.py's NAME/batch): in batches of a quarter of its groups (at least two), the
+rest of a batch stocked; a stocked suggestion is held by the other jobs once it runs (only
+then is it a trial in the database they read).
+
     python benchmarks/jobs_quality.py                         # the suite's problems, 5 seeds
     python benchmarks/jobs_quality.py --problems branin levy6 --seeds 3 --searcher auto
 """
@@ -36,6 +41,7 @@ sys.path.insert(0, str(HERE.parent))
 
 import problems as P  # noqa: E402
 from _common import machine, table  # noqa: E402
+from quality_suite import batch_size  # noqa: E402
 
 
 def job_seed(seed: int, job: int) -> int:
@@ -44,8 +50,9 @@ def job_seed(seed: int, job: int) -> int:
 
 
 def run(task) -> tuple:
-    """(task, best value at the budget): `jobs` searchers of `groups` pending each."""
-    pname, algorithm, seed, jobs, groups = task
+    """(task, best value at the budget): `jobs` searchers of `groups` pending each (asked
+    in batches where the task's last item is true)."""
+    pname, algorithm, seed, jobs, groups, batched = (*task, False)[:6]
     from mpiopt.search import make_searcher
 
     problem = P.catalogue()[pname]
@@ -57,9 +64,19 @@ def run(task) -> tuple:
                  for j in range(jobs)]
     pending: list[tuple[int, dict]] = []            # (job, params), oldest first
     best = (math.inf, math.inf)                     # (observed, true) of the best observed
+    stock: list[list[dict]] = [[] for _ in range(jobs)]
+    made = [0]                                      # suggestions made, all jobs
 
     def ask(j: int) -> None:
-        params = searchers[j].ask()
+        if not batched:
+            params = searchers[j].ask()
+        else:
+            if not stock[j]:
+                first, k = searchers[j].next_number, min(batch_size(groups),
+                                                         problem.budget - made[0])
+                stock[j] = searchers[j].ask_batch(range(first, first + max(1, k)))
+                made[0] += len(stock[j])
+            params = stock[j].pop(0)
         for k, other in enumerate(searchers):
             if k != j:
                 other.hold(params)
@@ -104,11 +121,14 @@ def main(argv=None) -> int:
     ap.add_argument("--searcher", default="auto")
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--batch", action="store_true",
+                    help="each job asks in batches (see the module docstring)")
     args = ap.parse_args(argv)
     catalogue = P.catalogue()
     names = args.problems or [n for n in catalogue if n not in P.HELD_OUT]
     layouts = [(1, 16), (4, 4)]
-    tasks = [(p, algorithm, seed, jobs, groups) for p in names for seed in range(args.seeds)
+    tasks = [(p, algorithm, seed, jobs, groups, args.batch and algorithm != "random")
+             for p in names for seed in range(args.seeds)
              for algorithm, (jobs, groups) in [(args.searcher, lay) for lay in layouts]
              + [("random", (1, 16))]]
     start = time.perf_counter()
@@ -133,7 +153,8 @@ def main(argv=None) -> int:
         rows.append({"problem": p, "1 x 16 median best": f"{m1:.4g}",
                      "4 x 4 median best": f"{m4:.4g}",
                      "score 4x4 - 1x16 (median)": f"{statistics.median(d):+.3f}"})
-    print(f"# {machine()}; {args.searcher}, {args.seeds} seeds, {len(names)} problems, "
+    print(f"# {machine()}; {args.searcher}{' in batches' if args.batch else ''}, "
+          f"{args.seeds} seeds, {len(names)} problems, "
           f"{time.perf_counter() - start:.0f} s")
     print(table(rows))
     nonzero = [x for x in diffs if x != 0]

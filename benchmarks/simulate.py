@@ -20,14 +20,14 @@ ends. Reported:
 - write transactions (commits that wrote) per finished trial: one when every group of
   a batch already runs its next trial, two when a group waits for a dispatch;
 - the coordinator's cost per trial around 100 and around 10,000 finished trials;
-- for Bayesian search, suggestions per second when 16 are asked in a row (one batch of
-  groups), at 200 and 500 told results;
+- for Bayesian search, suggestions per second when 16 are asked for a batch of groups,
+  one at a time (a fit each) and in one batch (one fit), at 200 and 500 told results;
 - `auto` (a Gaussian process and CMA-ES, in the background as under MPI) at 64, 256 and
-  1,000 groups of 10-60 s trials (uniform), each ask costing the simulated seconds of its
-  real CPU time (simulate_model.py): the share of suggestions that were random fillers,
-  how busy the groups are, the searcher's CPU per ask; random search as the reference.
-  A row stops at SCALE_HORIZON_S simulated seconds (where the searcher cannot keep up,
-  each one costs a second of CPU).
+  1,000 groups of 10-60 s trials (uniform; 10,000 with --scale-groups), each ask costing
+  the simulated seconds of its real CPU time (simulate_model.py): the share of
+  suggestions that were random fillers, how busy the groups are, the searcher's CPU per
+  suggestion; random search as the reference. A row stops at SCALE_HORIZON_S simulated
+  seconds (where the searcher cannot keep up, each one costs a second of CPU).
 
     python benchmarks/simulate.py
     python benchmarks/simulate.py --groups 1000 --algorithms random --engines sqlite
@@ -159,20 +159,26 @@ def simulate(url: str, algorithm: str, groups: int, trials: int, mean_s: float,
 
 
 def bayes_batches(told_sizes=(200, 500), batch: int = 16) -> list[dict]:
+    """Suggestions for `batch` groups, one ask (and fit) each and in one batch (one fit),
+    on two searchers with the same history."""
     from mpiopt.search import make_searcher
 
     rows = []
     for told in told_sizes:
-        searcher = make_searcher("bayesian", _space(), {}, 0)
         rng = np.random.default_rng(0)
         history = [(p, float(_branin(p))) for p in (_space().sample(rng) for _ in range(told))]
-        searcher.replay(history)
-        searcher.ask()                                  # the first fit after a replay
-        start = time.perf_counter()
-        asked = [searcher.ask() for _ in range(batch)]
-        seconds = time.perf_counter() - start
-        rows.append({"told": told, "batch": batch, "seconds": round(seconds, 2),
-                     "suggestions/s": round(batch / seconds, 1), "distinct": len({tuple(a.values()) for a in asked})})
+        for how in ("one at a time", "one batch"):
+            searcher = make_searcher("bayesian", _space(), {}, 0)
+            searcher.replay(history)
+            searcher.ask()                              # the first fit after a replay
+            first = searcher.next_number
+            start = time.perf_counter()
+            asked = ([searcher.ask() for _ in range(batch)] if how == "one at a time"
+                     else searcher.ask_batch(range(first, first + batch)))
+            seconds = time.perf_counter() - start
+            rows.append({"told": told, "asked": how, "suggestions": batch,
+                         "seconds": round(seconds, 3), "suggestions/s": round(batch / seconds, 1),
+                         "distinct": len({tuple(a.values()) for a in asked})})
     return rows
 
 
@@ -247,7 +253,7 @@ def main(argv=None) -> int:
         print(table(saturated))
     print("\nCost per trial as the study grows (16 groups, 10,100 trials):\n")
     print(table(growth))
-    print("\nBayesian suggestions asked in a row (as for a batch of idle groups):\n")
+    print("\nBayesian suggestions for 16 idle groups, one ask each or one batch:\n")
     print(table(bayes_batches()))
     if args.scale_groups:
         print_scale(args)
