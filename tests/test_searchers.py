@@ -739,6 +739,26 @@ def test_cmaes_is_told_its_space_and_suggests_as_optuna_would(monkeypatch):
     assert asked() == told and scans
 
 
+def test_cmaes_on_numbers_runs_the_cmaes_package_and_keeps_no_study():
+    """Every parameter a number: the state is one cmaes.CMA in memory (Optuna's sampler
+    reads the whole study at every ask), by Optuna's rules: random until a result, then
+    draws from the distribution, which moves to its next generation after `population`
+    results of its own; a result of an earlier generation changes nothing."""
+    searcher = make_searcher("cmaes", SQUARE, {"population": 4}, seed=0)
+    first = searcher.ask()
+    assert searcher.direct.cma is None                   # nothing told: a random point
+    searcher.tell(first, square_objective(first))
+    asked = [searcher.ask() for _ in range(6)]
+    assert {searcher.direct.generation_of[searcher.key(p)] for p in asked} == {0}
+    for params in asked[:4]:
+        searcher.tell(params, square_objective(params))
+    assert searcher.direct.cma.generation == 1 and not searcher.direct.results
+    searcher.tell(asked[4], square_objective(asked[4]))
+    assert not searcher.direct.results and not searcher.study.trials
+    drive(searcher, square_objective, 60, parallel=3)
+    assert searcher.best[1] < 0.05
+
+
 def test_portfolio_partners_hold_each_others_pending_points():
     from optuna.trial import TrialState
 

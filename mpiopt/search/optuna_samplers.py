@@ -15,7 +15,10 @@ Writing them again would only add bugs.
   groups leaves too few generations in a tuning budget. Real and integer dimensions;
   CMA-ES has no distribution for a categorical one, which is sampled on its own by
   univariate TPE (Optuna's independent sampler, random by default: Optuna's own advice
-  for categorical parameters is TPE). Figures for both: benchmarks/results/quality_suite.md.
+  for categorical parameters is TPE). Where every parameter is a number and none is
+  conditional, the same rules run on the `cmaes` package directly (mpiopt.search._cma
+  says why: Optuna's ask reads the whole study). Figures for both:
+  benchmarks/results/quality_suite.md.
 
 Conditional spaces: Optuna's own define-by-run. A trial asks only the active parameters,
 parents first (`trial.suggest_*` in Space.order); TPE then models each parameter on the
@@ -33,6 +36,7 @@ from __future__ import annotations
 
 import math
 
+from mpiopt.search import _cma
 from mpiopt.search._base import Searcher, check_options
 from mpiopt.search.options import defaults as declared
 
@@ -130,18 +134,41 @@ class TPESearcher(OptunaSearcher):
 
 
 class CmaEsSearcher(OptunaSearcher):
+    """CMA-ES: on the `cmaes` package directly where every parameter is a number and none
+    is conditional (mpiopt.search._cma: Optuna's rules, but an ask that does not grow
+    with the study), else Optuna's CmaEsSampler, which samples the categorical and
+    conditional parameters besides."""
+
     algorithm = "cmaes"
     defaults = declared("cmaes")
 
     def __init__(self, space, options: dict | None = None, seed: int = 0):
         self._x0 = None
         super().__init__(space, options, seed)
+        self.direct = (_cma.Strategy(space, int(self.options["population"]), self.seed)
+                       if _cma.numeric(space) else None)
+
+    def _suggest(self) -> dict:
+        if self.direct is None:
+            return super()._suggest()
+        params, generation = self.direct.suggest(self.rng, started=bool(self.told))
+        self.direct.asked(self.key(params), generation)
+        return params
+
+    def _on_tell(self, params, value, was_pending) -> None:
+        if self.direct is None:
+            return super()._on_tell(params, value, was_pending)
+        self.direct.told(self.key(params), params, value)
+
+    def _on_forget(self, params) -> None:
+        if self.direct is None:
+            return super()._on_forget(params)
+        self.direct.forgot(self.key(params))
 
     def _sampler(self, seed: int):
         import warnings
 
-        d = max(1, len(self.names))
-        pop = int(self.options["population"]) or 4 + int(3 * math.log(d))
+        pop = int(self.options["population"]) or _cma.default_population(len(self.names))
         kind = (self._optuna.samplers.CmaEsSampler if self.space.conditional
                 else _fixed_space_cmaes(self._optuna))
         with warnings.catch_warnings():
@@ -181,11 +208,14 @@ def _fixed_space_cmaes(optuna):
     return _FIXED_SPACE_CMAES
 
     def _on_replay(self, reruns: list[dict]) -> None:
-        super()._on_replay(reruns)
+        if self.direct is None:
+            super()._on_replay(reruns)
         if self.told:
             best = min(self.told, key=lambda t: t[1])[0]
             self._x0 = {n: best[n] for n, dist in self.dists.items()
                         if hasattr(dist, "high") and n in best}
+            if self.direct is not None:
+                self.direct.x0 = self.space.to_genome(best)
 
 
 def distributions(space) -> dict:
