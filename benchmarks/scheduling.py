@@ -11,7 +11,9 @@ of the result before it, mpiopt/parallel/coordinator.py). Ideal wall time is tri
 / G. The objective records when it starts and ends, so the gap between a group's trial
 ending and its next one starting is measured where it matters, on the group; "busy %" is
 duration / (duration + mean gap). The coordinator prints its own CPU time over its wall
-time. Then 64 ranks: 63 groups of 1 and 16 groups of 4 (`--wide`).
+time, and how many trials got a random point because the model was still busy
+("fillers", mpiopt/search/background.py). Then 64 ranks: 63 groups of 1 and 16 groups of
+4 (`--wide`).
 
     python benchmarks/scheduling.py --groups 1 2 4 8 16 --duration 0.5
 """
@@ -27,6 +29,7 @@ from pathlib import Path
 from _common import OBJECTIVES, machine, mpiopt, table, write_spec
 
 CPU_LINE = re.compile(r"coordinator: ([\d.]+)s CPU over ([\d.]+)s wall")
+FILLERS_LINE = re.compile(r"(\d+) trial\(s\) got a random point")
 
 
 def run_one(tmp: Path, algorithm: str, groups: int, duration: float, group_size: int = 1,
@@ -55,6 +58,7 @@ def run_one(tmp: Path, algorithm: str, groups: int, duration: float, group_size:
     ideal = trials * duration / groups
     gaps = _gaps(trials_)
     cpu, cwall = map(float, CPU_LINE.search(proc.stdout).groups())
+    fillers = FILLERS_LINE.search(proc.stdout)
     p99 = sorted(gaps)[min(len(gaps) - 1, int(0.99 * len(gaps)))]
     return {"algorithm": algorithm, "groups": f"{groups}" + (f" x {group_size}" if group_size > 1 else "")
             + (f" ({per_group} a group)" if per_group != 4 else ""),
@@ -63,7 +67,7 @@ def run_one(tmp: Path, algorithm: str, groups: int, duration: float, group_size:
             "busy %": 100 * duration / (duration + statistics.fmean(gaps)),
             "median gap ms": 1000 * statistics.median(gaps), "p99 gap ms": 1000 * p99,
             "worst gap ms": 1000 * max(gaps), "coordinator CPU %": 100 * cpu / cwall,
-            "_gaps": gaps}
+            "fillers": int(fillers.group(1)) if fillers else 0, "_gaps": gaps}
 
 
 EDGES_MS = [0.5, 1, 2, 5, 10, 20, 50]

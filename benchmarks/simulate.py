@@ -299,7 +299,7 @@ def scale_rows(groups: list[int], waves: float, algorithms: list[str],
                              "busy %": round(100 * r["busy"], 1),
                              "mean wait s": round(r["mean wait s"], 2),
                              "model asks": asks,
-                             "CPU per ask ms": (round(1e3 * r["searcher CPU s"] / asks, 1)
+                             "CPU per suggestion ms": (round(1e3 * r["searcher CPU s"] / asks, 1)
                                                 if r["searcher CPU s"] is not None else None),
                              "simulated s": round(r["simulated s"]),
                              "coordinator CPU s": round(r["coordinator s"], 1),

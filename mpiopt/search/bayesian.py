@@ -25,6 +25,18 @@ suggestions refits everything. Here:
 * `gp_hedge` mixes EI, LCB and PI like skopt (softmax over gains, gains lowered by the
   model's mean at each function's previous choice), in standardised units; `xi` is in the
   objective's units as in skopt.
+* Batches (ask_batch: the background thread asks for as many as the groups need before
+  its next fit): one posterior (told and pending points, lied in once), one candidate
+  pool, then each pick the acquisition's best candidate with the picks before it
+  believed, as pending points are: the kriging believer, made incremental. A believed
+  value is the posterior mean, so it moves no mean; it only lowers the variance near the
+  pick, one covariance column over the shortlisted candidates (_gp.Believed; GP-BUCB's
+  hallucinated observations, Desautels et al. 2014). A batch of q costs one fit and q
+  columns instead of q fits, and spreads as q asks in a row would. Thompson turns (plain
+  `bayesian`) are independent posterior draws' minima, as in Kandasamy et al. 2018.
+  At most `max_points` pending points (the most recent) enter a fit; every pending point
+  keeps the distance rule (a k-d tree), so neither a fit nor a batch grows with the
+  groups.
 
 Tree surrogates (RF, ET, GBRT) come from skopt and are refitted at every suggestion.
 Figures for these choices, and the variants that lost: benchmarks/results/quality_suite.md.

@@ -28,7 +28,8 @@ OPTIONS: dict[str, Fields] = {
               "results; `0` = automatic (every result while few are told, then at every ~10% "
               "growth).", low=0),
         Field("max_points", 400, "integer", "At most this many results enter the model (the best "
-              "half and the most recent half).", low=1),
+              "half and the most recent half), and at most this many pending suggestions "
+              "(the most recent).", low=1),
         Field("hyper_points", 150, "integer", "At most this many results are used to fit the "
               "kernel's hyperparameters.", low=1),
         Field("candidates", 2000, "integer", "Random candidates the acquisition function is "
