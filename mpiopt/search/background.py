@@ -170,17 +170,24 @@ class BackgroundSearcher:
     def stock_target(self) -> int:
         """Suggestions to keep ready: results during one ask (two for a searcher that
         batches), plus one (see module doc)."""
+        per_ask = self._per_ask()
+        return max(1, min(self.max_stock, 1 + per_ask * (2 if self.inner.batches else 1)))
+
+    def _per_ask(self) -> int:
+        """Results expected during one ask (Little's law), 0 before they are measured."""
         if self._ask_s is None or self._gap_s is None:
-            return 1
-        expected = math.ceil(self._ask_s / max(self._gap_s, 1e-6))
-        return max(1, min(self.max_stock, 1 + expected * (2 if self.inner.batches else 1)))
+            return 0
+        return math.ceil(self._ask_s / max(self._gap_s, 1e-6))
 
     def _wanted(self) -> int:
         """Suggestions the next ask makes: one, or for a searcher that batches, the
-        stock's shortfall and the groups waiting now (at most one per group in all)."""
+        stock's shortfall, at most one ask's results and one (the stock refills over two
+        asks: a batch sized for both would take longer, and the next one longer still,
+        wherever a batch costs more than half the results' spacing per suggestion), and
+        the groups waiting now; at most one per group in all."""
         if not self.inner.batches:
             return 1
-        short = self.stock_target - len(self._ready) + self._waiting
+        short = min(self.stock_target - len(self._ready), 1 + self._per_ask()) + self._waiting
         return max(1, min(short, self.max_stock - len(self._ready)))
 
     @property

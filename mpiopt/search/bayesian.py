@@ -86,6 +86,7 @@ class BayesianSearcher(Searcher):
         self.options = _validate(check_options(self.algorithm, options, DEFAULTS))
         self.encoder = _skopt.Encoder(space)
         self._rows: list[np.ndarray] = []
+        self._stacked = np.zeros((0, self.encoder.n_cols))   # _rows as one array (_told_rows)
         self._kernel = None
         self._kernel_n = 0
         self._restart_n = 0
@@ -226,7 +227,7 @@ class BayesianSearcher(Searcher):
         from scipy.spatial import cKDTree
 
         blocked = np.zeros(len(rows), dtype=bool)
-        for known, limit in ((np.array(self._rows), _TOLD_MIN_DISTANCE),
+        for known, limit in ((self._told_rows(), _TOLD_MIN_DISTANCE),
                              (self._pending_rows(), self.options["min_distance"])):
             if len(known) and limit > 0:
                 near, _ = cKDTree(known).query(rows, k=1, p=np.inf)
@@ -267,8 +268,15 @@ class BayesianSearcher(Searcher):
         return self._first_allowed(cand, -draw, self._known_rows())
 
     def _known_rows(self) -> np.ndarray:
-        rows = list(self._rows) + [r for r in self._pending_rows()]
+        rows = list(self._told_rows()) + [r for r in self._pending_rows()]
         return np.array(rows) if rows else np.zeros((0, self.encoder.n_cols))
+
+    def _told_rows(self) -> np.ndarray:
+        """The told points encoded, one array, grown by the rows told since the last call
+        (tens of thousands with thousands of groups: not stacked anew at every fit)."""
+        if len(self._stacked) < len(self._rows):
+            self._stacked = np.vstack([self._stacked, np.array(self._rows[len(self._stacked):])])
+        return self._stacked
 
     def _pending_rows(self, recent: int | None = None) -> np.ndarray:
         """The pending points encoded (only the `recent` last ones, where given), each
@@ -285,7 +293,7 @@ class BayesianSearcher(Searcher):
 
     def _training_set(self) -> tuple[np.ndarray, np.ndarray]:
         """Told rows, capped at max_points: the best half and the most recent half."""
-        X = np.array(self._rows)
+        X = self._told_rows()
         y = self._values()
         cap = self.options["max_points"]
         if len(y) > cap:
