@@ -545,6 +545,26 @@ def test_a_batching_searcher_keeps_two_asks_of_results_in_stock():
     assert one._waiting_costs_too_much(waiting=20, training=1000)     # 20 asks in a row
 
 
+def test_a_burst_of_results_finds_its_suggestions_made():
+    """Sixteen groups of equal trials finish within milliseconds of each other, then
+    nothing for a trial's time: when the next burst begins, the spacing of results just
+    seen says one per ask, but the stock covers the burst (the most results within one
+    ask's time, lately)."""
+    from mpiopt.search.background import BackgroundSearcher
+
+    now = [0.0]
+    searcher = BackgroundSearcher(BatchingSearcher(), max_stock=64, clock=lambda: now[0])
+    searcher._ask_s = 0.05
+    for wave in range(3):
+        for group in range(16):
+            now[0] = 0.3 * wave + 0.001 * group
+            searcher.tell({"x": group}, 1.0)
+    now[0] = 0.9                                        # the next wave's first result
+    searcher.tell({"x": 0}, 1.0)
+    assert searcher._ask_s / searcher._gap_s < 1        # Little's law alone: one per ask
+    assert searcher._per_ask() == 16 and searcher.stock_target == 33
+
+
 def test_a_queue_of_waiting_groups_is_a_wait_too():
     """1,000 groups of 35 s trials finishing within 135 ms asks: one ask is under a
     second, but the 100th group in the queue waits 13.5 s, far past 1% of a trial; and

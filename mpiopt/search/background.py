@@ -14,7 +14,11 @@ groups' needs at once: the stock's shortfall plus the groups waiting now. Its su
 join the stock only when the whole batch is made, so the stock covers the results of two
 asks (the one in progress, and the one that refills what they took): 1 + 2 x results
 per ask. With 1,000 groups, results come faster than one fit per suggestion could serve
-them; one fit per batch of them does (benchmarks/results/simulate.md).
+them; one fit per batch of them does (benchmarks/results/simulate.md). Results also come
+in bursts (groups started together, trials of one length finish together): the results
+per ask are the larger of the average's and the most that came within one ask's time
+lately (a peak forgotten by BURST_MEMORY a result), so a burst finds its suggestions
+made.
 
 When results come faster than the model can be asked (many groups of short trials on a
 loaded node), an idle group may get a random point from the space instead (a "filler",
@@ -59,6 +63,7 @@ SWITCH_INTERVAL_S = 0.0005   # the loop's thread gets the GIL back within 0.5 ms
 FILL_SHARE = 0.01            # a group waits for the model if that costs under 1% of a trial
 MIN_FILL_WAIT_S = 1.0        # ... or under a second, without a time limit (module docstring)
 _SMOOTHING = 0.3             # weight of the newest sample in the moving averages
+BURST_MEMORY = 0.99          # a burst's size is forgotten by 1% a result (half in 69)
 
 
 class BackgroundSearcher:
@@ -82,6 +87,8 @@ class BackgroundSearcher:
         self._ask_s: float | None = None     # moving average of one ask's seconds
         self._gap_s: float | None = None     # moving average of seconds between results
         self._last_result: float | None = None
+        self._recent: collections.deque[float] = collections.deque()  # results' times, lately
+        self._burst = 0.0            # the most results within one ask's time, lately
         self.asks = 0
         self.fillers = 0
         self._asking_since: float | None = None
@@ -148,7 +155,15 @@ class BackgroundSearcher:
         if self._last_result is not None:
             self._gap_s = _average(self._gap_s, now - self._last_result)
         self._last_result = now
+        self._note_burst(now)
         self._post(("tell", params, value))
+
+    def _note_burst(self, now: float) -> None:
+        """The results within one ask's time up to now; the peak decays (BURST_MEMORY)."""
+        self._recent.append(now)
+        while self._recent[0] < now - (self._ask_s or 0.0):
+            self._recent.popleft()
+        self._burst = max(float(len(self._recent)), self._burst * BURST_MEMORY)
 
     def forget(self, params: dict) -> None:
         self._post(("forget", params, None))
@@ -174,10 +189,11 @@ class BackgroundSearcher:
         return max(1, min(self.max_stock, 1 + per_ask * (2 if self.inner.batches else 1)))
 
     def _per_ask(self) -> int:
-        """Results expected during one ask (Little's law), 0 before they are measured."""
+        """Results expected during one ask: Little's law's, or the most that came within
+        one ask's time lately (a burst), whichever is more; 0 before they are measured."""
         if self._ask_s is None or self._gap_s is None:
             return 0
-        return math.ceil(self._ask_s / max(self._gap_s, 1e-6))
+        return math.ceil(max(self._ask_s / max(self._gap_s, 1e-6), self._burst))
 
     def _wanted(self) -> int:
         """Suggestions the next ask makes: one, or for a searcher that batches, the
