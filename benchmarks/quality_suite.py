@@ -28,12 +28,14 @@ many problems a searcher's two halves of 10 seeds are more than 10% apart):
     python benchmarks/quality_suite.py --first-seed 10 --save b.json
     python benchmarks/quality_suite.py --load a.json --load b.json --seeds 20
 
-Batches (a searcher name NAME/batch): NAME asked as the background thread asks it with
-many groups, one fit giving several suggestions. P suggestions run at any time; when a
-group needs one and none is stocked, the searcher makes a batch of a quarter of P
-(BATCH_SHARE, at least 2): one runs, the rest wait in stock, pending in the searcher, and
-go to the next groups that finish, each made before the results told since. The report
-then compares NAME/batch with NAME problem by problem, paired by seed (a one-sided
+Batches (a searcher name NAME/batch): NAME asked as the background thread asks it when
+results come faster than its fits, one fit giving several suggestions. The first P
+suggestions are one batch (every group waits at the start); then every time a quarter of
+P (BATCH_SHARE, at least 2) results are told, the groups they freed get one batch: made
+after their results, with the other groups' suggestions pending. (Suggestions stocked
+ahead so that no group waits are made before the results told since, one at a time or in
+batches alike: that costs both the same, and the one-at-a-time runs here have no stock.)
+The report compares NAME/batch with NAME problem by problem, paired by seed (a one-sided
 Wilcoxon signed-rank test for "batch is worse", with Holm's correction over the problems):
 
     python benchmarks/quality_suite.py --pending 16 64 --searchers auto auto/batch random
@@ -213,26 +215,29 @@ def batch_size(pending_n: int) -> int:
 
 def drive(searcher, problem, pending_n: int, batch: int = 1) -> list[float]:
     """The best-so-far curve with `pending_n` suggestions running; batch > 1: asked in
-    batches of that many, the rest of a batch stocked (see the module docstring)."""
-    pending, stock, incumbent, curve = [], [], (math.inf, math.inf), []
+    batches, each for the groups that `batch` results freed (see the module docstring)."""
+    pending, incumbent, curve, freed, asked = [], (math.inf, math.inf), [], 0, [0]
 
-    def one() -> dict:
+    def ask(count: int) -> None:
+        first, count = asked[0], min(count, problem.budget - asked[0])
         if batch == 1:
-            return searcher.ask()
-        if not stock:
-            first = searcher.next_number
-            stock.extend(searcher.ask_batch(range(first, min(first + batch, problem.budget))))
-        return stock.pop(0)
+            pending.extend(searcher.ask() for _ in range(count))
+        elif count > 0:
+            pending.extend(searcher.ask_batch(range(first, first + count)))
+        asked[0] += max(0, count)
 
+    ask(pending_n)
     for evaluation in range(problem.budget):
-        while len(pending) < pending_n and evaluation + len(pending) < problem.budget:
-            pending.append(one())
         params = pending.pop(0)
         value = problem.objective(params)
         if value < incumbent[0]:
             incumbent = (value, _truth(problem, params, value))
         curve.append(incumbent[1])
         searcher.tell(params, value)
+        freed += 1
+        if freed == batch:
+            ask(batch)
+            freed = 0
     return curve
 
 

@@ -33,7 +33,6 @@ NOISE_MIN = 1e-8    # the white noise's lower bound: a noise-free objective may 
 # start from the previous kernel needs few steps
 _MAX_ITER = {True: 100, False: 40}
 _SAMPLE_ROWS = 400  # candidates in one joint posterior draw at most (see Posterior.sample)
-_PRIOR_ROWS = 2048  # Believed keeps its rows' prior covariance up to this many rows (32 MB)
 
 
 def default_kernel(n_cols: int, base=None):
@@ -191,52 +190,101 @@ class Posterior:
         v = solve_triangular(self.L, Ks.T, lower=True, check_finite=False)
         cov = self.signal(Xs) - v.T @ v
         z = rng.standard_normal((len(Xs), count)) if count > 1 else rng.standard_normal(len(Xs))
-        for jitter in (1e-8, 1e-6, 1e-4):
-            try:
-                root = cholesky(cov + jitter * np.eye(len(Xs)), lower=True, check_finite=False)
-                break
-            except np.linalg.LinAlgError:
-                continue
-        else:  # numerically not positive definite: independent draws still explore
-            root = np.diag(np.sqrt(np.maximum(np.diag(cov), 0.0)))
-        draw = (Ks @ self.alpha)[:, None] + (root @ z).reshape(len(Xs), count)
+        draw = (Ks @ self.alpha)[:, None] + (root(cov) @ z).reshape(len(Xs), count)
         return (draw * self.scale + self.mean).T
 
 
+def root(cov: np.ndarray) -> np.ndarray:
+    """A lower Cholesky factor of a covariance (a draw is mean + root @ z), with growing
+    jitter where it is numerically singular; independent draws as the last resort."""
+    for jitter in (1e-8, 1e-6, 1e-4):
+        try:
+            return cholesky(cov + jitter * np.eye(len(cov)), lower=True, check_finite=False)
+        except np.linalg.LinAlgError:
+            continue
+    return np.diag(np.sqrt(np.maximum(np.diag(cov), 0.0)))   # (independent draws still explore)
+
+
 class Believed:
-    """The posterior variance at fixed candidate rows as suggestions join it one at a
-    time, each believed (its value the posterior mean there: the kriging believer).
+    """The posterior at candidate rows as suggestions join it one at a time, each
+    believed (its value the posterior mean there: the kriging believer).
 
     A believed value leaves the posterior mean unchanged everywhere (for the same prior
-    mean); only the variance falls, near the new point. So a batch needs one factorisation (the Posterior's) and
-    then, per suggestion, one covariance column over the candidates (GP-BUCB's
-    hallucinated observations, Desautels et al. 2014): the k-th pick conditions on the
-    k-1 before it, and on every pending point the Posterior holds, exactly.
-    Standardised units, as Posterior.moments."""
+    mean); only the variance falls, near the new point. So a batch needs one
+    factorisation (the Posterior's) and then, per suggestion, one covariance column over
+    the rows (GP-BUCB's hallucinated observations, Desautels et al. 2014): the k-th pick
+    conditions on the k-1 before it, and on every pending point the Posterior holds,
+    exactly. New rows (a local search round a pick) are conditioned on the picks so far
+    (`candidates`), and the one chosen joins (`append`: room for one a pick). Standardised
+    units, as Posterior.moments."""
 
     def __init__(self, post: Posterior, rows: np.ndarray, picks: int):
-        self.post, self.rows = post, rows
-        self.mean, self.var, v = post.moments(rows)
-        self.vt = np.ascontiguousarray(v.T)           # rows x model points
-        self.g = np.zeros((len(rows), max(1, picks)))  # each pick's innovation column
-        self.n = 0
-        # the rows' prior covariance in one call where it fits in _PRIOR_ROWS^2 numbers
-        # (the kernel's per-call overhead is most of a pick's cost), else column by column
-        self.prior = post.signal(rows) if len(rows) <= _PRIOR_ROWS else None
+        self.post, self.size = post, len(rows)
+        room, picks = len(rows) + picks, max(1, picks)
+        mean, var, v = post.moments(rows)
+        self._rows = np.zeros((room, rows.shape[1]))
+        self._mean, self._var = np.zeros(room), np.zeros(room)
+        self._vt = np.zeros((room, v.shape[0]))       # rows x model points: V^T
+        self._g = np.zeros((room, picks))             # each pick's innovation column
+        self._rows[:self.size], self._mean[:self.size], self._var[:self.size] = rows, mean, var
+        self._vt[:self.size] = v.T
+        self.picks: list[int] = []                    # the rows believed, in order
+        self.scale: list[float] = []                  # each pick's sd (with the noise)
+
+    rows = property(lambda self: self._rows[:self.size])
+    mean = property(lambda self: self._mean[:self.size])
+    var = property(lambda self: self._var[:self.size])
 
     def add(self, i: int) -> None:
         """Row i joins (believed): every row's variance drops by its covariance with it."""
-        if self.n == self.g.shape[1]:
-            self.g = np.hstack([self.g, np.zeros_like(self.g)])
-        prior = (self.prior[:, i] if self.prior is not None
-                 else self.post.signal(self.rows, self.rows[i:i + 1])[:, 0])
-        cov = prior - self.vt @ self.vt[i]
-        if self.n:
-            cov -= self.g[:, :self.n] @ self.g[i, :self.n]
-        g = cov / math.sqrt(max(float(self.var[i]), 0.0) + self.post.noise)
-        self.var = np.maximum(self.var - g * g, 1e-12)
-        self.g[:, self.n] = g
-        self.n += 1
+        n, size = len(self.picks), self.size
+        if n == self._g.shape[1]:             # more picks than sized for: double the columns
+            self._g = np.hstack([self._g, np.zeros_like(self._g)])
+        vt, g = self._vt[:size], self._g[:size]
+        cov = self.post.signal(self.rows, self.rows[i:i + 1])[:, 0] - vt @ vt[i]
+        if n:
+            cov -= g[:, :n] @ g[i, :n]
+        sd = math.sqrt(max(float(self._var[i]), 0.0) + self.post.noise)
+        g[:, n] = cov / sd
+        self._var[:size] = np.maximum(self._var[:size] - g[:, n] ** 2, 1e-12)
+        self.picks.append(i)
+        self.scale.append(sd)
+
+    def joint(self, keep: np.ndarray) -> np.ndarray:
+        """The covariance of rows `keep`, conditioned on the picks so far."""
+        n, rows, vt, g = len(self.picks), self.rows[keep], self._vt[keep], self._g[keep]
+        return self.post.signal(rows) - vt @ vt.T - g[:, :n] @ g[:, :n].T
+
+    def candidates(self, rows: np.ndarray) -> tuple:
+        """(mean, variance, V^T, innovations) at new rows, conditioned on the picks so far:
+        each pick's innovation at them by forward substitution (not stored)."""
+        mean, var, v = self.post.moments(rows)
+        vt = np.ascontiguousarray(v.T)
+        n = len(self.picks)
+        g = np.zeros((len(rows), self._g.shape[1]))
+        if n:
+            cov = self.post.signal(rows, self._rows[self.picks]) - vt @ self._vt[self.picks].T
+            # the picks' innovations at each other: lower triangular, their sd on the diagonal
+            among = np.tril(self._g[self.picks, :n], -1) + np.diag(self.scale)
+            g[:, :n] = solve_triangular(among, cov.T, lower=True, check_finite=False).T
+            var = np.maximum(var - np.einsum("ij,ij->i", g[:, :n], g[:, :n]), 1e-12)
+        return mean, var, vt, g
+
+    def append(self, found: tuple, rows: np.ndarray, j: int) -> int:
+        """Row j of a `candidates` answer (for `rows`) joins the rows; returns its index."""
+        mean, var, vt, g = found
+        i = self.size
+        if i == len(self._rows):              # more rows than sized for: double the room
+            self._grow()
+        self._rows[i], self._mean[i], self._var[i] = rows[j], mean[j], var[j]
+        self._vt[i], self._g[i] = vt[j], g[j]
+        self.size += 1
+        return i
+
+    def _grow(self) -> None:
+        for name in ("_rows", "_mean", "_var", "_vt", "_g"):
+            a = getattr(self, name)
+            setattr(self, name, np.concatenate([a, np.zeros_like(a)]))
 
 
 def loo_agreement(kernel, X: np.ndarray, y: np.ndarray) -> float:

@@ -68,7 +68,6 @@ _DESIGN_SIZE = 64          # points of the initial Sobol design (a power of two)
 # A batch picks from each acquisition's best _SHORTLIST_PER_PICK x picks candidates (at
 # least _SHORTLIST_MIN): the cost of a pick grows with them (see _shortlist)
 _SHORTLIST_PER_PICK, _SHORTLIST_MIN = 2, 128
-_BATCH_SPREAD = "believer"   # TEMPORARY (measuring): believer, thompson, distance
 # _INITIAL note: the initial suggestions (`initial_design`) are the first points of a
 # scrambled Sobol sequence (seeded by the study's seed) not yet known: the first k points
 # of a Sobol sequence cover the cube evenly for every k, which random samples do not, and
@@ -164,54 +163,26 @@ class BayesianSearcher(Searcher):
                 and not vector)
 
     def _believed_batch(self, numbers: list[int]):
-        """One fit, then each pick the acquisition's best allowed candidate (or, on
-        Thompson turns, a posterior draw's minimum) with the picks before it believed."""
+        """One fit, one candidate pool, then each pick given the picks before it (see
+        mpiopt.search._batch)."""
+        from mpiopt.search._batch import Batch
+
         with _single_thread():
             X, y = self._training_set()
             model = self._surrogate(X, y)
             names = self._names()
             if self._hedge_last is not None and len(names) > 1:
                 self._gains -= model.predict(self._hedge_last)[0]
-            cand, mu, _, scores, y_opt = self._pool(model.predict, X, y, names)
+            cand, _, _, scores, y_opt = self._pool(model.predict, X, y, names)
             rows = cand[self._shortlist(scores, len(numbers))]
-            believed = _gp.Believed(model.post, rows, len(numbers))
-            mu = (believed.mean * model.post.scale + model.post.mean - model.mean) / model.scale
-            to_std = model.post.scale / model.scale
-            blocked = self._blocked(rows)
-            explore = {n for n in numbers if self._explores(n) or _BATCH_SPREAD == "thompson"}
-            draws = iter(model.post.sample(rows, self.rng, len(explore)) if explore else ())
-            picked, last = [], None
+            if any(self._explores(n) for n in numbers):   # Thompson turns: their own rows too
+                rows = np.vstack([rows, self._thompson_rows(X, y)])
+            batch = Batch(self, model, rows, len(numbers), y_opt, names)
+            picked = []
             for number in numbers:
                 self.number = number
-                if number in explore:
-                    i = _best_allowed(-next(draws), blocked)
-                else:
-                    std = np.sqrt(believed.var) * to_std
-                    i, last = self._hedged_pick(
-                        {n: self._acq(n, mu, std, y_opt) for n in names}, mu, last, blocked)
-                    if last is not None:
-                        self._hedge_last = rows[last]
-                if i is None:                  # every candidate taken: a random point
-                    picked.append(self.encoder.sample(1, self.rng)[0])
-                    continue
-                picked.append(rows[i])
-                blocked |= np.abs(rows - rows[i]).max(axis=1) < self.options["min_distance"]
-                if _BATCH_SPREAD == "believer":
-                    believed.add(i)
+                picked.append(batch.pick(number))
         yield from self.encoder.decode_rows(np.array(picked))
-
-    def _hedged_pick(self, scores: dict, mu: np.ndarray, last, blocked: np.ndarray) -> tuple:
-        """gp_hedge within a batch: each acquisition's best allowed row, one of them
-        chosen by the gains (each lowered by the model's mean at that function's previous
-        pick `last`, as between asks). Returns (the row, or None: all blocked; the picks)."""
-        picks = [_best_allowed(s, blocked) for s in scores.values()]
-        if any(i is None for i in picks):
-            return None, last
-        if len(picks) == 1:
-            return picks[0], None
-        if last is not None:
-            self._gains -= mu[last]
-        return picks[self._hedge_choice(len(picks))], np.array(picks)
 
     def _shortlist(self, scores: dict, picks: int) -> np.ndarray:
         """The candidates a batch picks from: the best _SHORTLIST_PER_PICK x picks (at
@@ -221,18 +192,24 @@ class BayesianSearcher(Searcher):
         tops = [np.argsort(-s, kind="stable")[:k] for s in scores.values()]
         return np.unique(np.concatenate(tops))
 
-    def _blocked(self, rows: np.ndarray) -> np.ndarray:
-        """Rows a suggestion may not be: a told point's exact repeat, or within
-        min_distance of a pending one (all of them, however many: a k-d tree)."""
+    def _distance_rule(self):
+        """A test of rows that a suggestion may not be: a told point's exact repeat, or
+        within min_distance of a pending one (all of them, however many: k-d trees,
+        built once for a batch)."""
         from scipy.spatial import cKDTree
 
-        blocked = np.zeros(len(rows), dtype=bool)
-        for known, limit in ((self._told_rows(), _TOLD_MIN_DISTANCE),
-                             (self._pending_rows(), self.options["min_distance"])):
-            if len(known) and limit > 0:
-                near, _ = cKDTree(known).query(rows, k=1, p=np.inf)
-                blocked |= near < limit
-        return blocked
+        trees = [(cKDTree(known), limit) for known, limit in
+                 ((self._told_rows(), _TOLD_MIN_DISTANCE),
+                  (self._pending_rows(), self.options["min_distance"]))
+                 if len(known) and limit > 0]
+
+        def too_near(rows: np.ndarray) -> np.ndarray:
+            out = np.zeros(len(rows), dtype=bool)
+            for tree, limit in trees:
+                out |= tree.query(rows, k=1, p=np.inf)[0] < limit
+            return out
+
+        return too_near
 
     def loo_agreement(self) -> float | None:
         """How well the GP predicts each told value from the others (Spearman's rank
@@ -261,11 +238,15 @@ class BayesianSearcher(Searcher):
         sample is low wherever the optimum may plausibly be, so some groups keep probing
         other basins while the rest refine the incumbent (EI alone settles in the first
         good basin it finds, e.g. Hartmann-6's -3.20 local minimum)."""
-        best_rows = X[np.argsort(y, kind="stable")[:4]]
-        cand = np.vstack([self.encoder.sample(_THOMPSON_CANDIDATES, self.rng),
-                          self._around(best_rows, 16)])
+        cand = self._thompson_rows(X, y)
         draw = model.post.sample(cand, self.rng)
         return self._first_allowed(cand, -draw, self._known_rows())
+
+    def _thompson_rows(self, X: np.ndarray, y: np.ndarray) -> np.ndarray:
+        """A Thompson draw's candidates: random rows and steps round the best told ones."""
+        best_rows = X[np.argsort(y, kind="stable")[:4]]
+        return np.vstack([self.encoder.sample(_THOMPSON_CANDIDATES, self.rng),
+                          self._around(best_rows, 16)])
 
     def _known_rows(self) -> np.ndarray:
         rows = list(self._told_rows()) + [r for r in self._pending_rows()]
@@ -340,7 +321,7 @@ class BayesianSearcher(Searcher):
         """A predict(rows) -> (mean, std) in standardised units, pending points lied in:
         the `max_points` most recent (they were picked with the model nearest this one,
         where the next picks go); all of them keep the distance (_first_allowed,
-        _blocked). So a fit's cost does not grow with the groups."""
+        _distance_rule). So a fit's cost does not grow with the groups."""
         P = self._pending_rows(recent=self.options["max_points"])
         mean, scale = float(np.mean(y)), float(np.std(y)) or 1.0
         if self.options["estimator"] == "GP":
@@ -461,12 +442,6 @@ class BayesianSearcher(Searcher):
             if len(avoid) == 0 or np.all(np.abs(avoid - cand[i]).max(axis=1) >= limits):
                 return cand[i]
         return self.encoder.sample(1, self.rng)[0]
-
-
-def _best_allowed(score: np.ndarray, blocked: np.ndarray) -> int | None:
-    """The highest-scoring row not blocked (the first of equals), or None."""
-    free = np.flatnonzero(~blocked)
-    return int(free[np.argmax(score[free])]) if len(free) else None
 
 
 def _warp(y: np.ndarray) -> np.ndarray:

@@ -1,0 +1,116 @@
+"""Several suggestions from one Gaussian-process fit (BayesianSearcher.ask_batch).
+
+The method: greedy picks with the kriging believer (Ginsbourger et al. 2010), the rule a
+suggestion asked alone already follows for the pending points, made incremental. Each
+pick is the acquisition's best candidate (or, on a Thompson turn, a posterior draw's
+minimum) given the picks before it believed; a believed value moves no mean and lowers
+the variance near its point only (mpiopt.search._gp.Believed: one covariance column per
+pick), so the batch spreads out where it is uncertain as q asks in a row would, for one
+fit and q columns instead of q fits. The candidates are the ask's own (random rows, steps
+round the best told points and round the acquisition's best), shortlisted once, plus
+steps round each pick (`_refined`), since the best of a fixed pool after a few picks lies
+where no step was tried. Thompson turns draw from the posterior conditioned on the picks
+before them. Figures, and the variants measured beside it: benchmarks/results/
+quality_suite.md.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from mpiopt.search import _gp
+
+_STEPS_PER_SCALE = 16     # steps round a pick at each of bayesian's local scales
+
+
+class Batch:
+    """The state of one batch: the believed posterior, the rows a pick may not be."""
+
+    def __init__(self, searcher, model, rows: np.ndarray, picks: int, y_opt: float, names):
+        self.s, self.model, self.y_opt, self.names = searcher, model, y_opt, names
+        self.believed = _gp.Believed(model.post, rows, picks)
+        self.too_near = searcher._distance_rule()
+        self._blocked = np.zeros(len(rows) + picks, dtype=bool)
+        self._blocked[:len(rows)] = self.too_near(rows)
+        self.picked: list[np.ndarray] = []
+        self.last = None                 # each acquisition's previous pick (gp_hedge)
+
+    @property
+    def blocked(self) -> np.ndarray:
+        return self._blocked[:self.believed.size]
+
+    def pick(self, number: int) -> np.ndarray:
+        """The row for trial `number`; it is believed from now on."""
+        i = self._thompson() if self.s._explores(number) else self._acquisition()
+        if i is None:                             # every candidate taken: a random point
+            return self.s.encoder.sample(1, self.s.rng)[0]
+        row = self.believed.rows[i].copy()
+        self.picked.append(row)
+        self._blocked[:self.believed.size] |= self._near_picks(self.believed.rows, [row])
+        self.believed.add(i)
+        return row
+
+    def _standard(self, mean: np.ndarray, var: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The posterior's units to the told values' standardised ones (the acquisition's)."""
+        post, m = self.model.post, self.model
+        return (mean * post.scale + post.mean - m.mean) / m.scale, np.sqrt(var) * post.scale / m.scale
+
+    def _acquisition(self) -> int | None:
+        """Each acquisition's best allowed row; gp_hedge's choice among them (each
+        function's gain lowered by the mean at its previous pick, as between asks),
+        then steps round it."""
+        s, b = self.s, self.believed
+        mu, std = self._standard(b.mean, b.var)
+        scores = {n: s._acq(n, mu, std, self.y_opt) for n in self.names}
+        picks = [_best_allowed(sc, self.blocked) for sc in scores.values()]
+        if any(i is None for i in picks):
+            return None
+        choice = 0
+        if len(picks) > 1:
+            if self.last is not None:
+                s._gains -= mu[self.last]
+            choice = s._hedge_choice(len(picks))
+            self.last = np.array(picks)
+            s._hedge_last = b.rows[self.last]
+        name = list(scores)[choice]
+        return self._refined(picks[choice], name, scores[name][picks[choice]])
+
+    def _refined(self, i: int, name: str, score: float) -> int:
+        """Gaussian steps round row i at bayesian's scales, scored given the picks so far:
+        the best allowed one where it beats row i (it joins the rows), else row i."""
+        s, b = self.s, self.believed
+        steps = s._around(b.rows[i:i + 1], _STEPS_PER_SCALE)
+        found = b.candidates(steps)
+        mu, std = self._standard(found[0], found[1])
+        score_steps = s._acq(name, mu, std, self.y_opt)
+        banned = self.too_near(steps) | self._near_picks(steps, self.picked)
+        j = _best_allowed(score_steps, banned)
+        if j is None or score_steps[j] <= score:
+            return i
+        return b.append(found, steps, j)
+
+    def _thompson(self) -> int | None:
+        """The minimum of one posterior draw, conditioned on the picks so far, over the
+        allowed rows where the minimum can be (Posterior.sample's rule)."""
+        b = self.believed
+        std = np.sqrt(b.var)
+        lower = b.mean - 4.0 * std
+        keep = np.flatnonzero(~self.blocked)
+        if not len(keep):
+            return None
+        keep = keep[lower[keep] <= np.min((b.mean + 4.0 * std)[keep])]
+        keep = keep[np.argsort(lower[keep], kind="stable")[:_gp._SAMPLE_ROWS]]
+        draw = b.mean[keep] + _gp.root(b.joint(keep)) @ self.s.rng.standard_normal(len(keep))
+        return int(keep[np.argmin(draw)])
+
+    def _near_picks(self, rows: np.ndarray, picks: list) -> np.ndarray:
+        """Rows within min_distance (max-norm) of any of `picks`."""
+        if not picks:
+            return np.zeros(len(rows), dtype=bool)
+        gaps = np.abs(rows[:, None, :] - np.array(picks)[None, :, :]).max(axis=2)
+        return gaps.min(axis=1) < self.s.options["min_distance"]
+
+
+def _best_allowed(score: np.ndarray, blocked: np.ndarray) -> int | None:
+    """The highest-scoring row not blocked (the first of equals), or None."""
+    free = np.flatnonzero(~blocked)
+    return int(free[np.argmax(score[free])]) if len(free) else None
