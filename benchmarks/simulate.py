@@ -32,6 +32,8 @@ ends. Reported:
     python benchmarks/simulate.py
     python benchmarks/simulate.py --groups 1000 --algorithms random --engines sqlite
     python benchmarks/simulate.py --scale-only --scale-groups 64 256
+    python benchmarks/simulate.py --scale-only --scale-groups 16 --scale-durations 0.3 0.3 \
+        --scale-waves 4 --scale-horizon 0 --scale-algorithms bayesian auto   # scheduling.py's case
 """
 from __future__ import annotations
 
@@ -275,10 +277,13 @@ def _scale_options(ap) -> None:
     ap.add_argument("--scale-only", action="store_true", help="only the model-based rows")
     ap.add_argument("--scale-horizon", type=float, default=SCALE_HORIZON_S,
                     help="model-based rows: stop at this simulated second (0: never)")
+    ap.add_argument("--scale-durations", nargs=2, type=float, default=[10.0, 60.0],
+                    metavar=("LOW", "HIGH"),
+                    help="model-based rows: trial seconds, uniform in [LOW, HIGH]")
 
 
 def scale_rows(groups: list[int], waves: float, algorithms: list[str],
-               horizon: float | None = None) -> list[dict]:
+               horizon: float | None = None, durations=(10.0, 60.0)) -> list[dict]:
     """The model-based rows (simulate_model.py), on Hartmann-6: six real parameters, so
     `auto` runs its Gaussian process and CMA-ES pair."""
     import simulate_model
@@ -291,7 +296,7 @@ def scale_rows(groups: list[int], waves: float, algorithms: list[str],
                 trials = int(round(waves * n))
                 r = simulate_model.run(f"sqlite:///{Path(tmp) / f'{algorithm}-{n}.db'}",
                                        _reals(6, 0.0, 1.0), hartmann6, algorithm, n, trials,
-                                       horizon=horizon or None)
+                                       durations[0], durations[1], horizon=horizon or None)
                 asks = r["model asks"]
                 rows.append({"groups": n, "trials": trials, "algorithm": algorithm,
                              "started": r["trials"], "finished": r["finished"],
@@ -310,10 +315,11 @@ def scale_rows(groups: list[int], waves: float, algorithms: list[str],
 
 def print_scale(args) -> None:
     rows = scale_rows(args.scale_groups, args.scale_waves, args.scale_algorithms,
-                      args.scale_horizon)
+                      args.scale_horizon, args.scale_durations)
     print("\n### auto at scale (simulated groups and clock; each ask costs its real CPU time)\n")
     print(f"Machine: {machine()}\n")
-    print(f"Hartmann-6, trials = {args.scale_waves:g} x groups, durations uniform 10-60 s "
+    low, high = args.scale_durations
+    print(f"Hartmann-6, trials = {args.scale_waves:g} x groups, durations uniform {low:g}-{high:g} s "
           "(seeded); busy = training group-seconds / group-seconds up to the last start (or "
           "where the row stopped); "
           "model asks = suggestions the searcher computed (random: every trial, in the loop)"
