@@ -29,14 +29,16 @@ demo: $(STAMP)
 	$(BIN)/mpiexec -n 5 $(BIN)/mpiopt search examples/digits/spec.yaml --storage sqlite:///$(DEMO_DB)
 	$(BIN)/mpiopt best digits --storage sqlite:///$(DEMO_DB) --top 5
 
-# Two pytest workers (pytest-xdist), one per core of CI's machine: the suite's jobs keep
-# both cores busy, so more workers only slow each job down. `loadfile` keeps a file's tests
-# on one worker, so module fixtures (the report tests' studies) run once; each worker
+# Three pytest workers (pytest-xdist) on CI's two cores: many tests spend part of their
+# time waiting on purpose (a deadline, a silence limit, a stopped server, a Slurm job's
+# walltime), and the third worker's jobs use the core the waiting one leaves idle (the
+# tests' timing holds under heavier load: they run beside other work on our machines).
+# `loadfile` keeps a file's tests on one worker, so module fixtures (the report tests' studies) run once; each worker
 # starts its own PostgreSQL cluster. TEST_WORKERS=0 runs them one after another in this
 # process. The project's own modules are compiled first: the suite starts thousands of
 # processes, and where PYTHONDONTWRITEBYTECODE is set each would otherwise compile
 # every module of mpiopt again at its start.
-TEST_WORKERS ?= 2
+TEST_WORKERS ?= 3
 
 # The docs build strictly first (a broken link or a page missing from the nav fails it);
 # tests/test_docs*.py check what the pages say against the code.
