@@ -33,9 +33,9 @@ demo: $(STAMP)
 # time waiting on purpose (a deadline, a silence limit, a stopped server, a Slurm job's
 # walltime), and the third worker's jobs use the core the waiting one leaves idle (the
 # tests' timing holds under heavier load: they run beside other work on our machines).
-# `loadfile` keeps a file's tests on one worker, so module fixtures (the report tests' studies) run once; each worker
-# starts its own PostgreSQL cluster. TEST_WORKERS=0 runs them one after another in this
-# process. The project's own modules are compiled first: the suite starts thousands of
+# `loadfile` keeps a file's tests on one worker, so module fixtures (the report tests'
+# studies) run once; each worker starts its own PostgreSQL cluster. TEST_WORKERS=0 runs
+# them one after another in this process. The project's own modules are compiled first: the suite starts thousands of
 # processes, and where PYTHONDONTWRITEBYTECODE is set each would otherwise compile
 # every module of mpiopt again at its start.
 TEST_WORKERS ?= 3
