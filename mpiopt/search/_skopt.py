@@ -233,11 +233,8 @@ def tree_model(kind: str, encoder: Encoder, seed: int):
     return _QuantileSpread(model) if kind == "GBRT" else _ForestSpread(model)
 
 
-class _ForestSpread:
-    """skopt's RF / ET predictive spread (Hutter et al. 2014, arXiv:1211.0906, 4.3.2:
-    E[Var(y | tree)] + Var(E[y | tree]), each tree's variance at least `min_variance`),
-    computed from one `apply` of the whole forest. skopt's own predict(return_std=True)
-    predicts tree by tree, validating the rows twice per tree: most of an ask's time."""
+class _Spread:
+    """A fitted skopt tree model whose predict(return_std=True) is computed here."""
 
     def __init__(self, model):
         self.model = model
@@ -245,6 +242,13 @@ class _ForestSpread:
     def fit(self, X, y):
         self.model.fit(X, y)
         return self
+
+
+class _ForestSpread(_Spread):
+    """skopt's RF / ET predictive spread (Hutter et al. 2014, arXiv:1211.0906, 4.3.2:
+    E[Var(y | tree)] + Var(E[y | tree]), each tree's variance at least `min_variance`),
+    computed from one `apply` of the whole forest. skopt's own predict(return_std=True)
+    predicts tree by tree, validating the rows twice per tree: most of an ask's time."""
 
     def predict(self, X, return_std=False):
         leaves = self.model.apply(np.asarray(X, dtype=np.float32))     # (rows, trees)
@@ -259,16 +263,9 @@ class _ForestSpread:
         return mu, np.sqrt(np.maximum(second - mu ** 2, 0.0))
 
 
-class _QuantileSpread:
+class _QuantileSpread(_Spread):
     """skopt's GBRT predict(return_std=True) calls np.in1d, gone in numpy 2.4; the same
     estimate (median, half the 16-84% quantile spread) computed from its fitted models."""
-
-    def __init__(self, model):
-        self.model = model
-
-    def fit(self, X, y):
-        self.model.fit(X, y)
-        return self
 
     def predict(self, X, return_std=False):
         by_q = {q: r.predict(X) for q, r in zip(self.model.quantiles, self.model.regressors_)}
