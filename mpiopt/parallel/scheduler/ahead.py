@@ -39,7 +39,7 @@ class AskAhead:
         s = self.sched
         groups = s.n_groups - len(s.stopped)
         return (self.enabled and s.outcomes.any_success and s._can_dispatch(extra)
-                and s.budget - s._started(extra) > groups)
+                and s.limits.left(s._started(extra)) > groups)
 
     def plan(self, tick: bool = False):
         """Queued sets taken for busy groups without a next trial (their Dispatches
@@ -78,7 +78,7 @@ class AskAhead:
         s = self.sched
         if s.background or self.prefetched is not None or s.reruns or s.idle:
             return False
-        if not self._searcher_allows() or not s.running or s._started() >= s.budget:
+        if not self._searcher_allows() or not s.running or not s.limits.left(s._started()):
             return False
         if s.stop_reason is not None or not s._space_left():
             return False
