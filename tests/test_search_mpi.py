@@ -135,10 +135,12 @@ def test_failures_in_a_row_after_a_success_stop_the_study(tmp_path, np):
     study, trials = trials_of(tmp_path)
     statuses = [t.status for t in sorted(trials, key=lambda t: t.number)]
     assert statuses.count(TrialStatus.COMPLETE) == 1 and study.status == StudyStatus.FAILED
-    # four in a row; with two groups, a trial that failed before the success and ones
-    # running or sent ahead when the study stopped (INTERRUPTED: they run on resume)
+    # four in a row; with two groups, a trial that failed before the success, and the
+    # three still out when the fourth failure came (the stopping group's trial sent
+    # ahead, the other group's running one and the one sent ahead to it): those finish
+    # FAILED where their results beat the CANCEL, else INTERRUPTED (run on resume)
     finished = [s for s in statuses if s is not TrialStatus.INTERRUPTED]
-    assert 5 <= len(finished) <= (5 if np is None else 8), statuses
+    assert 5 <= len(finished) <= (5 if np is None else 9), statuses
 
 
 def test_uneven_rank_count_is_refused_with_counts_that_work(tmp_path):

@@ -40,11 +40,12 @@ def always_fails(params):
 
 def breaks_after_one(params):
     """Succeeds once, then fails for good (its data file gone): the file
-    MPIOPT_TEST_BROKEN marks that the first trial ran."""
-    mark = os.environ["MPIOPT_TEST_BROKEN"]
-    if os.path.exists(mark):
-        raise FileNotFoundError("events.h5: no such file")
-    open(mark, "w").close()
+    MPIOPT_TEST_BROKEN marks that the first trial ran (created exclusively, so of two
+    groups' first trials running at once, one succeeds)."""
+    try:
+        os.close(os.open(os.environ["MPIOPT_TEST_BROKEN"], os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        raise FileNotFoundError("events.h5: no such file") from None
     return branin(params)
 
 
