@@ -10,8 +10,7 @@ fit and q columns instead of q fits. The candidates are the ask's own (random ro
 round the best told points and round the acquisition's best), shortlisted once, plus
 steps round each pick (`_refined`), since the best of a fixed pool after a few picks lies
 where no step was tried. Thompson turns draw from the posterior conditioned on the picks
-before them. Figures, and the variants measured beside it: benchmarks/results/
-quality_suite.md.
+before them. Figures: benchmarks/results/quality_suite.md.
 """
 from __future__ import annotations
 
