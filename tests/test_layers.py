@@ -32,7 +32,7 @@ LAYERS = [
     {"search"},
     {"space"},
     {"field", "refs", "kept"},
-    {"errors", "trial", "durations", "backoff", "knobs", "names", "jsontext", "storable",
+    {"errors", "trial", "durations", "backoff", "knobs", "names", "jsontext", "storable", "sqlite_urls",
      "_alembic", "_searchspaces"},
 ]
 FACE = {"__init__", "__main__"}

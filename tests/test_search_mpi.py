@@ -75,12 +75,15 @@ def test_every_layout_and_algorithm_completes_its_budget(tmp_path, np, group_siz
 
 
 def test_objective_with_comm_gets_the_whole_group(tmp_path):
+    """...and the ranks that train never import the database layer (only rank 0 opens the
+    database; SQLAlchemy's import was most of a training rank's start-up after numpy's)."""
     spec = write_spec(tmp_path, function="group_sum", trials=4, group_size=2)
     proc = search(tmp_path, spec, 5)
     assert proc.returncode == 0, proc.stderr
     _, trials = trials_of(tmp_path)
     assert {t.metrics["group_ranks"] for t in trials} == {2.0}
     assert {t.metrics["rank_sum"] for t in trials} == {3.0}
+    assert {t.metrics["database_imported"] for t in trials} == {0.0}
 
 
 def test_failing_nan_and_wrong_type_trials_are_isolated(tmp_path):

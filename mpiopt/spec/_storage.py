@@ -3,10 +3,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-
 from mpiopt.field import Field, Fields
 from mpiopt.spec._reader import _Section
 from mpiopt.spec._types import STORAGE_RETRY_S
+from mpiopt.sqlite_urls import anchored
 
 STORAGE = Fields(
     Field("url", None, "text", "The URL.", shown="as above"),
@@ -34,7 +34,7 @@ def _storage(top: _Section, base_dir: Path) -> tuple[str | None, float, str | No
             artifacts = str((base_dir / Path(artifacts).expanduser()).resolve())
     elif value is not None:
         value = top.text("storage", default=None)
-    return (_anchor_sqlite(value, base_dir) if value else None), retry, artifacts
+    return (anchored(value, base_dir) if value else None), retry, artifacts
 
 
 def _storage_dict(spec):
@@ -45,21 +45,3 @@ def _storage_dict(spec):
     if spec.artifacts is not None:
         out["artifacts"] = spec.artifacts
     return out
-
-
-_SQLITE_PREFIXES = ("sqlite:///", "sqlite+pysqlite:///")
-
-
-def _anchor_sqlite(url: str, base_dir: Path) -> str:
-    from mpiopt.storage._urls import expand_home
-
-    url = expand_home(url)
-    prefix = next((p for p in _SQLITE_PREFIXES if url.startswith(p)), None)
-    if prefix is None:
-        return url
-    path = url[len(prefix):]
-    if not path or path.startswith("/") or path.startswith(":memory:") or path.startswith("file:"):
-        return url
-    return prefix + str((base_dir / path).resolve())
-
-

@@ -21,6 +21,7 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
 from mpiopt.errors import StorageError
+from mpiopt.sqlite_urls import expand_home
 
 DEFAULT_URL = "sqlite:///mpiopt.db"
 
@@ -34,17 +35,6 @@ _DRIVERS = {
     "pysqlite": ("sqlite3", "a Python built with sqlite3"),
 }
 _DEFAULT_DRIVER = {"postgresql": "psycopg2", "sqlite": "pysqlite"}
-_SQLITE_PREFIXES = ("sqlite:///", "sqlite+pysqlite:///")
-
-
-def expand_home(url: str) -> str:
-    """A SQLite URL whose path starts with ~ (sqlite:///~/runs/opt.db) with the home folder
-    put in, as a shell would: SQLAlchemy takes the ~ literally, and the study then wanted a
-    folder named "~" in the working directory."""
-    prefix = next((p for p in _SQLITE_PREFIXES if url.startswith(p)), None)
-    if prefix is None or not url[len(prefix):].startswith("~"):
-        return url
-    return prefix + str(Path(url[len(prefix):]).expanduser())
 
 
 @dataclass(frozen=True)

@@ -50,9 +50,14 @@ def breaks_after_one(params):
 
 
 def group_sum(params, comm):
-    """Uses the whole group: every rank contributes; the value is the same on all ranks."""
+    """Uses the whole group: every rank contributes; the value is the same on all ranks.
+    `database_imported`: how many of the group's ranks had imported SQLAlchemy."""
+    import sys
+
     total = comm.allreduce(comm.Get_rank() + 1)
-    return {"value": branin(params), "group_ranks": comm.Get_size(), "rank_sum": total}
+    database = comm.allreduce(int("sqlalchemy" in sys.modules))
+    return {"value": branin(params), "group_ranks": comm.Get_size(), "rank_sum": total,
+            "database_imported": database}
 
 
 # ---- misbehaving objectives for tests/test_chaos.py: each misbehaves for x > 0 only ----
