@@ -25,9 +25,9 @@ from test_training import MODEL_SOURCE  # noqa: E402
 
 pytest.importorskip("tensorflow")
 
-# Trials of about a second on 2 groups: the SIGINT, sent within 0.3 s of the first trial's
-# end, must land with most of the study still to run.
-BUDGET = 16
+# Trials of about half a second on 2 groups: the SIGINT, sent within 0.3 s of the first
+# trial's end, must land with most of the study still to run.
+BUDGET = 8
 
 
 def write_study(tmp_path: Path, form: str) -> Path:
@@ -53,7 +53,7 @@ def write_study(tmp_path: Path, form: str) -> Path:
         "search_space": {"width": {"type": "integer", "low": 2, "high": 16},
                          "lr": {"type": "real", "low": 1e-3, "high": 0.1, "prior": "log-uniform"}},
         "search": {"algorithm": "random", "trials": BUDGET, "seed": 1},
-        "training": {"epochs": 4, "batch_size": 16, "kfold": 2},
+        "training": {"epochs": 2, "batch_size": 16, "kfold": 2},
     }
     path = tmp_path / "spec.yaml"
     path.write_text(yaml.safe_dump(spec))
