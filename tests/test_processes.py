@@ -5,6 +5,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -65,3 +66,47 @@ def test_a_pool_terminated_at_once_ends_whatever_handlers_it_forked_from(handler
         os.killpg(proc.pid, signal.SIGKILL)       # (the pool's workers too)
         out, err = proc.communicate()
     assert proc.returncode == 0 and out.strip() == "ended", err
+
+
+class _Quick:
+    """The least a Sandbox runs: a trial that returns its x at once."""
+    where = "test"
+    namespace: dict = {}
+
+    def run_here(self, trial, comm, report=None):
+        from mpiopt.trial import Result, TrialStatus
+
+        return Result(trial.trial_id, TrialStatus.COMPLETE, value=trial.params["x"])
+
+
+def test_a_sandboxed_result_leaves_before_its_worker_looks_for_detached_programs(tmp_path,
+                                                                             monkeypatch):
+    """The look for programs a trial detached reads every process's /proc entry
+    (milliseconds on a busy node): the worker does it once the result is on its way, and
+    before it takes its next trial, so the group's next trial waits for neither. Here
+    the look waits until the rank has the result (bounded, so the order reversed fails
+    the test instead of hanging it)."""
+    from mpiopt.objective import sandbox
+    from mpiopt.trial import Trial, TrialStatus
+
+    received, looked = tmp_path / "received", tmp_path / "looked"
+
+    def look():                       # (in the forked worker)
+        end = time.monotonic() + 10
+        while not received.exists() and time.monotonic() < end:
+            time.sleep(0.01)
+        looked.touch()
+        return 0
+
+    monkeypatch.setattr(sandbox, "end_detached", look)
+    box = sandbox.Sandbox(_Quick())
+    try:
+        result = box.run(Trial(7, 0, {"x": 1.5}, seed=0))
+        looked_first = looked.exists()
+        received.touch()
+        again = box.run(Trial(8, 1, {"x": 2.5}, seed=0))
+    finally:
+        received.touch()
+        box.close()
+    assert (result.status, result.value, again.value) == (TrialStatus.COMPLETE, 1.5, 2.5)
+    assert not looked_first and looked.exists()

@@ -26,7 +26,10 @@ keeper process in that group kills the group when the worker dies for any reason
 trial's os._exit, the end of the study, the rank's own death). A process that starts a
 session of its own (setsid, start_new_session) leaves the group: the worker is a child
 subreaper, so such a program stays below it even when its parent exits, and the worker
-ends it as the trial ends (the job's launcher waited for it for as long as it ran).
+ends it as the trial ends (the job's launcher waited for it for as long as it ran): once
+the result is on its way to the rank and before the worker takes its next trial. Finding
+such programs reads every process's /proc entry, milliseconds on a busy node, which
+the group's next trial would otherwise wait for.
 """
 from __future__ import annotations
 
@@ -194,9 +197,8 @@ def _serve(objective, conn) -> None:
                 break
             report = _remote_report(conn) if wants_report else None
             trial = _without_timeout(trial)      # the parent keeps the deadline
-            result = objective.run_here(trial, None, report)
-            end_detached()                       # what the trial started and detached
-            conn.send(("done", result))
+            conn.send(("done", objective.run_here(trial, None, report)))
+            end_detached()
     finally:
         os._exit(0)
 
