@@ -20,24 +20,20 @@ import signal
 from pathlib import Path
 
 
-def descendants(root: int | None = None) -> set[int]:
-    """Every live process below `root` (default: this one), from /proc's parent links."""
+def descendants(root: int | None = None, among=None) -> set[int]:
+    """Every live process below `root` (default: this one), from /proc's parent links;
+    `among`: only these pids can be below it (every process's entry is read otherwise)."""
     root = os.getpid() if root is None else root
-    children: dict[int, list[int]] = {}
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return set()
-    for entry in entries:
-        if not entry.isdigit():
-            continue
+    if among is None:
         try:
-            with open(f"/proc/{entry}/stat") as f:
-                stat = f.read()
+            among = [int(e) for e in os.listdir("/proc") if e.isdigit()]
         except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])   # (the name may hold spaces)
-        children.setdefault(ppid, []).append(int(entry))
+            return set()
+    children: dict[int, list[int]] = {}
+    for pid in among:
+        ppid = _parent(pid)
+        if ppid is not None:
+            children.setdefault(ppid, []).append(pid)
     found, todo = set(), [root]
     while todo:
         for child in children.get(todo.pop(), ()):
@@ -45,6 +41,24 @@ def descendants(root: int | None = None) -> set[int]:
                 found.add(child)
                 todo.append(child)
     return found
+
+
+def _parent(pid: int) -> int | None:
+    """The parent of process `pid` from its /proc stat line, or None (it has ended).
+    A bare read of bytes: a buffered text file costs several times as much, paid per
+    process of the node where the whole table is read (Detached)."""
+    try:
+        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        stat = os.read(fd, 4096)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    fields = stat.rsplit(b")", 1)[-1].split(None, 2)   # (the name may hold spaces)
+    return int(fields[1]) if len(fields) > 1 else None
 
 
 def end_started_since(before: set[int]) -> int:
@@ -72,13 +86,61 @@ def follow_orphans() -> bool:
 _PR_SET_CHILD_SUBREAPER = 36
 
 
-def end_detached() -> int:
-    """SIGKILL (and reap) this process's descendants that left its process group: those
-    that started a session or a group of their own, which a kill of the group misses.
-    The sandbox's worker calls it as each trial ends (mpiopt.objective.sandbox): what a
-    trial started and detached ends with the trial. How many there were."""
+WINDOW_LIMIT = 4096    # past that many pids handed out since the last look, read them all
+
+
+class Detached:
+    """Ends, after each trial of a sandbox's worker (mpiopt.objective.sandbox), the
+    processes below it that left its process group: those that started a session or a
+    group of their own, which a kill of the group misses. SIGKILLed and reaped, so what a
+    trial started and detached ends with the trial.
+
+    Each look reads only the /proc entries that can be such a process: those below the
+    worker at the last look, and the pids the kernel handed out since (its counter,
+    ns_last_pid, counts up, so a process that appeared since has a pid in between). The
+    whole table costs milliseconds of CPU on a busy node, at the moment every group's
+    trial ends and its leader and rank 0 need the CPU to start the next one. The whole
+    table is read where the window cannot be known: no ns_last_pid, the counter wrapped,
+    a /proc of another pid namespace, or more than WINDOW_LIMIT pids since."""
+
+    def __init__(self):
+        self.last = _last_pid()
+        self.below = descendants()
+
+    def end(self) -> int:
+        """One look; how many processes it ended."""
+        now = _last_pid()
+        window = self._window(now)
+        below = descendants() if window is None else descendants(among=window | self.below)
+        self.last = now
+        ended = _end_outside_group(below)
+        self.below = below - set(ended)
+        return len(ended)
+
+    def _window(self, now: int | None) -> set[int] | None:
+        if now is None or self.last is None or not self.last <= now <= self.last + WINDOW_LIMIT:
+            return None
+        try:
+            if os.readlink("/proc/self") != str(os.getpid()):
+                return None
+        except OSError:
+            return None
+        return set(range(self.last + 1, now + 1))
+
+
+def _last_pid() -> int | None:
+    """The last pid the kernel handed out in this pid namespace, or None."""
+    try:
+        with open("/proc/sys/kernel/ns_last_pid", "rb") as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return None
+
+
+def _end_outside_group(pids) -> list[int]:
+    """SIGKILL (and reap) those of `pids` outside this process's group; the ones ended."""
     group, ended = os.getpgrp(), []
-    for pid in descendants():
+    for pid in pids:
         with contextlib.suppress(OSError):
             if os.getpgid(pid) != group:
                 os.kill(pid, signal.SIGKILL)
@@ -86,7 +148,7 @@ def end_detached() -> int:
     for pid in ended:
         with contextlib.suppress(OSError):        # only our own children can be reaped
             os.waitpid(pid, 0)
-    return len(ended)
+    return ended
 
 
 def _libc_prctl():

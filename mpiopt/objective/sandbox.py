@@ -26,7 +26,9 @@ keeper process in that group kills the group when the worker dies for any reason
 trial's os._exit, the end of the study, the rank's own death). A process that starts a
 session of its own (setsid, start_new_session) leaves the group: the worker is a child
 subreaper, so such a program stays below it even when its parent exits, and the worker
-ends it as the trial ends (the job's launcher waited for it for as long as it ran).
+ends it as the trial ends (the job's launcher waited for it for as long as it ran): once
+the result is on its way to the rank and before the worker takes its next trial, so the
+group's next trial does not wait for the look (mpiopt.objective.processes.Detached).
 """
 from __future__ import annotations
 
@@ -39,7 +41,7 @@ from mpiopt.errors import TrialStopped
 from mpiopt.durations import format_duration
 from mpiopt.trial import Result, Trial
 from mpiopt.objective.world_guard import guard_worker
-from mpiopt.objective.processes import (STOP_SIGNALS, end_detached, follow_orphans,
+from mpiopt.objective.processes import (STOP_SIGNALS, Detached, follow_orphans,
                                        forget_signals, ignore, own_fork)
 from mpiopt.trial import TrialStatus
 
@@ -182,7 +184,8 @@ def _serve(objective, conn) -> None:
     ignore(STOP_SIGNALS)
     forget_signals()                       # (the rank's record of signals is the rank's)
     _lead_a_group_with_a_keeper()
-    follow_orphans()                       # a detached program stays below us (end_detached)
+    follow_orphans()                       # a detached program stays below us (Detached)
+    detached = Detached()
     guard_worker(objective.namespace)      # MPI here would run on the rank's copied state
     try:
         while True:
@@ -194,9 +197,8 @@ def _serve(objective, conn) -> None:
                 break
             report = _remote_report(conn) if wants_report else None
             trial = _without_timeout(trial)      # the parent keeps the deadline
-            result = objective.run_here(trial, None, report)
-            end_detached()                       # what the trial started and detached
-            conn.send(("done", result))
+            conn.send(("done", objective.run_here(trial, None, report)))
+            detached.end()
     finally:
         os._exit(0)
 
