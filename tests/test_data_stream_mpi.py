@@ -142,20 +142,20 @@ def test_bad_data_seen_while_training_fails_the_trial_naming_the_file(tmp_path):
 def test_a_study_stored_before_shuffle_auto_resumes_with_the_exact_shuffle(tmp_path):
     """A study created while `exact` was the default stored its spec without data.shuffle:
     it resumes with the exact shuffle and its fingerprint, its old spec file is refused with
-    the one field named; a study created since stores `auto`."""
+    the one field named; a study created since stores `auto`. (Rank 0's rules: one process
+    runs each job.)"""
     from mpiopt.trial import TrialStatus
 
     said = "data: shuffle: window of 40 samples (auto: "
     old = write_study(tmp_path, "old", {"in_memory": True, "shuffle_window": 40,
                                         "shuffle": "exact"}, chunked=True)
+    one_rank(old)
     url = f"sqlite:///{tmp_path / 'studies.db'}"
-    proc = mpiopt("search", old, "--storage", url, "--trials", "1", np=3, cwd=tmp_path,
-                  timeout=400)
+    proc = mpiopt("search", old, "--storage", url, "--trials", "1", cwd=tmp_path, timeout=400)
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
     as_stored_before(url, "old")
 
-    proc = mpiopt("resume", "old", "--storage", url, "--trials", "2", np=3, cwd=tmp_path,
-                  timeout=400)
+    proc = mpiopt("resume", "old", "--storage", url, "--trials", "2", cwd=tmp_path, timeout=400)
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
     assert said not in proc.stdout + proc.stderr
     _, trials = trials_of(url, "old")
@@ -168,12 +168,19 @@ def test_a_study_stored_before_shuffle_auto_resumes_with_the_exact_shuffle(tmp_p
     assert proc.returncode == 2, proc.stdout + proc.stderr[-3000:]
     assert "changed objective.data.shuffle: 'exact' -> 'auto'" in proc.stderr
 
-    new = write_study(tmp_path, "new", {"in_memory": True, "shuffle_window": 40}, chunked=True)
-    proc = mpiopt("search", new, "--storage", url, "--trials", "1", np=3, cwd=tmp_path,
-                  timeout=400)
+    new = one_rank(write_study(tmp_path, "new", {"in_memory": True, "shuffle_window": 40},
+                               chunked=True))
+    proc = mpiopt("search", new, "--storage", url, "--trials", "1", cwd=tmp_path, timeout=400)
     assert proc.returncode == 0 and said in proc.stdout + proc.stderr, proc.stderr[-3000:]
     record, _ = trials_of(url, "new")       # (so its resume reads `auto` back)
     assert yaml.safe_load(record.spec_text)["objective"]["data"]["shuffle"] == "auto"
+
+
+def one_rank(spec: Path) -> Path:
+    raw = yaml.safe_load(spec.read_text())
+    raw["resources"] = {"group_size": 1}
+    spec.write_text(yaml.safe_dump(raw))
+    return spec
 
 
 def as_stored_before(url: str, name: str) -> None:
