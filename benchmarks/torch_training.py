@@ -62,7 +62,8 @@ sys.path.insert(0, str(HERE.parent))
 
 from _common import BIN, env, machine, table  # noqa: E402
 
-SIZES = {"mlp": dict(samples=8192, batch=128), "cnn": dict(samples=4096, batch=128)}
+SIZES = {"mlp": dict(samples=8192, batch=128), "cnn": dict(samples=4096, batch=128),
+         "wide": dict(samples=2048, batch=128)}
 
 
 # --------------------------------------------------------------------------- the networks
@@ -74,6 +75,9 @@ def network(kind: str):
     if kind == "mlp":
         return nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(),
                              nn.Linear(256, 10))
+    if kind == "wide":
+        return nn.Sequential(nn.Linear(64, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(),
+                             nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 10))
     sys.path.insert(0, str(HERE.parents[1] / "examples" / "jets"))
     from torch_model import JetCNN
 
@@ -84,7 +88,7 @@ def data(kind: str):
     """(x, y): the same synthetic samples in every process."""
     rng = np.random.default_rng(0)
     n = SIZES[kind]["samples"]
-    if kind == "mlp":
+    if kind in ("mlp", "wide"):
         x = rng.normal(size=(n, 64)).astype(np.float32)
         return x, (np.abs(x[:, :10]).argmax(1)).astype(np.int64)
     x = rng.random((n, 256), dtype=np.float32) * 0.1
@@ -94,7 +98,7 @@ def data(kind: str):
 def loss_of(kind: str):
     from torch import nn
 
-    return nn.CrossEntropyLoss() if kind == "mlp" else nn.BCEWithLogitsLoss()
+    return nn.BCEWithLogitsLoss() if kind == "cnn" else nn.CrossEntropyLoss()
 
 
 def build_mlp(params):
@@ -103,6 +107,10 @@ def build_mlp(params):
 
 def build_cnn(params):
     return network("cnn")
+
+
+def build_wide(params):
+    return network("wide")
 
 
 def build_own_step(params):
@@ -146,8 +154,10 @@ def build_keras(params):
 
         return build_flat_model(dict(filters=16, kernel_size=5, dense_units=32,
                                      learning_rate=1e-3, dropout=0.0))
-    model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(256, activation="relu"),
-                              keras.layers.Dense(256, activation="relu"), keras.layers.Dense(10)])
+    width, hidden = (1024, 3) if params["kind"] == "wide" else (256, 2)
+    model = keras.Sequential([keras.Input((64,)),
+                              *(keras.layers.Dense(width, activation="relu") for _ in range(hidden)),
+                              keras.layers.Dense(10)])
     model.compile(keras.optimizers.Adam(1e-3),
                   keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     return model
@@ -159,6 +169,10 @@ def load_mlp():
 
 def load_cnn():
     return data("cnn")
+
+
+def load_wide():
+    return data("wide")
 
 
 BUILDERS = {"trainer": None, "own-step": "build_own_step", "keras": "build_keras"}
@@ -174,7 +188,7 @@ def spec_for(kind: str, what: str = "trainer", epochs: int = 3, folder: Path | N
     folder = Path(folder or tempfile.mkdtemp())
     training = {"epochs": epochs, "batch_size": SIZES[kind]["batch"]}
     if what == "trainer":
-        training.update(loss="CrossEntropyLoss" if kind == "mlp" else "BCEWithLogitsLoss",
+        training.update(loss="BCEWithLogitsLoss" if kind == "cnn" else "CrossEntropyLoss",
                         optimizer={"name": "Adam", "lr": 1e-3})
     spec = {"study": {"name": f"bench-{kind}"},
             "objective": {"model": f"{HERE}:{BUILDERS[what] or 'build_' + kind}",
