@@ -11,7 +11,8 @@ among a configuration's ranks):
                         (Lightning's contract: torch_step.StepModel)
   trainer 1 x 1 thread  the reference for scaling over ranks
   allreduce 2           the trainer on a group of 2 ranks (mpiexec, 1 thread each): each
-                        rank its share of every global batch, one Allreduce per step
+                        rank its share of every global batch, the gradient summed in
+                        buckets started from inside backward (allreduce.py)
   torchrun DDP 2        `torchrun --nproc_per_node 2` running DistributedDataParallel on the
                         same network and global batches (gloo on CPU, NCCL on GPUs)
   torch_group DDP 2     the same DDP loop inside mpiopt.torch_group under mpiexec -n 2
@@ -30,8 +31,10 @@ machine does not change (it does not show scaling over ranks: only wall time doe
 And a trial's fixed cost: its wall time beyond epochs x its median epoch (run_training,
 torch imported by a warm-up trial first, as a rank imports it once), on 1 and 2 ranks.
 
-Two networks: `mlp` (a dense classifier: small steps, dispatch-bound) and `cnn` (the jets
-CNN of examples/jets/torch_model.py at 16 filters: compute-bound, few parameters). An
+Three networks: `mlp` (a dense classifier: small steps, dispatch-bound), `cnn` (the jets
+CNN of examples/jets/torch_model.py at 16 filters: compute-bound, few parameters), both one
+bucket of gradient, and `wide` (the mlp at 1024 wide and three hidden layers: 8.5 MB of
+gradient in two buckets, the first summed while backward goes on). An
 untimed warm-up epoch comes first; each configuration reports its best timed epoch, which
 filters out the other load of a shared machine.
 
