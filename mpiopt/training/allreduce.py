@@ -64,7 +64,7 @@ class AllreduceSGD(Algorithm):
                  first_bucket_bytes: int = FIRST_BUCKET_BYTES):
         super().__init__(model, comm, training)
         self.buffer = np.zeros(model.n_grad + 1, dtype=np.float32)
-        sizes = model.grad_sizes
+        sizes = model.grad_sizes if _threads_may_call() else None
         self.exchange = Exchange(comm, self.buffer,
                                  buckets(sizes, model.n_grad, bucket_bytes, first_bucket_bytes))
         self.hands_over = sizes is not None
@@ -171,6 +171,16 @@ class AllreduceSGD(Algorithm):
         """(this rank's indices, its share, the global batch's size) for a model's own step."""
         part = idx[shard(len(idx), self.size, self.rank)]
         return (part, len(part) / len(idx), len(idx)) if len(part) else (idx[:1], 0.0, len(idx))
+
+
+def _threads_may_call() -> bool:
+    """Whether a hand-over may start a sum from another thread than the main one: torch
+    runs a GPU's backward, and so its hooks, on a thread of its own while the main thread
+    waits, which MPI allows from MPI_THREAD_SERIALIZED up (mpi4py asks for MULTIPLE).
+    Below that the gradient is one bucket, summed from the main thread after backward."""
+    from mpi4py import MPI
+
+    return MPI.Query_thread() >= MPI.THREAD_SERIALIZED
 
 
 def buckets(sizes, n_grad: int, cap: int = BUCKET_BYTES,
