@@ -4,8 +4,8 @@ Gradients come from torch.autograd.grad, never accumulated into .grad: a hook on
 trainable tensor writes its gradient into the MPI buffer as soon as backward has it and
 tells the group's exchange, which sums a bucket over the group while backward goes on
 (allreduce.py). An update reads them from that buffer as views (no copy): the optimizer's
-step sees them as each parameter's .grad, so the buffer is referenced only during a step. The layout, the weights and the checkpoint state are
-torch_base.TorchFlat's.
+step sees them as each parameter's .grad, so the buffer is referenced only during a step.
+The layout, the weights and the checkpoint state are torch_base.TorchFlat's.
 
 The loss, optimizer and schedule come from torch_parts (the spec or the module); the
 validation metrics from metrics.Accumulators. The module sits on the rank's device
