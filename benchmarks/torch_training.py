@@ -161,9 +161,8 @@ def build_keras(params):
         return build_flat_model(dict(filters=16, kernel_size=5, dense_units=32,
                                      learning_rate=1e-3, dropout=0.0))
     width, hidden = (1024, 3) if params["kind"] == "wide" else (256, 2)
-    model = keras.Sequential([keras.Input((64,)),
-                              *(keras.layers.Dense(width, activation="relu") for _ in range(hidden)),
-                              keras.layers.Dense(10)])
+    dense = [keras.layers.Dense(width, activation="relu") for _ in range(hidden)]
+    model = keras.Sequential([keras.Input((64,)), *dense, keras.layers.Dense(10)])
     model.compile(keras.optimizers.Adam(1e-3),
                   keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     return model
