@@ -11,10 +11,14 @@ among a configuration's ranks):
                         (Lightning's contract: torch_step.StepModel)
   trainer 1 x 1 thread  the reference for scaling over ranks
   allreduce 2           the trainer on a group of 2 ranks (mpiexec, 1 thread each): each
-                        rank its share of every global batch, one Allreduce per step
+                        rank its share of every global batch, the gradient summed in
+                        buckets started from inside backward (allreduce.py)
   torchrun DDP 2        `torchrun --nproc_per_node 2` running DistributedDataParallel on the
                         same network and global batches (gloo on CPU, NCCL on GPUs)
   torch_group DDP 2     the same DDP loop inside mpiopt.torch_group under mpiexec -n 2
+  interleaved           allreduce 2 and torch_group DDP 2 in one job, an epoch of each in
+                        turn: their ratio when both see the same other load (the rows
+                        above run one after the other, minutes apart on a shared machine)
   keras trainer 1, 2    (--device cuda) the same network in Keras through mpiopt's
                         trainer on 1 and 2 GPUs (examples/jets/model.py's flat CNN; a
                         dense Keras twin of the mlp)
@@ -30,8 +34,10 @@ machine does not change (it does not show scaling over ranks: only wall time doe
 And a trial's fixed cost: its wall time beyond epochs x its median epoch (run_training,
 torch imported by a warm-up trial first, as a rank imports it once), on 1 and 2 ranks.
 
-Two networks: `mlp` (a dense classifier: small steps, dispatch-bound) and `cnn` (the jets
-CNN of examples/jets/torch_model.py at 16 filters: compute-bound, few parameters). An
+Three networks: `mlp` (a dense classifier: small steps, dispatch-bound), `cnn` (the jets
+CNN of examples/jets/torch_model.py at 16 filters: compute-bound, few parameters), both one
+bucket of gradient, and `wide` (the mlp at 1024 wide and three hidden layers: 8.5 MB of
+gradient in two buckets, the first summed while backward goes on). An
 untimed warm-up epoch comes first; each configuration reports its best timed epoch, which
 filters out the other load of a shared machine.
 
@@ -62,7 +68,8 @@ sys.path.insert(0, str(HERE.parent))
 
 from _common import BIN, env, machine, table  # noqa: E402
 
-SIZES = {"mlp": dict(samples=8192, batch=128), "cnn": dict(samples=4096, batch=128)}
+SIZES = {"mlp": dict(samples=8192, batch=128), "cnn": dict(samples=4096, batch=128),
+         "wide": dict(samples=2048, batch=128)}
 
 
 # --------------------------------------------------------------------------- the networks
@@ -74,6 +81,9 @@ def network(kind: str):
     if kind == "mlp":
         return nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(),
                              nn.Linear(256, 10))
+    if kind == "wide":
+        return nn.Sequential(nn.Linear(64, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(),
+                             nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 10))
     sys.path.insert(0, str(HERE.parents[1] / "examples" / "jets"))
     from torch_model import JetCNN
 
@@ -84,7 +94,7 @@ def data(kind: str):
     """(x, y): the same synthetic samples in every process."""
     rng = np.random.default_rng(0)
     n = SIZES[kind]["samples"]
-    if kind == "mlp":
+    if kind in ("mlp", "wide"):
         x = rng.normal(size=(n, 64)).astype(np.float32)
         return x, (np.abs(x[:, :10]).argmax(1)).astype(np.int64)
     x = rng.random((n, 256), dtype=np.float32) * 0.1
@@ -94,7 +104,7 @@ def data(kind: str):
 def loss_of(kind: str):
     from torch import nn
 
-    return nn.CrossEntropyLoss() if kind == "mlp" else nn.BCEWithLogitsLoss()
+    return nn.BCEWithLogitsLoss() if kind == "cnn" else nn.CrossEntropyLoss()
 
 
 def build_mlp(params):
@@ -103,6 +113,10 @@ def build_mlp(params):
 
 def build_cnn(params):
     return network("cnn")
+
+
+def build_wide(params):
+    return network("wide")
 
 
 def build_own_step(params):
@@ -146,8 +160,9 @@ def build_keras(params):
 
         return build_flat_model(dict(filters=16, kernel_size=5, dense_units=32,
                                      learning_rate=1e-3, dropout=0.0))
-    model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(256, activation="relu"),
-                              keras.layers.Dense(256, activation="relu"), keras.layers.Dense(10)])
+    width, hidden = (1024, 3) if params["kind"] == "wide" else (256, 2)
+    dense = [keras.layers.Dense(width, activation="relu") for _ in range(hidden)]
+    model = keras.Sequential([keras.Input((64,)), *dense, keras.layers.Dense(10)])
     model.compile(keras.optimizers.Adam(1e-3),
                   keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     return model
@@ -159,6 +174,10 @@ def load_mlp():
 
 def load_cnn():
     return data("cnn")
+
+
+def load_wide():
+    return data("wide")
 
 
 BUILDERS = {"trainer": None, "own-step": "build_own_step", "keras": "build_keras"}
@@ -174,7 +193,7 @@ def spec_for(kind: str, what: str = "trainer", epochs: int = 3, folder: Path | N
     folder = Path(folder or tempfile.mkdtemp())
     training = {"epochs": epochs, "batch_size": SIZES[kind]["batch"]}
     if what == "trainer":
-        training.update(loss="CrossEntropyLoss" if kind == "mlp" else "BCEWithLogitsLoss",
+        training.update(loss="BCEWithLogitsLoss" if kind == "cnn" else "CrossEntropyLoss",
                         optimizer={"name": "Adam", "lr": 1e-3})
     spec = {"study": {"name": f"bench-{kind}"},
             "objective": {"model": f"{HERE}:{BUILDERS[what] or 'build_' + kind}",
@@ -235,15 +254,22 @@ def plain(kind: str, device: str, threads: int, epochs: int) -> dict:
 def trainer(kind: str, what: str, epochs: int) -> dict:
     """mpiopt's trainer on MPI.COMM_WORLD (threads: MPIOPT_THREADS; each rank on its own
     GPU where it has any): what as spec_for's."""
-    from types import SimpleNamespace
-
     from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    ops = {"max": MPI.MAX, "sum": MPI.SUM}
+    return timed_epochs(trainer_epoch(comm, kind, what), epochs, comm.Barrier,
+                        lambda s, op: comm.allreduce(s, op=ops[op]))
+
+
+def trainer_epoch(comm, kind: str, what: str = "trainer"):
+    """An epoch of mpiopt's trainer on comm: a function of the epoch's number."""
+    from types import SimpleNamespace
 
     from mpiopt.refs import load_callable
     from mpiopt.training import frameworks, threads
     from mpiopt.training.trainer import make_algorithm
 
-    comm = MPI.COMM_WORLD
     threads.pin_threads(comm)
     spec = spec_for(kind, what)
     x, y = data(kind)
@@ -258,8 +284,7 @@ def trainer(kind: str, what: str, epochs: int) -> dict:
         algorithm.train_epoch(x, y, np.random.default_rng(e).permutation(len(x)))
         return len(x)
 
-    ops = {"max": MPI.MAX, "sum": MPI.SUM}
-    return timed_epochs(epoch, epochs, comm.Barrier, lambda s, op: comm.allreduce(s, op=ops[op]))
+    return epoch
 
 
 def ddp(kind: str, device: str, epochs: int, launcher: str) -> dict:
@@ -287,9 +312,46 @@ def ddp(kind: str, device: str, epochs: int, launcher: str) -> dict:
         return _ddp_loop(kind, group.device, epochs, group.rank, group.size)
 
 
+def interleaved(kind: str, epochs: int) -> dict:
+    """Epochs of the trainer and of DDP (in mpiopt.torch_group) on MPI.COMM_WORLD, one
+    after the other in one job, so both see the same other load: the median over the
+    epochs of their samples/s ratio (each epoch the slowest rank's wall time)."""
+    from mpi4py import MPI
+
+    import mpiopt
+
+    comm = MPI.COMM_WORLD
+    ours = trainer_epoch(comm, kind)
+    with mpiopt.torch_group(comm) as group:
+        theirs = _ddp_epoch(kind, group.device, group.rank, group.size)
+        ratios = []
+        for e in range(epochs + 1):         # the first of each is a warm-up
+            walls = []
+            for run_epoch in (ours, theirs):
+                comm.Barrier()
+                start = time.perf_counter()
+                run_epoch(e)
+                walls.append(comm.allreduce(time.perf_counter() - start, op=MPI.MAX))
+            if e:
+                ratios.append(walls[1] / walls[0])
+    return {"ratio": float(np.median(ratios)), "epochs": len(ratios)}
+
+
 def _ddp_loop(kind, device, epochs, rank, size) -> dict:
     import torch
     import torch.distributed as dist
+
+    def total(s, op):
+        t = torch.tensor([s], dtype=torch.float64, device=device)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX if op == "max" else dist.ReduceOp.SUM)
+        return float(t)
+
+    return timed_epochs(_ddp_epoch(kind, device, rank, size), epochs, dist.barrier, total)
+
+
+def _ddp_epoch(kind, device, rank, size):
+    """An epoch of a DistributedDataParallel loop: a function of the epoch's number."""
+    import torch
     from torch.nn.parallel import DistributedDataParallel
 
     x, y = data(kind)
@@ -312,12 +374,7 @@ def _ddp_loop(kind, device, epochs, rank, size) -> dict:
             torch.cuda.synchronize()
         return len(x)
 
-    def total(s, op):
-        t = torch.tensor([s], dtype=torch.float64, device=device)
-        dist.all_reduce(t, op=dist.ReduceOp.MAX if op == "max" else dist.ReduceOp.SUM)
-        return float(t)
-
-    return timed_epochs(epoch, epochs, dist.barrier, total)
+    return epoch
 
 
 def fixed_cost(trials: int) -> dict:
@@ -350,6 +407,8 @@ def worker(args) -> None:
         out = trainer(args.kind, args.what, args.epochs)
     elif args.what in ("torchrun", "torch_group"):
         out = ddp(args.kind, args.device, args.epochs, args.what)
+    elif args.what == "interleaved":
+        out = interleaved(args.kind, args.epochs)
     else:
         out = fixed_cost(args.trials)
     if int(os.environ.get("RANK", os.environ.get("PMI_RANK", "0"))) == 0:
@@ -439,6 +498,10 @@ def report_model(kind: str, args, folder: Path) -> str:
                   f"{ratio(rows, 'allreduce 2', 'keras allreduce 2')}"]
     lines.append(f"torch_group DDP 2 against torchrun DDP 2: "
                  f"{both(rows, 'torch_group DDP 2', 'torchrun DDP 2')}")
+    mixed = run("interleaved", kind, 2, max(1, args.threads // 2), "mpiexec", args, folder)
+    lines.append(f"allreduce 2 against DDP 2 (torch_group), their epochs interleaved in one "
+                 f"job: {mixed['ratio']:.2f}x (median of {mixed['epochs']} epochs; target at "
+                 "least 0.9x)")
     return "\n".join(lines) + "\n"
 
 

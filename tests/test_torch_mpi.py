@@ -2,7 +2,10 @@
 
 One mpiexec run (torch is imported once per rank) makes every check and writes its
 results as JSON; the single-rank references run in the pytest process. Checked: allreduce
-follows the single-rank trajectory (the same weights up to float rounding); every
+follows the single-rank trajectory (the same weights up to float rounding), also summed in
+one bucket per tensor (a module with a parameter its loss never reaches among them), each
+bucket started from inside backward and in order; ranks whose gradients raised at
+different points of backward leave the communicator in step for the next training; every
 training mode (allreduce, downpour, easgd) trains through the flat buffers; and in every
 mode a trial stopped at epoch 2 continues at epoch 3 from its checkpoint, allreduce with
 the value of an uninterrupted run. Run directly, this file is the MPI worker.
@@ -29,9 +32,11 @@ MODES = ("allreduce", "downpour", "easgd")
 PARAMS = {"width": 8}
 
 
-def allreduce_weights(comm, folder: Path) -> np.ndarray:
+def allreduce_weights(comm, folder: Path, build="build_plain", buckets=None,
+                      watch=None) -> np.ndarray:
     """Weights after two epochs of allreduce steps over fixed global batches of 25 samples
-    (110 samples: every batch splits unevenly over the ranks, the last one is short)."""
+    (110 samples: every batch splits unevenly over the ranks, the last one is short).
+    buckets: (bucket bytes, first bucket's bytes); watch(algorithm) before training."""
     from mpiopt.spec import load_spec
     from mpiopt.refs import load_callable
     from mpiopt.training import frameworks
@@ -39,13 +44,78 @@ def allreduce_weights(comm, folder: Path) -> np.ndarray:
 
     spec = load_spec(folder / "spec.yaml")
     x, y = load_callable(f"{folder / 'tiny_torch.py'}:load")()
-    build = load_callable(f"{folder / 'tiny_torch.py'}:build_plain")
-    model = frameworks.build_model(build, PARAMS, 1, spec, None, x, y)
-    algorithm = AllreduceSGD(model, comm, SimpleNamespace(batch_size=25))
+    built = load_callable(f"{folder / 'tiny_torch.py'}:build_plain") if build == "build_plain" \
+        else globals()[build]
+    model = frameworks.build_model(built, PARAMS, 1, spec, None, x, y)
+    sizes = dict(zip(("bucket_bytes", "first_bucket_bytes"), buckets or ()))
+    algorithm = AllreduceSGD(model, comm, SimpleNamespace(batch_size=25), **sizes)
+    if watch:
+        watch(algorithm)
     algorithm.start()
     for epoch in range(2):
         algorithm.train_epoch(x[:110], y[:110], np.random.default_rng(epoch).permutation(110))
     return model.get_weights()
+
+
+def build_unused(params):
+    """Three layers, the middle one never used: the loss reaches no parameter of it."""
+    from torch import nn
+
+    class Skips(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.first, self.unused, self.last = nn.Linear(6, 8), nn.Linear(8, 8), nn.Linear(8, 3)
+
+        def forward(self, x):
+            return self.last(self.first(x).tanh())
+
+    return Skips()
+
+
+# every tensor its own bucket (the smallest is 3 floats)
+ONE_PER_TENSOR = (4, 4)
+
+
+def watch_order(events: list):
+    """Records the exchange's hand-overs ("ready", k) and bucket starts ("start", j)."""
+    def watch(algorithm):
+        exchange = algorithm.exchange
+        ready, start = exchange.ready, exchange._start
+
+        def logged_ready(k):
+            events.append(("ready", k))
+            ready(k)
+
+        def logged_start():
+            events.append(("start", exchange.started))
+            start()
+        exchange.ready, exchange._start = logged_ready, logged_start
+    return watch
+
+
+def fail_in_backward(rank: int):
+    """Rank r raises at its hand-over of tensor 3 - r, in the first step only: each rank
+    has started another number of buckets when it raises."""
+    def watch(algorithm):
+        exchange, ready = algorithm.exchange, algorithm.exchange.ready
+
+        def failing(k):
+            if k == 3 - rank and not exchange.failed:
+                exchange.failed = True
+                raise RuntimeError(f"rank {rank} fails")
+            ready(k)
+        exchange.failed, exchange.ready = False, failing
+    return watch
+
+
+def failures_leave_the_group_in_step(comm, folder: Path) -> dict:
+    try:
+        allreduce_weights(comm, folder, buckets=ONE_PER_TENSOR,
+                          watch=fail_in_backward(comm.Get_rank()))
+        raised = None
+    except RuntimeError as exc:
+        raised = str(exc)
+    return {"raised": raised, "after": allreduce_weights(comm, folder).tolist()}
 
 
 def _run(comm, spec, folder, report=None):
@@ -86,7 +156,12 @@ def worker(out: Path, folder: Path) -> None:
         write_torch_case(folder / "case", training={"epochs": 4, "batch_size": 32})
     comm.Barrier()
     path = folder / "case" / "spec.yaml"
-    results = {"weights": allreduce_weights(comm, path.parent).tolist()}
+    events: list = []
+    results = {"weights": allreduce_weights(comm, path.parent).tolist(),
+               "buckets": allreduce_weights(comm, path.parent, "build_unused", ONE_PER_TENSOR,
+                                            watch_order(events)).tolist(),
+               "failures": failures_leave_the_group_in_step(comm, path.parent)}
+    results["events"] = comm.gather(events[:12], root=0)     # the first step's, every rank's
     for mode in MODES:
         results[mode] = stopped_and_resumed(comm, path, folder, mode)
     if comm.Get_rank() == 0:
@@ -111,6 +186,38 @@ def test_allreduce_on_three_ranks_follows_the_single_rank_trajectory(three_ranks
     results, folder = three_ranks
     single = allreduce_weights(MPI.COMM_SELF, folder / "case")
     np.testing.assert_allclose(results["weights"], single, rtol=1e-4, atol=1e-5)
+
+
+def test_allreduce_in_buckets_follows_the_single_rank_trajectory(three_ranks):
+    from mpi4py import MPI
+
+    results, folder = three_ranks
+    single = allreduce_weights(MPI.COMM_SELF, folder / "case", "build_unused")
+    np.testing.assert_allclose(results["buckets"], single, rtol=1e-4, atol=1e-5)
+
+
+def test_each_bucket_starts_during_backward_in_its_order(three_ranks):
+    """Buckets of one tensor each (bucket j: tensor 5 - j), backward finishing the last
+    layer first: buckets 0 and 1 start as soon as their tensors are handed over, before
+    backward hands the next one. The unused layer's tensors (2 and 3) are handed over
+    after backward, as zeros; bucket 2 (tensor 3) waits for its own, and buckets 3 to 5,
+    ready before, start after it, in order."""
+    expected = [("ready", 5), ("start", 0), ("ready", 4), ("start", 1), ("ready", 1),
+                ("ready", 0), ("ready", 2), ("ready", 3), ("start", 2), ("start", 3),
+                ("start", 4), ("start", 5)]
+    for events in three_ranks[0]["events"]:
+        assert [tuple(e) for e in events] == expected
+
+
+def test_ranks_that_raised_in_backward_leave_the_group_in_step(three_ranks):
+    """Every rank raised its own error, having started another number of buckets; the
+    next training on the same communicator is the single-rank trajectory."""
+    from mpi4py import MPI
+
+    results, folder = three_ranks
+    assert results["failures"]["raised"] == "rank 0 fails"
+    single = allreduce_weights(MPI.COMM_SELF, folder / "case")
+    np.testing.assert_allclose(results["failures"]["after"], single, rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -1,22 +1,41 @@
-"""Synchronous data parallel training: one Allreduce of one flat buffer per step.
+"""Synchronous data parallel training: each step's gradient summed over the group in
+buckets, each exchanged as soon as backward has its gradients.
 
 Each global batch (training.batch_size samples) is cut into one contiguous part per rank.
 Rank r computes the gradient of (n_r / n) * mean loss over its n_r samples, so the sum over
 ranks is exactly the gradient of the mean loss over the whole global batch, also when the
 batch does not divide evenly (a rank with no sample contributes zeros). The loss rides in
-the last slot of the same buffer, so a step is one Allreduce, in place, into a buffer
-allocated once. Every rank then applies the same update with the model's own optimizer,
-so all ranks keep identical weights and r ranks follow the single-rank trajectory over the
-same global batches up to float rounding.
+the last slot of the same buffer, allocated once. Every rank then applies the same update
+with the model's own optimizer, so all ranks keep identical weights and r ranks follow
+the single-rank trajectory over the same global batches up to float rounding.
 
-The update of step i and the gradient of step i+1 run as one compiled call, so a step
-costs one framework dispatch plus the Allreduce. On one rank the gradient and the update
-of the same step run fused in one call (no buffer, no MPI): the same arithmetic.
+The buffer is summed in buckets, as PyTorch's DistributedDataParallel does: the trainable
+tensors in reverse order (the order backward finishes them), cut into buckets of
+BUCKET_BYTES, the first of FIRST_BUCKET_BYTES so that the first exchange starts early. A
+model that hands each tensor's gradient over as backward finishes it (FlatModel.grad_sizes:
+torch) starts each bucket's non-blocking Iallreduce from inside backward, so the sums
+overlap the rest of the backward pass; a model whose gradient comes in one call (Keras's
+compiled step) is one bucket, started after it. Buckets start in their order on every rank
+whatever order backward finishes tensors in, so the collectives match. A model under the
+first bucket's size (most models a group of CPU ranks trains) is one bucket: one message,
+started at the end of backward, the least a step can send.
 
-The next batch is gathered after the Allreduce, not under a non-blocking one in flight:
-MPICH progresses a collective only inside MPI calls, and a gather from memory takes
-microseconds, so overlapping them gains nothing
-(benchmarks/results/training_throughput.md).
+The wait for the sums sleeps between tests (_algorithm.wait's backoff): MPICH busy-polls
+inside a blocking Allreduce, and a rank that finished its part first would take the core
+that the rank it waits for needs. Each hand-over also tests the buckets in flight, since
+MPICH progresses a collective only inside MPI calls. The wait has no limit of its own, as
+any collective of the group's: a peer that died ends the job (the launcher, or the
+heartbeats: parallel/liveness), one stuck ends at the trial's deadline or by the
+coordinator's MPI_Abort. A rank whose gradient raised still starts the step's remaining
+buckets (zeros), so every rank has started the same collectives and the communicator
+stays in step for the group's next trial; it waits for them at most MPIOPT_GROUP_WAIT
+seconds (the others may be stuck, and parallel/together then ends the job), then raises.
+
+The next batch is gathered after the wait, not under it: a gather from memory takes
+microseconds and the prefetch thread reads files (stream.prefetched).
+
+On one rank the gradient and the update of the same step run fused in one call (no
+buffer, no MPI): the same arithmetic.
 
 A model that takes its optimizer steps itself (own_step: a module with its own
 training_step) gets each rank's part of the global batch and its share instead; the
@@ -24,17 +43,31 @@ Allreduce of its gradients happens inside its optimizers' steps (torch_step).
 """
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
+from mpiopt.backoff import Backoff
+from mpiopt.knobs import GROUP_WAIT
 from mpiopt.training._algorithm import Algorithm, Clock, EpochStats
 from mpiopt.training.data import batches, shard
 from mpiopt.training.stream import prefetched, rows
 
+# torch.nn.parallel.DistributedDataParallel's bucket sizes (bucket_cap_mb, and its first
+# bucket's cap): large enough that a message's latency is small beside its transfer
+BUCKET_BYTES = 25 * 2**20
+FIRST_BUCKET_BYTES = 2**20
+
 
 class AllreduceSGD(Algorithm):
-    def __init__(self, model, comm, training):
+    def __init__(self, model, comm, training, bucket_bytes: int = BUCKET_BYTES,
+                 first_bucket_bytes: int = FIRST_BUCKET_BYTES):
         super().__init__(model, comm, training)
         self.buffer = np.zeros(model.n_grad + 1, dtype=np.float32)
+        sizes = model.grad_sizes if _threads_may_call() else None
+        self.exchange = Exchange(comm, self.buffer,
+                                 buckets(sizes, model.n_grad, bucket_bytes, first_bucket_bytes))
+        self.hands_over = sizes is not None
 
     def _parts(self, order):
         """(x-index of this rank's part, its share of the global batch) for each step."""
@@ -48,16 +81,14 @@ class AllreduceSGD(Algorithm):
             return self._single(x, y, order, stats)
         if self.model.own_step:
             return self._own_steps(x, y, order, stats)
-        from mpi4py import MPI
-
         clock, loss, pending = Clock(stats), 0.0, False
         steps = list(self._parts(order))
         reader = prefetched(x, y, [part for part, _ in steps], failures=self.read_failures)
         batch = next(reader)
         for i, (part, n) in enumerate(steps):
-            self._gradient(batch, len(part) / n, pending)
+            self._summed_gradient(batch, len(part) / n, pending)
             clock.compute()
-            self.comm.Allreduce(MPI.IN_PLACE, self.buffer, op=MPI.SUM)
+            self.exchange.wait()
             batch = next(reader, None)
             clock.comm()
             loss += float(self.buffer[-1]) * n
@@ -75,18 +106,34 @@ class AllreduceSGD(Algorithm):
         if self.size > 1 and self.model.n_weights > self.model.n_grad:
             self.model.set_weights(self.average_state(self.model.get_weights()))
 
+    def _summed_gradient(self, batch, scale: float, pending: bool) -> None:
+        """This rank's gradient into the buffer, every bucket's sum started; a rank whose
+        gradient raised starts the rest too (zeros) before it raises (see the module)."""
+        self.exchange.begin()
+        try:
+            self._gradient(batch, scale, pending)
+        except BaseException:
+            self.exchange.abandon(GROUP_WAIT.get())
+            raise
+        self.exchange.start_rest()
+
     def _gradient(self, batch, scale: float, pending: bool) -> None:
         """Into the buffer: this rank's scaled gradient, after applying the previous step's
-        summed gradient when one is pending (one compiled call for both)."""
+        summed gradient when one is pending (one compiled call for both where the model
+        gives its gradient in one call)."""
         xb, yb = batch
-        if rows(xb) and pending:
-            self.model.apply_and_gradient(self.buffer, xb, yb, scale, self.buffer)
-        elif rows(xb):
-            self.model.gradient(xb, yb, scale, self.buffer)
-        else:
+        if not rows(xb):
             if pending:
                 self.model.apply(self.buffer)
             self.buffer[:] = 0.0
+        elif self.hands_over:
+            if pending:
+                self.model.apply(self.buffer)
+            self.model.gradient(xb, yb, scale, self.buffer, ready=self.exchange.ready)
+        elif pending:
+            self.model.apply_and_gradient(self.buffer, xb, yb, scale, self.buffer)
+        else:
+            self.model.gradient(xb, yb, scale, self.buffer)
 
     def _single(self, x, y, order, stats) -> EpochStats:
         clock, losses = Clock(stats), []
@@ -124,6 +171,99 @@ class AllreduceSGD(Algorithm):
         """(this rank's indices, its share, the global batch's size) for a model's own step."""
         part = idx[shard(len(idx), self.size, self.rank)]
         return (part, len(part) / len(idx), len(idx)) if len(part) else (idx[:1], 0.0, len(idx))
+
+
+def _threads_may_call() -> bool:
+    """Whether a hand-over may start a sum from another thread than the main one: torch
+    runs a GPU's backward, and so its hooks, on a thread of its own while the main thread
+    waits, which MPI allows from MPI_THREAD_SERIALIZED up (mpi4py asks for MULTIPLE).
+    Below that the gradient is one bucket, summed from the main thread after backward."""
+    from mpi4py import MPI
+
+    return MPI.Query_thread() >= MPI.THREAD_SERIALIZED
+
+
+def buckets(sizes, n_grad: int, cap: int = BUCKET_BYTES,
+            first: int = FIRST_BUCKET_BYTES) -> list:
+    """The buckets of a gradient buffer of n_grad floats and the loss: [(lo, hi, tensor
+    indices)] in the order they are exchanged. sizes: the trainable tensors' float32
+    counts in the buffer's order, or None (one bucket: the gradient comes in one call).
+    Tensors are taken from the last one back, a bucket closed once it holds cap bytes
+    (the first one: first bytes); the first bucket also holds the loss's slot."""
+    if not sizes:
+        return [(0, n_grad + 1, ())]
+    edges = np.concatenate([[0], np.cumsum(sizes)]).astype(int)
+    out, tensors, limit = [], [], first
+    for k in reversed(range(len(sizes))):
+        tensors.append(k)
+        if (edges[tensors[0] + 1] - edges[k]) * 4 >= limit or k == 0:
+            hi = int(edges[tensors[0] + 1]) + (1 if not out else 0)
+            out.append((int(edges[k]), hi, tuple(tensors)))
+            tensors, limit = [], cap
+    return out
+
+
+class Exchange:
+    """One step's buckets summed over the group: each bucket's Iallreduce starts once its
+    tensors and every bucket before it are ready, in place in the buffer."""
+
+    def __init__(self, comm, buffer: np.ndarray, layout: list):
+        self.comm, self.buffer, self.layout = comm, buffer, layout
+        self.owner = {k: i for i, (_, _, tensors) in enumerate(layout) for k in tensors}
+        self.missing: list = []
+        self.started = 0
+        self.requests: list = []
+
+    def begin(self) -> None:
+        """A new step: no tensor ready, no bucket started."""
+        self.missing = [len(tensors) for _, _, tensors in self.layout]
+        self.started = 0
+        self.requests = []
+
+    def ready(self, k: int) -> None:
+        """Tensor k's gradient is in the buffer: start every bucket now complete in order,
+        and let MPI progress those in flight."""
+        self.missing[self.owner[k]] -= 1
+        while self.started < len(self.layout) and not self.missing[self.started]:
+            self._start()
+        self._progress()
+
+    def start_rest(self) -> None:
+        """Start every bucket not started yet (all of them for a one-call gradient)."""
+        while self.started < len(self.layout):
+            self._start()
+
+    def wait(self) -> None:
+        """Until every bucket's sum is in the buffer, sleeping between tests."""
+        _wait_all(self.requests, Backoff(2e-5, 1e-3))
+
+    def abandon(self, limit_s: float) -> None:
+        """After this rank's gradient raised: start the rest and wait for the sums at most
+        limit_s seconds (the error that follows is the trial's either way)."""
+        self.start_rest()
+        _wait_all(self.requests, Backoff(2e-5, 0.05), time.monotonic() + limit_s)
+
+    def _start(self) -> None:
+        from mpi4py import MPI
+
+        lo, hi, _ = self.layout[self.started]
+        self.requests.append(self.comm.Iallreduce(MPI.IN_PLACE, self.buffer[lo:hi], op=MPI.SUM))
+        self.started += 1
+
+    def _progress(self) -> None:
+        from mpi4py import MPI
+
+        if self.requests:
+            MPI.Request.Testall(self.requests)
+
+
+def _wait_all(requests: list, backoff: Backoff, until: float | None = None) -> None:
+    from mpi4py import MPI
+
+    while requests and not MPI.Request.Testall(requests):
+        if until is not None and time.monotonic() > until:
+            return
+        backoff.sleep()
 
 
 def _zeros_like(batch, n: int):

@@ -28,6 +28,11 @@ class FlatModel(ABC):
     # the model takes its optimizer steps itself (a user's training step, torch_step):
     # the algorithm hands it batches (group_step), not gradients to apply
     own_step: bool = False
+    # the trainable tensors' float counts in the buffer's order, where gradient() takes a
+    # `ready` callable and tells it each tensor's index as soon as that tensor's part of
+    # out is final (torch, during backward: allreduce sums buckets while backward goes
+    # on); None: the gradient comes whole from one call
+    grad_sizes: list | None = None
 
     # ------------------------------------------------------------------ training steps
     @abstractmethod

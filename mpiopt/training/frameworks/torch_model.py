@@ -1,10 +1,11 @@
 """A torch module trained by mpiopt's own step: forward, a loss and one optimizer.
 
-Gradients come from torch.autograd.grad, never accumulated into .grad, and are written
-into the MPI buffer by one torch.cat; an update reads them from that buffer as views (no
-copy): the optimizer's step sees them as each parameter's .grad, so the buffer is
-referenced only during a step. The layout, the weights and the checkpoint state are
-torch_base.TorchFlat's.
+Gradients come from torch.autograd.grad, never accumulated into .grad: a hook on each
+trainable tensor writes its gradient into the MPI buffer as soon as backward has it and
+tells the group's exchange, which sums a bucket over the group while backward goes on
+(allreduce.py). An update reads them from that buffer as views (no copy): the optimizer's
+step sees them as each parameter's .grad, so the buffer is referenced only during a step.
+The layout, the weights and the checkpoint state are torch_base.TorchFlat's.
 
 The loss, optimizer and schedule come from torch_parts (the spec or the module); the
 validation metrics from metrics.Accumulators. The module sits on the rank's device
@@ -149,6 +150,10 @@ def _materialize(module, sample_x) -> None:
             call(module, inputs(first, torch.float32))
 
 
+def _nothing(k: int) -> None:
+    """No exchange to tell (one rank, downpour, easgd)."""
+
+
 class TorchModel(TorchFlat):
     """A torch module with its loss and optimizer, seen as flat buffers."""
 
@@ -186,26 +191,54 @@ class TorchModel(TorchFlat):
         each = loss.reshape(len(output), -1).mean(1)
         return output, (each * tensor(w, self.floats, self.device)).sum() / max(1, len(output))
 
-    def _gradients(self, x, y, scale: float):
-        """(loss, gradients of scale * loss): returned, never accumulated into .grad."""
+    def _gradients(self, x, y, scale: float, out: np.ndarray, ready):
+        """The loss into out's last slot, then the gradients of scale * loss into out by
+        hooks on the trainable tensors while backward runs (never accumulated into .grad;
+        the hooks live for this call only: the module is the user's); returns the indices
+        of the tensors handed over."""
         import torch
 
         self.module.train()
         _, loss = self._loss(x, y)
-        grads = torch.autograd.grad(loss * scale, self.trainable, allow_unused=True)
-        return loss, grads
+        out[self.n_grad] = float(loss.detach()) * scale      # the first bucket holds it
+        handed: set = set()
+        hooks = [q.register_hook(self._hand_over(k, out, ready, handed))
+                 for k, q in enumerate(self.trainable)]
+        try:
+            torch.autograd.grad(loss * scale, self.trainable, allow_unused=True)
+        finally:
+            for hook in hooks:
+                hook.remove()
+        return handed
+
+    def _hand_over(self, k: int, out: np.ndarray, ready, handed: set):
+        a, b = self.spans[k]
+
+        def hook(grad):
+            into_host([grad.reshape(-1).float()], out[a:b])
+            handed.add(k)
+            ready(k)
+        return hook
 
     # ------------------------------------------------------------------ training steps
-    @out_of_memory_fails_the_trial
-    def gradient(self, x, y, scale: float, out: np.ndarray) -> None:
-        """Into the host buffer out (the group's Allreduce reads it there)."""
-        import torch
+    @property
+    def grad_sizes(self) -> list:
+        """The trainable tensors' sizes: gradient() hands each over as backward finishes it."""
+        return [b - a for a, b in self.spans[: len(self.trainable)]]
 
-        loss, grads = self._gradients(x, y, scale)
-        flat = [torch.zeros(q.numel(), device=self.device) if g is None else g.reshape(-1).float()
-                for g, q in zip(grads, self.trainable)]
-        into_host(flat, out[: self.n_grad])
-        out[self.n_grad] = float(loss.detach()) * scale
+    @out_of_memory_fails_the_trial
+    def gradient(self, x, y, scale: float, out: np.ndarray, ready=None) -> None:
+        """Into the host buffer out (the group's Allreduce reads it there), each trainable
+        tensor's part written by a hook as soon as backward has its gradient, then
+        ready(k) told (the group's exchange starts a bucket's sum while backward goes on);
+        a tensor the loss does not reach gets zeros."""
+        ready = ready or _nothing
+        handed = self._gradients(x, y, scale, out, ready)
+        for k in range(len(self.trainable)):
+            if k not in handed:
+                a, b = self.spans[k]
+                out[a:b] = 0.0
+                ready(k)
 
     @out_of_memory_fails_the_trial
     def apply(self, flat_grad: np.ndarray) -> None:

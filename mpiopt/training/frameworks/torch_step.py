@@ -45,6 +45,7 @@ import math
 
 import numpy as np
 
+from mpiopt.training._algorithm import wait
 from mpiopt.training.frameworks.torch_base import TorchFlat, inputs, step_schedule, tensor
 from mpiopt.training.frameworks.torch_device import out_of_memory_fails_the_trial
 from mpiopt.training.frameworks.torch_parts import optimizers_of
@@ -251,7 +252,9 @@ class Averaged:
     one Allreduce of one flat buffer, with one slot per parameter that counts the ranks
     holding its gradient, so a parameter no rank's loss reached keeps no gradient (torch's
     optimizers skip it, as on one rank). The buffer is in host memory (a GPU's gradients
-    are copied to it and the sum back: torch_device)."""
+    are copied to it and the sum back: torch_device). The wait sleeps between tests
+    (_algorithm.wait): MPICH spins inside a blocking Allreduce, on the core of a rank
+    that is still computing."""
 
     def __init__(self, optimizer, model: StepModel):
         self.model = model
@@ -277,7 +280,7 @@ class Averaged:
             else:
                 flat[a:b].copy_(q.grad.reshape(-1)).mul_(self.model.scale)
                 held[i] = 1.0
-        comm.Allreduce(MPI.IN_PLACE, self.buffer, op=MPI.SUM)
+        wait(comm.Iallreduce(MPI.IN_PLACE, self.buffer, op=MPI.SUM))
         for i, (q, (a, b)) in enumerate(zip(self.params, self.spans)):
             q.grad = flat[a:b].view_as(q).to(q.device, q.dtype) if held[i] else None
 
