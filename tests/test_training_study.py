@@ -4,8 +4,10 @@ which imports no torch on any rank.
 Tiny on purpose: 6 trials of a one-layer network on 300 samples, 3 epochs, 2 folds that
 each group trains concurrently (one rank per fold). Checks that what the trainer reports
 reaches the database as the coordinator records it: learning curves, fold values, and the
-value of a pruned trial being its figure of merit over what it trained. Then the same on
-3 ranks (2 groups of one rank), 3 folds one after another and training.epochs searched.
+value of a pruned trial being its figure of merit over what it trained. Then the same in
+single-process mode (one rank: the 3 folds one after another) with training.epochs
+searched: pruning is the coordinator's rule, so one process shows it with one import of
+TensorFlow where each group's rank would import it again.
 """
 from __future__ import annotations
 
@@ -92,7 +94,7 @@ def test_keras_study_with_pruning_on_five_ranks(tmp_path):
 
 
 def test_folds_one_after_another_are_pruned_like_with_like(tmp_path):
-    """Issue 62, on 3 ranks (2 groups of one rank: the 3 folds one after another) with
+    """Issue 62, in single-process mode (the 3 folds one after another) with
     training.epochs searched: each value is stored as (fold, epoch), each fold's epochs
     from 1 up to the trial's own epochs; a pruned trial was judged at its last report, says
     where and against what (in the database, the progress line and `mpiopt show`), and is
@@ -116,7 +118,7 @@ def test_folds_one_after_another_are_pruned_like_with_like(tmp_path):
     spec["resources"] = {"group_size": 1}
     spec_path.write_text(yaml.safe_dump(spec))
     url = f"sqlite:///{tmp_path / 'study.db'}"
-    proc = mpiopt("search", spec_path, "--storage", url, np=3, cwd=tmp_path, timeout=400)
+    proc = mpiopt("search", spec_path, "--storage", url, cwd=tmp_path, timeout=400)
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
     with open_storage(url) as st:
         record = st.get_study("tiny")
@@ -151,10 +153,11 @@ def test_folds_one_after_another_are_pruned_like_with_like(tmp_path):
 
 
 def test_asha_with_folds_one_after_another_decides_at_a_folds_end(tmp_path):
-    """ASHA on 3 ranks (the 3 folds one after another), training.epochs searched, rungs at
-    1, 2, 4, 8 epochs trained (rf 2): whatever a trial's epochs per fold, its rungs fall
-    in fold 0 and fold 1, so a pruned trial was stopped at fold 1's or fold 2's first
-    report, on its finished folds, and says so; no trial stops inside a fold."""
+    """ASHA in single-process mode (the 3 folds one after another), training.epochs
+    searched, rungs at 1, 2, 4, 8 epochs trained (rf 2): whatever a trial's epochs per
+    fold, its rungs fall in fold 0 and fold 1, so a pruned trial was stopped at fold 1's or
+    fold 2's first report, on its finished folds, and says so; no trial stops inside a
+    fold."""
     pytest.importorskip("tensorflow")
     from mpiopt.storage import open_storage
     from mpiopt.trial import TrialStatus
@@ -169,7 +172,7 @@ def test_asha_with_folds_one_after_another_decides_at_a_folds_end(tmp_path):
     spec["resources"] = {"group_size": 1}
     spec_path.write_text(yaml.safe_dump(spec))
     url = f"sqlite:///{tmp_path / 'study.db'}"
-    proc = mpiopt("search", spec_path, "--storage", url, np=3, cwd=tmp_path, timeout=400)
+    proc = mpiopt("search", spec_path, "--storage", url, cwd=tmp_path, timeout=400)
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
     with open_storage(url) as st:
         trials = st.get_trials(st.get_study("tiny").id)
