@@ -578,6 +578,39 @@ def test_evolutionary_replay_rebuilds_the_population():
     assert len(searcher.pool) == 5 and min(v for _, v in searcher.pool) == 0.0
 
 
+def test_the_kernel_fit_finds_what_scikit_learns_fit_finds():
+    """_gp._Likelihood computes scikit-learn's log marginal likelihood and its gradient
+    (normalize_y=True) for default_kernel's shape itself: the same values at any
+    hyperparameters, and so the same fitted kernel, restarts included."""
+    from sklearn.gaussian_process import GaussianProcessRegressor
+
+    from mpiopt.search import _gp
+
+    rng = np.random.default_rng(3)
+    X = rng.random((20, 3))
+    y = np.sin(3 * X[:, 0]) + X[:, 1] ** 2 + 0.05 * rng.standard_normal(20)
+    kernel = _gp.default_kernel(3)
+    likelihood = _gp._Likelihood.of(kernel, X, y)
+    gpr = GaussianProcessRegressor(kernel=kernel, normalize_y=True, optimizer=None).fit(X, y)
+    for _ in range(4):
+        theta = rng.uniform(kernel.bounds[:, 0], kernel.bounds[:, 1]) / 2
+        value, grad = gpr.log_marginal_likelihood(theta, eval_gradient=True)
+        ours, our_grad = likelihood(theta)
+        assert np.isclose(ours, -value, rtol=1e-9)
+        assert np.allclose(our_grad, -grad, rtol=1e-7, atol=1e-9)
+    for restarts in (0, 2):
+        fitted = _gp.fit_kernel(kernel, X, y, restarts=restarts, seed=0)
+        scikit = _gp._fit_sklearn(kernel, X, y, restarts, 0)
+        assert np.allclose(fitted.theta, scikit.theta, atol=1e-6)
+    assert _gp._Likelihood.of(_skopt_hamming(3), X, y) is None   # (scikit-learn's fit)
+
+
+def _skopt_hamming(n_cols):
+    from mpiopt.search import _gp, _skopt
+
+    return _gp.default_kernel(n_cols, _skopt.hamming_kernel(n_cols))
+
+
 def test_gp_posterior_interpolates_and_samples():
     from mpiopt.search import _gp
 
