@@ -578,6 +578,22 @@ def test_evolutionary_replay_rebuilds_the_population():
     assert len(searcher.pool) == 5 and min(v for _, v in searcher.pool) == 0.0
 
 
+def test_expected_and_probable_improvement_are_skopts_to_the_bit():
+    """_skopt.acquisition computes EI and PI itself (scipy.stats' per-call overhead
+    dominated a batch's picks): the numbers must stay skopt's, zero spreads included."""
+    from skopt.acquisition import gaussian_ei, gaussian_pi
+
+    from mpiopt.search import _skopt
+
+    rng = np.random.default_rng(0)
+    mu, std = rng.standard_normal(500), np.abs(rng.standard_normal(500))
+    std[:5] = 0.0
+    model, rows = _skopt._Cached(mu, std), np.zeros((500, 1))
+    for name, theirs in (("EI", gaussian_ei), ("PI", gaussian_pi)):
+        ours = _skopt.acquisition(name, mu, std, -0.5, 0.01, 1.96)
+        assert np.array_equal(ours, theirs(rows, model, y_opt=-0.5, xi=0.01))
+
+
 def test_the_kernel_fit_finds_what_scikit_learns_fit_finds():
     """_gp._Likelihood computes scikit-learn's log marginal likelihood and its gradient
     (normalize_y=True) for default_kernel's shape itself: the same values at any
