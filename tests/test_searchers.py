@@ -303,6 +303,35 @@ def test_only_the_latest_pending_points_enter_the_model_but_all_keep_their_dista
         assert min(SQUARE.distance(params, other) for other in held) >= 0.01
 
 
+def test_a_batchs_thompson_turns_share_one_factorisation(monkeypatch):
+    """Thompson turns in a batch are independent draws from the fit's posterior
+    (Kandasamy et al. 2018): one factorisation of the rows' covariance serves every turn,
+    and the turns still land apart from each other and from the other picks."""
+    from mpiopt.search import _gp
+
+    searcher = BayesianSearcher(SQUARE, {"initial_points": 5}, seed=3)
+    drive(searcher, square_objective, 12, parallel=3)
+    roots = []
+    monkeypatch.setattr(_gp, "root", lambda cov, _root=_gp.root: roots.append(len(cov)) or _root(cov))
+    batch = searcher.ask_batch(range(20, 28))         # turns 21, 23, 25, 27: Thompson's
+    assert len(roots) == 1
+    assert len({searcher.key(p) for p in batch}) == 8
+    for i, params in enumerate(batch):
+        assert min(SQUARE.distance(params, other) for other in batch[:i] + batch[i + 1:]) >= 0.01
+
+
+def test_a_batch_of_design_points_readies_the_thread_controls():
+    """The first model batch comes when the design's results do, every group waiting for
+    it: the thread-pool controller (tens of milliseconds to make) is made by the design's
+    batch instead."""
+    from mpiopt.search import bayesian
+
+    bayesian._THREADS = None
+    searcher = BayesianSearcher(SQUARE, {"initial_points": 4}, seed=0)
+    searcher.ask_batch(range(4))
+    assert bayesian._THREADS is not None
+
+
 def test_a_portfolio_batch_asks_each_member_once_the_partner_first():
     """One batch: the trials' members drawn as for single asks, then CMA-ES's share asked,
     then the GP's in one batch that keeps away from CMA-ES's (held in the GP first)."""
