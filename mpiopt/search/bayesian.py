@@ -177,10 +177,10 @@ class BayesianSearcher(Searcher):
                 self._gains -= model.predict(self._hedge_last)[0]
             cand, _, _, scores, y_opt = self._pool(model.predict, X, y, names)
             rows = cand[self._shortlist(scores, len(numbers))]
-            if any(self._explores(n) for n in numbers):   # Thompson turns: their own rows too
+            draws = any(self._explores(n) for n in numbers)
+            if draws:                                     # Thompson turns: their own rows too
                 rows = np.vstack([rows, self._thompson_rows(X, y)])
-            batch = Batch(self, model, rows, len(numbers), y_opt, names,
-                          draws=any(self._explores(n) for n in numbers))
+            batch = Batch(self, model, rows, len(numbers), y_opt, names, draws)
             picked = []
             for number in numbers:
                 self.number = number
