@@ -303,6 +303,35 @@ def test_only_the_latest_pending_points_enter_the_model_but_all_keep_their_dista
         assert min(SQUARE.distance(params, other) for other in held) >= 0.01
 
 
+def test_a_batchs_thompson_turns_share_one_factorisation(monkeypatch):
+    """Thompson turns in a batch are independent draws from the fit's posterior
+    (Kandasamy et al. 2018): one factorisation of the rows' covariance serves every turn,
+    and the turns still land apart from each other and from the other picks."""
+    from mpiopt.search import _gp
+
+    searcher = BayesianSearcher(SQUARE, {"initial_points": 5}, seed=3)
+    drive(searcher, square_objective, 12, parallel=3)
+    roots = []
+    monkeypatch.setattr(_gp, "root", lambda cov, _root=_gp.root: roots.append(len(cov)) or _root(cov))
+    batch = searcher.ask_batch(range(20, 28))         # turns 21, 23, 25, 27: Thompson's
+    assert len(roots) == 1
+    assert len({searcher.key(p) for p in batch}) == 8
+    for i, params in enumerate(batch):
+        assert min(SQUARE.distance(params, other) for other in batch[:i] + batch[i + 1:]) >= 0.01
+
+
+def test_a_batch_of_design_points_readies_the_thread_controls():
+    """The first model batch comes when the design's results do, every group waiting for
+    it: the thread-pool controller (tens of milliseconds to make) is made by the design's
+    batch instead."""
+    from mpiopt.search import bayesian
+
+    bayesian._THREADS = None
+    searcher = BayesianSearcher(SQUARE, {"initial_points": 4}, seed=0)
+    searcher.ask_batch(range(4))
+    assert bayesian._THREADS is not None
+
+
 def test_a_portfolio_batch_asks_each_member_once_the_partner_first():
     """One batch: the trials' members drawn as for single asks, then CMA-ES's share asked,
     then the GP's in one batch that keeps away from CMA-ES's (held in the GP first)."""
@@ -576,6 +605,55 @@ def test_evolutionary_replay_rebuilds_the_population():
     searcher = EvolutionarySearcher(SQUARE, {"population": 5}, seed=0)
     searcher.replay(history)
     assert len(searcher.pool) == 5 and min(v for _, v in searcher.pool) == 0.0
+
+
+def test_expected_and_probable_improvement_are_skopts_to_the_bit():
+    """_skopt.acquisition computes EI and PI itself (scipy.stats' per-call overhead
+    dominated a batch's picks): the numbers must stay skopt's, zero spreads included."""
+    from skopt.acquisition import gaussian_ei, gaussian_pi
+
+    from mpiopt.search import _skopt
+
+    rng = np.random.default_rng(0)
+    mu, std = rng.standard_normal(500), np.abs(rng.standard_normal(500))
+    std[:5] = 0.0
+    model, rows = _skopt._Cached(mu, std), np.zeros((500, 1))
+    for name, theirs in (("EI", gaussian_ei), ("PI", gaussian_pi)):
+        ours = _skopt.acquisition(name, mu, std, -0.5, 0.01, 1.96)
+        assert np.array_equal(ours, theirs(rows, model, y_opt=-0.5, xi=0.01))
+
+
+def test_the_kernel_fit_finds_what_scikit_learns_fit_finds():
+    """_gp._Likelihood computes scikit-learn's log marginal likelihood and its gradient
+    (normalize_y=True) for default_kernel's shape itself: the same values at any
+    hyperparameters, and so the same fitted kernel, restarts included."""
+    from sklearn.gaussian_process import GaussianProcessRegressor
+
+    from mpiopt.search import _gp
+
+    rng = np.random.default_rng(3)
+    X = rng.random((20, 3))
+    y = np.sin(3 * X[:, 0]) + X[:, 1] ** 2 + 0.05 * rng.standard_normal(20)
+    kernel = _gp.default_kernel(3)
+    likelihood = _gp._Likelihood.of(kernel, X, y)
+    gpr = GaussianProcessRegressor(kernel=kernel, normalize_y=True, optimizer=None).fit(X, y)
+    for _ in range(4):
+        theta = rng.uniform(kernel.bounds[:, 0], kernel.bounds[:, 1]) / 2
+        value, grad = gpr.log_marginal_likelihood(theta, eval_gradient=True)
+        ours, our_grad = likelihood(theta)
+        assert np.isclose(ours, -value, rtol=1e-9)
+        assert np.allclose(our_grad, -grad, rtol=1e-7, atol=1e-9)
+    for restarts in (0, 2):
+        fitted = _gp.fit_kernel(kernel, X, y, restarts=restarts, seed=0)
+        scikit = _gp._fit_sklearn(kernel, X, y, restarts, 0)
+        assert np.allclose(fitted.theta, scikit.theta, atol=1e-6)
+    assert _gp._Likelihood.of(_skopt_hamming(3), X, y) is None   # (scikit-learn's fit)
+
+
+def _skopt_hamming(n_cols):
+    from mpiopt.search import _gp, _skopt
+
+    return _gp.default_kernel(n_cols, _skopt.hamming_kernel(n_cols))
 
 
 def test_gp_posterior_interpolates_and_samples():

@@ -2,15 +2,20 @@
 
 The method: greedy picks with the kriging believer (Ginsbourger et al. 2010), the rule a
 suggestion asked alone already follows for the pending points, made incremental. Each
-pick is the acquisition's best candidate (or, on a Thompson turn, a posterior draw's
-minimum) given the picks before it believed; a believed value moves no mean and lowers
-the variance near its point only (mpiopt.search._gp.Believed: one covariance column per
-pick), so the batch spreads out where it is uncertain as q asks in a row would, for one
-fit and q columns instead of q fits. The candidates are the ask's own (random rows, steps
-round the best told points and round the acquisition's best), shortlisted once, plus
-steps round each pick (`_refined`), since the best of a fixed pool after a few picks lies
-where no step was tried. Thompson turns draw from the posterior conditioned on the picks
-before them. Figures: benchmarks/results/quality_suite.md.
+pick is the acquisition's best candidate given the picks before it believed; a believed
+value moves no mean and lowers the variance near its point only (mpiopt.search._gp.Believed:
+one covariance column per pick), so the batch spreads out where it is uncertain as q asks
+in a row would, for one fit and q columns instead of q fits. The candidates are the ask's
+own (random rows, steps round the best told points and round the acquisition's best),
+shortlisted once, plus a few steps round each pick (`_refined`), since the best of a
+fixed pool after a few picks lies where no step was tried.
+
+Thompson turns are independent draws from the fit's posterior (told and pending points),
+as in asynchronous parallel Thompson sampling (Kandasamy et al. 2018): their spread comes
+from the draws' randomness, and a draw's minimum among the rows not near a pick. So the
+covariance of the rows a draw can hold its minimum at is factorised once per batch, and a
+turn costs one matrix-vector product instead of a factorisation. Figures:
+benchmarks/results/quality_suite.md and simulate.md.
 """
 from __future__ import annotations
 
@@ -18,13 +23,16 @@ import numpy as np
 
 from mpiopt.search import _gp
 
-_STEPS_PER_SCALE = 16     # steps round a pick at each of bayesian's local scales
+# Steps round a pick at each of bayesian's local scales: a pick's posterior at them is the
+# largest cost of a pick (one triangular solve against every model point per step)
+_STEPS_PER_SCALE = 4
 
 
 class Batch:
     """The state of one batch: the believed posterior, the rows a pick may not be."""
 
-    def __init__(self, searcher, model, rows: np.ndarray, picks: int, y_opt: float, names):
+    def __init__(self, searcher, model, rows: np.ndarray, picks: int, y_opt: float, names,
+                 draws: bool = False):
         self.s, self.model, self.y_opt, self.names = searcher, model, y_opt, names
         self.believed = _gp.Believed(model.post, rows, picks)
         self.too_near = searcher._distance_rule()
@@ -32,6 +40,7 @@ class Batch:
         self._blocked[:len(rows)] = self.too_near(rows)
         self.picked: list[np.ndarray] = []
         self.last = None                 # each acquisition's previous pick (gp_hedge)
+        self._draws = self._draw_rows() if draws else None   # Thompson turns' (rows, root)
 
     @property
     def blocked(self) -> np.ndarray:
@@ -87,18 +96,26 @@ class Batch:
             return i
         return b.append(found, steps, j)
 
-    def _thompson(self) -> int | None:
-        """The minimum of one posterior draw, conditioned on the picks so far, over the
-        allowed rows where the minimum can be (Posterior.sample's rule)."""
+    def _draw_rows(self) -> tuple[np.ndarray, np.ndarray]:
+        """The allowed rows where a posterior draw's minimum can be (Posterior.sample's
+        rule), and a root of their covariance: every Thompson turn draws from it."""
         b = self.believed
         std = np.sqrt(b.var)
         lower = b.mean - 4.0 * std
         keep = np.flatnonzero(~self.blocked)
-        if not len(keep):
+        if len(keep):
+            keep = keep[lower[keep] <= np.min((b.mean + 4.0 * std)[keep])]
+            keep = keep[np.argsort(lower[keep], kind="stable")[:_gp._SAMPLE_ROWS]]
+        return keep, _gp.root(b.joint(keep)) if len(keep) else np.zeros((0, 0))
+
+    def _thompson(self) -> int | None:
+        """The minimum of one posterior draw over those rows not near a pick."""
+        keep, root = self._draws
+        allowed = ~self.blocked[keep]
+        if not allowed.any():
             return None
-        keep = keep[lower[keep] <= np.min((b.mean + 4.0 * std)[keep])]
-        keep = keep[np.argsort(lower[keep], kind="stable")[:_gp._SAMPLE_ROWS]]
-        draw = b.mean[keep] + _gp.root(b.joint(keep)) @ self.s.rng.standard_normal(len(keep))
+        draw = self.believed.mean[keep] + root @ self.s.rng.standard_normal(len(keep))
+        draw[~allowed] = np.inf
         return int(keep[np.argmin(draw)])
 
     def _near_picks(self, rows: np.ndarray, picks: list) -> np.ndarray:

@@ -3,8 +3,8 @@
 Why not skopt's GP: it re-optimises the kernel hyperparameters (with restarts) on every
 tell and predicts the spread with an einsum over the full inverse, so one suggestion
 costs seconds at a few hundred points (benchmarks/results/quality_suite.md). Here the
-expensive part (maximising the marginal likelihood with scikit-learn) runs only on a
-schedule and on a capped subset; in between, the fitted kernel is reused and a posterior
+expensive part (maximising the marginal likelihood: scikit-learn's, computed by
+_Likelihood for the default kernel) runs only on a schedule and on a capped subset; in between, the fitted kernel is reused and a posterior
 is one Cholesky factorisation, so adding constant-liar points for pending suggestions
 costs milliseconds.
 """
@@ -46,22 +46,97 @@ def default_kernel(n_cols: int, base=None):
 
 
 def fit_kernel(kernel, X: np.ndarray, y: np.ndarray, restarts: int, seed: int):
-    """Maximise the marginal likelihood; returns the fitted kernel (start: `kernel`)."""
+    """Maximise the marginal likelihood; returns the fitted kernel (start: `kernel`, then
+    `restarts` random starts drawn as scikit-learn draws them)."""
+    likelihood = _Likelihood.of(kernel, X, y)
+    if likelihood is None:
+        return _fit_sklearn(kernel, X, y, restarts, seed)
+    optimise = _optimiser(kernel, restarts)
+    bounds, rng = kernel.bounds, np.random.RandomState(seed)
+    starts = [kernel.theta] + [rng.uniform(bounds[:, 0], bounds[:, 1]) for _ in range(restarts)]
+    optima = [optimise(likelihood, start, bounds) for start in starts]
+    return kernel.clone_with_theta(min(optima, key=lambda o: o[1])[0])
+
+
+def _optimiser(kernel, restarts: int):
+    """L-BFGS-B on the negative log likelihood plus the length scales' prior, with
+    scikit-learn's optimizer signature."""
     maxiter = _MAX_ITER[restarts > 0]
     prior = _length_scale_prior(kernel)
 
-    def _lbfgs(obj_func, initial_theta, bounds):
+    def lbfgs(obj_func, initial_theta, bounds):
         res = minimize(lambda t: prior(t, *obj_func(t)), initial_theta, method="L-BFGS-B",
                        jac=True, bounds=bounds, options={"maxiter": maxiter})
         return res.x, res.fun
 
-    gpr = GaussianProcessRegressor(kernel=kernel, normalize_y=True, optimizer=_lbfgs,
+    return lbfgs
+
+
+def _fit_sklearn(kernel, X, y, restarts: int, seed: int):
+    """scikit-learn's fit, for kernels _Likelihood does not know (the Hamming kernel)."""
+    gpr = GaussianProcessRegressor(kernel=kernel, normalize_y=True,
+                                   optimizer=_optimiser(kernel, restarts),
                                    n_restarts_optimizer=restarts, random_state=seed)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         warnings.simplefilter("ignore", UserWarning)
         gpr.fit(X, y)
     return gpr.kernel_
+
+
+class _Likelihood:
+    """The negative log marginal likelihood and its gradient in the log-hyperparameters
+    for default_kernel's shape (amplitude x anisotropic Matern-5/2 + white noise), as
+    scikit-learn's GaussianProcessRegressor(normalize_y=True) computes them (the same
+    standardised values, the same 1e-10 on the diagonal, the same formulas), without
+    its per-evaluation kernel cloning and parameter bookkeeping, which cost several
+    times the arithmetic on the tens to a few hundred points a fit sees; and the length
+    scales' gradient from column sums (O(n^2 d)) instead of an n x n x d tensor.
+    tests/test_searchers.py checks both against scikit-learn's."""
+
+    _ALPHA = 1e-10                  # GaussianProcessRegressor's default alpha
+
+    def __init__(self, X: np.ndarray, y: np.ndarray):
+        self.X = X
+        std = float(np.std(y))
+        self.y = (y - np.mean(y)) / (std if std != 0.0 else 1.0)
+
+    @classmethod
+    def of(cls, kernel, X: np.ndarray, y: np.ndarray):
+        """The likelihood for `kernel`, or None where its shape is not default_kernel's."""
+        from sklearn.gaussian_process.kernels import Product, Sum
+
+        shaped = (isinstance(kernel, Sum) and isinstance(kernel.k1, Product)
+                  and isinstance(kernel.k2, WhiteKernel)
+                  and isinstance(kernel.k1.k1, ConstantKernel)
+                  and type(kernel.k1.k2) is Matern52 and kernel.k1.k2.nu == 2.5
+                  and kernel.k1.k2.anisotropic and y.ndim == 1
+                  and kernel.n_dims == X.shape[1] + 2)      # (no hyperparameter fixed)
+        return cls(X, y) if shaped else None
+
+    def __call__(self, theta: np.ndarray) -> tuple[float, np.ndarray]:
+        amp, ls, noise = np.exp(theta[0]), np.exp(theta[1:-1]), np.exp(theta[-1])
+        Z = self.X / ls
+        r = squareform(pdist(Z)) * math.sqrt(5)
+        decay = np.exp(-r)
+        M = (1.0 + r + r * r / 3.0) * decay               # Matern-5/2's correlation
+        K = amp * M
+        K[np.diag_indices_from(K)] += noise + self._ALPHA
+        try:
+            L = cholesky(K, lower=True, check_finite=False)
+        except np.linalg.LinAlgError:                     # (scikit-learn's answer)
+            return np.inf, np.zeros_like(theta)
+        a = cho_solve((L, True), self.y, check_finite=False)
+        n = len(self.y)
+        lml = -0.5 * float(self.y @ a) - float(np.log(np.diag(L)).sum()) - n / 2 * math.log(2 * math.pi)
+        W = np.outer(a, a) - cho_solve((L, True), np.eye(n), check_finite=False)
+        grad = np.empty_like(theta)
+        grad[0] = 0.5 * amp * float(np.sum(W * M))
+        # d K / d log l_j = amp * 5/3 * D_j * (1 + r) * exp(-r), D_j the squared scaled gap
+        E = W * (1.0 + r) * decay * (amp * 5.0 / 3.0)
+        grad[1:-1] = E.sum(axis=1) @ (Z * Z) - ((E @ Z) * Z).sum(axis=0)   # (half of 2 x ...)
+        grad[-1] = 0.5 * noise * float(np.trace(W))
+        return -lml, -grad
 
 
 def _length_scale_prior(kernel):

@@ -153,6 +153,8 @@ class BayesianSearcher(Searcher):
             yield next(design)
         if numbers:
             yield from self._believed_batch(numbers)
+        else:
+            _controller()   # (made now, while the design runs: see _controller)
 
     def _batchable(self) -> bool:
         """One fit serves a batch where a believed point changes no mean: a GP with the
@@ -175,9 +177,10 @@ class BayesianSearcher(Searcher):
                 self._gains -= model.predict(self._hedge_last)[0]
             cand, _, _, scores, y_opt = self._pool(model.predict, X, y, names)
             rows = cand[self._shortlist(scores, len(numbers))]
-            if any(self._explores(n) for n in numbers):   # Thompson turns: their own rows too
+            draws = any(self._explores(n) for n in numbers)
+            if draws:                                     # Thompson turns: their own rows too
                 rows = np.vstack([rows, self._thompson_rows(X, y)])
-            batch = Batch(self, model, rows, len(numbers), y_opt, names)
+            batch = Batch(self, model, rows, len(numbers), y_opt, names, draws)
             picked = []
             for number in numbers:
                 self.number = number
@@ -504,10 +507,17 @@ _THREADS = None
 def _single_thread():
     """One BLAS thread while we fit and predict: on a node shared with training ranks,
     OpenBLAS's threads fight them for the cores and a kernel fit gets many times slower."""
+    return _controller().limit(limits=1, user_api="blas")
+
+
+def _controller() -> ThreadpoolController:
+    """The thread pools' controller, made once. Making it inspects every loaded library
+    (tens of milliseconds), so a batch of design points makes it: the first model batch
+    comes when the design's results do, with every group waiting for it."""
     global _THREADS
     if _THREADS is None:
         _THREADS = ThreadpoolController()
-    return _THREADS.limit(limits=1, user_api="blas")
+    return _THREADS
 
 
 class _Standardised:
