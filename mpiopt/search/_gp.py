@@ -4,9 +4,9 @@ Why not skopt's GP: it re-optimises the kernel hyperparameters (with restarts) o
 tell and predicts the spread with an einsum over the full inverse, so one suggestion
 costs seconds at a few hundred points (benchmarks/results/quality_suite.md). Here the
 expensive part (maximising the marginal likelihood: scikit-learn's, computed by
-_Likelihood for the default kernel) runs only on a schedule and on a capped subset; in between, the fitted kernel is reused and a posterior
-is one Cholesky factorisation, so adding constant-liar points for pending suggestions
-costs milliseconds.
+_Likelihood for the default kernel) runs only on a schedule and on a capped subset; in
+between, the fitted kernel is reused and a posterior is one Cholesky factorisation, so
+adding constant-liar points for pending suggestions costs milliseconds.
 """
 from __future__ import annotations
 
