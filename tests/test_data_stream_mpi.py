@@ -167,6 +167,7 @@ def test_a_study_stored_before_shuffle_auto_resumes_with_the_exact_shuffle(tmp_p
     proc = mpiopt("search", old, "--storage", url, "--resume", "--trials", "3", cwd=tmp_path)
     assert proc.returncode == 2, proc.stdout + proc.stderr[-3000:]
     assert "changed objective.data.shuffle: 'exact' -> 'auto'" in proc.stderr
+    assert "changed objective.data.split_by: 'sample' -> 'auto'" in proc.stderr
 
     new = write_study(tmp_path, "new", {"in_memory": True, "shuffle_window": 40}, chunked=True)
     proc = mpiopt("search", new, "--storage", url, "--trials", "1", np=3, cwd=tmp_path,
@@ -178,7 +179,7 @@ def test_a_study_stored_before_shuffle_auto_resumes_with_the_exact_shuffle(tmp_p
 
 def as_stored_before(url: str, name: str) -> None:
     """The study's stored spec as mpiopt stored it while `exact` was the default: without
-    data.shuffle (a default was left out of the stored spec)."""
+    data.shuffle and data.split_by (defaults were left out of the stored spec)."""
     from mpiopt.storage import open_storage
 
     storage = open_storage(url)
@@ -186,6 +187,7 @@ def as_stored_before(url: str, name: str) -> None:
         record = storage.get_study(name)
         stored = yaml.safe_load(record.spec_text)
         stored["objective"]["data"].pop("shuffle", None)
+        stored["objective"]["data"].pop("split_by", None)      # (`sample` then, as well)
         storage.update_study_spec(record.id, yaml.safe_dump(stored, sort_keys=False))
     finally:
         storage.close()

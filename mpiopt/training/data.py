@@ -23,12 +23,12 @@ layout is not known where the data are read. The rest of the node is for the ran
 runtimes, models and batches, and for whatever else runs there. `true` and `false` force
 either path. Both give the same splits and the same batches, so the same trial values.
 
-`data.shuffle: auto` (the default) is `exact` (a permutation of every training sample per
-epoch) unless some training file is read by block (chunked or compressed HDF5, compressed
-ROOT baskets, np.savez_compressed): then `window`, because an exact shuffle reads (and
-decompresses) a whole block for each sample it takes from a streamed file. The choice is
-made from the files, not from the in-memory/streamed path, so both paths shuffle alike;
-`describe` says it in one line at the study's start.
+`data.shuffle: auto` and `data.split_by: auto` (the defaults) follow the files: for files
+read by chunk (chunked or compressed HDF5, compressed ROOT baskets, np.savez_compressed)
+a window shuffle and splits of whole chunks, else an exact shuffle and splits by sample
+(mpiopt.training.chunks says why). The choice is made from the files, not from the
+in-memory/streamed path, so both paths shuffle and split alike; `describe` says it at the
+study's start.
 
 What the events hold is read the same way in either path: the selection keeps a file's
 passing entries as it is opened (mpiopt.training.opening), so splits and shuffles run over
@@ -50,6 +50,7 @@ from pathlib import Path
 import numpy as np
 
 from mpiopt.errors import DataError
+from mpiopt.training.chunks import describe_chunks, shuffle_window, split_chunks
 from mpiopt.training.inputs import FLAT, Inputs, joined
 from mpiopt.training.opening import open_source
 from mpiopt.training.shared import NodeShare
@@ -74,6 +75,7 @@ class Dataset:
     w: np.ndarray | None = None
     w_val: np.ndarray | None = None
     window: int | None = None          # data.shuffle as resolved: samples per window, or exact
+    chunks: np.ndarray | None = None   # split_by: auto over files read by chunk: where each starts
     held: object = None                # the node-shared memory the arrays live in, kept
 
     @property
@@ -195,19 +197,8 @@ def _read(data, base_dir, files: list, node=None) -> Dataset:
     w = scaled(_weights(train), y, data.balance_classes, files_named(train))
     wv = scaled(_weights(val), yv, data.balance_classes, files_named(val)) if val else None
     return check_finite(Dataset(x, y, xv, yv, groups=groups, w=w, w_val=wv,
-                                window=shuffle_window(data, train), held=node))
-
-
-def shuffle_window(data, sources) -> int | None:
-    """The rule of data.shuffle (module docstring): samples per window, or None (exact)."""
-    if data.shuffle == "window" or (data.shuffle == "auto" and any(map(by_block, sources))):
-        return data.shuffle_window
-    return None
-
-
-def by_block(source) -> bool:
-    """Whether a file's features (or a collection of it) are read by block, not in place."""
-    return source.mapped is None or any(map(by_block, source.inputs.values()))
+                                window=shuffle_window(data, train),
+                                chunks=split_chunks(data, train), held=node))
 
 
 def _inputs(sources, stream: bool, data, node=None):
@@ -274,11 +265,12 @@ def describe(data, base_dir=None) -> list[str]:
     if data.loader:
         return []
     lines = []
-    if data.shuffle == "auto" and (window := shuffle_window(
-            data, catalog(replace(data, cache=None), base_dir))):
+    train = catalog(replace(data, cache=None), base_dir)
+    if data.shuffle == "auto" and (window := shuffle_window(data, train)):
         lines.append(f"data: shuffle: window of {window} samples (auto: some files are "
                      f"chunked or compressed, and an exact shuffle reads a whole chunk per "
                      f"sample; data.shuffle: exact forces it)")
+    lines += describe_chunks(split_chunks(data, train))
     if not (data.selection or data.weights or data.balance_classes or data.collections):
         return lines
     for prefix, what in (("", "training"), ("val_", "validation")):
