@@ -88,12 +88,14 @@ class Dataset:
         return weighted(self.y, self.w)
 
     def merged(self) -> "Dataset":
-        """Training and validation samples as one training set (training.refit)."""
+        """Training and validation samples as one training set (training.refit): the
+        features gathered from both where they are (inputs.joined), not copied into one
+        array per rank; the labels and weights (a few bytes a sample) concatenated."""
         if not self.has_validation:
             return self
         w = None if self.w is None else np.concatenate([self.w, self.w_val])
         return Dataset(joined(self.x, self.x_val), np.concatenate([self.y, self.y_val]), w=w,
-                       window=self.window)
+                       window=self.window, held=self.held)
 
 
 _cache: dict = {}       # data section -> (Dataset, the files it was read from)

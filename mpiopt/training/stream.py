@@ -161,6 +161,32 @@ class View:
         return self.base.gather(idx) if isinstance(self.base, FileArray) else self.base[idx]
 
 
+class Joined:
+    """Arrays in memory one after the other, as one array gathered on demand: the refit's
+    training and validation features (Dataset.merged) without a concatenated copy of
+    them on every rank, which would hold the data twice."""
+
+    def __init__(self, first, second):
+        self.parts, self.split = (first, second), len(first)
+        self.shape = (len(first) + len(second),) + tuple(first.shape[1:])
+        self.dtype = np.result_type(first.dtype, second.dtype)
+        self.ndim = len(self.shape)
+        self.nbytes = int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __getitem__(self, key):
+        if np.isscalar(key):
+            return self[np.array([key])][0]
+        idx = np.arange(*key.indices(len(self))) if isinstance(key, slice) else np.asarray(key)
+        out = np.empty((len(idx),) + self.shape[1:], self.dtype)
+        first = idx < self.split
+        out[first] = self.parts[0][idx[first]]
+        out[~first] = self.parts[1][idx[~first] - self.split]
+        return out
+
+
 def take(x, idx):
     """x's samples idx as a View, nothing read or copied yet (a fold of data in memory
     is index arrays over the one copy: data's module docstring); for the holders of
