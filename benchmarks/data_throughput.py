@@ -599,7 +599,8 @@ def chunked_cpu(args, tmp: Path) -> list[dict]:
     """CPU time per trained sample, which load on a shared machine does not change: each
     rank's streamed reads of one epoch of the data that fits (--fit-gb) as the training
     reads them (holdout 0.1, the window shuffle at its default, each rank its shard of
-    every global batch; the splits at their default, whole chunks, and by sample), and a
+    every global batch; with a holdout of 0.1 and 3 folds, the splits at their default,
+    whole chunks, and by sample; and the held-out samples' validation reads), and a
     train step of the model on a rank's share of a batch.
     Where the cores are all busy, streamed / in memory is at most step / (step + read)."""
     import os
@@ -616,9 +617,14 @@ def chunked_cpu(args, tmp: Path) -> list[dict]:
         spec = DataSpec(hdf5=[str(p) for p in fit], features="images", in_memory=False,
                         split_by=split)
         data = load_data(spec)
+        for training, how in ((TrainingSpec(holdout=0.1), "holdout 0.1"),
+                              (TrainingSpec(kfold=3), "kfold 3")):
+            train, val = make_splits(data, training, 1).pairs[0]
+            x = stream.take(data.x, train)
+            rows += _epoch_reads(args, data, x, train, f"{how}, split_by: {split}")
+            rows.append(_validation_reads(args, data, val, f"{how}, split_by: {split}"))
         train, _ = make_splits(data, TrainingSpec(holdout=0.1), 1).pairs[0]
         x = stream.take(data.x, train)
-        rows += _epoch_reads(args, data, x, train, f"split_by: {split}")
     os.environ.update(TF_NUM_INTRAOP_THREADS="1", TF_NUM_INTEROP_THREADS="1",
                       OMP_NUM_THREADS="1", KERAS_BACKEND="tensorflow")
     namespace: dict = {}
@@ -634,7 +640,7 @@ def chunked_cpu(args, tmp: Path) -> list[dict]:
     step = (time.process_time() - start) / (steps * share) * 1e6
     rows.append({"what": f"train step (Keras train_on_batch, {share} samples, 1 thread)",
                  "samples": steps * share, "us/sample": step})
-    read = float(np.mean([r["us/sample"] for r in rows[:args.ranks]]))
+    read = float(np.mean([r["us/sample"] for r in rows[:args.ranks]]))   # the defaults' reads
     print(f"CPU-bound ceiling of streamed / in memory: {step / (step + read):.2f}x", flush=True)
     return rows
 
@@ -659,6 +665,23 @@ def _epoch_reads(args, data, x, train, what: str) -> list[dict]:
                      "decompressed per sample": read["samples"] / n})
         del data.x._block
     return rows
+
+
+def _validation_reads(args, data, val, what: str) -> dict:
+    """CPU time of one rank validating a fold's held-out samples, batch by batch."""
+    from mpiopt.training import stream
+    from mpiopt.training.data import batches
+
+    data.x._blocks.clear()
+    read = _counting(data.x)
+    x = stream.take(data.x, val)
+    start = time.process_time()
+    for b in batches(len(val), args.batch):
+        x[np.arange(b.start, b.stop)]
+    cpu = time.process_time() - start
+    del data.x._block
+    return {"what": f"validation reads of an epoch, {what}", "samples": len(val),
+            "us/sample": cpu / len(val) * 1e6, "decompressed per sample": read["samples"] / len(val)}
 
 
 def _counting(array) -> dict:
