@@ -58,7 +58,7 @@ from mpiopt.training.sources import Reading
 from mpiopt.training.stream import FileArray, file_numbers, index_dtype, streamed, window_order
 from mpiopt.training.weights import scaled, weighted
 from mpiopt.training.wholefiles import (  # noqa: F401  (read_*, write_hdf5: the loaders')
-    _check_pair, expand, read_hdf5, read_npz, write_hdf5)
+    check_pair, expand, read_hdf5, read_npz, write_hdf5)
 
 
 @dataclass
@@ -379,9 +379,9 @@ def from_loader(returned) -> Dataset:
     if not isinstance(returned, (tuple, list)) or len(returned) not in (2, 4):
         raise ValueError("the data loader must return (x, y) or (x_train, y_train, x_val, y_val)")
     arrays = [np.asarray(a) for a in returned]
-    _check_pair(arrays[0], arrays[1], "loader")
+    check_pair(arrays[0], arrays[1], "loader")
     if len(arrays) == 4:
-        _check_pair(arrays[2], arrays[3], "loader validation")
+        check_pair(arrays[2], arrays[3], "loader validation")
     return Dataset(*arrays)
 
 

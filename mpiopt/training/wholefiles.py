@@ -16,7 +16,7 @@ import numpy as np
 from mpiopt.errors import DataError, SpecError
 
 
-def _check_pair(x, y, what: str) -> None:
+def check_pair(x, y, what: str) -> None:
     """As many labels as samples of features, and some."""
     if len(x) != len(y):
         raise ValueError(f"{what}: {len(x)} samples of features but {len(y)} labels")
@@ -91,7 +91,7 @@ def read_hdf5(patterns, features="features", labels="labels", base_dir=None):
 
 def _concat(xs, ys):
     x, y = np.concatenate(xs), np.concatenate(ys)
-    _check_pair(x, y, "data files")
+    check_pair(x, y, "data files")
     return x, y
 
 
