@@ -121,3 +121,30 @@ def test_a_study_stored_before_split_by_auto_keeps_its_folds_by_sample(tmp_path)
     new = Spec.from_dict(raw, base_dir=tmp_path)
     assert new.objective.data.split_by == "auto"
     assert yaml.safe_load(new.to_yaml())["objective"]["data"]["split_by"] == "auto"
+
+
+def test_regression_targets_deal_chunks_unstratified():
+    starts = np.r_[0:3000:100, 3000]
+    y = np.random.default_rng(1).normal(size=3000)
+    folds = chunk_kfold_splits(y, starts, 3, seed=1)
+    assert sorted(np.concatenate([v for _, v in folds])) == list(range(3000))
+    assert sorted(len(v) for _, v in folds) == [1000, 1000, 1000]
+
+
+def test_the_chunk_splits_are_the_ones_studies_already_ran():
+    """Digests of chunk splits studies have trained on, and the block they are made of: a
+    study resumed across versions trains its folds on the same samples (a new rule, or
+    another stream.BLOCK, would need its own default and STORED_DEFAULTS' entry)."""
+    from test_kfold import _digest
+
+    from mpiopt.training import chunks, stream
+
+    assert stream.BLOCK == chunks.BLOCK == 1024 and chunks.MIN_CHUNKS == 10
+    starts = np.r_[0:10_007:97, 10_007]
+    y = np.random.default_rng(0).choice(3, 10_007, p=[0.6, 0.3, 0.1])
+    assert _digest([a for pair in chunk_kfold_splits(y, starts, 5, 11)
+                    for a in pair]) == DIGESTS[0]
+    assert _digest(chunk_holdout_split(y, starts, 0.1, 3)) == DIGESTS[1]
+
+
+DIGESTS = ("1f3d146a7360ac40", "1317f6882b4b2466")

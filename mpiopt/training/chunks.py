@@ -20,7 +20,9 @@ values):
   a fold's size is then only within one chunk of the others, so chunks split only when
   every fold (or the held-out part) gets at least MIN_CHUNKS of them, else samples do.
   A study stored before `auto` was the default resumes with the folds it had
-  (spec._resolved.STORED_DEFAULTS: `sample`).
+  (spec._resolved.STORED_DEFAULTS: `sample`). The chunks are the blocks a file is read
+  by, so stream.BLOCK is part of the fold rule: another value would deal other folds to
+  the studies that split by chunk, which resume with theirs.
 """
 from __future__ import annotations
 
