@@ -167,6 +167,9 @@ class Joined:
     them on every rank, which would hold the data twice."""
 
     def __init__(self, first, second):
+        if tuple(first.shape[1:]) != tuple(second.shape[1:]):
+            raise DataError(f"the validation features have shape {tuple(second.shape[1:])} per "
+                            f"sample, the training features {tuple(first.shape[1:])}")
         self.parts, self.split = (first, second), len(first)
         self.shape = (len(first) + len(second),) + tuple(first.shape[1:])
         self.dtype = np.result_type(first.dtype, second.dtype)
