@@ -35,7 +35,9 @@ run:
                and `false` on the data that fits (--fit-gb); then `--mem-gb` of them
                trained by `--ranks` ranks with `in_memory: auto`, the node's peak PSS
                against the data's bytes and the ranks' runtimes ("base": their PSS after
-               importing Keras): "x data" is (node peak - base) / data.
+               importing Keras): "x data" is (node peak - base) / data. Beside the
+               defaults, streamed with `split_by: sample` (folds by sample, which share
+               every chunk); "epoch samples/s" counts the validation's time too.
   chunked-cpu  CPU time per trained sample, load-independent: each rank's streamed reads
                of an epoch of those parts, and the model's train step; with every core
                busy, streamed / in memory is at most step / (step + read).
@@ -112,7 +114,9 @@ def worker(config: dict) -> None:
         t = result["timing"]
         Path(config["out"]).write_text(json.dumps({
             "samples_s": t["samples"] / t["train_s"], "streamed": is_streamed,
+            "epoch_samples_s": t["samples"] / (t["train_s"] + t["val_s"]),
             "data_bytes": int(data.x.nbytes + data.y.nbytes), "window": data.window,
+            "chunk_splits": data.chunks is not None,
             "pss_mb": sum(r["peak"] for r in ranks) / 2**20,
             "data_mb": sum(r["peak"] - r["base"] for r in ranks) / 2**20,
             "mapped_mb": sum(r["mapped"] for r in ranks) / 2**20,
@@ -158,16 +162,18 @@ class Peak:
 
 
 def run_job(tmp: Path, name: str, parts: str, ranks: int, in_memory, limit: int | None,
-            epochs: int, batch: int, node_peak: bool = False, kind: str = "npy") -> dict:
+            epochs: int, batch: int, node_peak: bool = False, kind: str = "npy",
+            data: dict | None = None) -> dict:
     """node_peak: sample the node's PSS from outside (memory runs only: reading the ranks'
-    page tables every 50 ms takes CPU time from them). kind: the parts' format."""
+    page tables every 50 ms takes CPU time from them). kind: the parts' format; data: more
+    fields of the data section."""
     spec = tmp / f"{name}.yaml"
     import yaml
     spec.write_text(yaml.safe_dump({
         "study": {"name": name},
         "objective": {"model": "model.py:build", "metric": "val_loss",
                       "data": {kind: parts, "features": "images", "labels": "labels",
-                               "in_memory": in_memory}},
+                               "in_memory": in_memory, **(data or {})}},
         "search_space": {"u": {"type": "real", "low": 0.0, "high": 1.0}},
         "search": {"algorithm": "random", "trials": 1},
         "training": {"epochs": epochs, "batch_size": batch, "holdout": 0.1},
@@ -532,28 +538,38 @@ def chunked(args, tmp: Path) -> list[list[dict]]:
     return tables
 
 
+CHUNKED_CASES = (("in_memory: true", True, {}), ("in_memory: false", False, {}),
+                 ("in_memory: false, split_by: sample", False, {"split_by": "sample"}))
+
+
 def chunked_speeds(args, tmp: Path) -> list[dict]:
-    """Samples/s of in_memory: true and false, alternated, the best of each."""
+    """Samples/s of in_memory: true and false at the defaults, and streamed with folds by
+    sample (split_by: sample), alternated, the best of each; "epoch samples/s" counts the
+    validation's time too."""
     fit = chunked_parts(tmp, args.fit_gb)
     (tmp / "h5fit").mkdir(exist_ok=True)
     for p in fit:
         if not (tmp / "h5fit" / p.name).exists():
             (tmp / "h5fit" / p.name).symlink_to(p)
-    runs = {True: [], False: []}
+    runs: dict = {name: [] for name, _, _ in CHUNKED_CASES}
     for _ in range(args.repeat):   # alternated, the best of each: a shared machine's load
-        for mode in (True, False):
-            runs[mode].append(run_job(tmp, f"h5fit{int(mode)}", str(tmp / "h5fit" / "*.h5"),
-                                      args.ranks, mode, None, 2, args.batch, kind="hdf5"))
+        for i, (name, mode, data) in enumerate(CHUNKED_CASES):
+            runs[name].append(run_job(tmp, f"h5fit{i}", str(tmp / "h5fit" / "*.h5"),
+                                      args.ranks, mode, None, 2, args.batch, kind="hdf5",
+                                      data=data))
     rows = []
-    for mode in (True, False):
-        r = max(runs[mode], key=lambda r: r.get("samples_s", 0))
-        rows.append({"data": f"{len(fit) * PART_JETS * 1024 / 2**30:.2f} GiB",
-                     "path": "in_memory: true" if mode else "in_memory: false",
-                     "ranks": args.ranks, **_cells(r), "shuffle window": r.get("window")})
-        print(rows[-1], [round(x.get("samples_s", 0)) for x in runs[mode]], flush=True)
-    if "samples/s" in rows[0] and "samples/s" in rows[1]:
-        rows[1]["x in memory"] = rows[1]["samples/s"] / rows[0]["samples/s"]
-        print(f"chunked HDF5, streamed / in memory: {rows[1]['x in memory']:.2f}x", flush=True)
+    for name, _, _ in CHUNKED_CASES:
+        r = max(runs[name], key=lambda r: r.get("samples_s", 0))
+        rows.append({"data": f"{len(fit) * PART_JETS * 1024 / 2**30:.2f} GiB", "path": name,
+                     "ranks": args.ranks, **_cells(r, ("samples_s", "epoch_samples_s")),
+                     "shuffle window": r.get("window"), "chunk splits": r.get("chunk_splits")})
+        print(rows[-1], [round(x.get("samples_s", 0)) for x in runs[name]], flush=True)
+    for row in rows[1:]:
+        for key in ("samples/s", "epoch samples/s"):
+            if key in rows[0] and key in row:
+                row[f"x in memory ({key})"] = row[key] / rows[0][key]
+    print(f"chunked HDF5, streamed / in memory: "
+          f"{rows[1].get('x in memory (samples/s)', float('nan')):.2f}x", flush=True)
     return rows
 
 
@@ -583,36 +599,32 @@ def chunked_cpu(args, tmp: Path) -> list[dict]:
     """CPU time per trained sample, which load on a shared machine does not change: each
     rank's streamed reads of one epoch of the data that fits (--fit-gb) as the training
     reads them (holdout 0.1, the window shuffle at its default, each rank its shard of
-    every global batch), and a train step of the model on a rank's share of a batch.
+    every global batch; with a holdout of 0.1 and 3 folds, the splits at their default,
+    whole chunks, and by sample; and the held-out samples' validation reads), and a
+    train step of the model on a rank's share of a batch.
     Where the cores are all busy, streamed / in memory is at most step / (step + read)."""
     import os
 
     from mpiopt.spec import DataSpec, TrainingSpec
     from mpiopt.training import stream
-    from mpiopt.training.data import _opened, batches, epoch_order, load_data, shard
+    from mpiopt.training.data import _opened, load_data
     from mpiopt.training.folds import make_splits
 
     fit = chunked_parts(tmp, args.fit_gb)
-    _opened.clear()
-    spec = DataSpec(hdf5=[str(p) for p in fit], features="images", in_memory=False)
-    data = load_data(spec)
-    train, _ = make_splits(data, TrainingSpec(holdout=0.1), 1).pairs[0]
-    x = stream.take(data.x, train)
-    order = epoch_order(len(train), 1, 0, True, data.window, args.batch)
     rows = []
-    for rank in range(args.ranks):
-        data.x._blocks.clear()
-        read = _counting(data.x)
-        start = time.process_time()
-        n = 0
-        for b in batches(len(order), args.batch):
-            part = order[b][shard(len(order[b]), args.ranks, rank)]
-            n += len(x[part])
-        cpu = time.process_time() - start
-        rows.append({"what": f"rank {rank} of {args.ranks}: streamed reads of an epoch",
-                     "samples": n, "us/sample": cpu / n * 1e6,
-                     "decompressed per sample": read["samples"] / n})
-        del data.x._block
+    for split in ("auto", "sample"):     # the default, and folds by sample
+        _opened.clear()
+        spec = DataSpec(hdf5=[str(p) for p in fit], features="images", in_memory=False,
+                        split_by=split)
+        data = load_data(spec)
+        for training, how in ((TrainingSpec(holdout=0.1), "holdout 0.1"),
+                              (TrainingSpec(kfold=3), "kfold 3")):
+            train, val = make_splits(data, training, 1).pairs[0]
+            x = stream.take(data.x, train)
+            rows += _epoch_reads(args, data, x, train, f"{how}, split_by: {split}")
+            rows.append(_validation_reads(args, data, val, f"{how}, split_by: {split}"))
+        train, _ = make_splits(data, TrainingSpec(holdout=0.1), 1).pairs[0]
+        x = stream.take(data.x, train)
     os.environ.update(TF_NUM_INTRAOP_THREADS="1", TF_NUM_INTEROP_THREADS="1",
                       OMP_NUM_THREADS="1", KERAS_BACKEND="tensorflow")
     namespace: dict = {}
@@ -628,9 +640,48 @@ def chunked_cpu(args, tmp: Path) -> list[dict]:
     step = (time.process_time() - start) / (steps * share) * 1e6
     rows.append({"what": f"train step (Keras train_on_batch, {share} samples, 1 thread)",
                  "samples": steps * share, "us/sample": step})
-    read = float(np.mean([r["us/sample"] for r in rows[:-1]]))
+    read = float(np.mean([r["us/sample"] for r in rows[:args.ranks]]))   # the defaults' reads
     print(f"CPU-bound ceiling of streamed / in memory: {step / (step + read):.2f}x", flush=True)
     return rows
+
+
+def _epoch_reads(args, data, x, train, what: str) -> list[dict]:
+    """CPU time of each rank's streamed reads of one epoch, per trained sample."""
+    from mpiopt.training.data import batches, epoch_order, shard
+
+    order = epoch_order(len(train), 1, 0, True, data.window, args.batch)
+    rows = []
+    for rank in range(args.ranks):
+        data.x._blocks.clear()
+        read = _counting(data.x)
+        start = time.process_time()
+        n = 0
+        for b in batches(len(order), args.batch):
+            part = order[b][shard(len(order[b]), args.ranks, rank)]
+            n += len(x[part])
+        cpu = time.process_time() - start
+        rows.append({"what": f"rank {rank} of {args.ranks}: streamed reads of an epoch, {what}",
+                     "samples": n, "us/sample": cpu / n * 1e6,
+                     "decompressed per sample": read["samples"] / n})
+        del data.x._block
+    return rows
+
+
+def _validation_reads(args, data, val, what: str) -> dict:
+    """CPU time of one rank validating a fold's held-out samples, batch by batch."""
+    from mpiopt.training import stream
+    from mpiopt.training.data import batches
+
+    data.x._blocks.clear()
+    read = _counting(data.x)
+    x = stream.take(data.x, val)
+    start = time.process_time()
+    for b in batches(len(val), args.batch):
+        x[np.arange(b.start, b.stop)]
+    cpu = time.process_time() - start
+    del data.x._block
+    return {"what": f"validation reads of an epoch, {what}", "samples": len(val),
+            "us/sample": cpu / len(val) * 1e6, "decompressed per sample": read["samples"] / len(val)}
 
 
 def _counting(array) -> dict:
@@ -680,7 +731,8 @@ def memory(args, tmp: Path) -> list[dict]:
 def _cells(r: dict, keys=("samples_s", "pss_mb")) -> dict:
     if "error" in r:
         return {"error": " ".join(r["error"])[:120]}
-    names = {"samples_s": "samples/s", "pss_mb": "PSS MB", "data_mb": "data MB",
+    names = {"samples_s": "samples/s", "epoch_samples_s": "epoch samples/s",
+             "pss_mb": "PSS MB", "data_mb": "data MB",
              "node_mb": "node peak MB",
              "mapped_mb": "mapped MB", "other_mb": "other MB", "base_mb": "base MB"}
     out = {names[k]: r[k] for k in keys}

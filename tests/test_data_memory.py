@@ -65,3 +65,29 @@ def test_shuffle_auto_windows_chunked_files_in_memory_and_streamed_and_says_so(t
     line, = D.describe(auto)
     assert line.startswith("data: shuffle: window of 32 samples (auto: ") and "exact" in line
     assert D.describe(DataSpec(**plain, in_memory=in_memory)) == []
+
+
+@pytest.mark.parametrize("kind", ["hdf5", "npy"])
+def test_the_refit_joins_training_and_validation_without_copying_them(tmp_path, kind):
+    """training.refit trains on the training and the validation files together: the
+    features are gathered from both arrays, not concatenated into a copy of them."""
+    train = [arrays(400, s, shape=(32, 32)) for s in range(3)]
+    val = [arrays(300, 9, shape=(32, 32))]
+    files = write_parts(tmp_path / "train", kind, train, compressed=kind == "hdf5")
+    vals = {f"val_{k}": v for k, v in write_parts(tmp_path / "val", kind, val,
+                                                    compressed=kind == "hdf5").items()}
+    data = D.load_data(DataSpec(**files, **vals, in_memory=True))
+    tracemalloc.start()
+    try:
+        merged = data.merged()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 0.1 * (data.x.nbytes + data.x_val.nbytes), peak
+    whole = np.concatenate([p[0] for p in train + val])
+    idx = np.random.default_rng(0).permutation(len(whole))[:500]
+    assert len(merged.x) == len(whole) == len(merged.y)
+    assert np.array_equal(merged.x[idx], whole[idx])
+    assert np.array_equal(merged.x[1190:1210], whole[1190:1210])
+    assert np.array_equal(S.take(merged.x, idx)[10:20], whole[idx[10:20]])
+    assert np.array_equal(merged.y, np.concatenate([p[1] for p in train + val]))

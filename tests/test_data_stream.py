@@ -127,18 +127,40 @@ def test_windowed_shuffle_is_a_permutation_made_of_windows():
 
 
 def test_a_windowed_shuffle_puts_each_batch_in_ascending_order_so_a_shard_reads_fewer_chunks():
-    """The same windows and the same batches' samples as without it; each batch ascending,
-    so of 2 ranks each reads about half of a window's 16-sample chunks, not all."""
+    """The same windows and the same batches' samples as without it; a batch inside one
+    window ascending, so of 2 ranks each reads about half of a window's 16-sample chunks,
+    not all."""
     plain = S.window_order(1000, seed=3, epoch=2, window=160)
     order = S.window_order(1000, seed=3, epoch=2, window=160, batch=32)
     assert sorted(order) == list(range(1000))
     for b in range(0, 1000, 32):
-        assert np.array_equal(order[b:b + 32], np.sort(plain[b:b + 32]))
+        assert np.array_equal(np.sort(order[b:b + 32]), np.sort(plain[b:b + 32]))
+        if len(np.unique(order[b:b + 32] // 160)) == 1:
+            assert np.array_equal(order[b:b + 32], np.sort(plain[b:b + 32]))
     chunks = {tuple(np.unique(o[b:b + 16] // 16)) for o in (order,) for b in range(0, 992, 32)}
     assert max(len(c) for c in chunks) <= 7        # a shard of a batch: about half of 10
     assert np.array_equal(D.epoch_order(1000, 3, 2, window=160, batch=32), order)
 
 
+def test_a_batch_spanning_two_windows_gives_each_shard_the_same_part_of_both():
+    """After the short last window, batches span two windows: the first half of such a
+    batch holds the lower part of each window (as a batch inside one window gives the
+    first of 2 ranks), not samples spread over all of one window's chunks."""
+    n, window, batch = 1000, 160, 32        # 6 windows of 160 and one of 40
+    for epoch in range(6):
+        order = S.window_order(n, seed=3, epoch=epoch, window=window, batch=batch)
+        for b in range(0, n - n % batch, batch):
+            first, second = order[b:b + batch // 2], order[b + batch // 2:b + batch]
+            spanned = np.unique(order[b:b + batch] // window)
+            if len(spanned) < 2:
+                continue
+            for w in spanned:
+                size = min(window, n - w * window)
+                low = first[first // window == w] - w * window
+                high = second[second // window == w] - w * window
+                if len(low) + len(high) >= 4:      # a share of it in each half
+                    assert len(low) and len(high), (epoch, b, w)
+                    assert low.max() <= high.min()
 def test_split_by_file_never_puts_one_file_on_both_sides():
     from mpiopt.training.kfold import group_holdout_split, group_kfold_splits
 

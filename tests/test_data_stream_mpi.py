@@ -21,24 +21,27 @@ pytest.importorskip("tensorflow")
 
 
 def write_study(tmp_path: Path, name: str, data: dict, kfold: int = 3,
-                chunked: bool = False) -> Path:
-    """240 samples in 4 .npy directories (chunked: 4 gzip HDF5 files); 3 ranks: the
-    coordinator and one group of 2, so every batch is cut in two shards."""
+                chunked: bool = False, per_file: int = 60, chunk: int = 8,
+                batch: int = 16) -> Path:
+    """240 samples in 4 .npy directories (chunked: 4 gzip HDF5 files, chunks of `chunk`
+    samples); 3 ranks: the coordinator and one group of 2, so every batch is cut in two
+    shards."""
     rng = np.random.default_rng(0)
-    x = rng.normal(size=(240, 6)).astype("float32")
+    x = rng.normal(size=(4 * per_file, 6)).astype("float32")
     y = np.digitize(x[:, 0] + 0.5 * x[:, 1], [-0.5, 0.5]).astype("int64")
     for i in range(4):
         part = tmp_path / "parts" / f"p{i}"
         part.mkdir(parents=True, exist_ok=True)
+        mine = slice(i * per_file, (i + 1) * per_file)
         if chunked:
             import h5py
 
             with h5py.File(part.with_suffix(".h5"), "w") as h5:
-                h5.create_dataset("features", data=x[i * 60:(i + 1) * 60], chunks=(8, 6),
+                h5.create_dataset("features", data=x[mine], chunks=(chunk, 6),
                                   compression="gzip")
-                h5["labels"] = y[i * 60:(i + 1) * 60]
-        np.save(part / "features.npy", x[i * 60:(i + 1) * 60])
-        np.save(part / "labels.npy", y[i * 60:(i + 1) * 60])
+                h5["labels"] = y[mine]
+        np.save(part / "features.npy", x[mine])
+        np.save(part / "labels.npy", y[mine])
     (tmp_path / "tiny.py").write_text(MODEL_SOURCE)
     files = {"hdf5": "parts/p*.h5"} if chunked else {"npy": "parts/p*"}
     spec = {
@@ -48,7 +51,7 @@ def write_study(tmp_path: Path, name: str, data: dict, kfold: int = 3,
         "search_space": {"width": {"type": "integer", "low": 2, "high": 16},
                          "lr": {"type": "real", "low": 1e-3, "high": 0.1, "prior": "log-uniform"}},
         "search": {"algorithm": "random", "trials": 2, "seed": 1},
-        "training": {"epochs": 2, "batch_size": 16, "kfold": kfold},
+        "training": {"epochs": 2, "batch_size": batch, "kfold": kfold},
         "resources": {"group_size": 2},
     }
     path = tmp_path / f"{name}.yaml"
@@ -87,6 +90,27 @@ def test_chunked_files_at_the_defaults_shuffle_by_window_alike_streamed_and_in_m
         proc, url = search(tmp_path, spec, name)
         assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
         assert "data: shuffle: window of 40 samples (auto: " in proc.stdout + proc.stderr
+        _, trials = trials_of(url, name)
+        values[mode] = [(t.params, t.fold_values) for t in sorted(trials, key=lambda t: t.number)]
+    assert len(values[True]) == 2
+    for (p_mem, f_mem), (p_str, f_str) in zip(values[True], values[False]):
+        assert p_mem == p_str
+        assert np.allclose(f_mem, f_str, atol=1e-6), (f_mem, f_str)
+
+
+def test_chunked_files_split_by_whole_chunks_alike_streamed_and_in_memory(tmp_path):
+    """split_by: auto deals whole chunks to the folds for gzip HDF5 with enough of them
+    (40 chunks of 1024 samples, 3 folds), says so at the start, and the two paths give the
+    same trial values."""
+    values = {}
+    for mode in (True, False):
+        name = f"chunks{int(mode)}"
+        spec = write_study(tmp_path, name, {"in_memory": mode}, chunked=True,
+                           per_file=10_240, chunk=1024, batch=512)
+        proc, url = search(tmp_path, spec, name)
+        assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+        assert "data: split_by: whole chunks (40 of 1024 samples; auto: " in (proc.stdout
+                                                                             + proc.stderr)
         _, trials = trials_of(url, name)
         values[mode] = [(t.params, t.fold_values) for t in sorted(trials, key=lambda t: t.number)]
     assert len(values[True]) == 2
@@ -167,6 +191,7 @@ def test_a_study_stored_before_shuffle_auto_resumes_with_the_exact_shuffle(tmp_p
     proc = mpiopt("search", old, "--storage", url, "--resume", "--trials", "3", cwd=tmp_path)
     assert proc.returncode == 2, proc.stdout + proc.stderr[-3000:]
     assert "changed objective.data.shuffle: 'exact' -> 'auto'" in proc.stderr
+    assert "changed objective.data.split_by: 'sample' -> 'auto'" in proc.stderr
 
     new = one_rank(write_study(tmp_path, "new", {"in_memory": True, "shuffle_window": 40},
                                chunked=True))
@@ -185,7 +210,7 @@ def one_rank(spec: Path) -> Path:
 
 def as_stored_before(url: str, name: str) -> None:
     """The study's stored spec as mpiopt stored it while `exact` was the default: without
-    data.shuffle (a default was left out of the stored spec)."""
+    data.shuffle and data.split_by (defaults were left out of the stored spec)."""
     from mpiopt.storage import open_storage
 
     storage = open_storage(url)
@@ -193,6 +218,7 @@ def as_stored_before(url: str, name: str) -> None:
         record = storage.get_study(name)
         stored = yaml.safe_load(record.spec_text)
         stored["objective"]["data"].pop("shuffle", None)
+        stored["objective"]["data"].pop("split_by", None)      # (`sample` then, as well)
         storage.update_study_spec(record.id, yaml.safe_dump(stored, sort_keys=False))
     finally:
         storage.close()

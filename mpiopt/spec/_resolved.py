@@ -21,7 +21,7 @@ def _objective_dict(obj: ObjectiveSpec) -> dict:
 # their absence meant then. Such a field is written (stored, fingerprinted) unless it
 # holds that value, so a stored spec without it still reads as it ran
 # (stored_as_it_ran), and a study created since stores its value.
-STORED_DEFAULTS = {"shuffle": "exact"}
+STORED_DEFAULTS = {"shuffle": "exact", "split_by": "sample"}
 
 
 def _data_beyond_first_release(d) -> dict:

@@ -213,9 +213,13 @@ DATA = Fields(
           "block), else `exact`, said in one line at the start. The same on every rank, in "
           "memory or streamed.", choices=("auto", "exact", "window")),
     Field("shuffle_window", 65536, "integer", "`shuffle: window`: samples per window.", low=1),
-    Field("split_by", "sample", "text", "K-fold and holdout over samples, or over whole "
-          "files (`file`: the events of one file never sit on both sides).",
-          choices=("sample", "file")),
+    Field("split_by", "auto", "text", "K-fold and holdout over samples, over whole files "
+          "(`file`: the events of one file never sit on both sides), or `auto`: over whole "
+          "chunks when some training file is chunked or compressed (read by block) and every "
+          "fold gets at least 10 chunks (dealt at random, stratified by each chunk's most "
+          "frequent class), so a fold decompresses only its own chunks; else over samples. "
+          "Said in one line at the start; the same in memory or streamed.",
+          choices=("auto", "sample", "file")),
     Field("cache", None, "text", "A node-local directory: each file is copied there once per "
           "node (the first rank copies, the others wait) and read from there.", shown="–"),
     Field("collections", None, "mapping", "`root`: per-object inputs (particles, tracks, jets) "

@@ -53,7 +53,7 @@ class DataSpec:
     in_memory: str | bool = "auto"
     shuffle: str = "auto"
     shuffle_window: int = 65536
-    split_by: str = "sample"
+    split_by: str = "auto"
     cache: str | None = None
     collections: tuple = ()                # CollectionSpec, ...
     weights: str | None = None

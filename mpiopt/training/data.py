@@ -23,12 +23,12 @@ layout is not known where the data are read. The rest of the node is for the ran
 runtimes, models and batches, and for whatever else runs there. `true` and `false` force
 either path. Both give the same splits and the same batches, so the same trial values.
 
-`data.shuffle: auto` (the default) is `exact` (a permutation of every training sample per
-epoch) unless some training file is read by block (chunked or compressed HDF5, compressed
-ROOT baskets, np.savez_compressed): then `window`, because an exact shuffle reads (and
-decompresses) a whole block for each sample it takes from a streamed file. The choice is
-made from the files, not from the in-memory/streamed path, so both paths shuffle alike;
-`describe` says it in one line at the study's start.
+`data.shuffle: auto` and `data.split_by: auto` (the defaults) follow the files: for files
+read by chunk (chunked or compressed HDF5, compressed ROOT baskets, np.savez_compressed)
+a window shuffle and splits of whole chunks, else an exact shuffle and splits by sample
+(mpiopt.training.chunks says why). The choice is made from the files, not from the
+in-memory/streamed path, so both paths shuffle and split alike; `describe` says it at the
+study's start.
 
 What the events hold is read the same way in either path: the selection keeps a file's
 passing entries as it is opened (mpiopt.training.opening), so splits and shuffles run over
@@ -43,24 +43,22 @@ it, naming the file, rather than mixing two versions of the data in one study.
 """
 from __future__ import annotations
 
-import errno
-import glob
 import os
-import zipfile
-import zlib
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from mpiopt.errors import DataError, SpecError
+from mpiopt.errors import DataError
+from mpiopt.training.chunks import describe_chunks, shuffle_window, split_chunks
 from mpiopt.training.inputs import FLAT, Inputs, joined
 from mpiopt.training.opening import open_source
 from mpiopt.training.shared import NodeShare
 from mpiopt.training.sources import Reading
 from mpiopt.training.stream import FileArray, file_numbers, index_dtype, streamed, window_order
 from mpiopt.training.weights import scaled, weighted
+from mpiopt.training.wholefiles import (  # noqa: F401  (read_*, write_hdf5: the loaders')
+    check_pair, expand, read_hdf5, read_npz, write_hdf5)
 
 
 @dataclass
@@ -77,6 +75,7 @@ class Dataset:
     w: np.ndarray | None = None
     w_val: np.ndarray | None = None
     window: int | None = None          # data.shuffle as resolved: samples per window, or exact
+    chunks: np.ndarray | None = None   # split_by: auto over files read by chunk: where each starts
     held: object = None                # the node-shared memory the arrays live in, kept
 
     @property
@@ -89,12 +88,14 @@ class Dataset:
         return weighted(self.y, self.w)
 
     def merged(self) -> "Dataset":
-        """Training and validation samples as one training set (training.refit)."""
+        """Training and validation samples as one training set (training.refit): the
+        features gathered from both where they are (inputs.joined), not copied into one
+        array per rank; the labels and weights (a few bytes a sample) concatenated."""
         if not self.has_validation:
             return self
         w = None if self.w is None else np.concatenate([self.w, self.w_val])
         return Dataset(joined(self.x, self.x_val), np.concatenate([self.y, self.y_val]), w=w,
-                       window=self.window)
+                       window=self.window, held=self.held)
 
 
 _cache: dict = {}       # data section -> (Dataset, the files it was read from)
@@ -198,19 +199,8 @@ def _read(data, base_dir, files: list, node=None) -> Dataset:
     w = scaled(_weights(train), y, data.balance_classes, files_named(train))
     wv = scaled(_weights(val), yv, data.balance_classes, files_named(val)) if val else None
     return check_finite(Dataset(x, y, xv, yv, groups=groups, w=w, w_val=wv,
-                                window=shuffle_window(data, train), held=node))
-
-
-def shuffle_window(data, sources) -> int | None:
-    """The rule of data.shuffle (module docstring): samples per window, or None (exact)."""
-    if data.shuffle == "window" or (data.shuffle == "auto" and any(map(by_block, sources))):
-        return data.shuffle_window
-    return None
-
-
-def by_block(source) -> bool:
-    """Whether a file's features (or a collection of it) are read by block, not in place."""
-    return source.mapped is None or any(map(by_block, source.inputs.values()))
+                                window=shuffle_window(data, train),
+                                chunks=split_chunks(data, train), held=node))
 
 
 def _inputs(sources, stream: bool, data, node=None):
@@ -277,11 +267,12 @@ def describe(data, base_dir=None) -> list[str]:
     if data.loader:
         return []
     lines = []
-    if data.shuffle == "auto" and (window := shuffle_window(
-            data, catalog(replace(data, cache=None), base_dir))):
+    train = catalog(replace(data, cache=None), base_dir)
+    if data.shuffle == "auto" and (window := shuffle_window(data, train)):
         lines.append(f"data: shuffle: window of {window} samples (auto: some files are "
                      f"chunked or compressed, and an exact shuffle reads a whole chunk per "
                      f"sample; data.shuffle: exact forces it)")
+    lines += describe_chunks(split_chunks(data, train))
     if not (data.selection or data.weights or data.balance_classes or data.collections):
         return lines
     for prefix, what in (("", "training"), ("val_", "validation")):
@@ -388,102 +379,10 @@ def from_loader(returned) -> Dataset:
     if not isinstance(returned, (tuple, list)) or len(returned) not in (2, 4):
         raise ValueError("the data loader must return (x, y) or (x_train, y_train, x_val, y_val)")
     arrays = [np.asarray(a) for a in returned]
-    _check_pair(arrays[0], arrays[1], "loader")
+    check_pair(arrays[0], arrays[1], "loader")
     if len(arrays) == 4:
-        _check_pair(arrays[2], arrays[3], "loader validation")
+        check_pair(arrays[2], arrays[3], "loader validation")
     return Dataset(*arrays)
-
-
-def _check_pair(x, y, what: str) -> None:
-    if len(x) != len(y):
-        raise ValueError(f"{what}: {len(x)} samples of features but {len(y)} labels")
-    if len(x) == 0:
-        raise ValueError(f"{what}: no samples")
-
-
-def expand(patterns, base_dir=None, directories: bool = False) -> list[Path]:
-    """Paths and globs (relative to base_dir) -> files (or directories), each pattern's
-    matches sorted."""
-    files = []
-    for pattern in patterns:
-        path = Path(pattern).expanduser()
-        path = path if path.is_absolute() else Path(base_dir or ".") / path
-        matches = sorted(m for m in glob.glob(str(path)) if Path(m).is_dir() == directories)
-        if not matches:
-            what = "directory" if directories else "file"
-            raise SpecError(f"objective.data: no {what} matches {pattern!r}")
-        files.extend(Path(m) for m in matches)
-    return files
-
-
-@contextmanager
-def _named(file):
-    """A failure to read one data file, as an error that names it."""
-    try:
-        yield
-    except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile, zlib.error) as e:
-        if isinstance(e, OSError) and e.errno == errno.EAGAIN and "lock" in str(e):
-            raise DataError(f"{file}: another process holds HDF5's lock on it (it has the file "
-                            "open for writing; HDF5_USE_FILE_LOCKING=FALSE reads it regardless)"
-                            ) from e
-        raise DataError(f"{file}: cannot read it ({type(e).__name__}: {e})") from e  # cut, foreign
-
-
-def read_npz(patterns, features="features", labels="labels", base_dir=None):
-    """Concatenate the features and labels arrays of .npz files."""
-    xs, ys = [], []
-    for file in expand(patterns, base_dir):
-        with _named(file), np.load(file) as npz:
-            for name in (features, labels):
-                if name not in npz.files:
-                    raise SpecError(f"{file}: no array '{name}' (has {', '.join(npz.files)})")
-            xs.append(npz[features])
-            ys.append(npz[labels])
-            _same_shape(xs, file, features)
-    return _concat(xs, ys)
-
-
-def _same_shape(xs: list, file, name: str) -> None:
-    """Every file's samples have the first file's shape, or one line names the file."""
-    if len(xs) > 1 and xs[-1].shape[1:] != xs[0].shape[1:]:
-        raise DataError(f"{file}: '{name}' has samples of shape {xs[-1].shape[1:]}, the files "
-                        f"before it {xs[0].shape[1:]}")
-
-
-def read_hdf5(patterns, features="features", labels="labels", base_dir=None):
-    """Concatenate the features and labels datasets of a list of HDF5 files (MPI_Learn style)."""
-    import h5py
-
-    xs, ys = [], []
-    for file in expand(patterns, base_dir):
-        with _named(file), h5py.File(file, "r") as h5:
-            for name in (features, labels):
-                if name not in h5:
-                    raise SpecError(f"{file}: no dataset '{name}' (has {', '.join(h5.keys())})")
-            xs.append(h5[features][()])
-            ys.append(h5[labels][()])
-            _same_shape(xs, file, features)
-    return _concat(xs, ys)
-
-
-def _concat(xs, ys):
-    x, y = np.concatenate(xs), np.concatenate(ys)
-    _check_pair(x, y, "data files")
-    return x, y
-
-
-def write_hdf5(file, x, y, features="features", labels="labels") -> None:
-    """Write one HDF5 file atomically (several ranks may generate the same file at once)."""
-
-    import h5py
-
-    file = Path(file)
-    file.parent.mkdir(parents=True, exist_ok=True)
-    tmp = file.with_name(f".{file.name}.{os.getpid()}.tmp")
-    with h5py.File(tmp, "w") as h5:
-        h5.create_dataset(features, data=x, compression="gzip")
-        h5.create_dataset(labels, data=y)
-    os.replace(tmp, file)
 
 
 # ----------------------------------------------------------------------- sharding

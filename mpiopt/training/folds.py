@@ -28,7 +28,9 @@ import numpy as np
 
 from mpiopt.training import resume
 from mpiopt.trial import Step
-from mpiopt.training.kfold import group_holdout_split, group_kfold_splits, holdout_split, kfold_splits
+from mpiopt.training.chunks import chunks_suffice
+from mpiopt.training.kfold import (chunk_holdout_split, chunk_kfold_splits, group_holdout_split,
+                                   group_kfold_splits, holdout_split, kfold_splits)
 from mpiopt.training.stream import take
 from mpiopt.training.weights import Weighted, weighted
 
@@ -58,11 +60,19 @@ class Splits:
 def make_splits(data, training, seed: int) -> Splits:
     """kfold K > 1: K folds of the training data (a separate validation set is not used);
     kfold 1: the data's validation set if it has one, else a holdout fraction. With
-    data.split_by: file (data.groups) the folds and the holdout are made of whole files."""
+    data.split_by: file (data.groups) the folds and the holdout are made of whole files;
+    with data.chunks (split_by: auto over files read by chunk), of whole chunks while
+    they suffice (mpiopt.training.chunks)."""
     if data.groups is not None and not (training.kfold == 1 and data.has_validation):
         if training.kfold > 1:
             return Splits(training.kfold, group_kfold_splits(data.groups, training.kfold, seed))
         return Splits(1, [group_holdout_split(data.groups, training.holdout, seed)])
+    if chunks_suffice(data.chunks, training.kfold, training.holdout) and not (
+            training.kfold == 1 and data.has_validation):
+        if training.kfold > 1:
+            return Splits(training.kfold,
+                          chunk_kfold_splits(data.y, data.chunks, training.kfold, seed))
+        return Splits(1, [chunk_holdout_split(data.y, data.chunks, training.holdout, seed)])
     if training.kfold > 1:
         return Splits(training.kfold, kfold_splits(data.y, training.kfold, seed))
     if data.has_validation:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from mpiopt.training.stream import FileArray, streamed, take
+from mpiopt.training.stream import FileArray, Joined, streamed, take
 
 FLAT = "features"       # the name of the flat features' input
 
@@ -65,10 +65,11 @@ class Inputs:
 
 
 def joined(a, b):
-    """The samples of a, then of b: features in memory, streamed, or named inputs."""
+    """The samples of a, then of b: features in memory (gathered from both, not copied
+    into one: stream.Joined), streamed, or named inputs."""
     if isinstance(a, Inputs):
         return a.joined(b)
     if streamed(a):
         return FileArray(a.sources + b.sources)
-    return np.concatenate([a, b])
+    return Joined(a, b)
 

@@ -131,3 +131,44 @@ def group_holdout_split(groups, fraction: float, seed: int) -> tuple[np.ndarray,
     n_val = min(len(ids) - 1, max(1, int(round(fraction * len(ids)))))
     held = np.isin(groups, rng.permutation(ids)[:n_val])
     return nonzero_indices(~held), nonzero_indices(held)
+
+
+def chunk_classes(y, starts: np.ndarray) -> np.ndarray | None:
+    """Each chunk's most frequent class (chunk c: samples starts[c]:starts[c+1]), what
+    chunk folds stratify by; None when y looks like a regression target."""
+    labels = class_labels(y)
+    if labels is None:
+        return None
+    values, inverse = np.unique(labels, return_inverse=True)
+    counts = np.stack([np.add.reduceat((inverse == c).astype(np.int64), starts[:-1])
+                       for c in range(len(values))], axis=1)
+    return np.argmax(counts, axis=1)
+
+
+def chunk_kfold_splits(y, starts: np.ndarray, k: int, seed: int) -> Folds:
+    """K folds of whole chunks (data.split_by: auto over files read by chunk): the chunks
+    are dealt to the folds as kfold_splits deals samples (shuffled with the seed,
+    stratified by each chunk's most frequent class), so fold sizes in chunks differ by at
+    most one; a chunk is then decompressed only by the folds that train or validate on it."""
+    units = len(starts) - 1
+    if k < 2 or k > units:
+        raise ValueError(f"kfold {k} over whole chunks needs 2 <= k <= the number of chunks "
+                         f"({units})")
+    major = chunk_classes(y, starts)
+    fold = _fold_of(np.zeros(units, np.int64) if major is None else major, k, seed,
+                    major is not None)
+    return Folds(np.repeat(fold, np.diff(starts)), k)
+
+
+def chunk_holdout_split(y, starts: np.ndarray, fraction: float,
+                        seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """About `fraction` of the chunks held out whole, as holdout_split holds out samples
+    (stratified by each chunk's most frequent class); at least one chunk on each side."""
+    units = len(starts) - 1
+    major = chunk_classes(y, starts)
+    _, held = holdout_split(np.zeros(units, np.int64) if major is None else major, fraction,
+                            seed, stratify=major is not None)
+    mask = np.zeros(units, bool)
+    mask[held] = True
+    mask = np.repeat(mask, np.diff(starts))
+    return nonzero_indices(~mask), nonzero_indices(mask)

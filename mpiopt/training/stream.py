@@ -18,7 +18,9 @@ Shuffles (`data.shuffle`):
   batch's indices are then put in ascending order (the same samples, so the same batch
   gradient up to rounding): a rank's shard of it is a run of that order, so it reads
   about its share of the window's chunks rather than every one of them, and the ranks of
-  a group do not each decompress the whole data every epoch.
+  a group do not each decompress the whole data every epoch. A batch that spans two
+  windows (the windows after the short last one) is ordered by its samples' offsets
+  inside their windows instead, so a shard takes the same part of both (`_arrange`).
 """
 from __future__ import annotations
 
@@ -30,7 +32,7 @@ import numpy as np
 
 from mpiopt.errors import DataError
 
-BLOCK = 4096                 # samples read at least at a time from a file not memory-mapped
+BLOCK = 1024                 # samples read at least at a time from a file not memory-mapped
 BLOCK_CACHE_BYTES = 1 << 27  # per process: those blocks kept for the next batches (128 MiB)
 PREFETCH = 4                 # batches read ahead by the prefetch thread
 
@@ -90,11 +92,12 @@ class FileArray:
             return src.mapped[local]
         edges = self._edges(f)
         blocks = np.searchsorted(edges, local, side="right") - 1
+        cut = np.flatnonzero(np.diff(blocks)) + 1     # local is sorted: a run per block
         parts = []
-        for b in np.unique(blocks):
-            rows = self._block(f, int(b), edges)
-            parts.append(rows[local[blocks == b] - edges[b]])
-        return np.concatenate(parts)
+        for lo, hi in zip(np.r_[0, cut], np.r_[cut, len(local)]):
+            b = int(blocks[lo])
+            parts.append(self._block(f, b, edges)[local[lo:hi] - edges[b]])
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
     def _edges(self, f: int) -> np.ndarray:
         if f not in self._bounds:
@@ -158,6 +161,35 @@ class View:
         return self.base.gather(idx) if isinstance(self.base, FileArray) else self.base[idx]
 
 
+class Joined:
+    """Arrays in memory one after the other, as one array gathered on demand: the refit's
+    training and validation features (Dataset.merged) without a concatenated copy of
+    them on every rank, which would hold the data twice."""
+
+    def __init__(self, first, second):
+        if tuple(first.shape[1:]) != tuple(second.shape[1:]):
+            raise DataError(f"the validation features have shape {tuple(second.shape[1:])} per "
+                            f"sample, the training features {tuple(first.shape[1:])}")
+        self.parts, self.split = (first, second), len(first)
+        self.shape = (len(first) + len(second),) + tuple(first.shape[1:])
+        self.dtype = np.result_type(first.dtype, second.dtype)
+        self.ndim = len(self.shape)
+        self.nbytes = int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __getitem__(self, key):
+        if np.isscalar(key):
+            return self[np.array([key])][0]
+        idx = np.arange(*key.indices(len(self))) if isinstance(key, slice) else np.asarray(key)
+        out = np.empty((len(idx),) + self.shape[1:], self.dtype)
+        first = idx < self.split
+        out[first] = self.parts[0][idx[first]]
+        out[~first] = self.parts[1][idx[~first] - self.split]
+        return out
+
+
 def take(x, idx):
     """x's samples idx as a View, nothing read or copied yet (a fold of data in memory
     is index arrays over the one copy: data's module docstring); for the holders of
@@ -199,10 +231,28 @@ def window_order(n: int, seed: int, epoch: int, window: int,
         order[at:at + size] = rng.permutation(np.arange(s, s + size, dtype=dtype))
         at += size
     if batch:
-        full = n - n % batch
-        order[:full].reshape(-1, batch).sort(axis=1)
-        order[full:].sort()
+        _arrange(order, n, window, batch)
     return order
+
+
+def _arrange(order: np.ndarray, n: int, window: int, batch: int) -> None:
+    """Each batch of a window order in place, by its samples' offsets inside their
+    windows (relative to the window's length: the last window may be shorter), then by
+    index: ascending inside one window, so a rank's shard is a run of it (module
+    docstring); a batch that spans two windows (after the short one) is interleaved, so
+    that a shard still takes the same part of each window as its batches inside them do
+    (the lower half of each for the first of two ranks), not samples spread over all of
+    one window's chunks. Only the order inside batches changes: the same batches."""
+    step = max(1, _WHERE_CHUNK // batch) * batch      # a bounded temporary
+    for at in range(0, n, step):
+        part = order[at:at + step]
+        first = part // window * window
+        offset = (part - first).astype(np.int64) * window // np.minimum(window, n - first)
+        key = offset * n + part
+        full = len(part) - len(part) % batch
+        rows = np.argsort(key[:full].reshape(-1, batch), axis=1, kind="stable")
+        part[:full] = np.take_along_axis(part[:full].reshape(-1, batch), rows, axis=1).ravel()
+        part[full:] = part[full:][np.argsort(key[full:], kind="stable")]
 
 
 # ------------------------------------------------------------------ index arrays
