@@ -79,38 +79,21 @@ def test_streamed_kfold_gives_the_in_memory_trial_values(tmp_path):
         assert np.allclose(f_mem, f_str, atol=1e-6), (f_mem, f_str)
 
 
-def test_chunked_files_at_the_defaults_shuffle_by_window_alike_streamed_and_in_memory(tmp_path):
-    """shuffle: auto takes the window for gzip HDF5 in either path, says so at the start,
-    and the two paths give the same trial values."""
+def test_chunked_files_at_the_defaults_shuffle_by_window_and_split_by_chunk_alike(tmp_path):
+    """At the defaults, gzip HDF5 with enough chunks (40 of 1024 samples, 3 folds):
+    shuffle: auto takes the window and split_by: auto deals whole chunks to the folds, in
+    either path; both are said at the start, and streamed and in memory give the same
+    trial values."""
     values = {}
     for mode in (True, False):
         name = f"gz{int(mode)}"
-        spec = write_study(tmp_path, name, {"in_memory": mode, "shuffle_window": 40},
-                           chunked=True)
+        spec = write_study(tmp_path, name, {"in_memory": mode, "shuffle_window": 4096},
+                           chunked=True, per_file=10_240, chunk=1024, batch=512)
         proc, url = search(tmp_path, spec, name)
         assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
-        assert "data: shuffle: window of 40 samples (auto: " in proc.stdout + proc.stderr
-        _, trials = trials_of(url, name)
-        values[mode] = [(t.params, t.fold_values) for t in sorted(trials, key=lambda t: t.number)]
-    assert len(values[True]) == 2
-    for (p_mem, f_mem), (p_str, f_str) in zip(values[True], values[False]):
-        assert p_mem == p_str
-        assert np.allclose(f_mem, f_str, atol=1e-6), (f_mem, f_str)
-
-
-def test_chunked_files_split_by_whole_chunks_alike_streamed_and_in_memory(tmp_path):
-    """split_by: auto deals whole chunks to the folds for gzip HDF5 with enough of them
-    (40 chunks of 1024 samples, 3 folds), says so at the start, and the two paths give the
-    same trial values."""
-    values = {}
-    for mode in (True, False):
-        name = f"chunks{int(mode)}"
-        spec = write_study(tmp_path, name, {"in_memory": mode}, chunked=True,
-                           per_file=10_240, chunk=1024, batch=512)
-        proc, url = search(tmp_path, spec, name)
-        assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
-        assert "data: split_by: whole chunks (40 of 1024 samples; auto: " in (proc.stdout
-                                                                             + proc.stderr)
+        said = proc.stdout + proc.stderr
+        assert "data: shuffle: window of 4096 samples (auto: " in said
+        assert "data: split_by: whole chunks (40 of 1024 samples; auto: " in said
         _, trials = trials_of(url, name)
         values[mode] = [(t.params, t.fold_values) for t in sorted(trials, key=lambda t: t.number)]
     assert len(values[True]) == 2
