@@ -9,6 +9,7 @@ Like test_report.py, a missing browser FAILS these tests (.ci/ensure-chromium in
 """
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -65,9 +66,12 @@ class Browser:
         to_chrome, self._w = os.pipe()
         self._r, from_chrome = os.pipe()
 
-        def fds():            # the protocol's pipe is the child's fd 3 (in) and 4 (out)
-            os.dup2(to_chrome, 3)
-            os.dup2(from_chrome, 4)
+        def fds():            # the protocol's pipe is the child's fd 3 (in) and 4 (out):
+            # copied above 4 first, since a pipe end may already sit at 3 or 4 (dup2 onto
+            # itself would leave it close-on-exec, or the first dup2 overwrite the other)
+            high = [fcntl.fcntl(fd, fcntl.F_DUPFD, 10) for fd in (to_chrome, from_chrome)]
+            os.dup2(high[0], 3)
+            os.dup2(high[1], 4)
 
         cmd = [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
                "--enable-unsafe-swiftshader", "--remote-debugging-pipe",
