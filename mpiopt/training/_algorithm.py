@@ -98,19 +98,17 @@ class Clock:
         self.t = now
 
 
-def wait(request, first: float = 2e-5, limit: float = 1e-3):
-    """Complete a non-blocking request, sleeping between tests instead of busy-polling:
-    MPICH spins inside blocking calls and would steal the core of a computing rank."""
-    backoff = Backoff(first, limit)
-    while True:
-        done, status = _test(request)
-        if done:
-            return status
-        backoff.sleep()
-
-
-def _test(request):
+def wait(requests, first: float = 2e-5, limit: float = 1e-3, until: float | None = None) -> bool:
+    """Complete a non-blocking request (or every one of a list), sleeping between tests
+    instead of busy-polling: MPICH spins inside blocking calls and would steal the core of
+    a computing rank. `until` (a time.monotonic() instant): give up then; whether they
+    completed."""
     from mpi4py import MPI
 
-    status = MPI.Status()
-    return request.Test(status), status
+    requests = requests if isinstance(requests, list) else [requests]
+    backoff = Backoff(first, limit)
+    while requests and not MPI.Request.Testall(requests):
+        if until is not None and time.monotonic() > until:
+            return False
+        backoff.sleep()
+    return True

@@ -47,9 +47,8 @@ import time
 
 import numpy as np
 
-from mpiopt.backoff import Backoff
 from mpiopt.knobs import GROUP_WAIT
-from mpiopt.training._algorithm import Algorithm, Clock, EpochStats
+from mpiopt.training._algorithm import Algorithm, Clock, EpochStats, wait
 from mpiopt.training.data import batches, shard
 from mpiopt.training.stream import prefetched, rows
 
@@ -235,13 +234,13 @@ class Exchange:
 
     def wait(self) -> None:
         """Until every bucket's sum is in the buffer, sleeping between tests."""
-        _wait_all(self.requests, Backoff(2e-5, 1e-3))
+        wait(self.requests)
 
     def abandon(self, limit_s: float) -> None:
         """After this rank's gradient raised: start the rest and wait for the sums at most
         limit_s seconds (the error that follows is the trial's either way)."""
         self.start_rest()
-        _wait_all(self.requests, Backoff(2e-5, 0.05), time.monotonic() + limit_s)
+        wait(self.requests, limit=0.05, until=time.monotonic() + limit_s)
 
     def _start(self) -> None:
         from mpi4py import MPI
@@ -255,15 +254,6 @@ class Exchange:
 
         if self.requests:
             MPI.Request.Testall(self.requests)
-
-
-def _wait_all(requests: list, backoff: Backoff, until: float | None = None) -> None:
-    from mpi4py import MPI
-
-    while requests and not MPI.Request.Testall(requests):
-        if until is not None and time.monotonic() > until:
-            return
-        backoff.sleep()
 
 
 def _zeros_like(batch, n: int):
