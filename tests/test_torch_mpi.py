@@ -13,8 +13,10 @@ the value of an uninterrupted run. Run directly, this file is the MPI worker.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -118,6 +120,45 @@ def failures_leave_the_group_in_step(comm, folder: Path) -> dict:
     return {"raised": raised, "after": allreduce_weights(comm, folder).tolist()}
 
 
+# a peer slower than the group wait by far: the wait must end first whatever the load
+SLOW_PEER_S, GROUP_WAIT_S = 6.0, "1"
+
+
+def fail_late_on_slow_peers(rank: int, gave_up: Path, saw: list):
+    """Rank 0 raises at its first hand-over; the others stay in backward SLOW_PEER_S, note
+    whether rank 0 had given up on them by then, and raise too."""
+    def watch(algorithm):
+        exchange, ready = algorithm.exchange, algorithm.exchange.ready
+
+        def slow(k):
+            if not exchange.failed:
+                exchange.failed = True
+                if rank == 0:
+                    raise RuntimeError("rank 0 fails")
+                time.sleep(SLOW_PEER_S)
+                saw.append(gave_up.exists())
+                raise RuntimeError(f"rank {rank} fails late")
+            ready(k)
+        exchange.failed, exchange.ready = False, slow
+    return watch
+
+
+def a_failed_rank_waits_for_slow_peers_only_the_group_wait(comm, folder: Path) -> dict:
+    gave_up, saw, raised = folder / "gave-up", [], None
+    os.environ["MPIOPT_GROUP_WAIT"] = GROUP_WAIT_S
+    try:
+        allreduce_weights(comm, folder, buckets=ONE_PER_TENSOR,
+                          watch=fail_late_on_slow_peers(comm.Get_rank(), gave_up, saw))
+    except RuntimeError as exc:
+        raised = str(exc)
+        if comm.Get_rank() == 0:
+            gave_up.touch()
+    finally:
+        del os.environ["MPIOPT_GROUP_WAIT"]
+    return {"raised": raised, "saw": comm.gather(saw, root=0),
+            "after": allreduce_weights(comm, folder).tolist()}
+
+
 def _run(comm, spec, folder, report=None):
     from mpiopt.artifacts import TrialArtifacts
     from mpiopt.training import run_training
@@ -160,7 +201,8 @@ def worker(out: Path, folder: Path) -> None:
     results = {"weights": allreduce_weights(comm, path.parent).tolist(),
                "buckets": allreduce_weights(comm, path.parent, "build_unused", ONE_PER_TENSOR,
                                             watch_order(events)).tolist(),
-               "failures": failures_leave_the_group_in_step(comm, path.parent)}
+               "failures": failures_leave_the_group_in_step(comm, path.parent),
+               "slow": a_failed_rank_waits_for_slow_peers_only_the_group_wait(comm, path.parent)}
     results["events"] = comm.gather(events[:12], root=0)     # the first step's, every rank's
     for mode in MODES:
         results[mode] = stopped_and_resumed(comm, path, folder, mode)
@@ -218,6 +260,21 @@ def test_ranks_that_raised_in_backward_leave_the_group_in_step(three_ranks):
     assert results["failures"]["raised"] == "rank 0 fails"
     single = allreduce_weights(MPI.COMM_SELF, folder / "case")
     np.testing.assert_allclose(results["failures"]["after"], single, rtol=1e-4, atol=1e-5)
+
+
+def test_a_rank_that_raised_waits_for_slow_peers_only_the_group_wait(three_ranks):
+    """Rank 0 raised in backward while its peers stayed in theirs far longer than
+    MPIOPT_GROUP_WAIT: it gave up on the step's sums before they woke (it does not wait on
+    a peer that may be stuck: parallel/together ends such a group), and once they raised
+    too, the group is in step for its next training."""
+    from mpi4py import MPI
+
+    results, folder = three_ranks
+    slow = results["slow"]
+    assert slow["raised"] == "rank 0 fails"
+    assert slow["saw"] == [[], [True], [True]]
+    single = allreduce_weights(MPI.COMM_SELF, folder / "case")
+    np.testing.assert_allclose(slow["after"], single, rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize("mode", MODES)
