@@ -707,10 +707,10 @@ def test_cma_replay_before_any_ask():
 
 
 def test_output_warping_keeps_the_order_and_tames_huge_values():
-    from mpiopt.search.bayesian import _warp
+    from mpiopt.search._warping import warp
 
     y = np.array([0.5, 3.0, 1e5, 12.0, 0.1, 4e3, 2.0])      # a valley's floor and its walls
-    w = _warp(y)
+    w = warp(y)
     assert list(np.argsort(w)) == list(np.argsort(y))      # monotone: the best stays best
     spread = lambda v: (np.sort(v)[-1] - np.median(v)) / (np.median(v) - np.sort(v)[0])
     assert spread(w) < spread(y) / 5                        # the walls no longer set the scale
@@ -723,7 +723,7 @@ def test_yeojohnson_exponent_is_scipys_maximum_likelihood_exponent():
     overflow bind (they differ for all-negative and all-positive data)."""
     from scipy import stats
 
-    from mpiopt.search.bayesian import _yeojohnson_exponent
+    from mpiopt.search._warping import yeojohnson_exponent
 
     rng = np.random.default_rng(3)
     samples = [rng.normal(size=40), rng.lognormal(sigma=3, size=60), -rng.lognormal(size=25),
@@ -731,10 +731,10 @@ def test_yeojohnson_exponent_is_scipys_maximum_likelihood_exponent():
     cases = [(y - y.mean()) / y.std() for y in samples] + samples + [
         -rng.lognormal(size=20) * 1e300, rng.lognormal(size=20) * 1e300]  # (bounds bind)
     for z in cases:
-        assert _yeojohnson_exponent(z) == pytest.approx(stats.yeojohnson_normmax(z), abs=1e-9)
-    assert _yeojohnson_exponent(np.zeros(5)) == stats.yeojohnson_normmax(np.zeros(5))
+        assert yeojohnson_exponent(z) == pytest.approx(stats.yeojohnson_normmax(z), abs=1e-9)
+    assert yeojohnson_exponent(np.zeros(5)) == stats.yeojohnson_normmax(np.zeros(5))
     with pytest.raises(ValueError):
-        _yeojohnson_exponent(np.array([0.0, np.inf, 1.0]))
+        yeojohnson_exponent(np.array([0.0, np.inf, 1.0]))
 
 
 def test_auto_chooses_by_the_space():

@@ -382,3 +382,14 @@ def loo_agreement(kernel, X: np.ndarray, y: np.ndarray) -> float:
         return 0.0
     rho = spearmanr(loo, z).statistic
     return float(rho) if np.isfinite(rho) else 0.0
+
+
+class Standardised:
+    """A posterior's predictions in standardised units (told values: mean 0, std 1)."""
+
+    def __init__(self, post, mean: float, scale: float):
+        self.post, self.mean, self.scale = post, mean, scale
+
+    def predict(self, rows):
+        mu, std = self.post.predict(rows)
+        return (mu - self.mean) / self.scale, std / self.scale

@@ -288,3 +288,15 @@ class _QuantileSpread(_Spread):
         if not return_std:
             return mu
         return mu, np.abs(by_q[0.84] - by_q[0.16]) / 2.0
+
+
+class TreePosterior:
+    """skopt's tree surrogate behind the same predict(rows) -> (mean, std) shape."""
+
+    def __init__(self, kind, encoder, X, y, seed):
+        self.model = tree_model(kind, encoder, seed)
+        self.model.fit(X, y)
+
+    def predict(self, rows):
+        mu, std = self.model.predict(rows, return_std=True)
+        return np.asarray(mu, float), np.maximum(np.asarray(std, float), 1e-12)

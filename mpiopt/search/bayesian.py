@@ -50,6 +50,7 @@ from mpiopt.errors import SpecError
 from mpiopt.search.scaling import in_range
 from mpiopt.search import _gp, _skopt, pareto
 from mpiopt.search._base import Searcher, check_options
+from mpiopt.search._warping import warp
 from mpiopt.search.options import defaults as declared
 
 DEFAULTS = declared("bayesian")   # declared in mpiopt.search.options
@@ -94,7 +95,7 @@ class BayesianSearcher(Searcher):
         self._design: np.ndarray | None = None
         self.thompson_every = _EXPLORE_EVERY   # (0 in auto's portfolio: see there)
         self._agreement: tuple | None = None   # loo_agreement's (told count, kernel, value)
-        self._warp_cache: tuple | None = None  # _warped: (the values' bytes, _warp of them)
+        self._warp_cache: tuple | None = None  # _warped: (the values' bytes, warp of them)
         self._encoded: dict[tuple, np.ndarray] = {}   # pending key -> its row (_pending_rows)
 
     # ---- bookkeeping ----------------------------------------------------------------
@@ -290,12 +291,12 @@ class BayesianSearcher(Searcher):
         return X, (self._warped(y) if self.options["output_warping"] else y)
 
     def _warped(self, y: np.ndarray) -> np.ndarray:
-        """_warp(y), kept for the same values: a suggestion and the portfolio's
+        """warp(y), kept for the same values: a suggestion and the portfolio's
         loo_agreement both ask for it between two tells, and its exponent's fit (a bounded
-        search of ~20 likelihood evaluations, _yeojohnson_exponent) is not free."""
+        search of ~20 likelihood evaluations, yeojohnson_exponent) is not free."""
         key = y.tobytes()
         if self._warp_cache is None or self._warp_cache[0] != key:
-            self._warp_cache = (key, _warp(y))
+            self._warp_cache = (key, warp(y))
         return self._warp_cache[1]
 
     def _values(self) -> np.ndarray:
@@ -332,7 +333,7 @@ class BayesianSearcher(Searcher):
             make = lambda X_, y_: _gp.Posterior(self._kernel, X_, y_)  # noqa: E731
         else:
             seed = int(self.rng.integers(2**31))
-            make = lambda X_, y_: _TreePosterior(  # noqa: E731
+            make = lambda X_, y_: _skopt.TreePosterior(  # noqa: E731
                 self.options["estimator"], self.encoder, X_, y_, seed)
         if not len(P):
             post = make(X, y)
@@ -340,7 +341,7 @@ class BayesianSearcher(Searcher):
             told = make(X, y) if self.options["liar"] == "believer" else None
             post = make(np.vstack([X, P]), np.concatenate([y, self._lies(told, P, y)]))
 
-        return _Standardised(post, mean, scale)
+        return _gp.Standardised(post, mean, scale)
 
     def _lies(self, post, P: np.ndarray, y: np.ndarray) -> np.ndarray:
         """Values pending points pretend to have: the model's own mean (kriging believer)
@@ -447,60 +448,6 @@ class BayesianSearcher(Searcher):
         return self.encoder.sample(1, self.rng)[0]
 
 
-def _warp(y: np.ndarray) -> np.ndarray:
-    """Output warping (HEBO; Cowen-Rivers et al. 2022): a Yeo-Johnson power transform with
-    its maximum-likelihood exponent, on standardised values. Objectives whose values span
-    orders of magnitude (a narrow valley's walls, a loss that explodes for bad settings)
-    otherwise let a few huge values set the GP's scale and hide the region that matters.
-    Monotone, so the best point stays the best. (Other transforms lost on the quality
-    suite: benchmarks/results/quality_suite.md.)"""
-    from scipy import stats
-
-    if len(y) < 3 or np.ptp(y) == 0:
-        return y
-    z = (y - np.mean(y)) / np.std(y)
-    try:
-        warped = stats.yeojohnson(z, _yeojohnson_exponent(z))
-    except (ValueError, FloatingPointError):
-        return y
-    if not np.all(np.isfinite(warped)) or np.ptp(warped) == 0:
-        return y
-    return warped
-
-
-def _yeojohnson_exponent(z: np.ndarray) -> float:
-    """The maximum-likelihood Yeo-Johnson exponent, as `scipy.stats.yeojohnson_normmax`
-    finds it (the same bounds against overflow, the same bounded Brent search, the same
-    log-likelihood term by term, so the same exponent), without scipy's per-call array-API
-    and NaN-policy wrapper round the log-likelihood, which costs more than the
-    likelihood itself at every one of the search's evaluations."""
-    from scipy import optimize, stats
-
-    if not np.all(np.isfinite(z)):
-        raise ValueError("Yeo-Johnson input must be finite")
-    if not np.any(z):
-        return 1.0                          # (scipy's answer: every exponent fits as well)
-    n, tiny = len(z), np.finfo(float).smallest_normal
-    with np.errstate(invalid="ignore"):
-        shape = np.sum(np.sign(z) * np.log1p(np.abs(z)))
-
-        def negative_llf(lmb):
-            sigma = np.var(stats.yeojohnson(z, lmb))
-            log_sigma = np.log(sigma) if sigma >= tiny else -np.inf
-            llf = -n / 2 * log_sigma + (lmb - 1) * shape
-            return np.inf if np.isinf(llf) else -llf
-
-        eps, big = np.finfo(float).eps, np.finfo(float).max
-        log1p_max = np.log1p(20 * np.max(np.abs(z)))
-        lb = (np.log(tiny) - np.log(eps)) / 2 / log1p_max
-        ub = (np.log(big) + np.log(eps)) / 2 / log1p_max
-        if np.all(z < 0):
-            lb, ub = 2 - ub, 2 - lb
-        elif np.any(z < 0):
-            lb, ub = max(2 - ub, lb), min(2 - lb, ub)
-        return optimize.fminbound(negative_llf, lb, ub, xtol=1.48e-08)
-
-
 _THREADS = None
 
 
@@ -518,29 +465,6 @@ def _controller() -> ThreadpoolController:
     if _THREADS is None:
         _THREADS = ThreadpoolController()
     return _THREADS
-
-
-class _Standardised:
-    """A posterior's predictions in standardised units (told values: mean 0, std 1)."""
-
-    def __init__(self, post, mean: float, scale: float):
-        self.post, self.mean, self.scale = post, mean, scale
-
-    def predict(self, rows):
-        mu, std = self.post.predict(rows)
-        return (mu - self.mean) / self.scale, std / self.scale
-
-
-class _TreePosterior:
-    """skopt's tree surrogate behind the same predict(rows) -> (mean, std) shape."""
-
-    def __init__(self, kind, encoder, X, y, seed):
-        self.model = _skopt.tree_model(kind, encoder, seed)
-        self.model.fit(X, y)
-
-    def predict(self, rows):
-        mu, std = self.model.predict(rows, return_std=True)
-        return np.asarray(mu, float), np.maximum(np.asarray(std, float), 1e-12)
 
 
 def _validate(opts: dict) -> dict:
