@@ -59,6 +59,15 @@ def write_study(tmp_path: Path, name: str, data: dict, kfold: int = 3,
     return path
 
 
+def assert_same_trials(values: dict) -> None:
+    """The in-memory study's two trials (values[True]) and the streamed one's: the same
+    parameters, the same fold values."""
+    assert len(values[True]) == 2
+    for (p_mem, f_mem), (p_str, f_str) in zip(values[True], values[False]):
+        assert p_mem == p_str
+        assert np.allclose(f_mem, f_str, atol=1e-6), (f_mem, f_str)
+
+
 def search(tmp_path, spec, name):
     url = f"sqlite:///{tmp_path / (name + '.db')}"
     proc = mpiopt("search", spec, "--storage", url, np=3, cwd=tmp_path, timeout=400)
@@ -73,10 +82,7 @@ def test_streamed_kfold_gives_the_in_memory_trial_values(tmp_path):
         assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
         _, trials = trials_of(url, name)
         values[mode] = [(t.params, t.fold_values) for t in sorted(trials, key=lambda t: t.number)]
-    assert len(values[True]) == 2
-    for (p_mem, f_mem), (p_str, f_str) in zip(values[True], values[False]):
-        assert p_mem == p_str
-        assert np.allclose(f_mem, f_str, atol=1e-6), (f_mem, f_str)
+    assert_same_trials(values)
 
 
 def test_chunked_files_at_the_defaults_shuffle_by_window_and_split_by_chunk_alike(tmp_path):
@@ -96,10 +102,7 @@ def test_chunked_files_at_the_defaults_shuffle_by_window_and_split_by_chunk_alik
         assert "data: split_by: whole chunks (40 of 1024 samples; auto: " in said
         _, trials = trials_of(url, name)
         values[mode] = [(t.params, t.fold_values) for t in sorted(trials, key=lambda t: t.number)]
-    assert len(values[True]) == 2
-    for (p_mem, f_mem), (p_str, f_str) in zip(values[True], values[False]):
-        assert p_mem == p_str
-        assert np.allclose(f_mem, f_str, atol=1e-6), (f_mem, f_str)
+    assert_same_trials(values)
 
 
 def test_windowed_shuffle_split_by_file_through_the_cache(tmp_path):
