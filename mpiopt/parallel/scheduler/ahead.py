@@ -17,6 +17,7 @@ next suggestion is asked now, so a group that finishes need not wait for a model
 from __future__ import annotations
 
 from mpiopt.parallel.scheduler import instructions as ins
+from mpiopt.parallel.scheduler.dispatch import Round
 
 
 class AskAhead:
@@ -41,56 +42,70 @@ class AskAhead:
         return (self.enabled and s.outcomes.any_success and s._can_dispatch(extra)
                 and s.limits.left(s._started(extra)) > groups)
 
-    def plan(self, tick: bool = False):
-        """Queued sets taken for busy groups without a next trial (their Dispatches
-        yielded), then returns the groups still without one and the suggestions for them
-        (not yet created)."""
+    def plan(self, p) -> None:
+        """A step: queued sets taken for busy groups without a next trial (their
+        Dispatches given), then in `p` (a dispatch.Round) the groups still without one and
+        the suggestions asked for them (not yet created)."""
         s = self.sched
         if not self.enabled or s.reruns or s.idle or not self._searcher_allows():
-            return [], []
+            return
         if not self.room():
-            return [], []
+            return
         groups = [g for g in self.wanting if (run := s.running.get(g)) is not None
                   and g not in self.trials and not run.refit]
         self.wanting = dict.fromkeys(groups)
-        if not groups:
-            return [], []
-        yield from s._take_queued(tick, ahead_of=groups)
-        groups = [g for g in groups if g not in self.trials]
-        fresh: list[tuple[dict, float | None]] = []
-        while len(fresh) < len(groups) and self.room(extra=len(fresh)) and s._space_left():
-            suggestion = s._suggestion(s.next_number + len(fresh))
-            if suggestion[0] is None:
-                break
-            fresh.append(suggestion)
-        return groups[:len(fresh)], fresh
+        if groups:
+            s._then((s._take_queued, p, groups), (self._plan_fresh, p, groups))
 
-    def fill(self, tick: bool = False):
-        """A next trial for each busy group that has none; returns whether any was sent."""
-        before = len(self.trials)
-        groups, fresh = yield from self.plan(tick)
-        if fresh:
-            yield from self.sched._start(fresh, groups)
-        return len(self.trials) > before
+    def _plan_fresh(self, p, groups: list[int]) -> None:
+        p.groups = [g for g in groups if g not in self.trials]
+        self._ask(p)
 
-    def prefetch(self) -> bool:
-        """Ask the next suggestion now, while groups are busy; whether one was asked."""
+    def _ask(self, p) -> None:
+        s = self.sched
+        if len(p.fresh) < len(p.groups) and self.room(extra=len(p.fresh)) and s._space_left():
+            def got(params, took):
+                if params is not None:
+                    p.fresh.append((params, took))
+                    s._then((self._ask, p))
+                else:
+                    p.groups = p.groups[:len(p.fresh)]
+            s._suggest(s.next_number + len(p.fresh), got)
+        else:
+            p.groups = p.groups[:len(p.fresh)]
+
+    def fill(self, r) -> None:
+        """A step: a next trial for each busy group that has none; `r.sent` notes it."""
+        p = Round(r.tick, before=len(self.trials))
+        s = self.sched
+        s._then((self.plan, p), (self._start_planned, p), (self._note_sent, p, r))
+
+    def _start_planned(self, p) -> None:
+        if p.fresh:
+            self.sched._start(p, p.groups)
+
+    def _note_sent(self, p, r) -> None:
+        r.sent |= len(self.trials) > p.before
+
+    def prefetch_due(self) -> bool:
+        """Whether to ask the next suggestion now, while groups are busy."""
         s = self.sched
         if s.background or self.prefetched is not None or s.reruns or s.idle:
             return False
         if not self._searcher_allows() or not s.running or not s.limits.left(s._started()):
             return False
-        if s.stop_reason is not None or not s._space_left():
-            return False
-        self.prefetched = s.timed_ask(s.next_number)
-        return True
+        return s.stop_reason is None and s._space_left()
+
+    def prefetched_now(self, done) -> None:
+        """The suggestion a Prefetch asked (events.Suggested)."""
+        self.prefetched = (done.params, done.took)
 
     def drop_prefetched(self) -> None:
         if self.prefetched is not None:
             self.sched.searcher.forget(self.prefetched[0])
             self.prefetched = None
 
-    def withdraw(self):
+    def withdraw(self, emit) -> None:
         """Once the study takes no new trials: call back the trials sent ahead (once
         each); not where the space is used up (those are the last untried sets: they run)."""
         if self.sched.stop_reason in (None, "exhausted") or not self.trials:
@@ -98,4 +113,4 @@ class AskAhead:
         for g, run in list(self.trials.items()):
             if run.trial_id not in self.withdrawn:
                 self.withdrawn.add(run.trial_id)
-                yield ins.Withdraw(g, run.trial_id)
+                emit(ins.Withdraw(g, run.trial_id))
