@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 from mpiopt.parallel.protocol import Decision, Tag, Verdict
 from mpiopt.parallel.scheduler import Answer, Dispatch, Executor, StopGroup, Withdraw
+from mpiopt.parallel.scheduler.instructions import Cancel
 from mpiopt.parallel.scheduler import events as ev
 from mpiopt.backoff import Backoff
 from mpiopt.errors import LeaseLost, StorageUnavailable
@@ -151,8 +152,7 @@ class Coordinator:
                 self.on_tick()
                 if self.executor.progress is not None:
                     self.executor.progress.tick()     # the status line of running trials
-                backoff.sleep(at_most=self.sched.forecast.sleep_s(
-                    self.sched.clock(), self.sched.waits_for_dispatch, backoff.delay))
+                backoff.sleep(at_most=self.sched.sleep_s(backoff.delay))
         return None
 
     def _on_result(self, group, result) -> None:
@@ -210,12 +210,7 @@ class Coordinator:
         """Cancel busy groups, stop idle ones, wait (bounded) for every rank's BYE."""
         for group, result in self._take_received():   # (taken in during an outage)
             self._record_quietly(group, result)
-        for group, run in list(self.sched.running.items()):
-            nxt = self.sched.ahead.trials.get(group)   # one message: the leader knows both
-            ids = (run.trial_id,) if nxt is None else (run.trial_id, nxt.trial_id)
-            self.sched.ahead.withdrawn.update(ids[1:])
-            self._send(ids, self.topo.leader(group), Tag.CANCEL)
-        self.execute(ev.StopAll())
+        self.execute(ev.WindDown())
         gone = self.dead | self._given_up_ranks()        # they never answer: not waited for
         everyone = set(range(1, self.world.Get_size())) - gone
         end = self.clock() + WIND_DOWN_S
@@ -268,7 +263,7 @@ class Coordinator:
         # interrupt reaches it on resume instead of counting it a lost attempt)
         # (and where trials were blamed: every other one of the job must be INTERRUPTED
         # before the job's end counts what it left RUNNING: mpiopt.run.study_run)
-        if not self.sched.running and not self.sched.ahead.trials and \
+        if not self.sched.busy and \
                 self.sched.stop_reason != "interrupted" and self.storage.given_up is None \
                 and not self.sched.blamed:
             return False
@@ -332,3 +327,5 @@ class Coordinator:
             self._stop_rank(leader)
         elif isinstance(action, Withdraw):
             self._send((action.trial_id,), leader, Tag.CANCEL)
+        elif isinstance(action, Cancel):
+            self._send(action.trial_ids, leader, Tag.CANCEL)

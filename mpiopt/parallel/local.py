@@ -200,7 +200,7 @@ def _wait_for_other_jobs(scheduler, executor, stop: _Stop) -> bool:
     wait ends with a stop signal, or once those trials end or their job is taken over."""
     if not scheduler.waits_for_other_jobs:
         return False
-    time.sleep(scheduler.shared.poll_s)
+    time.sleep(scheduler.poll_s)
     if not stop.set:
         executor.run(ev.Tick())
     return True
@@ -243,7 +243,7 @@ def _evaluate(scheduler, executor, objective, comm, action: Dispatch, stop: _Sto
     if result.status.value == "PRUNED" and result.value is None:
         from dataclasses import replace
 
-        last = scheduler.history.get(trial.number, {})
-        if last:
-            result = replace(result, value=scheduler.sign * last[max(last)])
+        last = scheduler.last_report(trial.number)
+        if last is not None:
+            result = replace(result, value=last)
     return result

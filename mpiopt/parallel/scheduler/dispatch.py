@@ -56,7 +56,7 @@ class Dispatching:
         training.refit's run where nothing else was sent."""
         r = Round(tick)
         self._then((self._fill_reruns, r), (self._fill_queued, r), (self._ask_fresh, r),
-                   (self.ahead.fill, r), (self._fill_end, r))
+                   (self._fill_ahead, r), (self._fill_end, r))
 
     def _fill_end(self, r: Round) -> None:
         if not r.sent:
@@ -87,7 +87,7 @@ class Dispatching:
     def _refit_if_due(self) -> None:
         """training.refit: after a search that ended well, one group trains the best
         parameters once more (a dispatch with no trial row)."""
-        if not self.idle or not self.refit.due(self):
+        if not self._refit_due():
             return
         group, best = self.idle.pop(0), self.best
         self.refit.started()
@@ -106,7 +106,7 @@ class Dispatching:
         if r.tick and self._queue_read_at is not None and now - self._queue_read_at < QUEUE_POLL_S:
             return
         slots = list(self.idle if ahead_of is None else ahead_of)
-        fits = self._can_dispatch if ahead_of is None else self.ahead.room
+        fits = self._can_dispatch if ahead_of is None else self._ahead_room
         room = 0
         while room < len(slots) and fits(extra=room):
             room += 1
@@ -162,13 +162,65 @@ class Dispatching:
         the seconds the searcher took to make it (recorded with the trial), to `got`;
         `waiting`: the groups without work now (a background searcher's filler rule
         weighs their wait)."""
-        if self.ahead.prefetched is not None:
-            (params, took), self.ahead.prefetched = self.ahead.prefetched, None
+        prefetched = self.ahead.take_prefetched()
+        if prefetched is not None:
+            params, took = prefetched
             got(self._distinct(params, number), took)
             return
         self._await(ins.Ask(number, waiting, len(self.running)),
                     lambda done: got(None if done.params is None
                                      else self._distinct(done.params, number), done.took))
+
+    def _refit_due(self) -> bool:
+        """training.refit's run is due: wanted, nothing runs, a group idle, no trial left."""
+        return (bool(self.idle) and self.refit.wanted_now(self.stop_reason, self.best)
+                and not self.running and not self.finishing and not self._can_dispatch())
+
+    # ---- trials sent ahead to busy groups (ahead.py) --------------------------------------
+    def _ahead_room(self, extra: int = 0) -> bool:
+        """Whether one more trial may be sent ahead (ahead.py's rule, within the budget)."""
+        return (self.ahead.enabled and self.outcomes.any_success and self._can_dispatch(extra)
+                and self.ahead.room(self.limits.left(self._started(extra)),
+                                    self.n_groups - len(self.stopped)))
+
+    def _fill_ahead(self, r: Round) -> None:
+        """A next trial for each busy group that has none; `r.sent` notes it."""
+        p = Round(r.tick, before=len(self.ahead.trials))
+        self._then((self._plan_ahead, p), (self._start_planned, p), (self._note_sent, p, r))
+
+    def _plan_ahead(self, p: Round) -> None:
+        """Queued sets taken for busy groups without a next trial (their Dispatches
+        given), then in `p` the groups still without one and the suggestions asked for
+        them (not yet created)."""
+        if not self.ahead.may_plan(self.reruns, self.idle) or not self._ahead_room():
+            return
+        groups = self.ahead.wanted(self.running)
+        if groups:
+            self._then((self._take_queued, p, groups), (self._plan_fresh, p, groups))
+
+    def _plan_fresh(self, p: Round, groups: list[int]) -> None:
+        p.groups = [g for g in groups if g not in self.ahead.trials]
+        self._ask_ahead(p)
+
+    def _ask_ahead(self, p: Round) -> None:
+        if (len(p.fresh) < len(p.groups) and self._ahead_room(extra=len(p.fresh))
+                and self._space_left()):
+            def got(params, took):
+                if params is not None:
+                    p.fresh.append((params, took))
+                    self._then((self._ask_ahead, p))
+                else:
+                    p.groups = p.groups[:len(p.fresh)]
+            self._suggest(self.next_number + len(p.fresh), got)
+        else:
+            p.groups = p.groups[:len(p.fresh)]
+
+    def _start_planned(self, p: Round) -> None:
+        if p.fresh:
+            self._start(p, p.groups)
+
+    def _note_sent(self, p: Round, r: Round) -> None:
+        r.sent |= len(self.ahead.trials) > p.before
 
     def _space_left(self) -> bool:
         """Whether a finite space has an untried parameter set left; once it has none,

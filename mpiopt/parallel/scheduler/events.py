@@ -89,6 +89,12 @@ class StopAll:
 
 
 @dataclass(frozen=True)
+class WindDown:
+    """The job ends: busy groups are cancelled (with the trial sent ahead to each) and
+    idle ones stopped."""
+
+
+@dataclass(frozen=True)
 class Finish:
     """Close the study record; its status is then `Scheduler.final_status`."""
 
@@ -162,6 +168,6 @@ class WriteFailed(Completion):
 
 
 STIMULI = (Start, Results, Reported, Tick, Prefetch, Overdue, WithdrawAhead, Stop, Lose, Blame,
-           Interrupt, StopAll, Finish)
+           Interrupt, StopAll, WindDown, Finish)
 COMPLETIONS = (TrialsCreated, QueueRead, QueueTaken, ChangesRead, TrialRestarted, ClaimRefused,
                Written, WrittenAndCreated, Suggested, WriteFailed)

@@ -9,7 +9,7 @@ the result it brought where the scheduler gives them in that order. A database c
 an ask of the searcher come last in their answer: what became of it is the next event
 (parallel/scheduler/events.py), a failure included (WriteFailed).
 
-Messages to groups: Dispatch, Answer, StopGroup, Withdraw. Database calls (one storage
+Messages to groups: Dispatch, Answer, StopGroup, Withdraw, Cancel. Database calls (one storage
 call each, one transaction): CreateTrials, ReadQueue, ReadChanges, TakeQueued, RestartTrial,
 WriteResults, WriteResultsAndCreate, AddIntermediate, InterruptRunning, SetStudyStatus;
 Hold and Release bracket calls made while finished results wait to be written.
@@ -42,6 +42,13 @@ class Answer:
 @dataclass(frozen=True)
 class StopGroup:
     group: int
+
+
+@dataclass(frozen=True)
+class Cancel:
+    """The job ends: the group's trial must stop, and the one sent ahead not start."""
+    group: int
+    trial_ids: tuple[int, ...]
 
 
 @dataclass(frozen=True)
@@ -203,4 +210,4 @@ class RefitEnded:
     error: str | None
 
 
-MESSAGES = (Dispatch, Answer, StopGroup, Withdraw)
+MESSAGES = (Dispatch, Answer, StopGroup, Withdraw, Cancel)

@@ -79,7 +79,7 @@ class Scheduler(Stepping, Recording, Dispatching, SharingJobs, Teaching, Checks)
         self.finishing = 0            # results being written while their group already runs
         self.background = isinstance(searcher, BackgroundSearcher)
         self.numbered = searcher.numbered
-        self.ahead = AskAhead(self, enabled=ask_ahead)
+        self.ahead = AskAhead(enabled=ask_ahead, searcher_allows=searcher.asks_ahead)
         # a finite space: each parameter set once, then the end (mpiopt.search.untried)
         self.untried = None if self.numbered else Untried.of(searcher.space, seed)
         self.queued_taken = 0          # queued parameter sets started by this run
@@ -96,7 +96,8 @@ class Scheduler(Stepping, Recording, Dispatching, SharingJobs, Teaching, Checks)
             ev.Tick: self._on_tick, ev.Prefetch: self._on_prefetch, ev.Overdue: self._on_overdue,
             ev.WithdrawAhead: self._on_withdraw_ahead, ev.Stop: self._on_stop,
             ev.Lose: self._on_lose, ev.Blame: self._on_blame, ev.Interrupt: self._on_interrupt,
-            ev.StopAll: self._on_stop_all, ev.Finish: self._on_finish}
+            ev.StopAll: self._on_stop_all, ev.Finish: self._on_finish,
+            ev.WindDown: self._on_wind_down}
 
     # ---- what the shells and the progress line read ------------------------------------
     sign = property(lambda self: self.outcomes.sign)
@@ -113,7 +114,27 @@ class Scheduler(Stepping, Recording, Dispatching, SharingJobs, Teaching, Checks)
     @property
     def done(self) -> bool:
         return (not self.running and not self.ahead.trials and not self._can_dispatch()
-                and not self.refit.due(self) and not self._lingers())
+                and not self._refit_due() and not self._lingers())
+
+    @property
+    def busy(self) -> bool:
+        """Whether any group runs a trial or holds one sent ahead."""
+        return bool(self.running or self.ahead.trials)
+
+    @property
+    def poll_s(self) -> float | None:
+        """How often a job of a shared study reads the others (None: not shared)."""
+        return None if self.shared is None else self.shared.poll_s
+
+    def sleep_s(self, delay: float) -> float:
+        """How long the loop may sleep now, at most `delay` (parallel/forecast.py: finely
+        where a result that waits for a dispatch is due)."""
+        return self.forecast.sleep_s(self.clock(), self.waits_for_dispatch, delay)
+
+    def last_report(self, number: int) -> float | None:
+        """The latest per-epoch value trial `number` reported, as the user reads it."""
+        last = self.history.get(number, {})
+        return self.sign * last[max(last)] if last else None
 
     def waits_for_dispatch(self, group: int, trial_id: int) -> bool:
         """Whether the group runs this trial and, when it ends, waits for rank 0 (nothing
@@ -273,17 +294,25 @@ class Scheduler(Stepping, Recording, Dispatching, SharingJobs, Teaching, Checks)
                    (self._stop_idle,))
 
     def prefetch_due(self) -> bool:
-        """Whether a Prefetch would ask a suggestion now (ahead.py)."""
-        return self.ahead.prefetch_due()
+        """Whether a Prefetch would ask a suggestion now: every group busy, none waiting
+        for a re-run, a suggestion not yet asked, budget left (ahead.py)."""
+        a = self.ahead
+        if self.background or a.prefetched is not None or self.reruns or self.idle:
+            return False
+        if not a.searcher_allows or not self.running or not self.limits.left(self._started()):
+            return False
+        return self.stop_reason is None and self._space_left()
 
     def _on_prefetch(self, e: ev.Prefetch) -> None:
         """Ask ahead while groups are busy, so a finishing group need not wait for a fit."""
-        if self.ahead.prefetch_due():
+        if self.prefetch_due():
             self._await(ins.Ask(self.next_number), self.ahead.prefetched_now)
 
     def _on_finish(self, e: ev.Finish) -> None:
         """Close the study record once done; its status is `final_status`."""
-        self.ahead.drop_prefetched()
+        dropped = self.ahead.drop_prefetched()
+        if dropped is not None:
+            self.searcher.forget(dropped)
         self._emit(ins.CloseSearcher())
         if self.stop_reason is None:
             # a budget smaller than search.max_initial_failures, all of it failed: the same
@@ -303,7 +332,12 @@ class Scheduler(Stepping, Recording, Dispatching, SharingJobs, Teaching, Checks)
         self._emit(*(ins.StopGroup(g) for g in fresh))
 
     def _on_withdraw_ahead(self, e: ev.WithdrawAhead) -> None:
-        self.ahead.withdraw(self._emit)
+        self._emit(*self.ahead.withdraw(self.stop_reason))
+
+    def _on_wind_down(self, e: ev.WindDown) -> None:
+        """The job ends: busy groups' trials are cancelled (ahead.py), idle groups stopped."""
+        self._emit(*self.ahead.at_wind_down(self.running))
+        self._on_stop_all()
 
     def _write(self, instruction) -> None:
         """A write whose outcome changes nothing here: the steps after it wait for it."""

@@ -175,7 +175,7 @@ class Recording:
             self._teach(trial)
         self._hold(b)
         plan = Round()
-        self._then((self.ahead.plan, plan), Step(self._release, (b,), ALWAYS),
+        self._then((self._plan_ahead, plan), Step(self._release, (b,), ALWAYS),
                    (self._write_and_create, b, plan))
 
     def _write_and_create(self, b: Batch, plan: Round) -> None:
@@ -200,12 +200,11 @@ class Recording:
         """The group's trial sent ahead becomes its running one (the leader starts it as
         soon as it sends its result). Returns whether the group is idle. begun: where to
         note its start (None: the result was a cancel, so it will not start either)."""
-        nxt = self.ahead.trials.pop(group, None)
+        nxt = self.ahead.promote(group)
         if nxt is None:
             return True
         nxt.started = self.clock()
         self.running[group] = nxt
-        self.ahead.wanting[group] = None
         self.forecast.began(group, nxt.trial_id, nxt.started)
         if begun is not None and nxt.trial_id not in self.ahead.withdrawn:
             begun.append(nxt.trial_id)
