@@ -436,6 +436,40 @@ def test_groups_get_work_while_the_searcher_is_stuck_in_a_fit():
     assert not searcher._thread.is_alive()
 
 
+def test_building_a_scheduler_starts_no_thread_the_first_ask_starts_the_searcher_s():
+    """The machine is pure: its background searcher's thread is the executor's, started
+    with the first Ask and ended with CloseSearcher (the study's Finish)."""
+    import threading
+
+    from mpiopt.search.background import BackgroundSearcher
+
+    def searcher_threads():
+        return [t for t in threading.enumerate() if t.name == "mpiopt-searcher" and t.is_alive()]
+    before = searcher_threads()
+    searcher = BackgroundSearcher(BlockingSearcher(free=10), max_stock=2)
+    sched = scheduler(storage=Records(), study_id=1, searcher=searcher, direction="minimize",
+                      budget=2, n_groups=1)
+    assert searcher_threads() == before                 # built: nothing runs beside it
+    _until(lambda: sched.start() or sched.tick(), "a first dispatch")
+    assert len(searcher_threads()) == len(before) + 1  # asked: the executor started it
+    sched.stop("interrupted", "test")
+    sched.interrupt()
+    sched.finish()
+    assert searcher_threads() == before
+
+
+def test_a_broken_invariant_fails_at_its_event_with_the_events_before_it():
+    """validate_state after every event (the tests' schedulers): a group both idle and
+    running fails at the event that finds it, and the message tells the last events."""
+    sched, _, _ = make(n_groups=2, budget=10)
+    first = sched.start()
+    sched.idle.append(first[0].group)          # (a bug's doing: the group runs a trial)
+    with pytest.raises(AssertionError, match="groups idle and running") as failed:
+        sched.tick()
+    assert "last events:" in str(failed.value) and "Start: [" in str(failed.value)
+    assert [type(e).__name__ for e, _ in sched.stimulus_log][:1] == ["Start"]
+
+
 def test_a_failing_background_searcher_ends_the_study_with_its_error():
     from mpiopt.search.background import BackgroundSearcher
 
