@@ -183,6 +183,12 @@ class Dispatching:
                 and self.ahead.room(self.limits.left(self._started(extra)),
                                     self.n_groups - len(self.stopped)))
 
+    def _ahead_wanted(self) -> bool:
+        """Whether a busy group may want a trial sent ahead now (_plan_ahead's test, in its
+        order: the room's check notices the time limit)."""
+        return (self.ahead.may_plan(self.reruns, self.idle) and self._ahead_room()
+                and bool(self.ahead.wanting))
+
     def _fill_ahead(self, r: Round) -> None:
         """A next trial for each busy group that has none; `r.sent` notes it."""
         p = Round(r.tick, before=len(self.ahead.trials))

@@ -219,7 +219,13 @@ class Scheduler(Stepping, Recording, Dispatching, SharingJobs, Teaching, Checks)
 
     def _on_tick(self, e: ev.Tick) -> None:
         """While waiting: notices the time limit; idle groups take suggestions the
-        background searcher made meanwhile; a shared study's other jobs are read."""
+        background searcher made meanwhile; a shared study's other jobs are read. With
+        every group busy and none wanting a trial sent ahead (the loop's usual tick, as
+        often as it polls), there is nothing to fill."""
+        if self.shared is None and not self.idle and not self._ahead_wanted():
+            self._say_searcher_failures()
+            self._stop_idle()
+            return
         self._then((self._read_others,), (self._fill_idle, True), (self._say_searcher_failures,),
                    (self._stop_idle,))
 

@@ -3,7 +3,7 @@
 A handler changes state and gives instructions. Where what comes next depends on an
 instruction's outcome (the records a create made, the queue it read, a suggestion), the
 handler gives that instruction last (`_await`) and leaves what follows as steps: plain
-(method, arguments) entries in `_steps`, state the log and `validate_state` can see. The
+(method, *arguments) tuples in `_steps`, state the log and `validate_state` can see. The
 outcome comes back as the next event (events.Completion): its callback makes the state
 change, and the steps left run on, until the next instruction to wait for or none. So
 the order of the effects is the order of the steps, and one run of the executor carries
@@ -94,7 +94,7 @@ class Stepping:
         if isinstance(event, ev.WriteFailed):     # (it, or one given before it)
             if awaited is not None and awaited.undo is not None:
                 awaited.undo()
-            self._steps = deque(s for s in self._steps if s.when != PLAIN)
+            self._steps = deque(s for s in self._steps if s.__class__ is Step and s.when != PLAIN)
             self._failed = True
         elif awaited is None or awaited.instruction is not event.instruction:
             raise RuntimeError(f"scheduler: {type(event).__name__} for an instruction it did "
@@ -103,19 +103,23 @@ class Stepping:
             awaited.on_done(event)
 
     def _run_steps(self) -> None:
-        while self._steps and self._awaiting is None:
-            step = self._steps.popleft()
-            if step.when == ON_FAILURE and not self._failed:
-                continue
-            step.fn(*step.args)
-        if not self._steps and self._awaiting is None:
+        steps = self._steps
+        while steps and self._awaiting is None:
+            step = steps.popleft()
+            if step.__class__ is Step:
+                if step.when == ON_FAILURE and not self._failed:
+                    continue
+                step.fn(*step.args)
+            else:
+                step[0](*step[1:])
+        if not steps and self._awaiting is None:
             self._failed = False
 
     # ---- what handlers use ------------------------------------------------------------
     def _then(self, *steps) -> None:
-        """Run these next, in order, before the steps already planned."""
-        self._steps.extendleft(reversed([s if isinstance(s, Step) else Step(s[0], s[1:])
-                                         for s in steps]))
+        """Run these next, in order, before the steps already planned: each a Step, or a
+        plain one as the tuple (fn, *args)."""
+        self._steps.extendleft(reversed(steps))
 
     def _emit(self, *instructions) -> None:
         self._out.extend(instructions)
