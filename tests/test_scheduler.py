@@ -1,5 +1,5 @@
 """The coordinator's decisions without MPI or a database: events in, instructions out
-(tests/scheduling.py runs the handlers and reads their instructions)."""
+(tests/scheduling.py hands it events and reads the instructions they give)."""
 from __future__ import annotations
 
 import itertools
