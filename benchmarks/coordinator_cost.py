@@ -64,6 +64,7 @@ def branin(p):
 def measure(algorithm: str, points: list[int], tmp: Path) -> list[dict]:
     from mpiopt.parallel.protocol import Result
     from mpiopt.parallel.scheduler import Dispatch, Executor, Scheduler
+    from mpiopt.parallel.scheduler import events as ev
     from mpiopt.search import make_searcher
     from mpiopt.space import Real, Space
     from mpiopt.storage import open_storage
@@ -76,12 +77,12 @@ def measure(algorithm: str, points: list[int], tmp: Path) -> list[dict]:
     budget = max(points) + WINDOW + 4          # 4 still running when the last window closes
     sched = Scheduler(study_id=study, searcher=searcher, direction="minimize", budget=budget,
                       n_groups=4)
-    executor = Executor(storage, send=None, view=sched)
+    executor = Executor(storage, send=None, machine=sched, searcher=searcher)
 
 
-    running = {a.group: a.trial for a in executor.collect(sched.start())
+    running = {a.group: a.trial for a in executor.collect(ev.Start())
                if isinstance(a, Dispatch)}
-    sched.prefetch()
+    executor.run(ev.Prefetch())
     rows, acc, group = [], [], 0
     for n in range(1, max(points) + WINDOW):
         group = min(running, key=lambda g: running[g].number)    # the oldest finishes first
@@ -89,11 +90,11 @@ def measure(algorithm: str, points: list[int], tmp: Path) -> list[dict]:
         storage.lap(), searcher.lap()
         t0 = time.perf_counter()
         result = Result(trial.trial_id, "COMPLETE", branin(trial.params))
-        actions = executor.collect(sched.on_result(group, result))
+        actions = executor.collect(ev.Results(((group, result),)))
         total = time.perf_counter() - t0
         db, s = storage.lap(), searcher.lap()
         t1 = time.perf_counter()
-        sched.prefetch()
+        executor.run(ev.Prefetch())
         ask = time.perf_counter() - t1 + s["ask"]            # an ask inside on_result counts too
         running.update({a.group: a.trial for a in actions if isinstance(a, Dispatch)})
         writes = sum(db.values())

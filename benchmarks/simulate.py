@@ -79,6 +79,7 @@ def simulate(url: str, algorithm: str, groups: int, trials: int, mean_s: float,
     trial and starts it the moment its current one ends."""
     from mpiopt.parallel.protocol import Result
     from mpiopt.parallel.scheduler import Dispatch, Executor, Scheduler
+    from mpiopt.parallel.scheduler import events as ev
     from mpiopt.search import make_searcher
     from mpiopt.storage import open_storage
     from mpiopt.trial import TrialStatus
@@ -89,10 +90,11 @@ def simulate(url: str, algorithm: str, groups: int, trials: int, mean_s: float,
     with open_storage(url, create=True) as st:
         name = f"{algorithm}-{groups}-{mean_s:g}-{trials}"
         sid = st.create_study(name, "minimize", "value", "sim", "0" * 64, "{}")
-        sched = Scheduler(study_id=sid, searcher=make_searcher(algorithm, _space(), {}, seed),
+        searcher = make_searcher(algorithm, _space(), {}, seed)
+        sched = Scheduler(study_id=sid, searcher=searcher,
                           direction="minimize", budget=trials, n_groups=groups, seed=seed,
                           clock=lambda: now["t"], send_first=True, ask_ahead=ahead)
-        executor = Executor(st, send=None, view=sched)
+        executor = Executor(st, send=None, machine=sched, searcher=searcher)
         commits, wrote = [], [False]     # write transactions (reads commit too)
 
         def statement(conn, cursor, text, *rest):
@@ -127,7 +129,7 @@ def simulate(url: str, algorithm: str, groups: int, trials: int, mean_s: float,
                         launch(a.group, at)
 
         t0 = time.perf_counter()
-        start(executor.collect(sched.start()), 0.0)
+        start(executor.collect(ev.Start()), 0.0)
         free = time.perf_counter() - t0                 # the coordinator is busy until then
         busy_s += free
         while events:
@@ -144,7 +146,7 @@ def simulate(url: str, algorithm: str, groups: int, trials: int, mean_s: float,
             before = sched.finished
             batches += 1
             t0 = time.perf_counter()
-            actions = executor.collect(sched.on_results(batch))
+            actions = executor.collect(ev.Results(tuple(batch)))
             spent = time.perf_counter() - t0
             busy_s += spent
             for mark in marks:
@@ -152,7 +154,7 @@ def simulate(url: str, algorithm: str, groups: int, trials: int, mean_s: float,
                     cost_at.setdefault(mark, []).append(spent / len(batch))
             free = now["t"] + spent
             start(actions, free)
-        executor.collect(sched.finish())
+        executor.collect(ev.Finish())
     mean_gap = statistics.fmean(gaps) if gaps else 0.0
     return {"completions/s": trials / busy_s, "busy %": 100 * mean_s / (mean_s + mean_gap),
             "mean gap ms": 1e3 * mean_gap, "cost per trial ms": 1e3 * busy_s / trials,

@@ -101,7 +101,8 @@ def run(url: str, space, objective, algorithm: str, groups: int, trials: int,
         sched = Scheduler(study_id=sid, searcher=searcher, direction="minimize", budget=trials,
                           n_groups=groups, seed=seed, clock=clock, send_first=True,
                           ask_ahead=not inner.slow)
-        sim = _Groups(sched, Executor(st, send=None, view=sched), objective, low, high, seed)
+        sim = _Groups(sched, Executor(st, send=None, machine=sched, searcher=searcher),
+                      objective, low, high, seed)
         sim.loop(searcher if inner.slow else None, now, horizon)
     background = isinstance(searcher, SimulatedSearcher)
     fillers = searcher.fillers if background else 0
@@ -133,13 +134,13 @@ class _Groups:
         self.horizon: float | None = None        # where the run was cut short
         self.finished = 0
 
-    def act(self, at: float, handler) -> None:
-        """The coordinator runs `handler` at `at`; the groups start what it dispatched
+    def act(self, at: float, event) -> None:
+        """The coordinator handles `event` at `at`; the groups start what it dispatched
         when it is done."""
         from mpiopt.parallel.scheduler import Dispatch
 
         start = time.thread_time()
-        actions = self.executor.collect(handler())
+        actions = self.executor.collect(event)
         spent = time.thread_time() - start
         self.coordinator_s += spent
         self.free = at + spent
@@ -160,9 +161,10 @@ class _Groups:
 
     def loop(self, searcher: SimulatedSearcher | None, now: dict, horizon=None) -> None:
         from mpiopt.parallel.protocol import Result
+        from mpiopt.parallel.scheduler import events as ev
         from mpiopt.trial import TrialStatus
 
-        self.act(0.0, self.sched.start)
+        self.act(0.0, ev.Start())
         ask_end = searcher.step(self.free) if searcher else None
         while not self.sched.done:
             tick = self.free + TICK_S if len(self.sched.idle) > len(self.sched.stopped) else None
@@ -190,10 +192,10 @@ class _Groups:
                 self.finished += 1
                 batch.append((group, Result(tid, TrialStatus.COMPLETE,
                                             value=float(self.objective(params)))))
-            self.act(at, (lambda: self.sched.on_results(batch)) if batch else self.sched.tick)
+            self.act(at, ev.Results(tuple(batch)) if batch else ev.Tick())
             if searcher is not None and ask_end is None:
                 ask_end = searcher.step(self.free)
-        self.executor.collect(self.sched.finish())
+        self.executor.collect(ev.Finish())
 
     @property
     def makespan(self) -> float:

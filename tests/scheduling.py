@@ -1,26 +1,40 @@
-"""Driving the scheduler in tests: its handlers are generators of instructions
-(mpiopt.parallel.scheduler.instructions); a test runs them to their end and reads what
-they asked for.
+"""Driving the scheduler in tests: events in (mpiopt.parallel.scheduler.events), through
+the production Executor, which answers its database calls and asks; a test reads the
+messages for the groups it gave and what the storage holds.
 
 `Records` is the database the instructions leave: a real in-memory storage (sqlite://,
 the same SQL code and conformance suite as a study's file: storage/_engine.py) holding
 study 1, written through the production Executor, and a log of every instruction in
 order (a message to a group is logged as ("send", group)). `Driven` wraps a Scheduler so
-a test calls its handlers as plain methods and gets back the messages they gave (overdue
-and finish: their return value). With another storage, `scheduler(storage=st, ...)`
-carries the instructions out through the Executor alone.
+a test names an event as a method (`start()`, `on_result(group, result)`, ...: EVENTS) and
+gets back the messages it gave (overdue, finish, prefetch: what the shell reads after).
+Every scheduler here checks its invariants after each event (validate_state), and a
+failing test prints its last events (the stimulus log). With another storage,
+`scheduler(storage=st, ...)` carries the instructions out through the Executor alone.
 """
 from __future__ import annotations
 
 from conftest import MEMORY_URL
-from mpiopt.parallel.scheduler import MESSAGES, Executor, Scheduler, drive
+from mpiopt.parallel.scheduler import MESSAGES, Executor, Scheduler
+from mpiopt.parallel.scheduler import events as ev
 from mpiopt.parallel.scheduler import instructions as ins
 from mpiopt.storage import open_storage
 from mpiopt.trial import TrialStatus
 
-HANDLERS = {"start", "on_result", "on_results", "on_report", "tick", "interrupt", "stop_all",
-            "withdraw_ahead", "_take_queued"}
-RETURNING = {"overdue", "finish"}          # handlers whose return value the test reads
+EVENTS = {            # a test's name for an event -> the event
+    "start": lambda: ev.Start(), "tick": lambda: ev.Tick(), "interrupt": lambda: ev.Interrupt(),
+    "stop_all": lambda: ev.StopAll(), "withdraw_ahead": lambda: ev.WithdrawAhead(),
+    "on_result": lambda group, result: ev.Results(((group, result),)),
+    "on_results": lambda batch: ev.Results(tuple(batch)),
+    "on_report": lambda group, report: ev.Reported(group, report),
+    "stop": lambda reason, message: ev.Stop(reason, message),
+    "lose": lambda groups: ev.Lose(tuple(groups)), "blame": lambda ids: ev.Blame(tuple(ids)),
+}
+READ_AFTER = {         # events whose outcome the shell reads from the machine after
+    "overdue": (ev.Overdue, lambda sched, due: sched.must_end),
+    "finish": (ev.Finish, lambda sched, due: sched.final_status),
+    "prefetch": (ev.Prefetch, lambda sched, due: due),
+}
 SPEC = "study: {name: s}\nsearch: {algorithm: random, trials: 10}\n"
 
 
@@ -39,13 +53,13 @@ class Records:
         self.log: list[tuple] = []
         self.said: list[str] = []
         self.failing: dict[type, BaseException] = {}
-        self.executor = Executor(self.storage, send=lambda instruction: None)
+        self.executor = _Logged(self, self.storage, send=lambda instruction: None)
         self._after = {
             ins.CreateTrials: self._created, ins.RestartTrial: self._restarted,
             ins.WriteResults: self._written, ins.WriteResultsAndCreate: self._written_and_created,
-            ins.ReadQueue: lambda i, got: self.log.append(("read queue", len(got))),
+            ins.ReadQueue: lambda i, got: self.log.append(("read queue", len(got.trials))),
             ins.TakeQueued: lambda i, got: self.log.extend(
-                ("take", t.id) for t in got if t is not None),
+                ("take", t.id) for t in got.records if t is not None),
         }
 
     def do(self, instruction, executor: Executor | None = None):
@@ -55,11 +69,11 @@ class Records:
             raise self.failing[type(instruction)]
         if isinstance(instruction, MESSAGES):
             self.log.append(("send", instruction.group))
-            return None
+            return None if executor is None else Executor.do(executor, instruction)
         if isinstance(instruction, ins.Say):
             self.said.append(instruction.line)
             return None
-        got = (executor or self.executor).do(instruction)
+        got = Executor.do(executor or self.executor, instruction)
         logged = self._after.get(type(instruction))
         if logged is not None:
             logged(instruction, got)
@@ -106,7 +120,7 @@ class Records:
         return trial.id
 
     def _created(self, i, made):
-        self.log.extend(("create", t.id) for t in made if t is not None)
+        self.log.extend(("create", t.id) for t in made.records or () if t is not None)
 
     def _restarted(self, i, trial):
         self.log.append(("restart", i.trial_id))
@@ -119,38 +133,56 @@ class Records:
     def _written_and_created(self, i, made):
         self.log.append(("one commit", len(i.outcomes), len(i.requests)))
         self._written(i, None)
-        self._created(i, made or [])
+        self._created(i, made)
+
+
+class _Logged(Executor):
+    """The production Executor, each instruction through Records.do (logged, or failing)."""
+
+    def __init__(self, records: Records, *args, **kw):
+        super().__init__(*args, **kw)
+        self.records = records
+
+    def do(self, instruction):
+        return self.records.do(instruction, self)
 
 
 class Driven:
-    """A Scheduler whose handlers run to their end when called (see the module docstring)."""
+    """A Scheduler whose events are methods (see the module docstring)."""
 
-    def __init__(self, sched: Scheduler, do):
+    def __init__(self, sched: Scheduler, executor: Executor):
         object.__setattr__(self, "sched", sched)
-        object.__setattr__(self, "do", do)
+        object.__setattr__(self, "executor", executor)
 
     def __getattr__(self, name):
-        attr = getattr(self.sched, name)
-        if name in HANDLERS:
-            return lambda *args, **kw: self.run(attr(*args, **kw))[0]
-        if name in RETURNING:
-            return lambda *args, **kw: self.run(attr(*args, **kw))[1]
-        return attr
+        if name in EVENTS:
+            return lambda *args: self.run(EVENTS[name](*args))
+        if name in READ_AFTER:
+            kind, read = READ_AFTER[name]
+
+            def handled():
+                due = self.sched.prefetch_due()
+                self.run(kind())
+                return read(self.sched, due)
+            return handled
+        return getattr(self.sched, name)
 
     def __setattr__(self, name, value):
         setattr(self.sched, name, value)
 
-    def run(self, steps):
-        """(the messages the handler gave, its return value)"""
-        sent = []
+    def run(self, *events) -> list:
+        """The messages for the groups that these events gave."""
+        sent: list = []
+        self.executor.send = sent.append
+        try:
+            self.executor.run(*events)
+        except BaseException as exc:
+            exc.add_note(self.sched.story())
+            raise
+        return sent
 
-        def do(instruction):
-            if isinstance(instruction, MESSAGES):
-                sent.append(instruction)
-            return self.do(instruction)
-
-        value = drive(steps, do)
-        return sent, value
+    def close_searcher(self) -> None:
+        self.executor.close_searcher()
 
 
 def scheduler(storage, artifacts=None, **kw) -> Driven:
@@ -159,13 +191,13 @@ def scheduler(storage, artifacts=None, **kw) -> Driven:
     store's Keeper (or a test's stand-in), tended as the run tends it."""
     if artifacts is not None:
         kw.update(refit_wanted=artifacts.refit_wanted(), checkpoints=artifacts.checkpoints)
-    sched = Scheduler(**kw)
+    sched = Scheduler(validate=True, **kw)
+    common = dict(send=lambda action: None, artifacts=artifacts, machine=sched,
+                  searcher=kw["searcher"])
     if isinstance(storage, Records):
-        executor = Executor(storage.storage, send=lambda action: None, artifacts=artifacts,
-                            view=sched)
-        do = lambda instruction: storage.do(instruction, executor)  # noqa: E731
+        executor = _Logged(storage, storage.storage, **common)
     else:
-        do = Executor(storage, send=lambda action: None, artifacts=artifacts, view=sched).do
+        executor = Executor(storage, **common)
     if artifacts is not None:
-        do(sched.settled_on_resume(kw.get("existing", ())))
-    return Driven(sched, do)
+        executor.do(sched.settled_on_resume(kw.get("existing", ())))
+    return Driven(sched, executor)

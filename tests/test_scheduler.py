@@ -1,5 +1,5 @@
 """The coordinator's decisions without MPI or a database: events in, instructions out
-(tests/scheduling.py runs the handlers and reads their instructions)."""
+(tests/scheduling.py hands it events and reads the instructions they give)."""
 from __future__ import annotations
 
 import itertools
@@ -436,6 +436,40 @@ def test_groups_get_work_while_the_searcher_is_stuck_in_a_fit():
     assert not searcher._thread.is_alive()
 
 
+def test_building_a_scheduler_starts_no_thread_the_first_ask_starts_the_searcher_s():
+    """The machine is pure: its background searcher's thread is the executor's, started
+    with the first Ask and ended with CloseSearcher (the study's Finish)."""
+    import threading
+
+    from mpiopt.search.background import BackgroundSearcher
+
+    def searcher_threads():
+        return [t for t in threading.enumerate() if t.name == "mpiopt-searcher" and t.is_alive()]
+    before = searcher_threads()
+    searcher = BackgroundSearcher(BlockingSearcher(free=10), max_stock=2)
+    sched = scheduler(storage=Records(), study_id=1, searcher=searcher, direction="minimize",
+                      budget=2, n_groups=1)
+    assert searcher_threads() == before                 # built: nothing runs beside it
+    _until(lambda: sched.start() or sched.tick(), "a first dispatch")
+    assert len(searcher_threads()) == len(before) + 1  # asked: the executor started it
+    sched.stop("interrupted", "test")
+    sched.interrupt()
+    sched.finish()
+    assert searcher_threads() == before
+
+
+def test_a_broken_invariant_fails_at_its_event_with_the_events_before_it():
+    """validate_state after every event (the tests' schedulers): a group both idle and
+    running fails at the event that finds it, and the message tells the last events."""
+    sched, _, _ = make(n_groups=2, budget=10)
+    first = sched.start()
+    sched.idle.append(first[0].group)          # (a bug's doing: the group runs a trial)
+    with pytest.raises(AssertionError, match="groups idle and running") as failed:
+        sched.tick()
+    assert "last events:" in str(failed.value) and "Start: [" in str(failed.value)
+    assert [type(e).__name__ for e, _ in sched.stimulus_log][:1] == ["Start"]
+
+
 def test_a_failing_background_searcher_ends_the_study_with_its_error():
     from mpiopt.search.background import BackgroundSearcher
 
@@ -617,16 +651,20 @@ def test_an_empty_queue_is_read_on_dispatch_but_not_on_every_tick():
     sched = scheduler(storage=storage, study_id=1, searcher=CountingSearcher(),
                       direction="minimize", budget=10, n_groups=1, clock=lambda: clock[0])
     sched.start()                        # read the (empty) queue, then asked the searcher
-    sched.running.clear()
-    sched.idle.append(0)                 # an idle group (waiting for a model fit, say)
+
+    def idle_again():                    # an idle group (waiting for a model fit, say)
+        sched.running.clear()
+        sched.idle.append(0)
     reads = lambda: sum(1 for entry in storage.log if entry[0] == "read queue")  # noqa: E731
     assert reads() == 1
     for _ in range(5):
-        sched._take_queued(tick=True)    # within QUEUE_POLL_S of the last read: no query
+        idle_again()
+        sched.tick()                     # within QUEUE_POLL_S of the last read: no query
     assert reads() == 1
-    sched._take_queued(tick=False)       # a dispatch after a result always reads
+    sched.on_result(0, done(sched.running[0].trial_id))   # a dispatch after a result always reads
     clock[0] += 1.0
-    sched._take_queued(tick=True)        # and a tick once QUEUE_POLL_S has passed
+    idle_again()
+    sched.tick()                         # and a tick once QUEUE_POLL_S has passed
     assert reads() == 3
 
 
@@ -755,37 +793,36 @@ def test_the_recorded_error_is_the_failing_ranks_own_not_an_echo():
 
 
 def test_a_handler_is_its_instructions_in_order_and_does_no_io_itself():
-    """The scheduler asks; the test answers each instruction by hand: nothing happens
-    between the yields, and the trial is sent only once its row exists."""
+    """The scheduler asks; the test answers each instruction by hand, as the next event:
+    nothing happens between them, and the trial is sent only once its row exists."""
     from mpiopt.parallel.scheduler import Scheduler
+    from mpiopt.parallel.scheduler import events as ev
     from mpiopt.parallel.scheduler import instructions as ins
 
     searcher = CountingSearcher()
-    sched = Scheduler(study_id=7, searcher=searcher, direction="minimize", budget=3, n_groups=1)
-    steps = sched.start()
-    read = next(steps)
-    assert read == ins.ReadQueue(7, 1)
-    create = steps.send([])                          # an empty queue: the searcher is asked
+    sched = Scheduler(study_id=7, searcher=searcher, direction="minimize", budget=3, n_groups=1,
+                      validate=True)
+    [read] = sched.handle(ev.Start())
+    assert read == ins.ReadQueue(7, 1) and sched.waiting_for is read
+    [ask] = sched.handle(ev.QueueRead(read, ()))     # an empty queue: the searcher is asked
+    assert ask == ins.Ask(0, 1, 0) and searcher.calls == []
+    [create] = sched.handle(ev.Suggested(ask, {"x": 0}, 0.0))
     assert isinstance(create, ins.CreateTrials) and create.study_id == 7
     assert [r["params"] for r in create.requests] == [{"x": 0}] and not sched.running
     row = FrozenTrial(id=41, study_id=7, number=0, status=TrialStatus.RUNNING, params={"x": 0})
-    sent = steps.send([row])
+    [sent] = sched.handle(ev.TrialsCreated(create, (row,)))
     assert sent == Dispatch(0, sent.trial) and sent.trial.trial_id == 41
-    assert sched.running[0].trial_id == 41
-    with pytest.raises(StopIteration):
-        steps.send(None)
-    steps = sched.on_result(0, done(41, 2.5))
-    write = next(steps)
+    assert sched.running[0].trial_id == 41 and sched.waiting_for is None
+    [write] = sched.handle(ev.Results(((0, done(41, 2.5)),)))
     assert isinstance(write, ins.WriteResults) and write.outcomes[0]["trial_id"] == 41
     assert searcher.told == [] and sched.finished == 0      # told and counted once written
-    answers = {ins.ReadQueue: [], ins.CreateTrials: [FrozenTrial(
-        id=42, study_id=7, number=1, status=TrialStatus.RUNNING, params={"x": 1})]}
-    rest = [steps.send(None)]
-    while True:
-        try:
-            rest.append(steps.send(answers.get(type(rest[-1]))))
-        except StopIteration:
-            break
+    rest = sched.handle(ev.Written(write))
+    answers = {ins.ReadQueue: lambda i: ev.QueueRead(i, ()),
+               ins.Ask: lambda i: ev.Suggested(i, {"x": 1}, 0.0),
+               ins.CreateTrials: lambda i: ev.TrialsCreated(i, (FrozenTrial(
+                   id=42, study_id=7, number=1, status=TrialStatus.RUNNING, params={"x": 1}),))}
+    while type(rest[-1]) in answers:
+        rest += sched.handle(answers[type(rest[-1])](rest[-1]))
     kinds = [type(i).__name__ for i in rest]
     assert kinds[:2] == ["TrialDone", "TrialsSettled"] and searcher.told == [(0, 2.5)]
-    assert kinds[-3:] == ["ReadQueue", "CreateTrials", "Dispatch"] and sched.finished == 1
+    assert kinds[-4:] == ["ReadQueue", "Ask", "CreateTrials", "Dispatch"] and sched.finished == 1

@@ -33,6 +33,8 @@ from dataclasses import dataclass
 
 from mpiopt.parallel.protocol import Decision, Tag, Verdict
 from mpiopt.parallel.scheduler import Answer, Dispatch, Executor, StopGroup, Withdraw
+from mpiopt.parallel.scheduler.instructions import Cancel
+from mpiopt.parallel.scheduler import events as ev
 from mpiopt.backoff import Backoff
 from mpiopt.errors import LeaseLost, StorageUnavailable
 from mpiopt.parallel.waiting import probe
@@ -93,17 +95,17 @@ class Coordinator:
         """Run until the study is done or must end; always returns after wind_down."""
         try:
             if not self.stop_flag.is_set():   # (a signal while the study was being opened:
-                self.execute(self.sched.start())    # no trial is started only to be stopped)
+                self.execute(ev.Start())    # no trial is started only to be stopped)
             cause = self._loop()
         except (StorageUnavailable, LeaseLost) as exc:   # an outage past retry_timeout,
             cause = str(exc)                               # another job took the study over
-            self.sched.stop("error", cause)
+            self.execute(ev.Stop("error", cause))
             self.all_written = False
         except Exception as exc:  # the coordinator's own failure still ends every rank
             self.all_written = False
             cause = (f"coordinator failed on rank 0 ({socket.gethostname()}): "
                      f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}")
-            self.sched.stop("error", cause)
+            self.execute(ev.Stop("error", cause))
             self._blame()
         return self.wind_down(cause)
 
@@ -112,21 +114,22 @@ class Coordinator:
         while not self.sched.done:
             if self.stop_flag.is_set():
                 name = signal.Signals(self.stop_flag.signum).name if self.stop_flag.signum else "signal"
-                self.sched.stop("interrupted", f"interrupted by {name}: running trials are "
-                                               "recorded INTERRUPTED and run again on resume")
+                self.execute(ev.Stop("interrupted", f"interrupted by {name}: running trials are "
+                                                    "recorded INTERRUPTED and run again on resume"))
                 return self.sched.message
             if self.received:    # taken in during an outage: written first (those trials
                 # ended in time, whatever the timeouts below would say of them now)
                 batch = self._take_received()
-                self._handle(self.sched.on_results(batch), batch)
+                self._handle(ev.Results(tuple(batch)), batch)
                 continue
-            late = self.execute(self.sched.overdue())
+            self.execute(ev.Overdue())
+            late = self.sched.must_end
             if late is not None:
                 return late
             silent = self.liveness.silent() if self.liveness else ()
             if silent:
                 return self._lost(silent)
-            self.execute(self.sched.withdraw_ahead())
+            self.execute(ev.WithdrawAhead())
             status = probe(self.world) or probe(self.world)   # MPICH's first probe often
             # only moves a message along (mpiopt.parallel.waiting.probe): a second one sees
             # it now instead of one sleep later, for little CPU at POLL_LIMIT_S wake-ups
@@ -134,7 +137,7 @@ class Coordinator:
                 tag, source = Tag(status.Get_tag()), status.Get_source()
                 msg = self.world.recv(source=source, tag=tag)
                 if tag is Tag.FATAL:
-                    self.sched.stop("error", msg.line())
+                    self.execute(ev.Stop("error", msg.line()))
                     self._fatal(source, msg)
                     return msg.line()
                 if tag is Tag.BYE:
@@ -142,13 +145,14 @@ class Coordinator:
                     continue
                 self.handlers[tag](self.topo.group_of(source), msg)
                 backoff.reset()
-            elif not self.sched.prefetch():
-                self.execute(self.sched.tick())
+            elif self.sched.prefetch_due():
+                self.execute(ev.Prefetch())
+            else:
+                self.execute(ev.Tick())
                 self.on_tick()
                 if self.executor.progress is not None:
                     self.executor.progress.tick()     # the status line of running trials
-                backoff.sleep(at_most=self.sched.forecast.sleep_s(
-                    self.sched.clock(), self.sched.waits_for_dispatch, backoff.delay))
+                backoff.sleep(at_most=self.sched.sleep_s(backoff.delay))
         return None
 
     def _on_result(self, group, result) -> None:
@@ -156,19 +160,18 @@ class Coordinator:
         outage), as one batch (one write for all; at most two results per group can be
         waiting, its trial's and the one sent ahead, so the drain is bounded)."""
         batch = [*self._take_received(), (group, result), *self._waiting_results()]
-        self._handle(self.sched.on_results(batch), batch)
+        self._handle(ev.Results(tuple(batch)), batch)
 
     def _on_report(self, group, report) -> None:
         self.unanswered = (group, report.trial_id)
-        self._handle(self.sched.on_report(group, report), [(group, report)])
+        self._handle(ev.Reported(group, report), [(group, report)])
         self.unanswered = None
 
-    def _handle(self, steps, batch: list) -> None:
-        """Carry out `steps`, the scheduler's handler of these (group, message) pairs:
-        while they run, the pairs' trials are those a failure of the coordinator is
-        blamed on (run)."""
+    def _handle(self, event, batch: list) -> None:
+        """Carry out `event`, these (group, message) pairs: while it runs, the pairs'
+        trials are those a failure of the coordinator is blamed on (run)."""
         self.handling = tuple(msg.trial_id for _, msg in batch)
-        self.execute(steps)
+        self.execute(event)
         self.handling = ()
 
     def _waiting_results(self) -> list:
@@ -183,7 +186,7 @@ class Coordinator:
         on every resume, so each counts a lost attempt (the scheduler's blame). A report
         it took in is answered CANCEL: its leader waits for the answer, and would not
         stop in order (MPI_Abort)."""
-        self.sched.blame(self.handling)
+        self.execute(ev.Blame(self.handling))
         if self.unanswered is not None:
             group, trial_id = self.unanswered
             self._send(Decision(trial_id, Verdict.CANCEL), self.topo.leader(group), Tag.DECISION)
@@ -207,12 +210,7 @@ class Coordinator:
         """Cancel busy groups, stop idle ones, wait (bounded) for every rank's BYE."""
         for group, result in self._take_received():   # (taken in during an outage)
             self._record_quietly(group, result)
-        for group, run in list(self.sched.running.items()):
-            nxt = self.sched.ahead.trials.get(group)   # one message: the leader knows both
-            ids = (run.trial_id,) if nxt is None else (run.trial_id, nxt.trial_id)
-            self.sched.ahead.withdrawn.update(ids[1:])
-            self._send(ids, self.topo.leader(group), Tag.CANCEL)
-        self.execute(self.sched.stop_all())
+        self.execute(ev.WindDown())
         gone = self.dead | self._given_up_ranks()        # they never answer: not waited for
         everyone = set(range(1, self.world.Get_size())) - gone
         end = self.clock() + WIND_DOWN_S
@@ -254,10 +252,10 @@ class Coordinator:
     def _record_quietly(self, group, result) -> None:
         """A result that arrives while the job ends is still recorded, if the database lets."""
         try:
-            self.execute(self.sched.on_result(group, result))
+            self.execute(ev.Results(((group, result),)))
         except Exception:
             self.all_written = False
-        self.execute(self.sched.stop_all())
+        self.execute(ev.StopAll())
 
     def _interrupt_rest(self) -> bool:
         # (after an outage given up, always: the write that failed may have committed all
@@ -265,12 +263,12 @@ class Coordinator:
         # interrupt reaches it on resume instead of counting it a lost attempt)
         # (and where trials were blamed: every other one of the job must be INTERRUPTED
         # before the job's end counts what it left RUNNING: mpiopt.run.study_run)
-        if not self.sched.running and not self.sched.ahead.trials and \
+        if not self.sched.busy and \
                 self.sched.stop_reason != "interrupted" and self.storage.given_up is None \
                 and not self.sched.blamed:
             return False
         try:
-            self.execute(self.sched.interrupt())
+            self.execute(ev.Interrupt())
         except Exception:
             pass          # the database is the cause; resume finds these trials RUNNING
         return True
@@ -306,17 +304,17 @@ class Coordinator:
         """Silent ranks: the job ends; their groups' trials stay RUNNING for the resume."""
         self.dead.update(ranks)
         groups = sorted({self.topo.group_of(r) for r in ranks})
-        self.sched.lose(groups)
+        self.execute(ev.Lose(tuple(groups)))
         shown = ", ".join(map(str, ranks))
         cause = (f"rank(s) {shown} (group(s) {', '.join(map(str, groups))}) sent no heartbeat "
                  f"for {self.liveness.limit:.0f}s: the process died or is stuck, and the "
                  "launcher did not end the job")
-        self.sched.stop("error", cause)
+        self.execute(ev.Stop("error", cause))
         return cause
 
-    def execute(self, steps):
-        """Carry out one of the scheduler's handlers; returns what it returns."""
-        return self.executor.run(steps)
+    def execute(self, event) -> None:
+        """Hand the scheduler this event; carry out what it leads to."""
+        self.executor.run(event)
 
     def _message(self, action) -> None:
         """An instruction for a group, sent to its leader."""
@@ -329,3 +327,5 @@ class Coordinator:
             self._stop_rank(leader)
         elif isinstance(action, Withdraw):
             self._send((action.trial_id,), leader, Tag.CANCEL)
+        elif isinstance(action, Cancel):
+            self._send(action.trial_ids, leader, Tag.CANCEL)

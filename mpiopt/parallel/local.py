@@ -19,7 +19,8 @@ from contextlib import nullcontext
 
 from mpiopt.errors import StopRequested, TrialCancelled
 from mpiopt.parallel.protocol import Report
-from mpiopt.parallel.scheduler import Answer, Dispatch, drive
+from mpiopt.parallel.scheduler import Dispatch
+from mpiopt.parallel.scheduler import events as ev
 from mpiopt.objective.processes import (STOP_SIGNALS, forget_signals, note_signals, stop_signal_seen,
                               usual_signals_in_forks)
 
@@ -111,8 +112,8 @@ class _Watch:
             with self.lock:
                 if self._done.is_set():
                     return
-                late = self.executor.run(self.scheduler.overdue())   # (it records a trial
-                # past its timeout)
+                self.executor.run(ev.Overdue())     # (it records a trial past its timeout)
+                late = self.scheduler.must_end
                 interrupted = self.scheduler.stop_reason == "interrupted"
                 if late is None:
                     late, interrupted = self._deaf_to_the_stop(), True
@@ -121,7 +122,7 @@ class _Watch:
                 faulthandler.cancel_dump_traceback_later()   # (this thread runs: no backstop)
                 try:
                     if interrupted:
-                        self.executor.run(self.scheduler.interrupt())
+                        self.executor.run(ev.Interrupt())
                     code = self.give_up(late, interrupted)
                 except BaseException as exc:    # the database: the resume settles the rest
                     print(f"mpiopt: {late}; (recording the end failed: {exc})", file=sys.stderr)
@@ -161,7 +162,7 @@ def run_local(scheduler, executor, objective, comm, stopped=lambda: False, give_
         if watch is not None:
             watch.start()
         if not stop.set:
-            executor.run(scheduler.start())
+            executor.run(ev.Start())
         while (queue or _wait_for_other_jobs(scheduler, executor, stop)) and not stop.set:
             if not queue:
                 continue
@@ -169,18 +170,20 @@ def run_local(scheduler, executor, objective, comm, stopped=lambda: False, give_
             result = _evaluate(scheduler, executor, objective, comm, action, stop, watch)
             if keeper is not None:
                 keeper.keep(result)
-            executor.run(scheduler.on_result(action.group, result))
-            if result.status.value == "INTERRUPTED" or \
-                    executor.run(scheduler.overdue()) is not None:
+            executor.run(ev.Results(((action.group, result),)))
+            if result.status.value == "INTERRUPTED":
+                raise KeyboardInterrupt
+            executor.run(ev.Overdue())
+            if scheduler.must_end is not None:
                 raise KeyboardInterrupt
         if stop.set:
             raise KeyboardInterrupt
         return True
     except KeyboardInterrupt:
         if stop.first is not None:    # (the same closing line as under mpiexec)
-            scheduler.stop("interrupted", f"interrupted by {signal.Signals(stop.first[0]).name}"
-                           ": running trials are recorded INTERRUPTED and run again on resume")
-        executor.run(scheduler.interrupt())
+            executor.run(ev.Stop("interrupted", f"interrupted by {signal.Signals(stop.first[0]).name}"
+                                 ": running trials are recorded INTERRUPTED and run again on resume"))
+        executor.run(ev.Interrupt())
         return False
     finally:
         if watch is not None:
@@ -197,9 +200,9 @@ def _wait_for_other_jobs(scheduler, executor, stop: _Stop) -> bool:
     wait ends with a stop signal, or once those trials end or their job is taken over."""
     if not scheduler.waits_for_other_jobs:
         return False
-    time.sleep(scheduler.shared.poll_s)
+    time.sleep(scheduler.poll_s)
     if not stop.set:
-        executor.run(scheduler.tick())
+        executor.run(ev.Tick())
     return True
 
 
@@ -213,11 +216,9 @@ def _evaluate(scheduler, executor, objective, comm, action: Dispatch, stop: _Sto
     def report(epoch, value, fold=0):
         if past_hard_edge():
             return TrialCancelled("cancelled: the study is stopping")
-        answers = []
         with watch.lock if watch is not None else nullcontext():
-            drive(scheduler.on_report(action.group, Report(trial.trial_id, int(epoch), float(value),
-                                                           int(fold))),
-                  lambda i: answers.append(i) if isinstance(i, Answer) else executor.do(i))
+            answers = executor.collect(ev.Reported(action.group, Report(
+                trial.trial_id, int(epoch), float(value), int(fold))))
         return not (answers and answers[0].decision.prune)
 
     backstop = watch.backstop_s() if watch is not None else None
@@ -242,7 +243,7 @@ def _evaluate(scheduler, executor, objective, comm, action: Dispatch, stop: _Sto
     if result.status.value == "PRUNED" and result.value is None:
         from dataclasses import replace
 
-        last = scheduler.history.get(trial.number, {})
-        if last:
-            result = replace(result, value=scheduler.sign * last[max(last)])
+        last = scheduler.last_report(trial.number)
+        if last is not None:
+            result = replace(result, value=last)
     return result

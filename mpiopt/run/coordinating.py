@@ -2,11 +2,11 @@
 MPI by the coordinator's loop or in this one process by the local loop, then closed.
 
 The scheduler, its executor and the coordinator are used here through a small surface:
-Scheduler(...) with the keywords _scheduler passes, settled_on_resume(existing),
-stop(reason, cause), interrupt() and finish() (instructions the executor runs),
-stop_reason, message, close_searcher(), searcher (.choice), untried, finished, reruns,
-and what Progress reads; Executor(storage, send, progress, artifacts, view=, holding=)
-with do() and run(); Coordinator(world, topo, sched, storage, executor, stop_flag,
+Scheduler(...) with the keywords _scheduler passes, settled_on_resume(existing), the
+events Stop, Interrupt and Finish (handed over by the executor's run), stop_reason,
+message, searcher (.choice), untried, finished, reruns, and what Progress reads;
+Executor(storage, send, progress, artifacts, machine=, searcher=, holding=) with do(),
+run(*events) and close_searcher(); Coordinator(world, topo, sched, storage, executor, stop_flag,
 on_tick=, watch=).run() -> Ending(cause, interrupted, orderly, stuck); and
 run_local(sched, executor, objective, comm, stopped=, give_up=, told=, keeper=) -> clean.
 A job that cannot end in order (a rank stuck in user code) is ended with MPI_Abort after
@@ -67,7 +67,8 @@ def _set_up_run(world, started: Started, topo, comm, hosts, watch) -> RunContext
     artifacts = _keeper(spec)
     sched = _scheduler(started, topo, hosts, artifacts)
     # One executor for the run (messages to groups: the coordinator's loop sets `send`)
-    executor = Executor(storage, lambda action: None, progress, artifacts, view=sched,
+    executor = Executor(storage, lambda action: None, progress, artifacts, machine=sched,
+                        searcher=sched.searcher,
                         holding=storage.holding,
                         others_live=opened.others_live if opened.shared else None)
     if artifacts is not None:        # what a job that died mid-way left behind
@@ -130,14 +131,15 @@ def _close_failed_loop(run: RunContext, exc: Exception) -> int:
     """As the coordinator's own failure (an outage past retry_timeout, a study deleted
     under the job): a closing line with the resume, not "error:", and the running trials
     recorded INTERRUPTED where the database lets them be."""
-    sched = run.sched
+    from mpiopt.parallel.scheduler import events
+
     closed = output_closed(exc)
     cause = str(exc) if isinstance(exc, (StorageUnavailable, LeaseLost)) else (
         closed or f"the study's loop failed ({socket.gethostname()}): {type(exc).__name__}: "
         f"{str(exc).strip().splitlines()[0] if str(exc).strip() else ''}")
-    sched.stop("interrupted" if closed else "error", cause)
     try:             # (also with nothing running: the study's record says INTERRUPTED)
-        run.executor.run(sched.interrupt())
+        run.executor.run(events.Stop("interrupted" if closed else "error", cause),
+                         events.Interrupt())
     except Exception:
         pass          # the database is the cause; resume finds the trial RUNNING
     return close(run, cause, True)

@@ -66,7 +66,7 @@ def close(run, cause: str | None, interrupted: bool, stuck: str = "") -> int:
     not stop (the caller aborts the job after it)."""
     sched, spec = run.sched, run.spec
     status, cause = _record_end(run, cause, interrupted)
-    sched.close_searcher()
+    run.executor.close_searcher()
     try:
         run.progress.summary(sched, status, run.storage.kept_results)
     except OSError as exc:      # (the output closed during the summary: as in the loop)
@@ -105,6 +105,9 @@ def _record_end(run, cause: str | None, interrupted: bool):
     try:
         if interrupted:
             return StudyStatus.INTERRUPTED, cause
-        return run.executor.run(run.sched.finish()), cause
+        from mpiopt.parallel.scheduler import events
+
+        run.executor.run(events.Finish())
+        return run.sched.final_status, cause
     except Exception as exc:
         return StudyStatus.INTERRUPTED, cause or f"could not record the study's end: {exc}"

@@ -13,6 +13,9 @@ running them, and they run on resume.
 
 Prefetching is the other half: while every group is busy and nothing is sent ahead, the
 next suggestion is asked now, so a group that finishes need not wait for a model fit.
+
+This part holds what is ahead and answers from its own state and the arguments it is
+given; the Scheduler weighs it with the budget and gives the instructions (dispatch.py).
 """
 from __future__ import annotations
 
@@ -20,9 +23,9 @@ from mpiopt.parallel.scheduler import instructions as ins
 
 
 class AskAhead:
-    def __init__(self, sched, enabled: bool):
-        self.sched = sched
+    def __init__(self, enabled: bool, searcher_allows: bool):
         self.enabled = enabled               # the MPI shell's choice (parallel/coordinator)
+        self.searcher_allows = searcher_allows   # not pbt: a round's plan must see the result
         self.trials: dict = {}               # group -> its next trial (a Running), not begun
         # groups that may want a trial sent ahead (an ordered set, filtered when read): a
         # result then costs O(its batch), not a scan of every running group
@@ -30,72 +33,63 @@ class AskAhead:
         self.withdrawn: set[int] = set()     # trial ids of trials sent ahead, called back
         self.prefetched: tuple[dict, float] | None = None   # (params, seconds to ask)
 
-    def _searcher_allows(self) -> bool:
-        """pbt: a round's plan must see the result before it."""
-        return self.sched.searcher.asks_ahead
+    def may_plan(self, reruns, idle) -> bool:
+        """Trials go ahead only while no re-run waits and no group is idle."""
+        return self.enabled and not reruns and not idle and self.searcher_allows
 
-    def room(self, extra: int = 0) -> bool:
-        """Whether one more trial may be sent ahead (see the module docstring)."""
-        s = self.sched
-        groups = s.n_groups - len(s.stopped)
-        return (self.enabled and s.outcomes.any_success and s._can_dispatch(extra)
-                and s.limits.left(s._started(extra)) > groups)
+    def room(self, left: int, groups: int) -> bool:
+        """Whether `left` trials left in the budget leave room for one more sent ahead
+        with `groups` groups not stopped: more than one per group (module docstring)."""
+        return left > groups
 
-    def plan(self, tick: bool = False):
-        """Queued sets taken for busy groups without a next trial (their Dispatches
-        yielded), then returns the groups still without one and the suggestions for them
-        (not yet created)."""
-        s = self.sched
-        if not self.enabled or s.reruns or s.idle or not self._searcher_allows():
-            return [], []
-        if not self.room():
-            return [], []
-        groups = [g for g in self.wanting if (run := s.running.get(g)) is not None
+    def wanted(self, running: dict) -> list[int]:
+        """The busy groups that hold no next trial (the others leave the wanting set)."""
+        groups = [g for g in self.wanting if (run := running.get(g)) is not None
                   and g not in self.trials and not run.refit]
         self.wanting = dict.fromkeys(groups)
-        if not groups:
-            return [], []
-        yield from s._take_queued(tick, ahead_of=groups)
-        groups = [g for g in groups if g not in self.trials]
-        fresh: list[tuple[dict, float | None]] = []
-        while len(fresh) < len(groups) and self.room(extra=len(fresh)) and s._space_left():
-            suggestion = s._suggestion(s.next_number + len(fresh))
-            if suggestion[0] is None:
-                break
-            fresh.append(suggestion)
-        return groups[:len(fresh)], fresh
+        return groups
 
-    def fill(self, tick: bool = False):
-        """A next trial for each busy group that has none; returns whether any was sent."""
-        before = len(self.trials)
-        groups, fresh = yield from self.plan(tick)
-        if fresh:
-            yield from self.sched._start(fresh, groups)
-        return len(self.trials) > before
+    def promote(self, group: int):
+        """The group's trial sent ahead, which it runs now (None: none was)."""
+        nxt = self.trials.pop(group, None)
+        if nxt is not None:
+            self.wanting[group] = None
+        return nxt
 
-    def prefetch(self) -> bool:
-        """Ask the next suggestion now, while groups are busy; whether one was asked."""
-        s = self.sched
-        if s.background or self.prefetched is not None or s.reruns or s.idle:
-            return False
-        if not self._searcher_allows() or not s.running or not s.limits.left(s._started()):
-            return False
-        if s.stop_reason is not None or not s._space_left():
-            return False
-        self.prefetched = s.timed_ask(s.next_number)
-        return True
+    def take_prefetched(self):
+        """The suggestion asked ahead, (params, seconds), once; None where there is none."""
+        got, self.prefetched = self.prefetched, None
+        return got
 
-    def drop_prefetched(self) -> None:
-        if self.prefetched is not None:
-            self.sched.searcher.forget(self.prefetched[0])
-            self.prefetched = None
+    def prefetched_now(self, done) -> None:
+        """The suggestion a Prefetch asked (events.Suggested)."""
+        self.prefetched = (done.params, done.took)
 
-    def withdraw(self):
+    def drop_prefetched(self) -> dict | None:
+        """The prefetched parameters, for the searcher to forget (the study is done)."""
+        got = self.take_prefetched()
+        return None if got is None else got[0]
+
+    def withdraw(self, stop_reason: str | None) -> list:
         """Once the study takes no new trials: call back the trials sent ahead (once
         each); not where the space is used up (those are the last untried sets: they run)."""
-        if self.sched.stop_reason in (None, "exhausted") or not self.trials:
-            return
+        if stop_reason in (None, "exhausted") or not self.trials:
+            return []
+        out = []
         for g, run in list(self.trials.items()):
             if run.trial_id not in self.withdrawn:
                 self.withdrawn.add(run.trial_id)
-                yield ins.Withdraw(g, run.trial_id)
+                out.append(ins.Withdraw(g, run.trial_id))
+        return out
+
+    def at_wind_down(self, running: dict) -> list:
+        """The job ends: each busy group's trial is cancelled with the one sent ahead to
+        it, in one message (the leader knows both); the one ahead is on record as never
+        begun."""
+        out = []
+        for group, run in list(running.items()):
+            nxt = self.trials.get(group)
+            ids = (run.trial_id,) if nxt is None else (run.trial_id, nxt.trial_id)
+            self.withdrawn.update(ids[1:])
+            out.append(ins.Cancel(group, ids))
+        return out

@@ -2,18 +2,19 @@
 sets, then the searcher's suggestions (distinct ones, in a finite space), each trial's
 row created in the database before its Dispatch; and training.refit's last run.
 
-A part of the Scheduler (parallel/scheduler/machine.py), written apart to keep each file
-readable: its methods are generators of instructions like the Scheduler's own.
+A part of the Scheduler (parallel/scheduler/machine.py): a pass is a `Round` of steps
+(stepping.py), each database write and each ask the last instruction of its step, the
+state change it waits for made where its outcome comes back.
 """
 from __future__ import annotations
 
 import hashlib
-import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from mpiopt.parallel.scheduler import events as ev
 from mpiopt.parallel.scheduler import instructions as ins
 from mpiopt.trial import FrozenTrial, Trial
 
@@ -37,89 +38,195 @@ class Running:
     pruned: str | None = None    # the pruner's reason, once it said stop
 
 
-class Dispatching:
-    def _fill_idle(self, tick: bool = False):
-        """Work for every idle group the budget allows: re-runs first, then queued sets,
-        then new trials, created in one transaction."""
-        sent = False
-        while self.idle and self.reruns and self._may_rerun():
-            sent |= (yield from self._rerun(self.idle[0]))
-        if self.idle and self._can_dispatch():
-            sent |= (yield from self._take_queued(tick))
-        fresh: list[tuple[dict, float | None]] = []
-        while (len(fresh) < len(self.idle) and self._can_dispatch(extra=len(fresh))
-               and self._space_left()):
-            suggestion = self._suggestion(self.next_number + len(fresh),
-                                          waiting=len(self.idle) - len(fresh))
-            if suggestion[0] is None:
-                break                   # the background searcher is still making one
-            fresh.append(suggestion)
-        if fresh:
-            yield from self._start(fresh)
-        sent |= bool(fresh) | (yield from self.ahead.fill(tick))
-        if not sent:
-            yield from self._refit_if_due()
+@dataclass
+class Round:
+    """One pass that gives groups work: whether it sent any, and the suggestions asked
+    so far with the groups they are for."""
+    tick: bool = False
+    sent: bool = False
+    fresh: list = field(default_factory=list)     # (params, seconds to ask) each
+    groups: list = field(default_factory=list)
+    before: int = 0
 
-    def _refit_if_due(self):
+
+class Dispatching:
+    def _fill_idle(self, tick: bool = False) -> None:
+        """Work for every idle group the budget allows: re-runs first, then queued sets,
+        then new trials, created in one transaction; then trials sent ahead to busy ones;
+        training.refit's run where nothing else was sent."""
+        r = Round(tick)
+        self._then((self._fill_reruns, r), (self._fill_queued, r), (self._ask_fresh, r),
+                   (self._fill_ahead, r), (self._fill_end, r))
+
+    def _fill_end(self, r: Round) -> None:
+        if not r.sent:
+            self._refit_if_due()
+
+    def _fill_queued(self, r: Round) -> None:
+        if self.idle and self._can_dispatch():
+            self._take_queued(r)
+
+    def _fill_reruns(self, r: Round) -> None:
+        """The first unfinished trial runs again on the first idle group; a shared study's
+        other job may have claimed it first (events.ClaimRefused). Then the next one."""
+        if not (self.idle and self.reruns and self._may_rerun()):
+            return
+        old, group = self.reruns.pop(0), self.idle[0]
+
+        def restarted(done):
+            if isinstance(done, ev.TrialRestarted):
+                self.idle.remove(group)
+                self._emit(self._running(group, done.record, old.params))
+                r.sent = True
+            self._then((self._fill_reruns, r))
+        self._await(ins.RestartTrial(old.id, group, self.hosts[group], self.ranks[group],
+                                     keep_intermediate=self.checkpoints,
+                                     contested=self.shared is not None),
+                    restarted, undo=lambda: self.reruns.insert(0, old))
+
+    def _refit_if_due(self) -> None:
         """training.refit: after a search that ended well, one group trains the best
         parameters once more (a dispatch with no trial row)."""
-        if not self.idle or not self.refit.due(self):
+        if not self._refit_due():
             return
         group, best = self.idle.pop(0), self.best
         self.refit.started()
         self.running[group] = Running(-1, best.number, dict(best.params), group, self.clock(),
                                       refit=True)
-        yield ins.Say(f"refit: training trial {best.number}'s parameters once more on all the "
-                      "data (training.refit)")
-        yield ins.Dispatch(group, Trial(-1, best.number, dict(best.params),
-                                        trial_seed(self.seed, best.number), refit=True))
+        self._emit(ins.Say(f"refit: training trial {best.number}'s parameters once more on all "
+                           "the data (training.refit)"),
+                   ins.Dispatch(group, Trial(-1, best.number, dict(best.params),
+                                             trial_seed(self.seed, best.number), refit=True)))
 
-    def _take_queued(self, tick: bool, ahead_of: list[int] | None = None):
+    def _take_queued(self, r: Round, ahead_of: list[int] | None = None) -> None:
         """Queued parameter sets for idle groups (or sent ahead to these busy ones), taken
         (PENDING -> RUNNING) in one transaction. A tick reads an empty queue again only
-        after QUEUE_POLL_S. Returns whether any was taken."""
+        after QUEUE_POLL_S."""
         now = self.clock()
-        if tick and self._queue_read_at is not None and now - self._queue_read_at < QUEUE_POLL_S:
-            return False
-        slots = self.idle if ahead_of is None else ahead_of
-        fits = self._can_dispatch if ahead_of is None else self.ahead.room
+        if r.tick and self._queue_read_at is not None and now - self._queue_read_at < QUEUE_POLL_S:
+            return
+        slots = list(self.idle if ahead_of is None else ahead_of)
+        fits = self._can_dispatch if ahead_of is None else self._ahead_room
         room = 0
         while room < len(slots) and fits(extra=room):
             room += 1
-        queued = (yield ins.ReadQueue(self.study_id, room)) if room else []
-        self._queue_read_at = None if len(queued) == room and room else now
-        if not queued:
-            return False
-        groups = slots[:len(queued)]
+        if not room:
+            self._queue_read_at = now
+            return
+
+        def read(done: ev.QueueRead):
+            self._queue_read_at = None if len(done.trials) == room else now
+            if done.trials:
+                self._take_from_queue(r, done.trials, slots[:len(done.trials)], ahead_of)
+        self._await(ins.ReadQueue(self.study_id, room), read)
+
+    def _take_from_queue(self, r: Round, queued, groups: list[int], ahead_of) -> None:
         later = {} if ahead_of is None else {"started": False}
-        taken = yield ins.TakeQueued(tuple(
+
+        def taken(done: ev.QueueTaken):
+            records = list(done.records)
+            if self.shared is not None:
+                if len([rec for rec in records if rec is not None]) < len(queued):
+                    self._refused()
+                records = [rec for rec in records if rec is not None]
+                self.shared.made += len(records)
+            for rec in records:
+                if ahead_of is None:
+                    self.idle.remove(rec.group)
+                self._emit(self._running(rec.group, rec, rec.params, ahead=ahead_of is not None))
+            self.queued_taken += len(records)
+            r.sent |= bool(records)
+        self._await(ins.TakeQueued(tuple(
             dict(trial_id=t.id, seed=trial_seed(self.seed, t.number), group=g,
                  host=self.hosts[g], rank=self.ranks[g], **later)
-            for t, g in zip(queued, groups)), **self._capped_queue())
-        if self.shared is not None:
-            if len([r for r in taken if r is not None]) < len(queued):
-                self._refused()
-            taken = [r for r in taken if r is not None]
-            self.shared.made += len(taken)
-        for rec in taken:
-            if ahead_of is None:
-                self.idle.remove(rec.group)
-            yield self._running(rec.group, rec, rec.params, ahead=ahead_of is not None)
-        self.queued_taken += len(taken)
-        return bool(taken)
+            for t, g in zip(queued, groups)), **self._capped_queue()), taken)
 
-    def _suggestion(self, number: int, waiting: int = 1) -> tuple[dict | None, float | None]:
-        """The suggestion for trial `number` (keyed searchers draw by it), or None, with
-        the seconds the searcher took to make it (recorded with the trial); `waiting`: the
-        groups without work now (a background searcher's filler rule weighs their wait)."""
-        if self.ahead.prefetched is not None:
-            (params, took), self.ahead.prefetched = self.ahead.prefetched, None
-        elif self.background:
-            params = self.searcher.take(waiting, training=len(self.running))
-            took = self.searcher.last_ask_s
+    def _ask_fresh(self, r: Round) -> None:
+        """Suggestions for the idle groups left, one ask at a time, until one is not ready
+        (a background searcher still fitting), then their trials created at once."""
+        if (len(r.fresh) < len(self.idle) and self._can_dispatch(extra=len(r.fresh))
+                and self._space_left()):
+            def got(params, took):
+                if params is None:
+                    self._start(r)
+                else:
+                    r.fresh.append((params, took))
+                    self._then((self._ask_fresh, r))
+            self._suggest(self.next_number + len(r.fresh), got,
+                          waiting=len(self.idle) - len(r.fresh))
         else:
-            params, took = self.timed_ask(number)
-        return (params if params is None else self._distinct(params, number)), took
+            self._start(r)
+
+    def _suggest(self, number: int, got, waiting: int = 1) -> None:
+        """The suggestion for trial `number` (keyed searchers draw by it), or None, with
+        the seconds the searcher took to make it (recorded with the trial), to `got`;
+        `waiting`: the groups without work now (a background searcher's filler rule
+        weighs their wait)."""
+        prefetched = self.ahead.take_prefetched()
+        if prefetched is not None:
+            params, took = prefetched
+            got(self._distinct(params, number), took)
+            return
+        self._await(ins.Ask(number, waiting, len(self.running)),
+                    lambda done: got(None if done.params is None
+                                     else self._distinct(done.params, number), done.took))
+
+    def _refit_due(self) -> bool:
+        """training.refit's run is due: wanted, nothing runs, a group idle, no trial left."""
+        return (bool(self.idle) and self.refit.wanted_now(self.stop_reason, self.best)
+                and not self.running and not self.finishing and not self._can_dispatch())
+
+    # ---- trials sent ahead to busy groups (ahead.py) --------------------------------------
+    def _ahead_room(self, extra: int = 0) -> bool:
+        """Whether one more trial may be sent ahead (ahead.py's rule, within the budget)."""
+        return (self.ahead.enabled and self.outcomes.any_success and self._can_dispatch(extra)
+                and self.ahead.room(self.limits.left(self._started(extra)),
+                                    self.n_groups - len(self.stopped)))
+
+    def _ahead_wanted(self) -> bool:
+        """Whether a busy group may want a trial sent ahead now (_plan_ahead's test, in its
+        order: the room's check notices the time limit)."""
+        return (self.ahead.may_plan(self.reruns, self.idle) and self._ahead_room()
+                and bool(self.ahead.wanting))
+
+    def _fill_ahead(self, r: Round) -> None:
+        """A next trial for each busy group that has none; `r.sent` notes it."""
+        p = Round(r.tick, before=len(self.ahead.trials))
+        self._then((self._plan_ahead, p), (self._start_planned, p), (self._note_sent, p, r))
+
+    def _plan_ahead(self, p: Round) -> None:
+        """Queued sets taken for busy groups without a next trial (their Dispatches
+        given), then in `p` the groups still without one and the suggestions asked for
+        them (not yet created)."""
+        if not self.ahead.may_plan(self.reruns, self.idle) or not self._ahead_room():
+            return
+        groups = self.ahead.wanted(self.running)
+        if groups:
+            self._then((self._take_queued, p, groups), (self._plan_fresh, p, groups))
+
+    def _plan_fresh(self, p: Round, groups: list[int]) -> None:
+        p.groups = [g for g in groups if g not in self.ahead.trials]
+        self._ask_ahead(p)
+
+    def _ask_ahead(self, p: Round) -> None:
+        if (len(p.fresh) < len(p.groups) and self._ahead_room(extra=len(p.fresh))
+                and self._space_left()):
+            def got(params, took):
+                if params is not None:
+                    p.fresh.append((params, took))
+                    self._then((self._ask_ahead, p))
+                else:
+                    p.groups = p.groups[:len(p.fresh)]
+            self._suggest(self.next_number + len(p.fresh), got)
+        else:
+            p.groups = p.groups[:len(p.fresh)]
+
+    def _start_planned(self, p: Round) -> None:
+        if p.fresh:
+            self._start(p, p.groups)
+
+    def _note_sent(self, p: Round, r: Round) -> None:
+        r.sent |= len(self.ahead.trials) > p.before
 
     def _space_left(self) -> bool:
         """Whether a finite space has an untried parameter set left; once it has none,
@@ -149,22 +256,23 @@ class Dispatching:
         u.claim(params)
         return params
 
-    def timed_ask(self, number: int) -> tuple[dict, float]:
-        start = time.perf_counter()
-        params = self.searcher.ask(number)
-        return params, time.perf_counter() - start
-
-    def _start(self, fresh: list[tuple[dict, float | None]], ahead_of: list[int] | None = None):
+    def _start(self, r: Round, ahead_of: list[int] | None = None) -> None:
         """New trials for idle groups, or (ahead_of) sent ahead to these busy ones."""
+        fresh = r.fresh
+        if not fresh:
+            return
+        r.sent = True
         groups = self.idle[:len(fresh)] if ahead_of is None else ahead_of
-        records = yield ins.CreateTrials(
+
+        def created(done: ev.TrialsCreated):
+            if ahead_of is None:
+                for g, rec in zip(groups, done.records):
+                    if rec is not None:     # only once they run: a failed write leaves them idle
+                        self.idle.remove(g)
+            self._began(groups, done.records, fresh, ahead=ahead_of is not None)
+        self._await(ins.CreateTrials(
             self.study_id, tuple(self._requests(fresh, groups, ahead=ahead_of is not None)),
-            **self._capped())
-        if ahead_of is None:
-            for g, rec in zip(groups, records):
-                if rec is not None:     # only once they run: a failed write leaves them idle
-                    self.idle.remove(g)
-        yield from self._began(groups, records, fresh, ahead=ahead_of is not None)
+            **self._capped()), created)
 
     def _requests(self, fresh, groups: list[int], ahead: bool) -> list[dict]:
         """create_trials requests for these suggestions on these groups."""
@@ -186,7 +294,7 @@ class Dispatching:
                        for name, value in params.items())
         return {"key": hashlib.sha1(repr(canon).encode()).hexdigest()}
 
-    def _began(self, groups, records, fresh, ahead: bool):
+    def _began(self, groups, records, fresh, ahead: bool) -> None:
         if self.numbered:        # the storage may have numbered them otherwise (a queued set)
             self.searcher.renumber({self.next_number + i: rec.number
                                     for i, rec in enumerate(records) if rec is not None})
@@ -196,26 +304,9 @@ class Dispatching:
                 continue
             if self.shared is not None:
                 self.shared.made += 1
-            yield self._running(g, rec, params, ahead=ahead)
+            self._emit(self._running(g, rec, params, ahead=ahead))
         if self.shared is not None and any(rec is None for rec in records):
             self._refused()
-
-    def _rerun(self, group: int):
-        """The first unfinished trial runs again on this group; False where another job
-        of a shared study claimed it first."""
-        old = self.reruns.pop(0)
-        try:
-            rec = yield from self._claim(ins.RestartTrial(
-                old.id, group, self.hosts[group], self.ranks[group],
-                keep_intermediate=self.checkpoints))
-        except BaseException:
-            self.reruns.insert(0, old)
-            raise
-        if rec is None:
-            return False
-        self.idle.remove(group)
-        yield self._running(group, rec, old.params)
-        return True
 
     def _running(self, group: int, rec: FrozenTrial, params: dict, ahead: bool = False) -> ins.Dispatch:
         self.next_number = max(self.next_number, rec.number + 1)
@@ -233,12 +324,12 @@ class Dispatching:
         return ins.Dispatch(group, Trial(rec.id, rec.number, params, seed, rec.attempt,
                                          self.trial_timeout, round=rec.round, parent=rec.parent))
 
-    def _stop_idle(self):
+    def _stop_idle(self) -> None:
         """Idle groups are stopped only at the study's end, once no trial runs: a rank
         that leaves earlier waits in MPI_Finalize for the ranks still training, and its
         exit's bound (MPIOPT_EXIT_GRACE) is for an exit, not for the longest trial left
         (a study's last long trial ended every such job, the idle rank killed by it)."""
         if self.running or self.ahead.trials or self._can_dispatch() or self._lingers():
             return
-        yield from self.stop_all()
+        self._on_stop_all()
 

@@ -1,20 +1,20 @@
 """What the scheduler asks of its shell, declared once.
 
-The scheduler does no I/O. Its event handlers are generators: they yield these
-instructions and receive each one's answer (the records a database write made; None for
-the others). A shell (parallel/coordinator.py under MPI, parallel/local.py in one
-process) carries them out in the order they come, through `drive` (parallel/scheduler/
-executor.py). So the order of the yields is the order of the effects: a trial's row is
-created before the Dispatch that sends it, and a group's next trial leaves as soon as its
-Dispatch is yielded, before the write of the result it brought where the scheduler yields
-them in that order. An instruction that fails is thrown back into the generator at its
-yield, so the scheduler puts its own state right before the error goes on up.
+The scheduler does no I/O: `Scheduler.handle(*events)` returns these instructions, and a
+shell (parallel/coordinator.py under MPI, parallel/local.py in one process) carries them
+out in the order given, through the run's executor (parallel/scheduler/executor.py). So
+the order of the instructions is the order of the effects: a trial's row is created
+before the Dispatch that sends it, and a group's next trial leaves before the write of
+the result it brought where the scheduler gives them in that order. A database call and
+an ask of the searcher come last in their answer: what became of it is the next event
+(parallel/scheduler/events.py), a failure included (WriteFailed).
 
-Messages to groups: Dispatch, Answer, StopGroup, Withdraw. Database writes (one storage
+Messages to groups: Dispatch, Answer, StopGroup, Withdraw, Cancel. Database calls (one storage
 call each, one transaction): CreateTrials, ReadQueue, ReadChanges, TakeQueued, RestartTrial,
 WriteResults, WriteResultsAndCreate, AddIntermediate, InterruptRunning, SetStudyStatus;
 Hold and Release bracket calls made while finished results wait to be written.
-What the user sees and what is kept on disk: Say, TrialDone, TrialsSettled, RefitEnded.
+The searcher: Ask, CloseSearcher. What the user sees and what is kept on disk: Say,
+TrialDone, TrialsSettled, RefitEnded.
 """
 from __future__ import annotations
 
@@ -42,6 +42,13 @@ class Answer:
 @dataclass(frozen=True)
 class StopGroup:
     group: int
+
+
+@dataclass(frozen=True)
+class Cancel:
+    """The job ends: the group's trial must stop, and the one sent ahead not start."""
+    group: int
+    trial_ids: tuple[int, ...]
 
 
 @dataclass(frozen=True)
@@ -94,6 +101,7 @@ class RestartTrial:
     host: str | None
     rank: int | None
     keep_intermediate: bool = False
+    contested: bool = False      # a shared study: TrialTaken is a refusal, not a failure
 
 
 @dataclass(frozen=True)
@@ -156,6 +164,23 @@ class Release:
     outcomes: tuple[dict, ...]
 
 
+# ---- the searcher ----------------------------------------------------------------------
+@dataclass(frozen=True)
+class Ask:
+    """The searcher's suggestion for trial `number`, answered as events.Suggested. A
+    background searcher answers at once, from its stock (None: none ready; `waiting`
+    groups without work and `training` ones weigh a random filler instead: mpiopt.search.
+    background)."""
+    number: int
+    waiting: int = 1
+    training: int | None = None
+
+
+@dataclass(frozen=True)
+class CloseSearcher:
+    """The study is done: a background searcher's thread ends."""
+
+
 # ---- what the user sees, what is kept on disk --------------------------------------------
 @dataclass(frozen=True)
 class Say:
@@ -185,4 +210,4 @@ class RefitEnded:
     error: str | None
 
 
-MESSAGES = (Dispatch, Answer, StopGroup, Withdraw)
+MESSAGES = (Dispatch, Answer, StopGroup, Withdraw, Cancel)

@@ -9,11 +9,11 @@ class Refit:
         # None: not yet; "running"; "done" (also where none is wanted or one is on disk)
         self.state = None if wanted else "done"
 
-    def due(self, sched) -> bool:
-        """After a search that ended well, with nothing left running and a group idle."""
-        return (self.state is None and sched.stop_reason in (None, "target", "exhausted")
-                and sched.best is not None and bool(sched.idle) and not sched.running
-                and not sched.finishing and not sched._can_dispatch())
+    def wanted_now(self, stop_reason: str | None, best) -> bool:
+        """Not yet run, and the search ended well (or may yet: no stop) with a best trial;
+        the Scheduler adds that nothing runs and a group is idle (machine.py)."""
+        return (self.state is None and stop_reason in (None, "target", "exhausted")
+                and best is not None)
 
     def started(self) -> None:
         self.state = "running"

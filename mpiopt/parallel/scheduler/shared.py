@@ -20,7 +20,7 @@ The database is where jobs meet; no job talks to another. So:
   same points.
 - **A lost job costs its running trials.** Trials a lost or stopped job left INTERRUPTED
   are claimed by whichever live job restarts them first (RestartTrial answers TrialTaken
-  to the others); stale jobs are found by the run's lease thread (Storage.take_orphans).
+  to the others: events.ClaimRefused); stale jobs are found by the run's lease thread (Storage.take_orphans).
 - **A job ends once nothing is left**: no trial to create and none running in another
   job. While other jobs' trials run, its idle groups wait (not stopped): should such a
   job die, this one takes its trials over; otherwise their results would wait for the
@@ -31,7 +31,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from mpiopt.errors import TrialTaken
 from mpiopt.parallel.scheduler import instructions as ins
 from mpiopt.trial import TrialStatus
 
@@ -85,8 +84,8 @@ class SharingJobs:
             return self._can_dispatch()
         return self.stop_reason is None
 
-    def _read_others(self, force: bool = False):
-        """Every poll_s (or now), take in what the other jobs did."""
+    def _read_others(self, force: bool = False) -> None:
+        """A step: every poll_s (or now), take in what the other jobs did."""
         s = self.shared
         if s is None:
             return
@@ -94,12 +93,15 @@ class SharingJobs:
         if not force and s.read_at is not None and now - s.read_at < s.poll_s:
             return
         s.read_at = now
-        changes = yield ins.ReadChanges(self.study_id, s.since)
+        self._await(ins.ReadChanges(self.study_id, s.since), self._changes_read)
+
+    def _changes_read(self, done) -> None:
+        s, changes = self.shared, done.changes
         s.since = changes.at - MARGIN
         s.counted, s.made = changes.counted, 0
-        yield from self._take_in(changes)
+        self._take_in(changes)
 
-    def _take_in(self, changes):
+    def _take_in(self, changes) -> None:
         s, own = self.shared, self._own_ids()
         for t in changes.finished:
             if t.id in s.seen or t.id in own:
@@ -108,7 +110,7 @@ class SharingJobs:
             s.others.pop(t.id, None)
             if t.job == s.job_id or t.status is TrialStatus.RETRIED:
                 continue          # (this job's own, told when it wrote them)
-            yield from self._learn_finished(t)
+            self._learn_finished(t)
         running = {t.id: t for t in changes.running if t.job != s.job_id and t.id not in own}
         for t in running.values():
             if t.id not in s.others:
@@ -130,7 +132,7 @@ class SharingJobs:
         if not self.numbered:
             self.searcher.hold(t.params)
 
-    def _learn_finished(self, t):
+    def _learn_finished(self, t) -> None:
         """Another job's result, as this job's own would be told and counted."""
         if self.untried is not None:
             self.untried.note(t.params)
@@ -145,7 +147,7 @@ class SharingJobs:
                 and self.sign * t.value <= self.sign * target
                 and (self.front is None or self.front.feasible(t))):
             self.limits.stop("target", f"target {target} reached by trial {t.number} (another job)")
-        yield ins.TrialDone(t, other=True)
+        self._emit(ins.TrialDone(t, other=True))
 
     def _capped(self) -> dict:
         """What a create names so the database keeps the budget (see the module docstring)."""
@@ -158,15 +160,6 @@ class SharingJobs:
         another job's); until the next read says otherwise, nothing more is asked."""
         self.shared.counted = self.budget
         self.shared.read_at = None          # the next tick reads again
-
-    def _claim(self, rerun):
-        """RestartTrial for a shared study: None where another job claimed it first."""
-        try:
-            return (yield rerun)
-        except TrialTaken:
-            if self.shared is None:
-                raise
-            return None
 
     def _capped_queue(self) -> dict:
         return {} if self.shared is None else {"limit": self.budget}

@@ -28,18 +28,18 @@ class Teaching:
         """Finished trials whose checkpoints must stay (pbt: rounds may start from them)."""
         return self.searcher.needed() if self.numbered else None
 
-    def _say_searcher_failures(self):
+    def _say_searcher_failures(self) -> None:
         """What the searcher failed at and worked round (mpiopt.search._base), each kind
         said once per run: one that fails at every ask would say it with every trial."""
         for kind, line in self.searcher.take_failures():
             if kind not in self.searcher_failures_said:
                 self.searcher_failures_said.add(kind)
-                yield ins.Say(f"warning: {line} (said once)")
+                self._emit(ins.Say(f"warning: {line} (said once)"))
 
-    def _warn_unread(self, names: list[str]):
+    def _warn_unread(self, names: list[str]) -> None:
         """Once per run: search-space parameters the model never read change nothing."""
         if names and not self.warned_unread:
             self.warned_unread = True
             listed = ", ".join(f"'{n}'" for n in names)
-            yield ins.Say(f"warning: build_model never read search_space parameter(s) "
-                          f"{listed}: they change nothing (a misspelt name?)")
+            self._emit(ins.Say(f"warning: build_model never read search_space parameter(s) "
+                               f"{listed}: they change nothing (a misspelt name?)"))

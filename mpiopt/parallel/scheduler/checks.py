@@ -1,0 +1,45 @@
+"""The scheduler's invariants, checked after every event where it was built with
+`validate=True` (the tests do): a violation raises at the event that caused it, with the
+last events handled (stepping.py's `stimulus_log`) in the message, instead of surfacing
+trials later as a trial run twice or a group left waiting."""
+from __future__ import annotations
+
+LOG_SHOWN = 12          # events printed with a violation (the newest)
+
+
+class Checks:
+    def validate_state(self) -> None:
+        """Raise AssertionError where an invariant does not hold (see `_violations`)."""
+        broken = self._violations()
+        if broken:
+            raise AssertionError("scheduler state: " + "; ".join(broken) + "\n" + self.story())
+
+    def story(self, last: int = LOG_SHOWN) -> str:
+        """The newest events handled, each with the instructions it gave."""
+        lines = [f"{type(e).__name__}: {[type(i).__name__ for i in out]}"
+                 for e, out in list(self.stimulus_log)[-last:]]
+        return "last events:\n  " + "\n  ".join(lines)
+
+    def _violations(self) -> list[str]:
+        """A group is idle or busy, never both nor twice; a stopped group is idle; a trial
+        sent ahead goes to a busy group; no trial runs on two groups; an exclusive job
+        never has more trials started than its budget."""
+        out = []
+        idle, running, ahead = self.idle, self.running, self.ahead.trials
+        if len(set(idle)) != len(idle):
+            out.append(f"a group idle twice: {idle}")
+        if set(idle) & set(running):
+            out.append(f"groups idle and running: {sorted(set(idle) & set(running))}")
+        if not self.stopped <= set(idle):
+            out.append(f"stopped groups not idle: {sorted(self.stopped - set(idle))}")
+        if not set(ahead) <= set(running):
+            out.append(f"trials sent ahead to groups that run none: {sorted(set(ahead) - set(running))}")
+        ids = [r.trial_id for r in (*running.values(), *ahead.values()) if not r.refit]
+        if len(set(ids)) != len(ids):
+            out.append(f"a trial on two groups: {sorted(ids)}")
+        if not set(range(self.n_groups)) >= set(idle) | set(running):
+            out.append("a group out of range")
+        started = self.finished + len(ids) + self.finishing
+        if self.shared is None and started > self.budget:
+            out.append(f"{started} trials started, budget {self.budget}")
+        return out
