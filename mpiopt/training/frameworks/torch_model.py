@@ -150,6 +150,12 @@ def _materialize(module, sample_x) -> None:
             call(module, inputs(first, torch.float32))
 
 
+def _put_loss(out, i: int, loss) -> None:
+    """The step's loss into out[i]: read to the host for a NumPy buffer, copied on the
+    device for a tensor (no wait for the device before backward)."""
+    out[i] = float(loss) if isinstance(out, np.ndarray) else loss
+
+
 def _nothing(k: int) -> None:
     """No exchange to tell (one rank, downpour, easgd)."""
 
@@ -200,7 +206,7 @@ class TorchModel(TorchFlat):
 
         self.module.train()
         _, loss = self._loss(x, y)
-        out[self.n_grad] = float(loss.detach()) * scale      # the first bucket holds it
+        _put_loss(out, self.n_grad, loss.detach() * scale)   # the first bucket holds it
         handed: set = set()
         hooks = [q.register_hook(self._hand_over(k, out, ready, handed))
                  for k, q in enumerate(self.trainable)]
@@ -227,11 +233,12 @@ class TorchModel(TorchFlat):
         return [b - a for a, b in self.spans[: len(self.trainable)]]
 
     @out_of_memory_fails_the_trial
-    def gradient(self, x, y, scale: float, out: np.ndarray, ready=None) -> None:
-        """Into the host buffer out (the group's Allreduce reads it there), each trainable
-        tensor's part written by a hook as soon as backward has its gradient, then
-        ready(k) told (the group's exchange starts a bucket's sum while backward goes on);
-        a tensor the loss does not reach gets zeros."""
+    def gradient(self, x, y, scale: float, out, ready=None) -> None:
+        """Into the buffer out (host memory for MPI's Iallreduce, a tensor on the device
+        for torch.distributed's: torch_collectives), each trainable tensor's part written
+        by a hook as soon as backward has its gradient, then ready(k) told (the group's
+        exchange starts a bucket's sum while backward goes on); a tensor the loss does not
+        reach gets zeros."""
         ready = ready or _nothing
         handed = self._gradients(x, y, scale, out, ready)
         for k in range(len(self.trainable)):
