@@ -31,6 +31,9 @@ buckets (zeros), so every rank has started the same collectives and the communic
 stays in step for the group's next trial; it waits for them at most MPIOPT_GROUP_WAIT
 seconds (the others may be stuck, and parallel/together then ends the job), then raises.
 
+A torch model's buckets are summed by torch.distributed instead where torch_collectives
+says so (NCCL on GPUs: the buffer then is a tensor on the device), from the same hooks.
+
 The next batch is gathered after the wait, not under it: a gather from memory takes
 microseconds and the prefetch thread reads files (stream.prefetched).
 
