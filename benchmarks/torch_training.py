@@ -36,8 +36,10 @@ rows they compare run an epoch each in turn, in rounds, in one job of 2 ranks (1
 rank with --threads 1 or 2), and the median over the rounds is taken of each round's
 ratio per CPU second: trainer 1 against the plain loop (0.9x), and the parallel
 efficiency e of allreduce 2 against trainer 1 (1.6x on two free cores is e >= 0.8),
-with trainer 1 on half the batch beside it (what smaller steps cost apart from the sums)
-and allreduce 2 summing through torch.distributed (gloo) against MPI.
+taken apart: trainer 1 on half the batch (what smaller steps cost), two such ranks at
+once but apart (what two busy processes cost each other on the machine), and the group
+against those (its sums and waits); beside them allreduce 2 summing through
+torch.distributed (gloo) against MPI, and DDP over the same process group.
 
 And a trial's fixed cost: its wall time beyond epochs x its median epoch (run_training,
 torch imported by a warm-up trial first, as a rank imports it once), on 1 and 2 ranks.
@@ -353,8 +355,16 @@ def interleaved(kind: str, epochs: int) -> dict:
     return {"ratio": float(np.median(ratios)), "epochs": len(ratios)}
 
 
-ROUND_ROWS = ("plain loop 1", "trainer 1", "trainer 1, half batch", "allreduce 2",
-              "allreduce 2, torch.distributed")
+ROUND_ROWS = ("plain loop 1", "trainer 1", "trainer 1, half batch", "2 apart, half batch",
+              "allreduce 2", "allreduce 2, torch.distributed", "DDP 2")
+
+
+def _round_mode(name: str) -> str:
+    """How a row of the rounds runs: on rank 0 alone, on each rank apart, or as a group."""
+    if name.startswith(("allreduce", "DDP")):
+        return "group"
+    return "apart" if "apart" in name else "alone"
+
 
 
 def rounds(kind: str, count: int) -> dict:
@@ -362,8 +372,11 @@ def rounds(kind: str, count: int) -> dict:
     count rounds (after an untimed one), in one job of 2 ranks on the same threads a rank:
     the plain loop and the trainer on rank 0 alone (rank 1 sleeps), the trainer alone on
     half the global batch (each rank's share of it in a group of 2: what 2 ranks lose to
-    smaller steps, apart from summing), the trainer on both ranks summing through MPI,
-    and through torch.distributed (gloo). Each epoch's wall
+    smaller steps), the same on both ranks at once but apart, each on its own (what two
+    processes computing at once on the machine lose, with no sum), the trainer on both
+    ranks as a group summing through MPI, and through torch.distributed (gloo), and
+    DistributedDataParallel over the same process group (the same global batches). Each
+    epoch's wall
     time (the slowest rank's) and CPU time (every rank's process, its library threads
     included); {row: [(samples/s, samples/CPU s) per round]}."""
     from mpi4py import MPI
@@ -377,23 +390,28 @@ def rounds(kind: str, count: int) -> dict:
         runs["allreduce 2, torch.distributed"] = trainer_epoch(comm, kind)
     finally:
         del os.environ["MPIOPT_TORCH_COLLECTIVES"]
+    import torch
+
+    runs["DDP 2"] = _ddp_epoch(kind, torch.device("cpu"), comm.Get_rank(), comm.Get_size())
+    half = SIZES[kind]["batch"] // 2
+    runs["2 apart, half batch"] = trainer_epoch(MPI.COMM_SELF, kind, batch=half)
     if comm.Get_rank() == 0:
         runs["plain loop 1"] = plain_epoch(kind, "cpu")
         runs["trainer 1"] = trainer_epoch(MPI.COMM_SELF, kind)
-        runs["trainer 1, half batch"] = trainer_epoch(MPI.COMM_SELF, kind,
-                                                      batch=SIZES[kind]["batch"] // 2)
+        runs["trainer 1, half batch"] = trainer_epoch(MPI.COMM_SELF, kind, batch=half)
     got = {name: [] for name in ROUND_ROWS}
     for r in range(count + 1):
         for name in ROUND_ROWS:
-            alone = not name.startswith("allreduce 2")
+            mode = _round_mode(name)
             wait(comm.Ibarrier())                 # sleeping: a spinning rank takes a core
-            if alone and comm.Get_rank():
+            if mode == "alone" and comm.Get_rank():
                 continue
             start, cpu = time.perf_counter(), time.process_time()
             n = runs[name](r)
             wall, cpu = time.perf_counter() - start, time.process_time() - cpu
-            if not alone:
+            if mode != "alone":
                 wall, cpu = comm.allreduce(wall, op=MPI.MAX), comm.allreduce(cpu, op=MPI.SUM)
+                n = n * 2 if mode == "apart" else n
             if r:
                 got[name].append((n / wall, n / cpu))
     return got
@@ -580,7 +598,7 @@ def report_rounds(kind: str, args, folder: Path) -> str:
     got = run("rounds", kind, 2, threads, "mpiexec", args, folder)
     med = {name: np.median(np.array(v), axis=0) for name, v in got.items()}
     shown = [{"row (median of rounds)": n,
-              "ranks x threads": f"{2 if n.startswith('allreduce') else 1} x {threads}",
+              "ranks x threads": f"{1 if _round_mode(n) == 'alone' else 2} x {threads}",
               "samples/s": float(med[n][0]), "samples/CPU s": float(med[n][1])}
              for n in ROUND_ROWS]
 
@@ -597,9 +615,16 @@ def report_rounds(kind: str, args, folder: Path) -> str:
              f"parallel efficiency of allreduce 2 against trainer 1 (per CPU second): "
              f"e = {e:.2f}, {2 * e:.2f}x one rank on free cores (target 1.6x: e at least "
              f"0.8); wall on this machine: {each('allreduce 2', 'trainer 1', 0):.2f}x",
-             f"of which smaller steps (trainer 1 on half the batch against trainer 1, per "
-             f"CPU second): {each('trainer 1, half batch', 'trainer 1', 1):.2f}x; the group "
-             f"against that: {each('allreduce 2', 'trainer 1, half batch', 1):.2f}x",
+             f"e in parts, per CPU second: smaller steps (trainer 1 on half the batch "
+             f"against trainer 1) {each('trainer 1, half batch', 'trainer 1', 1):.2f}x, two "
+             f"processes at once (2 apart against 1, half batch) "
+             f"{each('2 apart, half batch', 'trainer 1, half batch', 1):.2f}x, the group's "
+             f"sums and waits (allreduce 2 against 2 apart) "
+             f"{each('allreduce 2', '2 apart, half batch', 1):.2f}x",
+             f"DDP 2 against trainer 1, per CPU second (e of DistributedDataParallel on "
+             f"the same process group): {each('DDP 2', 'trainer 1', 1):.2f}; allreduce 2 "
+             f"against DDP 2: {each('allreduce 2', 'DDP 2', 1):.2f}x per CPU second, "
+             f"{each('allreduce 2', 'DDP 2', 0):.2f}x wall (target at least 0.9x)",
              f"allreduce 2 summing through torch.distributed (gloo) against MPI: "
              f"{each('allreduce 2, torch.distributed', 'allreduce 2', 1):.2f}x per CPU "
              f"second, {each('allreduce 2, torch.distributed', 'allreduce 2', 0):.2f}x wall"]
