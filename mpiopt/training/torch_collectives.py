@@ -4,9 +4,10 @@ GPUs, MPI on CPUs (MPIOPT_TORCH_COLLECTIVES).
 On GPUs the buffer stays in the device's memory and each bucket is summed by NCCL, started
 from the same backward hooks as MPI's (allreduce.py): MPI would take every step's
 gradient to the host and back (no CUDA-aware MPI is assumed, torch_device), and NCCL is
-what DistributedDataParallel sums with. On CPUs MPI stays: it sums from the same host
-memory without a second library's threads, and was measured faster than gloo there
-(benchmarks/results/torch_training.md). `torch` forces torch.distributed (gloo on CPUs:
+what DistributedDataParallel sums with. On CPUs MPI stays: between nodes it runs over
+the cluster's fabric where gloo takes TCP sockets, and on one node, measured side by side
+(benchmarks/results/torch_training.md), gloo's sums took as much CPU per sample or more
+(its own threads) while their wall time went either way. `torch` forces torch.distributed (gloo on CPUs:
 how this path is tested without a GPU), `mpi` forces MPI. The ranks of a group agree on
 one path (an allgather of each rank's wish), so a group whose ranks differ (a rank
 without a GPU) sums through MPI rather than hang.
@@ -69,10 +70,9 @@ def close() -> None:
 
 
 def gradient_buffer(model):
-    """The step's flat gradient and loss, on the model's device (a tensor)."""
-    import torch
-
-    return torch.zeros(model.n_grad + 1, dtype=torch.float32, device=model.device)
+    """The step's flat gradient and loss, on the model's device (a tensor; a CUDA
+    out-of-memory is the trial's one line)."""
+    return model.zeros(model.n_grad + 1)
 
 
 class TorchExchange(Buckets):

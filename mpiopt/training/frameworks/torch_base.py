@@ -28,6 +28,7 @@ import numpy as np
 
 from mpiopt import jsontext
 from mpiopt.training.frameworks._base import FlatModel
+from mpiopt.training.frameworks.torch_device import out_of_memory_fails_the_trial
 
 NAME = "torch"
 
@@ -191,6 +192,13 @@ class TorchFlat(FlatModel):
                 self.set_weights(current)
 
     # ------------------------------------------------------------------ the model itself
+    @out_of_memory_fails_the_trial
+    def zeros(self, n: int):
+        """n float32 zeros on the model's device (a group's gradient buffer there)."""
+        import torch
+
+        return torch.zeros(n, dtype=torch.float32, device=self.device)
+
     def n_params(self) -> int:
         return int(sum(q.numel() for q in self.module.parameters()))
 
