@@ -264,6 +264,7 @@ def worker(out: Path, folder: Path) -> None:
     results = {"weights": allreduce_weights(comm, path.parent).tolist(),
                "buckets": allreduce_weights(comm, path.parent, "build_unused", ONE_PER_TENSOR,
                                             watch_order(events)).tolist(),
+               "one bucket": allreduce_weights(comm, path.parent, "build_unused").tolist(),
                "failures": failures_leave_the_group_in_step(comm, path.parent),
                "slow": a_failed_rank_waits_for_slow_peers_only_the_group_wait(comm, path.parent),
                "torch": torch_distributed_sums(comm, path.parent),
@@ -301,6 +302,17 @@ def test_allreduce_in_buckets_follows_the_single_rank_trajectory(three_ranks):
     results, folder = three_ranks
     single = allreduce_weights(MPI.COMM_SELF, folder / "case", "build_unused")
     np.testing.assert_allclose(results["buckets"], single, rtol=1e-4, atol=1e-5)
+
+
+def test_one_bucket_taken_in_one_call_after_backward_follows_the_single_rank_trajectory(
+        three_ranks):
+    """A model under the first bucket's size is summed as one bucket, its gradient taken
+    whole after backward (no hook per tensor), the unused layer's as zeros."""
+    from mpi4py import MPI
+
+    results, folder = three_ranks
+    single = allreduce_weights(MPI.COMM_SELF, folder / "case", "build_unused")
+    np.testing.assert_allclose(results["one bucket"], single, rtol=1e-4, atol=1e-5)
 
 
 def test_each_bucket_starts_during_backward_in_its_order(three_ranks):

@@ -78,7 +78,9 @@ class AllreduceSGD(Algorithm):
             self.buffer = np.zeros(model.n_grad + 1, dtype=np.float32)
             layout = buckets(sizes, model.n_grad, bucket_bytes, first_bucket_bytes)
             self.exchange = Exchange(comm, self.buffer, layout)
-        self.hands_over = sizes is not None
+        # a bucket's sum starts from inside backward only where there are several: one
+        # bucket starts after backward either way, its gradient taken in one call
+        self.hands_over = len(layout) > 1
 
     def _parts(self, order):
         """(x-index of this rank's part, its share of the global batch) for each step."""

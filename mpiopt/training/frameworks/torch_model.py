@@ -156,10 +156,6 @@ def _put_loss(out, i: int, loss) -> None:
     out[i] = float(loss) if isinstance(out, np.ndarray) else loss
 
 
-def _nothing(k: int) -> None:
-    """No exchange to tell (one rank, downpour, easgd)."""
-
-
 class TorchModel(TorchFlat):
     """A torch module with its loss and optimizer, seen as flat buffers."""
 
@@ -217,6 +213,19 @@ class TorchModel(TorchFlat):
                 hook.remove()
         return handed
 
+    def _whole_gradient(self, x, y, scale: float, out) -> None:
+        """The loss and the gradients into out in one copy after backward: where nobody
+        starts a sum before the whole gradient is there (one bucket, downpour), a hook
+        per tensor would cost a Python call each and gain nothing."""
+        import torch
+
+        self.module.train()
+        _, loss = self._loss(x, y)
+        _put_loss(out, self.n_grad, loss.detach() * scale)
+        grads = torch.autograd.grad(loss * scale, self.trainable, allow_unused=True)
+        into_host([q.new_zeros(q.numel(), dtype=torch.float32) if g is None else g.reshape(-1).float()
+                   for g, q in zip(grads, self.trainable)], out[: self.n_grad])
+
     def _hand_over(self, k: int, out: np.ndarray, ready, handed: set):
         a, b = self.spans[k]
 
@@ -238,8 +247,10 @@ class TorchModel(TorchFlat):
         for torch.distributed's: torch_collectives), each trainable tensor's part written
         by a hook as soon as backward has its gradient, then ready(k) told (the group's
         exchange starts a bucket's sum while backward goes on); a tensor the loss does not
-        reach gets zeros."""
-        ready = ready or _nothing
+        reach gets zeros. Without ready, the whole gradient in one copy after backward."""
+        if ready is None:
+            self._whole_gradient(x, y, scale, out)
+            return
         handed = self._gradients(x, y, scale, out, ready)
         for k in range(len(self.trainable)):
             if k not in handed:
