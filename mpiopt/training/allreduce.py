@@ -68,15 +68,15 @@ class AllreduceSGD(Algorithm):
         from mpiopt.training import torch_collectives
 
         group = torch_collectives.group_for(model, comm) if self.size > 1 else None
+        # torch.distributed's sums may start from backward's own thread, MPI's only where
+        # its thread level allows (_threads_may_call)
+        sizes = model.grad_sizes if group is not None or _threads_may_call() else None
+        layout = buckets(sizes, model.n_grad, bucket_bytes, first_bucket_bytes)
         if group is not None:
-            sizes = model.grad_sizes
             self.buffer = torch_collectives.gradient_buffer(model)
-            layout = buckets(sizes, model.n_grad, bucket_bytes, first_bucket_bytes)
             self.exchange = torch_collectives.TorchExchange(group, self.buffer, layout)
         else:
-            sizes = model.grad_sizes if _threads_may_call() else None
             self.buffer = np.zeros(model.n_grad + 1, dtype=np.float32)
-            layout = buckets(sizes, model.n_grad, bucket_bytes, first_bucket_bytes)
             self.exchange = Exchange(comm, self.buffer, layout)
         # a bucket's sum starts from inside backward only where there are several: one
         # bucket starts after backward either way, its gradient taken in one call

@@ -7,10 +7,10 @@ gradient to the host and back (no CUDA-aware MPI is assumed, torch_device), and 
 what DistributedDataParallel sums with. On CPUs MPI stays: between nodes it runs over
 the cluster's fabric where gloo takes TCP sockets, and on one node, measured side by side
 (benchmarks/results/torch_training.md), gloo's sums took as much CPU per sample or more
-(its own threads) while their wall time went either way. `torch` forces torch.distributed (gloo on CPUs:
-how this path is tested without a GPU), `mpi` forces MPI. The ranks of a group agree on
-one path (an allgather of each rank's wish), so a group whose ranks differ (a rank
-without a GPU) sums through MPI rather than hang.
+(its own threads) while their wall time went either way. `torch` forces torch.distributed
+(gloo on CPUs: how this path is tested without a GPU), `mpi` forces MPI. The ranks of a
+group agree on one path (an allgather of each rank's wish), so a group whose ranks differ
+(a rank without a GPU) sums through MPI rather than hang.
 
 The process group is made per trial from the group's communicator as mpiopt.torch_group
 makes a function objective's (a TCP store of the group's first rank, on a port of its

@@ -223,8 +223,9 @@ class TorchModel(TorchFlat):
         _, loss = self._loss(x, y)
         _put_loss(out, self.n_grad, loss.detach() * scale)
         grads = torch.autograd.grad(loss * scale, self.trainable, allow_unused=True)
-        into_host([q.new_zeros(q.numel(), dtype=torch.float32) if g is None else g.reshape(-1).float()
-                   for g, q in zip(grads, self.trainable)], out[: self.n_grad])
+        into_host([q.new_zeros(q.numel(), dtype=torch.float32) if g is None
+                   else g.reshape(-1).float() for g, q in zip(grads, self.trainable)],
+                  out[: self.n_grad])
 
     def _hand_over(self, k: int, out: np.ndarray, ready, handed: set):
         a, b = self.spans[k]
