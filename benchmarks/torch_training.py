@@ -31,6 +31,16 @@ Each is measured in samples per second of wall time (the slowest rank's), and in
 per second of CPU time summed over its ranks' processes, which the other load of a shared
 machine does not change (it does not show scaling over ranks: only wall time does).
 
+On CPUs, the targets also in a form the other load does not change (report_rounds): the
+rows they compare run an epoch each in turn, in rounds, in one job of 2 ranks (1 thread a
+rank with --threads 1 or 2), and the median over the rounds is taken of each round's
+ratio per CPU second: trainer 1 against the plain loop (0.9x), and the parallel
+efficiency e of allreduce 2 against trainer 1 (1.6x on two free cores is e >= 0.8),
+taken apart: trainer 1 on half the batch (what smaller steps cost), two such ranks at
+once but apart (what two busy processes cost each other on the machine), and the group
+against those (its sums and waits); beside them allreduce 2 summing through
+torch.distributed (gloo) against MPI, and DDP over the same process group.
+
 And a trial's fixed cost: its wall time beyond epochs x its median epoch (run_training,
 torch imported by a warm-up trial first, as a rank imports it once), on 1 and 2 ranks.
 
@@ -228,6 +238,13 @@ def plain(kind: str, device: str, threads: int, epochs: int) -> dict:
     import torch
 
     torch.set_num_threads(threads)
+    return timed_epochs(plain_epoch(kind, device), epochs)
+
+
+def plain_epoch(kind: str, device: str):
+    """An epoch of the plain PyTorch loop: a function of the epoch's number."""
+    import torch
+
     x, y = data(kind)
     net, loss = network(kind).to(device), loss_of(kind)
     optimizer = torch.optim.Adam(net.parameters(), lr=1e-3)
@@ -248,7 +265,7 @@ def plain(kind: str, device: str, threads: int, epochs: int) -> dict:
             torch.cuda.synchronize()
         return len(x)
 
-    return timed_epochs(epoch, epochs)
+    return epoch
 
 
 def trainer(kind: str, what: str, epochs: int) -> dict:
@@ -262,8 +279,9 @@ def trainer(kind: str, what: str, epochs: int) -> dict:
                         lambda s, op: comm.allreduce(s, op=ops[op]))
 
 
-def trainer_epoch(comm, kind: str, what: str = "trainer"):
-    """An epoch of mpiopt's trainer on comm: a function of the epoch's number."""
+def trainer_epoch(comm, kind: str, what: str = "trainer", batch: int | None = None):
+    """An epoch of mpiopt's trainer on comm: a function of the epoch's number. batch: the
+    global batch (default the model's)."""
     from types import SimpleNamespace
 
     from mpiopt.refs import load_callable
@@ -275,8 +293,8 @@ def trainer_epoch(comm, kind: str, what: str = "trainer"):
     x, y = data(kind)
     build = load_callable(spec.objective.model)
     model = frameworks.build_model(build, {"kind": kind}, 0, spec, None, x, y)
-    algorithm = make_algorithm(model, comm, SimpleNamespace(batch_size=SIZES[kind]["batch"],
-                                                            mode="allreduce"))
+    algorithm = make_algorithm(model, comm, SimpleNamespace(
+        batch_size=batch or SIZES[kind]["batch"], mode="allreduce"))
     algorithm.start()
 
     def epoch(e):
@@ -335,6 +353,68 @@ def interleaved(kind: str, epochs: int) -> dict:
             if e:
                 ratios.append(walls[1] / walls[0])
     return {"ratio": float(np.median(ratios)), "epochs": len(ratios)}
+
+
+ROUND_ROWS = ("plain loop 1", "trainer 1", "trainer 1, half batch", "2 apart, half batch",
+              "allreduce 2", "allreduce 2, torch.distributed", "DDP 2")
+
+
+def _round_mode(name: str) -> str:
+    """How a row of the rounds runs: on rank 0 alone, on each rank apart, or as a group."""
+    if name.startswith(("allreduce", "DDP")):
+        return "group"
+    return "apart" if "apart" in name else "alone"
+
+
+
+def rounds(kind: str, count: int) -> dict:
+    """The rows that the load-independent ratios compare, an epoch of each in turn, in
+    count rounds (after an untimed one), in one job of 2 ranks on the same threads a rank:
+    the plain loop and the trainer on rank 0 alone (rank 1 sleeps), the trainer alone on
+    half the global batch (each rank's share of it in a group of 2: what 2 ranks lose to
+    smaller steps), the same on both ranks at once but apart, each on its own (what two
+    processes computing at once on the machine lose, with no sum), the trainer on both
+    ranks as a group summing through MPI, and through torch.distributed (gloo), and
+    DistributedDataParallel over the same process group (the same global batches). Each
+    epoch's wall
+    time (the slowest rank's) and CPU time (every rank's process, its library threads
+    included); {row: [(samples/s, samples/CPU s) per round]}."""
+    from mpi4py import MPI
+
+    from mpiopt.training._algorithm import wait
+
+    comm = MPI.COMM_WORLD
+    runs = {"allreduce 2": trainer_epoch(comm, kind)}
+    os.environ["MPIOPT_TORCH_COLLECTIVES"] = "torch"
+    try:
+        runs["allreduce 2, torch.distributed"] = trainer_epoch(comm, kind)
+    finally:
+        del os.environ["MPIOPT_TORCH_COLLECTIVES"]
+    import torch
+
+    runs["DDP 2"] = _ddp_epoch(kind, torch.device("cpu"), comm.Get_rank(), comm.Get_size())
+    half = SIZES[kind]["batch"] // 2
+    runs["2 apart, half batch"] = trainer_epoch(MPI.COMM_SELF, kind, batch=half)
+    if comm.Get_rank() == 0:
+        runs["plain loop 1"] = plain_epoch(kind, "cpu")
+        runs["trainer 1"] = trainer_epoch(MPI.COMM_SELF, kind)
+        runs["trainer 1, half batch"] = trainer_epoch(MPI.COMM_SELF, kind, batch=half)
+    got = {name: [] for name in ROUND_ROWS}
+    for r in range(count + 1):
+        for name in ROUND_ROWS:
+            mode = _round_mode(name)
+            wait(comm.Ibarrier())                 # sleeping: a spinning rank takes a core
+            if mode == "alone" and comm.Get_rank():
+                continue
+            start, cpu = time.perf_counter(), time.process_time()
+            n = runs[name](r)
+            wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+            if mode != "alone":
+                wall, cpu = comm.allreduce(wall, op=MPI.MAX), comm.allreduce(cpu, op=MPI.SUM)
+                n = n * 2 if mode == "apart" else n
+            if r:
+                got[name].append((n / wall, n / cpu))
+    return got
 
 
 def _ddp_loop(kind, device, epochs, rank, size) -> dict:
@@ -409,6 +489,8 @@ def worker(args) -> None:
         out = ddp(args.kind, args.device, args.epochs, args.what)
     elif args.what == "interleaved":
         out = interleaved(args.kind, args.epochs)
+    elif args.what == "rounds":
+        out = rounds(args.kind, args.rounds)
     else:
         out = fixed_cost(args.trials)
     if int(os.environ.get("RANK", os.environ.get("PMI_RANK", "0"))) == 0:
@@ -438,7 +520,7 @@ def run(what, kind, ranks, threads, launcher, args, folder: Path) -> dict:
     out = folder / f"{what}-{kind}-{ranks}-{threads}.json"
     cmd = [sys.executable, str(HERE), "--worker", what, "--kind", kind, "--out", str(out),
            "--epochs", str(args.epochs), "--threads", str(threads), "--device", args.device,
-           "--trials", str(args.trials)]
+           "--trials", str(args.trials), "--rounds", str(args.rounds)]
     if launcher == "mpiexec":
         cmd = [str(BIN / "mpiexec"), "-n", str(ranks), *cmd]
     elif launcher == "torchrun":
@@ -505,6 +587,50 @@ def report_model(kind: str, args, folder: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
+def report_rounds(kind: str, args, folder: Path) -> str:
+    """The load-independent form of the targets, from rows interleaved in rounds (rounds):
+    per CPU second, trainer 1 against the plain loop (target 0.9x), and the parallel
+    efficiency e of 2 ranks against 1: samples per CPU second of the group's processes
+    over one rank's. On two free cores 2 ranks make 2e times one rank's samples/s, so the
+    1.6x target is e >= 0.8. A wait that sleeps costs no CPU time but would cost wall
+    time on free cores: e is an upper bound where ranks wait for each other."""
+    threads = max(1, args.threads // 2)
+    got = run("rounds", kind, 2, threads, "mpiexec", args, folder)
+    med = {name: np.median(np.array(v), axis=0) for name, v in got.items()}
+    shown = [{"row (median of rounds)": n,
+              "ranks x threads": f"{1 if _round_mode(n) == 'alone' else 2} x {threads}",
+              "samples/s": float(med[n][0]), "samples/CPU s": float(med[n][1])}
+             for n in ROUND_ROWS]
+
+    def each(a, b, col):
+        """The median over rounds of a's figure over b's, each round's own."""
+        return float(np.median([x[col] / y[col] for x, y in zip(got[a], got[b])]))
+
+    e = each("allreduce 2", "trainer 1", 1)
+    lines = [f"### {kind}: rows interleaved in rounds ({len(got['trainer 1'])} rounds, an "
+             f"epoch of each in turn, {threads} thread(s) a rank)", "", table(shown), "",
+             f"trainer 1 against the plain loop per CPU second: "
+             f"{each('trainer 1', 'plain loop 1', 1):.2f}x (wall: "
+             f"{each('trainer 1', 'plain loop 1', 0):.2f}x; target at least 0.9x)",
+             f"parallel efficiency of allreduce 2 against trainer 1 (per CPU second): "
+             f"e = {e:.2f}, {2 * e:.2f}x one rank on free cores (target 1.6x: e at least "
+             f"0.8); wall on this machine: {each('allreduce 2', 'trainer 1', 0):.2f}x",
+             f"e in parts, per CPU second: smaller steps (trainer 1 on half the batch "
+             f"against trainer 1) {each('trainer 1, half batch', 'trainer 1', 1):.2f}x, two "
+             f"processes at once (2 apart against 1, half batch) "
+             f"{each('2 apart, half batch', 'trainer 1, half batch', 1):.2f}x, the group's "
+             f"sums and waits (allreduce 2 against 2 apart) "
+             f"{each('allreduce 2', '2 apart, half batch', 1):.2f}x",
+             f"DDP 2 against trainer 1, per CPU second (e of DistributedDataParallel on "
+             f"the same process group): {each('DDP 2', 'trainer 1', 1):.2f}; allreduce 2 "
+             f"against DDP 2: {each('allreduce 2', 'DDP 2', 1):.2f}x per CPU second, "
+             f"{each('allreduce 2', 'DDP 2', 0):.2f}x wall (target at least 0.9x)",
+             f"allreduce 2 summing through torch.distributed (gloo) against MPI: "
+             f"{each('allreduce 2, torch.distributed', 'allreduce 2', 1):.2f}x per CPU "
+             f"second, {each('allreduce 2, torch.distributed', 'allreduce 2', 0):.2f}x wall"]
+    return "\n".join(lines) + "\n"
+
+
 def report_fixed(args, folder: Path) -> str:
     rows = []
     for ranks in (1, 2):
@@ -524,6 +650,9 @@ def main(argv=None) -> None:
                     help="intra-op threads in all, divided among a configuration's ranks")
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     ap.add_argument("--trials", type=int, default=6, help="trials the fixed cost is the median of")
+    ap.add_argument("--rounds", type=int, default=5,
+                    help="rounds of the interleaved rows the per-CPU-second ratios are the "
+                         "median of")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--what", help=argparse.SUPPRESS)
     ap.add_argument("--kind", default="mlp", help=argparse.SUPPRESS)
@@ -535,6 +664,8 @@ def main(argv=None) -> None:
         return
     with tempfile.TemporaryDirectory() as tmp:
         parts = [report_model(kind, args, Path(tmp)) for kind in args.models]
+        if args.device == "cpu":
+            parts += [report_rounds(kind, args, Path(tmp)) for kind in args.models]
         if args.device == "cpu":
             parts.append(report_fixed(args, Path(tmp)))
     print(f"\n{machine()}\n\n" + "\n".join(parts))

@@ -31,7 +31,8 @@ class KnobError(MpioptError):
 
 @dataclass(frozen=True)
 class Knob:
-    """One MPIOPT_* variable. `kind` is float, int or str; `low`/`high` bound a number."""
+    """One MPIOPT_* variable. `kind` is float, int or str; `low`/`high` bound a number,
+    `choices` the words a str may be (empty: any text)."""
 
     env: str
     default: float | int | str | None
@@ -40,6 +41,7 @@ class Knob:
     kind: type = float
     low: float | None = None
     high: float | None = None
+    choices: tuple = ()
 
     def get(self, environ=None):
         """The variable's value, or the default where it is unset or empty; KnobError
@@ -48,6 +50,8 @@ class Knob:
         if not raw:
             return self.default
         if self.kind is str:
+            if self.choices and raw not in self.choices:
+                raise KnobError(self._refusal(raw, "not a known word"))
             return raw
         try:
             value = self.kind(raw)
@@ -64,6 +68,8 @@ class Knob:
 
     def allowed(self) -> str:
         """The range in words, as the refusal and the README say it."""
+        if self.choices:
+            return f"one of {', '.join(self.choices)}"
         if self.kind is str:
             return self.unit
         if self.kind is int:
@@ -72,7 +78,8 @@ class Knob:
 
     def _refusal(self, raw: str, what: str) -> str:
         shown = raw if len(raw) <= 40 else raw[:37] + "..."
-        default = "" if self.default is None else f" (default {self.default:g})"
+        default = "" if self.default is None else (
+            f" (default {self.default})" if self.kind is str else f" (default {self.default:g})")
         return f"{self.env}={shown!r}: {what}; allowed: {self.allowed()}{default}"
 
 
@@ -147,16 +154,22 @@ NATIVE_LOG = Knob(
     "MPIOPT_NATIVE_LOG", None, "a file path",
     "where a rank's native stderr (a framework's start-up lines) goes; the launcher sets it",
     kind=str)
+TORCH_COLLECTIVES = Knob(
+    "MPIOPT_TORCH_COLLECTIVES", "auto", "a word",
+    "what sums a torch model's gradient over its group: auto (torch.distributed with NCCL "
+    "where the group's ranks have GPUs, else MPI), mpi, or torch (torch.distributed: gloo "
+    "on CPUs)", kind=str, choices=("auto", "mpi", "torch"))
 
 KNOBS = (STARTUP_TIMEOUT, GROUP_WAIT, SILENCE_LIMIT, LEASE_PERIOD, EXIT_GRACE, SQLITE_BUSY_MS,
-         THREADS, STORAGE, NATIVE_LOG)
+         THREADS, STORAGE, NATIVE_LOG, TORCH_COLLECTIVES)
 
 
 def table() -> str:
     """The variables as a Markdown table (for the README): name, default, range, why."""
     rows = ["| variable | default | allowed | what it sets |", "|---|---|---|---|"]
     for k in KNOBS:
-        default = "-" if k.default is None else f"{k.default:g}"
+        default = "-" if k.default is None else (
+            k.default if isinstance(k.default, str) else f"{k.default:g}")
         rows.append(f"| `{k.env}` | {default} | {k.allowed()} | {k.why} |")
     return "\n".join(rows)
 

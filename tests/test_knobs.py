@@ -41,6 +41,17 @@ def test_a_knob_takes_its_range_and_an_empty_value_is_its_default(knob):
             knob.get({knob.env: "2.5"})
 
 
+def test_a_word_knob_takes_its_words_and_refuses_others_naming_them():
+    knob = knobs.TORCH_COLLECTIVES
+    assert knob.get({}) == "auto" and [knob.get({knob.env: w}) for w in knob.choices] == \
+        ["auto", "mpi", "torch"]
+    with pytest.raises(knobs.KnobError) as refused:
+        knob.get({knob.env: "nccl"})
+    assert str(refused.value) == ("MPIOPT_TORCH_COLLECTIVES='nccl': not a known word; "
+                                  "allowed: one of auto, mpi, torch (default auto)")
+    assert refused.value.exit_code == 2
+
+
 def test_the_limits_hold_their_relations():
     """What the end of a run relies on: a rank's exit waits for threads as long as the
     coordinator waits for BYEs; the rest of the exit outlasts a peer's wait for its
@@ -94,6 +105,7 @@ def _refused(proc, tmp_path, name, rank=None):
 
 
 @pytest.mark.parametrize("name, raw", [("MPIOPT_GROUP_WAIT", "abc"),
+                                       ("MPIOPT_TORCH_COLLECTIVES", "nccl"),
                                        ("MPIOPT_STARTUP_TIMEOUT", "0"),
                                        ("MPIOPT_SQLITE_BUSY_MS", "-1"),
                                        ("MPIOPT_EXIT_GRACE", "5")])

@@ -159,6 +159,69 @@ def a_failed_rank_waits_for_slow_peers_only_the_group_wait(comm, folder: Path) -
             "after": allreduce_weights(comm, folder).tolist()}
 
 
+def through_torch(fn, group_wait: str | None = None):
+    """fn() with MPIOPT_TORCH_COLLECTIVES=torch (gloo: these ranks have no GPU), the
+    process group closed after, as a trial's end does; (its result or error, the
+    all_reduce calls this rank made)."""
+    import torch.distributed as dist
+
+    from mpiopt.training import torch_collectives
+
+    calls, all_reduce = [], dist.all_reduce
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return all_reduce(*args, **kwargs)
+    os.environ["MPIOPT_TORCH_COLLECTIVES"] = "torch"
+    if group_wait:
+        os.environ["MPIOPT_GROUP_WAIT"] = group_wait
+    dist.all_reduce = counted
+    try:
+        out = fn()
+    except RuntimeError as exc:
+        out = exc
+    finally:
+        dist.all_reduce = all_reduce
+        os.environ.pop("MPIOPT_TORCH_COLLECTIVES")
+        os.environ.pop("MPIOPT_GROUP_WAIT", None)
+        torch_collectives.close()
+    return out, len(calls)
+
+
+def torch_distributed_sums(comm, folder: Path) -> dict:
+    weights, calls = through_torch(lambda: allreduce_weights(comm, folder, "build_unused",
+                                                             ONE_PER_TENSOR))
+    return {"weights": weights.tolist(), "calls": comm.gather(calls, root=0)}
+
+
+def stuck_peer(rank: int, woke: Path, saw: list):
+    """Rank 1 stays in its first hand-over SLOW_PEER_S, then notes whether its peers had
+    raised by then and goes on (its sums then have no peer)."""
+    def watch(algorithm):
+        exchange, ready = algorithm.exchange, algorithm.exchange.ready
+
+        def slow(k):
+            if rank == 1 and not exchange.failed:
+                exchange.failed = True
+                time.sleep(SLOW_PEER_S)
+                saw.append(woke.exists())
+            ready(k)
+        exchange.failed, exchange.ready = False, slow
+    return watch
+
+
+def a_stuck_peer_ends_torch_sums_after_the_group_wait(comm, folder: Path) -> dict:
+    woke, saw = folder / "peers-raised", []
+    out, _ = through_torch(lambda: allreduce_weights(comm, folder, buckets=ONE_PER_TENSOR,
+                                                     watch=stuck_peer(comm.Get_rank(), woke, saw)),
+                           group_wait=GROUP_WAIT_S)
+    if comm.Get_rank() != 1 and isinstance(out, RuntimeError):
+        woke.touch()
+    return {"raised": comm.gather(isinstance(out, RuntimeError), root=0),
+            "saw": comm.gather(saw, root=0),
+            "after": allreduce_weights(comm, folder).tolist()}
+
+
 def _run(comm, spec, folder, report=None):
     from mpiopt.artifacts import TrialArtifacts
     from mpiopt.training import run_training
@@ -201,8 +264,11 @@ def worker(out: Path, folder: Path) -> None:
     results = {"weights": allreduce_weights(comm, path.parent).tolist(),
                "buckets": allreduce_weights(comm, path.parent, "build_unused", ONE_PER_TENSOR,
                                             watch_order(events)).tolist(),
+               "one bucket": allreduce_weights(comm, path.parent, "build_unused").tolist(),
                "failures": failures_leave_the_group_in_step(comm, path.parent),
-               "slow": a_failed_rank_waits_for_slow_peers_only_the_group_wait(comm, path.parent)}
+               "slow": a_failed_rank_waits_for_slow_peers_only_the_group_wait(comm, path.parent),
+               "torch": torch_distributed_sums(comm, path.parent),
+               "stuck": a_stuck_peer_ends_torch_sums_after_the_group_wait(comm, path.parent)}
     results["events"] = comm.gather(events[:12], root=0)     # the first step's, every rank's
     for mode in MODES:
         results[mode] = stopped_and_resumed(comm, path, folder, mode)
@@ -236,6 +302,17 @@ def test_allreduce_in_buckets_follows_the_single_rank_trajectory(three_ranks):
     results, folder = three_ranks
     single = allreduce_weights(MPI.COMM_SELF, folder / "case", "build_unused")
     np.testing.assert_allclose(results["buckets"], single, rtol=1e-4, atol=1e-5)
+
+
+def test_one_bucket_taken_in_one_call_after_backward_follows_the_single_rank_trajectory(
+        three_ranks):
+    """A model under the first bucket's size is summed as one bucket, its gradient taken
+    whole after backward (no hook per tensor), the unused layer's as zeros."""
+    from mpi4py import MPI
+
+    results, folder = three_ranks
+    single = allreduce_weights(MPI.COMM_SELF, folder / "case", "build_unused")
+    np.testing.assert_allclose(results["one bucket"], single, rtol=1e-4, atol=1e-5)
 
 
 def test_each_bucket_starts_during_backward_in_its_order(three_ranks):
@@ -275,6 +352,32 @@ def test_a_rank_that_raised_waits_for_slow_peers_only_the_group_wait(three_ranks
     assert slow["saw"] == [[], [True], [True]]
     single = allreduce_weights(MPI.COMM_SELF, folder / "case")
     np.testing.assert_allclose(slow["after"], single, rtol=1e-4, atol=1e-5)
+
+
+def test_torch_distributed_sums_follow_the_single_rank_trajectory(three_ranks):
+    """MPIOPT_TORCH_COLLECTIVES=torch: each bucket (one per tensor, 6) summed by
+    torch.distributed's all_reduce (gloo) from backward's hooks, every step of the 10
+    (two epochs of 5), on every rank: the single-rank trajectory, as MPI's sums."""
+    from mpi4py import MPI
+
+    results, folder = three_ranks
+    assert results["torch"]["calls"] == [60, 60, 60]
+    single = allreduce_weights(MPI.COMM_SELF, folder / "case", "build_unused")
+    np.testing.assert_allclose(results["torch"]["weights"], single, rtol=1e-4, atol=1e-5)
+
+
+def test_a_peer_stuck_in_backward_ends_the_torch_sums_after_the_group_wait(three_ranks):
+    """Rank 1 stayed in backward far longer than MPIOPT_GROUP_WAIT: ranks 0 and 2 raised
+    before it woke (the process group's timeout is the group wait: no wait for ever), it
+    raised too, and the group trains in step after."""
+    from mpi4py import MPI
+
+    results, folder = three_ranks
+    stuck = results["stuck"]
+    assert stuck["raised"] == [True, True, True]
+    assert stuck["saw"] == [[], [True], []]
+    single = allreduce_weights(MPI.COMM_SELF, folder / "case")
+    np.testing.assert_allclose(stuck["after"], single, rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize("mode", MODES)

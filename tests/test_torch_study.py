@@ -73,32 +73,83 @@ def test_a_torch_study_with_kfold_and_pruning_completes_without_tensorflow(tmp_p
     assert sum(p.numel() for p in module.parameters()) == best.metrics["n_params"]
 
 
+def _one_trial(folder: Path, ranks: int, env: dict | None = None, model="build_plain",
+               more: str = ""):
+    """The same seed's one trial (no dropout, no K-fold, no pruning) on `ranks` ranks: in
+    single-process mode for 1, else under mpiexec (a group of ranks - 1). more: source
+    appended to the case's model file."""
+    path = _case(folder, search={"algorithm": "random", "trials": 1, "seed": 2})
+    with open(folder / "tiny_torch.py", "a") as f:
+        f.write(more)
+    spec = yaml.safe_load(path.read_text())
+    spec["objective"].update(model=f"tiny_torch.py:{model}", metric="val_loss",
+                             direction="minimize")
+    spec["training"].update(kfold=1, epochs=4, metrics=["accuracy"])
+    del spec["search_space"]["training.optimizer.lr"]
+    del spec["training"]["pruning"]
+    path.write_text(yaml.safe_dump(spec))
+    url = f"sqlite:///{folder / 'study.db'}"
+    proc = mpiopt("search", path, "--storage", url, np=None if ranks == 1 else ranks,
+                  cwd=folder, env=env or subprocess_env(), timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    [trial] = study_state(url, "tiny-torch")[1]
+    return trial
+
+
 def test_one_rank_and_a_group_of_two_give_the_same_value(tmp_path):
     """The same seed: single-process mode (one rank) against a group of two under mpiexec
     (allreduce: the same global batches, the gradients averaged). No dropout, so the two
     differ only by float rounding."""
-    values = {}
-    for ranks in (1, 3):
-        folder = tmp_path / f"np{ranks}"
-        path = _case(folder, search={"algorithm": "random", "trials": 1, "seed": 2})
-        spec = yaml.safe_load(path.read_text())
-        spec["objective"].update(model="tiny_torch.py:build_plain", metric="val_loss",
-                                 direction="minimize")
-        spec["training"].update(kfold=1, epochs=4, metrics=["accuracy"])
-        del spec["search_space"]["training.optimizer.lr"]
-        del spec["training"]["pruning"]
-        path.write_text(yaml.safe_dump(spec))
-        url = f"sqlite:///{folder / 'study.db'}"
-        proc = mpiopt("search", path, "--storage", url, np=None if ranks == 1 else ranks,
-                      cwd=folder, env=subprocess_env(), timeout=300)
-        assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
-        [trial] = study_state(url, "tiny-torch")[1]
-        values[ranks] = trial
-    one, group = values[1], values[3]
+    one, group = _one_trial(tmp_path / "np1", 1), _one_trial(tmp_path / "np3", 3)
     assert one.params == group.params and one.seed == group.seed
     assert group.value == pytest.approx(one.value, rel=1e-4)
     assert group.metrics["val_accuracy"] == pytest.approx(one.metrics["val_accuracy"], abs=0.02)
     assert one.metrics["val_accuracy"] > 0.6          # it trained (chance is 1/3)
+
+
+# appended to the case's model file: build_plain, each torch.distributed.all_reduce call
+# of the rank noted in a file of its own (pid) beside it
+COUNTED = """
+
+def build_counted(params):
+    import os
+    from pathlib import Path
+
+    import torch.distributed as dist
+
+    if not hasattr(dist.all_reduce, "counted"):
+        original, note = dist.all_reduce, Path(__file__).with_name(f"all_reduce.{os.getpid()}")
+
+        def counted(*args, **kwargs):
+            with open(note, "a") as f:
+                f.write("1\\n")
+            return original(*args, **kwargs)
+        counted.counted = True
+        dist.all_reduce = counted
+    return build_plain(params)
+"""
+
+
+def test_a_group_of_two_summing_through_torch_distributed_gives_the_mpi_value(tmp_path):
+    """MPIOPT_TORCH_COLLECTIVES=torch (gloo here, NCCL's path on GPUs): the group of two's
+    gradient summed through the trial's process group, every step on both ranks, to the
+    value MPI's sums give for the same seed. Without the variable (auto on CPUs) the
+    process group is not used."""
+    trials, notes = {}, {}
+    for path, word in (("mpi", None), ("torch", "torch")):
+        folder, env = tmp_path / path, subprocess_env()
+        if word:
+            env["MPIOPT_TORCH_COLLECTIVES"] = word
+        trials[path] = _one_trial(folder, 3, env, model="build_counted", more=COUNTED)
+        notes[path] = [len(p.read_text().split()) for p in folder.glob("all_reduce.*")]
+    mpi, torch_sums = trials["mpi"], trials["torch"]
+    assert notes["mpi"] == []
+    # 4 epochs of ceil(240 / 32) = 8 steps, the model one bucket, on each of the 2 ranks
+    assert notes["torch"] == [32, 32], notes
+    assert torch_sums.params == mpi.params and torch_sums.seed == mpi.seed
+    assert torch_sums.value == pytest.approx(mpi.value, rel=1e-5)
+    assert torch_sums.metrics["val_accuracy"] == pytest.approx(mpi.metrics["val_accuracy"],
+                                                               abs=1e-6)
 
 
 def test_the_jets_torch_example_trains_and_saves_a_model_plain_pytorch_loads(tmp_path):

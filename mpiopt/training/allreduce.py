@@ -31,6 +31,9 @@ buckets (zeros), so every rank has started the same collectives and the communic
 stays in step for the group's next trial; it waits for them at most MPIOPT_GROUP_WAIT
 seconds (the others may be stuck, and parallel/together then ends the job), then raises.
 
+A torch model's buckets are summed by torch.distributed instead where torch_collectives
+says so (NCCL on GPUs: the buffer then is a tensor on the device), from the same hooks.
+
 The next batch is gathered after the wait, not under it: a gather from memory takes
 microseconds and the prefetch thread reads files (stream.prefetched).
 
@@ -62,11 +65,22 @@ class AllreduceSGD(Algorithm):
     def __init__(self, model, comm, training, bucket_bytes: int = BUCKET_BYTES,
                  first_bucket_bytes: int = FIRST_BUCKET_BYTES):
         super().__init__(model, comm, training)
-        self.buffer = np.zeros(model.n_grad + 1, dtype=np.float32)
-        sizes = model.grad_sizes if _threads_may_call() else None
-        self.exchange = Exchange(comm, self.buffer,
-                                 buckets(sizes, model.n_grad, bucket_bytes, first_bucket_bytes))
-        self.hands_over = sizes is not None
+        from mpiopt.training import torch_collectives
+
+        group = torch_collectives.group_for(model, comm) if self.size > 1 else None
+        # torch.distributed's sums may start from backward's own thread, MPI's only where
+        # its thread level allows (_threads_may_call)
+        sizes = model.grad_sizes if group is not None or _threads_may_call() else None
+        layout = buckets(sizes, model.n_grad, bucket_bytes, first_bucket_bytes)
+        if group is not None:
+            self.buffer = torch_collectives.gradient_buffer(model)
+            self.exchange = torch_collectives.TorchExchange(group, self.buffer, layout)
+        else:
+            self.buffer = np.zeros(model.n_grad + 1, dtype=np.float32)
+            self.exchange = Exchange(comm, self.buffer, layout)
+        # a bucket's sum starts from inside backward only where there are several: one
+        # bucket starts after backward either way, its gradient taken in one call
+        self.hands_over = len(layout) > 1
 
     def _parts(self, order):
         """(x-index of this rank's part, its share of the global batch) for each step."""
@@ -90,14 +104,21 @@ class AllreduceSGD(Algorithm):
             self.exchange.wait()
             batch = next(reader, None)
             clock.comm()
-            loss += float(self.buffer[-1]) * n
+            loss += self._step_loss(n)
             pending = True
             stats.steps += 1
         if pending:
             self.model.apply(self.buffer)
             clock.compute()
-        stats.loss = loss / max(1, len(order))
+        stats.loss = float(loss) / max(1, len(order))
         return stats
+
+    def _step_loss(self, n: int):
+        """The step's summed loss (the buffer's last slot) times n: a float from host
+        memory; a tensor left on the GPU (reading it would make the host wait for the
+        device every step)."""
+        last = self.buffer[-1]
+        return float(last) * n if isinstance(self.buffer, np.ndarray) else last * n
 
     def before_validation(self) -> None:
         """Trainable weights are identical on every rank; batch-norm statistics were
@@ -202,12 +223,12 @@ def buckets(sizes, n_grad: int, cap: int = BUCKET_BYTES,
     return out
 
 
-class Exchange:
-    """One step's buckets summed over the group: each bucket's Iallreduce starts once its
-    tensors and every bucket before it are ready, in place in the buffer."""
+class Buckets:
+    """One step's buckets, each started once its tensors and every bucket before it are
+    ready; a subclass says how a bucket's sum starts, and how the step waits for them."""
 
-    def __init__(self, comm, buffer: np.ndarray, layout: list):
-        self.comm, self.buffer, self.layout = comm, buffer, layout
+    def __init__(self, layout: list):
+        self.layout = layout
         self.owner = {k: i for i, (_, _, tensors) in enumerate(layout) for k in tensors}
         self.missing: list = []
         self.started = 0
@@ -221,7 +242,7 @@ class Exchange:
 
     def ready(self, k: int) -> None:
         """Tensor k's gradient is in the buffer: start every bucket now complete in order,
-        and let MPI progress those in flight."""
+        and let the sums in flight progress."""
         self.missing[self.owner[k]] -= 1
         while self.started < len(self.layout) and not self.missing[self.started]:
             self._start()
@@ -231,6 +252,26 @@ class Exchange:
         """Start every bucket not started yet (all of them for a one-call gradient)."""
         while self.started < len(self.layout):
             self._start()
+
+    def _start(self) -> None:
+        lo, hi, _ = self.layout[self.started]
+        self.requests.append(self.sum(lo, hi))
+        self.started += 1
+
+    def sum(self, lo: int, hi: int):
+        """Start the sum of buffer[lo:hi] over the group, in place; its request."""
+        raise NotImplementedError
+
+    def _progress(self) -> None:
+        """Let the library progress the sums in flight (where it needs calls for that)."""
+
+
+class Exchange(Buckets):
+    """The buckets summed by MPI's Iallreduce in host memory."""
+
+    def __init__(self, comm, buffer: np.ndarray, layout: list):
+        super().__init__(layout)
+        self.comm, self.buffer = comm, buffer
 
     def wait(self) -> None:
         """Until every bucket's sum is in the buffer, sleeping between tests."""
@@ -242,12 +283,10 @@ class Exchange:
         self.start_rest()
         wait(self.requests, limit=0.05, until=time.monotonic() + limit_s)
 
-    def _start(self) -> None:
+    def sum(self, lo: int, hi: int):
         from mpi4py import MPI
 
-        lo, hi, _ = self.layout[self.started]
-        self.requests.append(self.comm.Iallreduce(MPI.IN_PLACE, self.buffer[lo:hi], op=MPI.SUM))
-        self.started += 1
+        return self.comm.Iallreduce(MPI.IN_PLACE, self.buffer[lo:hi], op=MPI.SUM)
 
     def _progress(self) -> None:
         from mpi4py import MPI

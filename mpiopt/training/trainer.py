@@ -20,7 +20,7 @@ import numpy as np
 
 from mpiopt.errors import OTHERS_FAILED
 from mpiopt.trial import Direction
-from mpiopt.training import resume, threads
+from mpiopt.training import resume, threads, torch_collectives
 from mpiopt.training.data import epoch_order, load_data, shard
 from mpiopt.training.stream import raise_together, take
 from mpiopt.training.folds import Splits, fold_plan, make_splits, run_folds
@@ -92,7 +92,10 @@ def run_training(spec, params: dict, comm, seed: int, report=None, on_epoch=None
     plan = fold_plan(splits.k, comm.Get_size())
     note = {"seed": int(seed), "metric": obj.metric, "direction": obj.direction,
             "params": dict(params)}
-    result = run_folds(comm, plan, make_trainer, spec.training.epochs, report, on_epoch, note)
+    try:
+        result = run_folds(comm, plan, make_trainer, spec.training.epochs, report, on_epoch, note)
+    finally:
+        torch_collectives.close()       # the trial's process group, where its folds made one
     result["unread"] = tracked.unread()
     result["framework"] = model.framework
     if comm.Get_rank() == 0:

@@ -28,19 +28,24 @@ import numpy as np
 
 from mpiopt import jsontext
 from mpiopt.training.frameworks._base import FlatModel
+from mpiopt.training.frameworks.torch_device import out_of_memory_fails_the_trial
 
 NAME = "torch"
 
 
-def tensor(a: np.ndarray, floats, device=None):
+def tensor(a, floats, device=None):
     """A tensor over the array's memory (a copy where it is read-only: a memory-mapped
-    file), floating values as the model's float type, on the device (None: the CPU)."""
+    file), floating values as the model's float type, on the device (None: the CPU). A
+    tensor is taken as it is (a gradient buffer on the device: torch_collectives)."""
     import torch
 
-    a = np.asarray(a)
-    if not a.flags.writeable or not a.flags.c_contiguous:
-        a = np.array(a)
-    t = torch.from_numpy(a)
+    if isinstance(a, torch.Tensor):
+        t = a
+    else:
+        a = np.asarray(a)
+        if not a.flags.writeable or not a.flags.c_contiguous:
+            a = np.array(a)
+        t = torch.from_numpy(a)
     if t.is_floating_point() and t.dtype != floats:
         t = t.to(floats)
     return t if device is None or device.type == "cpu" else t.to(device)
@@ -58,11 +63,15 @@ def call(module, given):
     return module(**given) if isinstance(given, dict) else module(given)
 
 
-def into_host(parts: list, out: np.ndarray) -> None:
-    """torch.cat(parts) into the NumPy array out: in place on the CPU, one copy from a GPU."""
+def into_host(parts: list, out) -> None:
+    """torch.cat(parts) into the NumPy array out: in place on the CPU, one copy from a GPU;
+    into a tensor out (a buffer on the device: torch_collectives) where it is."""
     import torch
 
     if not parts:
+        return
+    if isinstance(out, torch.Tensor):
+        out.copy_(parts[0] if len(parts) == 1 else torch.cat(parts))
         return
     host = torch.from_numpy(out)
     if parts[0].device.type == "cpu":
@@ -183,6 +192,13 @@ class TorchFlat(FlatModel):
                 self.set_weights(current)
 
     # ------------------------------------------------------------------ the model itself
+    @out_of_memory_fails_the_trial
+    def zeros(self, n: int):
+        """n float32 zeros on the model's device (a group's gradient buffer there)."""
+        import torch
+
+        return torch.zeros(n, dtype=torch.float32, device=self.device)
+
     def n_params(self) -> int:
         return int(sum(q.numel() for q in self.module.parameters()))
 

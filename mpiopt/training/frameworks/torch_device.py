@@ -8,9 +8,10 @@ it takes its node-local rank's, round-robin. No GPU (or CUDA_VISIBLE_DEVICES emp
 CPU. mpiopt's own trainer and `mpiopt.torch_group` both ask here, so a model mpiopt trains
 and a loop of the user's own sit on the same GPU of a rank.
 
-MPI buffers live in host memory: the flat gradient is copied to the host for the group's
-Allreduce and the sum back to the device, so no CUDA-aware MPI is assumed (the launchers
-of the clusters we serve rarely have one built). Checkpoints and kept models are written
+MPI buffers live in host memory: where MPI sums a group's gradient, it is copied to the
+host and the sum back to the device, so no CUDA-aware MPI is assumed (the launchers of the
+clusters we serve rarely have one built); a group of GPU ranks sums it on the device
+through NCCL instead (training/torch_collectives). Checkpoints and kept models are written
 from CPU tensors, so a file made on a GPU loads on a machine without one.
 
 A CUDA out-of-memory in a step is that trial's error (FAILED, the study goes on): its

@@ -150,8 +150,10 @@ def _materialize(module, sample_x) -> None:
             call(module, inputs(first, torch.float32))
 
 
-def _nothing(k: int) -> None:
-    """No exchange to tell (one rank, downpour, easgd)."""
+def _put_loss(out, i: int, loss) -> None:
+    """The step's loss into out[i]: read to the host for a NumPy buffer, copied on the
+    device for a tensor (no wait for the device before backward)."""
+    out[i] = float(loss) if isinstance(out, np.ndarray) else loss
 
 
 class TorchModel(TorchFlat):
@@ -200,7 +202,7 @@ class TorchModel(TorchFlat):
 
         self.module.train()
         _, loss = self._loss(x, y)
-        out[self.n_grad] = float(loss.detach()) * scale      # the first bucket holds it
+        _put_loss(out, self.n_grad, loss.detach() * scale)   # the first bucket holds it
         handed: set = set()
         hooks = [q.register_hook(self._hand_over(k, out, ready, handed))
                  for k, q in enumerate(self.trainable)]
@@ -210,6 +212,20 @@ class TorchModel(TorchFlat):
             for hook in hooks:
                 hook.remove()
         return handed
+
+    def _whole_gradient(self, x, y, scale: float, out) -> None:
+        """The loss and the gradients into out in one copy after backward: where nobody
+        starts a sum before the whole gradient is there (one bucket, downpour), a hook
+        per tensor would cost a Python call each and gain nothing."""
+        import torch
+
+        self.module.train()
+        _, loss = self._loss(x, y)
+        _put_loss(out, self.n_grad, loss.detach() * scale)
+        grads = torch.autograd.grad(loss * scale, self.trainable, allow_unused=True)
+        into_host([q.new_zeros(q.numel(), dtype=torch.float32) if g is None
+                   else g.reshape(-1).float() for g, q in zip(grads, self.trainable)],
+                  out[: self.n_grad])
 
     def _hand_over(self, k: int, out: np.ndarray, ready, handed: set):
         a, b = self.spans[k]
@@ -227,12 +243,15 @@ class TorchModel(TorchFlat):
         return [b - a for a, b in self.spans[: len(self.trainable)]]
 
     @out_of_memory_fails_the_trial
-    def gradient(self, x, y, scale: float, out: np.ndarray, ready=None) -> None:
-        """Into the host buffer out (the group's Allreduce reads it there), each trainable
-        tensor's part written by a hook as soon as backward has its gradient, then
-        ready(k) told (the group's exchange starts a bucket's sum while backward goes on);
-        a tensor the loss does not reach gets zeros."""
-        ready = ready or _nothing
+    def gradient(self, x, y, scale: float, out, ready=None) -> None:
+        """Into the buffer out (host memory for MPI's Iallreduce, a tensor on the device
+        for torch.distributed's: torch_collectives), each trainable tensor's part written
+        by a hook as soon as backward has its gradient, then ready(k) told (the group's
+        exchange starts a bucket's sum while backward goes on); a tensor the loss does not
+        reach gets zeros. Without ready, the whole gradient in one copy after backward."""
+        if ready is None:
+            self._whole_gradient(x, y, scale, out)
+            return
         handed = self._gradients(x, y, scale, out, ready)
         for k in range(len(self.trainable)):
             if k not in handed:
