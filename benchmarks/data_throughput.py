@@ -45,6 +45,9 @@ run:
                of an epoch of those parts, and the model's train step; with every core
                busy, streamed / in memory is at most step / (step + read); with a
                free core per rank (the prefetch thread's), step / max(step, read).
+  inflate      CPU time per sample to inflate the first part's gzip chunks with each zlib
+               library installed (Python's zlib, libdeflate, ISA-L, cramjam), beside
+               h5py's read of them.
 
 The model is a small dense network, so that the data path, not the model, sets the pace.
 
@@ -426,7 +429,7 @@ def main(argv=None) -> int:
                     help="streamed, on the whole data set ('' for none)")
     ap.add_argument("--mem-gb", type=float, default=2.25,
                     help="chunked: the data trained in memory with the defaults (GiB)")
-    ap.add_argument("--sections", default="throughput,memory,gather,read,collections,chunked,chunked-cpu",
+    ap.add_argument("--sections", default="throughput,memory,gather,read,collections,chunked,chunked-cpu,inflate",
                     help="which parts to run (comma-separated)")
     ap.add_argument("--read-jets", type=int, default=400_000)
     ap.add_argument("--collection-jets", type=int, default=200_000,
@@ -480,6 +483,8 @@ def _run(args, tmp: Path) -> int:
         tables.extend(chunked(args, tmp))
     if "chunked-cpu" in sections:
         tables.append(chunked_cpu(args, tmp))
+    if "inflate" in sections:
+        tables.append(inflate_speeds(args, tmp))
     for rows in tables:
         print(table(rows))
     print(f"({time.monotonic() - t0:.0f} s)")
@@ -697,6 +702,52 @@ def _validation_reads(args, data, val, what: str) -> dict:
     del data.x._block
     return {"what": f"validation reads of an epoch, {what}", "samples": len(val),
             "us/sample": cpu / len(val) * 1e6, "decompressed per sample": read["samples"] / len(val)}
+
+
+INFLATERS = {   # name: (module, inflate(raw chunk, its size inflated)); those installed run
+    "zlib (Python's)": ("zlib", lambda m: lambda raw, n: m.decompress(raw, bufsize=n)),
+    "libdeflate (deflate)": ("deflate", lambda m: m.zlib_decompress),
+    "ISA-L (isal)": ("isal.isal_zlib", lambda m: lambda raw, n: m.decompress(raw, bufsize=n)),
+    "cramjam": ("cramjam", lambda m: lambda raw, n: m.zlib.decompress(raw, output_len=n)),
+}
+
+
+def inflate_speeds(args, tmp: Path, repeat: int = 3) -> list[dict]:
+    """CPU time to inflate every chunk of the first chunked part (its raw bytes read once,
+    read_direct_chunk), per sample, the best of `repeat`, with each zlib library
+    installed; and h5py's read of the same chunks (its own zlib, and the file read)."""
+    import importlib
+
+    import h5py
+
+    part = chunked_parts(tmp, args.fit_gb or 0.05)[0]
+    with h5py.File(part, "r") as h5:
+        ds = h5["images"]
+        raws = [ds.id.read_direct_chunk(ds.id.get_chunk_info(i).chunk_offset)[1]
+                for i in range(ds.id.get_num_chunks())]
+        n, size = ds.shape[0], int(np.prod(ds.chunks)) * ds.dtype.itemsize
+        rows = [{"how": "h5py's read, by chunk",
+                 "us/sample": _best_cpu(lambda: [ds[s:s + ds.chunks[0]] for s in
+                                                 range(0, n, ds.chunks[0])], repeat) / n * 1e6}]
+    for name, (module, inflater) in INFLATERS.items():
+        try:
+            inflate = inflater(importlib.import_module(module))
+        except ImportError:
+            continue
+        cpu = _best_cpu(lambda: [inflate(raw, size) for raw in raws], repeat)
+        rows.append({"how": name, "us/sample": cpu / n * 1e6})
+    for row in rows:
+        row["x zlib"] = row["us/sample"] / rows[1]["us/sample"]
+    return rows
+
+
+def _best_cpu(work, repeat: int) -> float:
+    best = float("inf")
+    for _ in range(repeat):
+        start = time.process_time()
+        work()
+        best = min(best, time.process_time() - start)
+    return best
 
 
 def _counting(array) -> dict:
