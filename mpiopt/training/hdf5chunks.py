@@ -86,11 +86,12 @@ class Layout:
         for row in range(first, last + 1):
             lo = row * chunks[0]
             rows = slice(max(start, lo) - lo, min(stop, lo + chunks[0]) - lo)
-            for rest in itertools.product(*grids):
-                inner = tuple(slice(0, min(c, n - a)) for a, c, n in zip(rest, chunks[1:], shape[1:]))
+            at = slice(lo + rows.start - start, lo + rows.stop - start)
+            for rest in itertools.product(*grids):     # the chunk's corner past axis 0
+                inner = tuple(slice(0, min(c, n - a))
+                              for a, c, n in zip(rest, chunks[1:], shape[1:]))
                 place = tuple(slice(a, a + s.stop) for a, s in zip(rest, inner))
-                out[(slice(lo + rows.start - start, lo + rows.stop - start),) + place] = \
-                    self.chunk(dsid, (lo,) + rest)[(rows,) + inner]
+                out[(at,) + place] = self.chunk(dsid, (lo,) + rest)[(rows,) + inner]
         return out
 
     def chunk(self, dsid, offset: tuple) -> np.ndarray:
