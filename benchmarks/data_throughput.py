@@ -37,10 +37,17 @@ run:
                against the data's bytes and the ranks' runtimes ("base": their PSS after
                importing Keras): "x data" is (node peak - base) / data. Beside the
                defaults, streamed with `split_by: sample` (folds by sample, which share
-               every chunk); "epoch samples/s" counts the validation's time too.
+               every chunk), and streamed without the `deflate` package (h5py's read
+               inflates the chunks with zlib); "epoch samples/s" counts the validation's
+               time too. MPIOPT_THREADS=1 --ranks 1: one training thread, so the
+               prefetch thread has the other core of a 2-core machine.
   chunked-cpu  CPU time per trained sample, load-independent: each rank's streamed reads
                of an epoch of those parts, and the model's train step; with every core
-               busy, streamed / in memory is at most step / (step + read).
+               busy, streamed / in memory is at most step / (step + read); with a
+               free core per rank (the prefetch thread's), step / max(step, read).
+  inflate      CPU time per sample to inflate the first part's gzip chunks with each zlib
+               library installed (Python's zlib, libdeflate, ISA-L, cramjam), beside
+               h5py's read of them.
 
 The model is a small dense network, so that the data path, not the model, sets the pace.
 
@@ -97,6 +104,8 @@ def worker(config: dict) -> None:
     from mpiopt.training.data import load_data
     from mpiopt.training.stream import streamed
 
+    for name in config.get("hide", ()):   # as if not installed: `import name` fails
+        sys.modules[name] = None
     comm = MPI.COMM_WORLD
     import keras  # noqa: F401  (TensorFlow's pages belong to the baseline)
     base = pss()
@@ -163,10 +172,10 @@ class Peak:
 
 def run_job(tmp: Path, name: str, parts: str, ranks: int, in_memory, limit: int | None,
             epochs: int, batch: int, node_peak: bool = False, kind: str = "npy",
-            data: dict | None = None) -> dict:
+            data: dict | None = None, hide: tuple = ()) -> dict:
     """node_peak: sample the node's PSS from outside (memory runs only: reading the ranks'
     page tables every 50 ms takes CPU time from them). kind: the parts' format; data: more
-    fields of the data section."""
+    fields of the data section; hide: modules the ranks run without (as if not installed)."""
     spec = tmp / f"{name}.yaml"
     import yaml
     spec.write_text(yaml.safe_dump({
@@ -180,7 +189,7 @@ def run_job(tmp: Path, name: str, parts: str, ranks: int, in_memory, limit: int 
     }))
     out = tmp / f"{name}.json"
     cmd = [str(BIN / "mpiexec"), "-n", str(ranks), sys.executable, __file__, "--worker",
-           json.dumps({"spec": str(spec), "out": str(out), "folder": str(tmp)})]
+           json.dumps({"spec": str(spec), "out": str(out), "folder": str(tmp), "hide": hide})]
     if limit:
         cmd = ["prlimit", f"--data={limit}", *cmd]
     start = time.monotonic()
@@ -420,7 +429,7 @@ def main(argv=None) -> int:
                     help="streamed, on the whole data set ('' for none)")
     ap.add_argument("--mem-gb", type=float, default=2.25,
                     help="chunked: the data trained in memory with the defaults (GiB)")
-    ap.add_argument("--sections", default="throughput,memory,gather,read,collections,chunked,chunked-cpu",
+    ap.add_argument("--sections", default="throughput,memory,gather,read,collections,chunked,chunked-cpu,inflate",
                     help="which parts to run (comma-separated)")
     ap.add_argument("--read-jets", type=int, default=400_000)
     ap.add_argument("--collection-jets", type=int, default=200_000,
@@ -474,6 +483,8 @@ def _run(args, tmp: Path) -> int:
         tables.extend(chunked(args, tmp))
     if "chunked-cpu" in sections:
         tables.append(chunked_cpu(args, tmp))
+    if "inflate" in sections:
+        tables.append(inflate_speeds(args, tmp))
     for rows in tables:
         print(table(rows))
     print(f"({time.monotonic() - t0:.0f} s)")
@@ -538,38 +549,45 @@ def chunked(args, tmp: Path) -> list[list[dict]]:
     return tables
 
 
-CHUNKED_CASES = (("in_memory: true", True, {}), ("in_memory: false", False, {}),
-                 ("in_memory: false, split_by: sample", False, {"split_by": "sample"}))
+# name, in_memory, more data fields, modules hidden from the ranks
+CHUNKED_CASES = (("in_memory: true", True, {}, ()), ("in_memory: false", False, {}, ()),
+                 ("in_memory: false, split_by: sample", False, {"split_by": "sample"}, ()),
+                 ("in_memory: false, without deflate (h5py inflates)", False, {}, ("deflate",)))
 
 
 def chunked_speeds(args, tmp: Path) -> list[dict]:
-    """Samples/s of in_memory: true and false at the defaults, and streamed with folds by
-    sample (split_by: sample), alternated, the best of each; "epoch samples/s" counts the
-    validation's time too."""
+    """Samples/s of in_memory: true and false at the defaults, streamed with folds by
+    sample (split_by: sample), and streamed without the `deflate` package (h5py's own
+    read inflates the chunks), alternated, the best and the median of each; "epoch
+    samples/s" counts the validation's time too."""
     fit = chunked_parts(tmp, args.fit_gb)
     (tmp / "h5fit").mkdir(exist_ok=True)
     for p in fit:
         if not (tmp / "h5fit" / p.name).exists():
             (tmp / "h5fit" / p.name).symlink_to(p)
-    runs: dict = {name: [] for name, _, _ in CHUNKED_CASES}
+    runs: dict = {name: [] for name, *_ in CHUNKED_CASES}
     for _ in range(args.repeat):   # alternated, the best of each: a shared machine's load
-        for i, (name, mode, data) in enumerate(CHUNKED_CASES):
+        for i, (name, mode, data, hide) in enumerate(CHUNKED_CASES):
             runs[name].append(run_job(tmp, f"h5fit{i}", str(tmp / "h5fit" / "*.h5"),
                                       args.ranks, mode, None, 2, args.batch, kind="hdf5",
-                                      data=data))
+                                      data=data, hide=hide))
     rows = []
-    for name, _, _ in CHUNKED_CASES:
+    for name, *_ in CHUNKED_CASES:
         r = max(runs[name], key=lambda r: r.get("samples_s", 0))
         rows.append({"data": f"{len(fit) * PART_JETS * 1024 / 2**30:.2f} GiB", "path": name,
                      "ranks": args.ranks, **_cells(r, ("samples_s", "epoch_samples_s")),
+                     "median samples/s": float(np.median([x.get("samples_s", 0)
+                                                          for x in runs[name]])),
                      "shuffle window": r.get("window"), "chunk splits": r.get("chunk_splits")})
         print(rows[-1], [round(x.get("samples_s", 0)) for x in runs[name]], flush=True)
     for row in rows[1:]:
-        for key in ("samples/s", "epoch samples/s"):
+        for key in ("samples/s", "epoch samples/s", "median samples/s"):
             if key in rows[0] and key in row:
                 row[f"x in memory ({key})"] = row[key] / rows[0][key]
     print(f"chunked HDF5, streamed / in memory: "
-          f"{rows[1].get('x in memory (samples/s)', float('nan')):.2f}x", flush=True)
+          f"{rows[1].get('x in memory (samples/s)', float('nan')):.2f}x (best), "
+          f"{rows[1].get('x in memory (median samples/s)', float('nan')):.2f}x (median)",
+          flush=True)
     return rows
 
 
@@ -602,7 +620,8 @@ def chunked_cpu(args, tmp: Path) -> list[dict]:
     every global batch; with a holdout of 0.1 and 3 folds, the splits at their default,
     whole chunks, and by sample; and the held-out samples' validation reads), and a
     train step of the model on a rank's share of a batch.
-    Where the cores are all busy, streamed / in memory is at most step / (step + read)."""
+    Where the cores are all busy, streamed / in memory is at most step / (step + read);
+    where each rank has a free core for its prefetch thread, step / max(step, read)."""
     import os
 
     from mpiopt.spec import DataSpec, TrainingSpec
@@ -641,7 +660,8 @@ def chunked_cpu(args, tmp: Path) -> list[dict]:
     rows.append({"what": f"train step (Keras train_on_batch, {share} samples, 1 thread)",
                  "samples": steps * share, "us/sample": step})
     read = float(np.mean([r["us/sample"] for r in rows[:args.ranks]]))   # the defaults' reads
-    print(f"CPU-bound ceiling of streamed / in memory: {step / (step + read):.2f}x", flush=True)
+    print(f"CPU-bound ceiling of streamed / in memory: {step / (step + read):.2f}x with every "
+          f"core busy, {step / max(step, read):.2f}x with a free core per rank", flush=True)
     return rows
 
 
@@ -682,6 +702,52 @@ def _validation_reads(args, data, val, what: str) -> dict:
     del data.x._block
     return {"what": f"validation reads of an epoch, {what}", "samples": len(val),
             "us/sample": cpu / len(val) * 1e6, "decompressed per sample": read["samples"] / len(val)}
+
+
+INFLATERS = {   # name: (module, inflate(raw chunk, its size inflated)); those installed run
+    "zlib (Python's)": ("zlib", lambda m: lambda raw, n: m.decompress(raw, bufsize=n)),
+    "libdeflate (deflate)": ("deflate", lambda m: m.zlib_decompress),
+    "ISA-L (isal)": ("isal.isal_zlib", lambda m: lambda raw, n: m.decompress(raw, bufsize=n)),
+    "cramjam": ("cramjam", lambda m: lambda raw, n: m.zlib.decompress(raw, output_len=n)),
+}
+
+
+def inflate_speeds(args, tmp: Path, repeat: int = 3) -> list[dict]:
+    """CPU time to inflate every chunk of the first chunked part (its raw bytes read once,
+    read_direct_chunk), per sample, the best of `repeat`, with each zlib library
+    installed; and h5py's read of the same chunks (its own zlib, and the file read)."""
+    import importlib
+
+    import h5py
+
+    part = chunked_parts(tmp, args.fit_gb or 0.05)[0]
+    with h5py.File(part, "r") as h5:
+        ds = h5["images"]
+        raws = [ds.id.read_direct_chunk(ds.id.get_chunk_info(i).chunk_offset)[1]
+                for i in range(ds.id.get_num_chunks())]
+        n, size = ds.shape[0], int(np.prod(ds.chunks)) * ds.dtype.itemsize
+        rows = [{"how": "h5py's read, by chunk",
+                 "us/sample": _best_cpu(lambda: [ds[s:s + ds.chunks[0]] for s in
+                                                 range(0, n, ds.chunks[0])], repeat) / n * 1e6}]
+    for name, (module, inflater) in INFLATERS.items():
+        try:
+            inflate = inflater(importlib.import_module(module))
+        except ImportError:
+            continue
+        cpu = _best_cpu(lambda: [inflate(raw, size) for raw in raws], repeat)
+        rows.append({"how": name, "us/sample": cpu / n * 1e6})
+    for row in rows:
+        row["x zlib"] = row["us/sample"] / rows[1]["us/sample"]
+    return rows
+
+
+def _best_cpu(work, repeat: int) -> float:
+    best = float("inf")
+    for _ in range(repeat):
+        start = time.process_time()
+        work()
+        best = min(best, time.process_time() - start)
+    return best
 
 
 def _counting(array) -> dict:

@@ -11,7 +11,8 @@ spec names them, and how to read the features of some samples. Formats:
   a compressed one (np.savez_compressed) cannot be read by sample and is refused for
   streaming (save with np.savez, or use `in_memory: true`);
 - `hdf5`: a contiguous dataset without filters is memory-mapped at its offset; a chunked
-  or compressed one is read through h5py, by sample ranges;
+  or compressed one is read by sample ranges, its gzip chunks inflated by libdeflate
+  (mpiopt.training.hdf5chunks), other filters through h5py;
 - `root`: a TTree or an RNTuple, whichever the file holds under `tree`
   (mpiopt.training.rootfiles): flat branches give one column each, collections of jagged
   branches are padded per cluster.
@@ -32,6 +33,7 @@ from typing import Callable
 import numpy as np
 
 from mpiopt.errors import DataError
+from mpiopt.training.hdf5chunks import chunk_reader
 
 
 @dataclass
@@ -247,9 +249,9 @@ def _hdf5(file, features, labels, tree) -> Source:
     handle: dict = {}
 
     def read(start, stop):
-        if "ds" not in handle:           # one open file per process, reused
-            handle["ds"] = h5py.File(file, "r")[features]
-        return handle["ds"][start:stop]
+        if "read" not in handle:         # one open file per process, reused
+            handle["read"] = chunk_reader(h5py.File(file, "r")[features])
+        return handle["read"](start, stop)
 
     rows = chunks[0] if (chunks := ds_chunks) else 1
     return Source(file, shape[0], tuple(shape[1:]), np.dtype(dtype), np.asarray(y), reader=read, bounds=np.arange(0, shape[0], rows))
