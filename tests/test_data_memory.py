@@ -26,6 +26,7 @@ pytest.importorskip("h5py")
 def test_files_are_read_into_one_array_without_a_concatenated_copy(tmp_path, kind, compressed):
     parts = [arrays(400, s, shape=(32, 32)) for s in range(4)]      # 4 x 1.6 MB of features
     files = write_parts(tmp_path, kind, parts, compressed)
+    D.load_data(DataSpec(**files, in_memory=True))     # the readers' imports, not traced
     tracemalloc.start()
     try:
         data = D.load_data(DataSpec(**files, in_memory=True))
