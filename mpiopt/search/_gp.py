@@ -33,6 +33,10 @@ NOISE_MIN = 1e-8    # the white noise's lower bound: a noise-free objective may 
 # start from the previous kernel needs few steps
 _MAX_ITER = {True: 100, False: 40}
 _SAMPLE_ROWS = 400  # candidates in one joint posterior draw at most (see Posterior.sample)
+# Points a local posterior conditions on (Believed.local): laGP's default local design size
+# (Gramacy & Apley 2015, `end = 50`); beyond the nearest few dozen, points barely correlate
+# with a neighbourhood of a point
+LOCAL_POINTS = 50
 
 
 def default_kernel(n_cols: int, base=None):
@@ -220,7 +224,8 @@ class Posterior:
         K = kernel(X)
         K[np.diag_indices_from(K)] += _JITTER
         self.L = cholesky(K, lower=True, check_finite=False)
-        self.alpha = cho_solve((self.L, True), (y - self.mean) / self.scale, check_finite=False)
+        self.z = (y - self.mean) / self.scale       # the values, standardised
+        self.alpha = cho_solve((self.L, True), self.z, check_finite=False)
         self.prior_var = float(self.signal.diag(X[:1])[0])
         # the white noise (kernel.k2), standardised: what a believed point adds to its variance
         self.noise = float(getattr(kernel.k2, "noise_level", 0.0)) + _JITTER
@@ -279,6 +284,14 @@ def root(cov: np.ndarray) -> np.ndarray:
         except np.linalg.LinAlgError:
             continue
     return np.diag(np.sqrt(np.maximum(np.diag(cov), 0.0)))   # (independent draws still explore)
+
+
+def root_or_none(K: np.ndarray) -> np.ndarray | None:
+    """The lower Cholesky factor of K, or None where it is numerically singular."""
+    try:
+        return cholesky(K, lower=True, check_finite=False)
+    except np.linalg.LinAlgError:
+        return None
 
 
 class Believed:
@@ -345,6 +358,33 @@ class Believed:
             g[:, :n] = solve_triangular(among, cov.T, lower=True, check_finite=False).T
             var = np.maximum(var - np.einsum("ij,ij->i", g[:, :n], g[:, :n]), 1e-12)
         return mean, var, vt, g
+
+    def local(self, rows: np.ndarray, centre: int) -> tuple[np.ndarray, np.ndarray]:
+        """(mean, variance) at `rows` near row `centre` from a local posterior: the same
+        kernel conditioned on the LOCAL_POINTS model points and picks that correlate most
+        with the centre (a local approximate GP, Gramacy & Apley 2015), each pick at its
+        believed value. Its cost does not grow with the model points, where the exact
+        posterior at a new row costs a triangular solve against all of them; conditioning
+        on fewer points only raises the variance, and far points hardly move either
+        moment near the centre. For screening steps round a pick: the one that joins is
+        conditioned exactly (`candidates`)."""
+        post, picks = self.post, self._rows[self.picks]
+        points = np.vstack([post.X, picks]) if len(picks) else post.X
+        values = np.concatenate([post.z, self._mean[self.picks]])
+        near = post.signal(self._rows[centre:centre + 1], points)[0]
+        if len(near) > LOCAL_POINTS:
+            near = np.argpartition(-near, LOCAL_POINTS - 1)[:LOCAL_POINTS]
+        else:
+            near = np.arange(len(near))
+        K = post.signal(points[near])
+        K[np.diag_indices_from(K)] += post.noise
+        L = root_or_none(K)
+        Ks = post.signal(rows, points[near])
+        if L is None:                          # (numerically singular: the prior's moments)
+            return np.zeros(len(rows)), np.full(len(rows), post.prior_var)
+        v = solve_triangular(L, Ks.T, lower=True, check_finite=False)
+        mean = v.T @ solve_triangular(L, values[near], lower=True, check_finite=False)
+        return mean, np.maximum(post.prior_var - np.einsum("ij,ij->j", v, v), 1e-12)
 
     def append(self, found: tuple, rows: np.ndarray, j: int) -> int:
         """Row j of a `candidates` answer (for `rows`) joins the rows; returns its index."""
