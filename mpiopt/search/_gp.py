@@ -315,10 +315,12 @@ class Believed:
         self._mean, self._var = np.zeros(room), np.zeros(room)
         self._vt = np.zeros((room, v.shape[0]))       # rows x model points: V^T
         self._g = np.zeros((room, picks))             # each pick's innovation column
+        # the picks' own rows of _rows, _vt and _g (lower triangular, their sd on the
+        # diagonal), kept in pick order as they join: every new row is conditioned on them
+        self._picked = _Picked(picks, rows.shape[1], v.shape[0])
         self._rows[:self.size], self._mean[:self.size], self._var[:self.size] = rows, mean, var
         self._vt[:self.size] = v.T
         self.picks: list[int] = []                    # the rows believed, in order
-        self.scale: list[float] = []                  # each pick's sd (with the noise)
 
     rows = property(lambda self: self._rows[:self.size])
     mean = property(lambda self: self._mean[:self.size])
@@ -330,14 +332,14 @@ class Believed:
         if n == self._g.shape[1]:             # more picks than sized for: double the columns
             self._g = np.hstack([self._g, np.zeros_like(self._g)])
         vt, g = self._vt[:size], self._g[:size]
+        sd = math.sqrt(max(float(self._var[i]), 0.0) + self.post.noise)
+        self._picked.add(self._rows[i], vt[i], g[i, :n], sd)
         cov = self.post.signal(self.rows, self.rows[i:i + 1])[:, 0] - vt @ vt[i]
         if n:
             cov -= g[:, :n] @ g[i, :n]
-        sd = math.sqrt(max(float(self._var[i]), 0.0) + self.post.noise)
         g[:, n] = cov / sd
         self._var[:size] = np.maximum(self._var[:size] - g[:, n] ** 2, 1e-12)
         self.picks.append(i)
-        self.scale.append(sd)
 
     def joint(self, keep: np.ndarray) -> np.ndarray:
         """The covariance of rows `keep`, conditioned on the picks so far."""
@@ -352,10 +354,9 @@ class Believed:
         n = len(self.picks)
         g = np.zeros((len(rows), self._g.shape[1]))
         if n:
-            cov = self.post.signal(rows, self._rows[self.picks]) - vt @ self._vt[self.picks].T
-            # the picks' innovations at each other: lower triangular, their sd on the diagonal
-            among = np.tril(self._g[self.picks, :n], -1) + np.diag(self.scale)
-            g[:, :n] = solve_triangular(among, cov.T, lower=True, check_finite=False).T
+            p = self._picked
+            cov = self.post.signal(rows, p.rows[:n]) - vt @ p.vt[:n].T
+            g[:, :n] = solve_triangular(p.among[:n, :n], cov.T, lower=True, check_finite=False).T
             var = np.maximum(var - np.einsum("ij,ij->i", g[:, :n], g[:, :n]), 1e-12)
         return mean, var, vt, g
 
@@ -368,7 +369,7 @@ class Believed:
         on fewer points only raises the variance, and far points hardly move either
         moment near the centre. For screening steps round a pick: the one that joins is
         conditioned exactly (`candidates`)."""
-        post, picks = self.post, self._rows[self.picks]
+        post, picks = self.post, self._picked.rows[:len(self.picks)]
         points = np.vstack([post.X, picks]) if len(picks) else post.X
         values = np.concatenate([post.z, self._mean[self.picks]])
         near = post.signal(self._rows[centre:centre + 1], points)[0]
@@ -401,6 +402,30 @@ class Believed:
         for name in ("_rows", "_mean", "_var", "_vt", "_g"):
             a = getattr(self, name)
             setattr(self, name, np.concatenate([a, np.zeros_like(a)]))
+
+
+class _Picked:
+    """Believed's picks in the order they joined: their rows, their V^T rows, and their
+    innovations at each other (lower triangular, each pick's sd on the diagonal), each
+    stored once as it joins, so that conditioning a new row on them reads contiguous
+    arrays instead of gathering them from every row at every pick."""
+
+    def __init__(self, room: int, cols: int, points: int):
+        self.rows, self.vt = np.zeros((room, cols)), np.zeros((room, points))
+        self.among = np.zeros((room, room))
+        self.n = 0
+
+    def add(self, row: np.ndarray, vt: np.ndarray, g: np.ndarray, sd: float) -> None:
+        n = self.n
+        if n == len(self.rows):                  # more picks than sized for: double the room
+            self.rows = np.concatenate([self.rows, np.zeros_like(self.rows)])
+            self.vt = np.concatenate([self.vt, np.zeros_like(self.vt)])
+            among = np.zeros((2 * n, 2 * n))
+            among[:n, :n] = self.among
+            self.among = among
+        self.rows[n], self.vt[n] = row, vt
+        self.among[n, :n], self.among[n, n] = g, sd
+        self.n += 1
 
 
 def loo_agreement(kernel, X: np.ndarray, y: np.ndarray) -> float:
