@@ -308,6 +308,25 @@ def test_a_local_posterior_is_the_exact_one_on_few_points_and_never_surer_on_man
             assert np.corrcoef(mean, exact_mean)[0, 1] > 0.9
 
 
+def test_the_leave_one_out_agreement_runs_on_one_blas_thread(monkeypatch):
+    """auto asks the model's leave-one-out agreement (an inverse of up to max_points rows)
+    at every suggestion's turn: like a fit, it must keep to one BLAS thread, or on a node
+    shared with training ranks the searcher's thread fights them for the cores."""
+    from threadpoolctl import threadpool_info
+
+    from mpiopt.search import _gp
+
+    searcher = BayesianSearcher(SQUARE, {"initial_points": 5}, seed=0)
+    drive(searcher, square_objective, 8, parallel=1)
+    threads = []
+    real = _gp.loo_agreement
+    monkeypatch.setattr(_gp, "loo_agreement", lambda *a: threads.extend(
+        i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas") or real(*a))
+    searcher._agreement = None
+    assert searcher.loo_agreement() is not None
+    assert threads and set(threads) == {1}
+
+
 def test_only_the_latest_pending_points_enter_the_model_but_all_keep_their_distance(monkeypatch):
     """With thousands of groups, thousands of points are pending: the model takes the
     `max_points` most recent (so a fit's cost stays bounded); the distance rule keeps new
