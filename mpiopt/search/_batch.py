@@ -23,9 +23,11 @@ import numpy as np
 
 from mpiopt.search import _gp
 
-# Steps round a pick at each of bayesian's local scales: a pick's posterior at them is the
-# largest cost of a pick (one triangular solve against every model point per step)
-_STEPS_PER_SCALE = 4
+# Steps round a pick at each of bayesian's local scales. Screened on a local posterior
+# (Batch._refined), they cost little each; with 4 a scale, a batch lost to one suggestion
+# at a time on the quality suite at 16 pending, with 16 it did not
+# (benchmarks/results/quality_suite.md)
+_STEPS_PER_SCALE = 16
 
 
 class Batch:
