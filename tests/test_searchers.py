@@ -281,6 +281,52 @@ def test_a_believed_point_lowers_the_variance_as_adding_it_to_the_posterior_does
     assert np.all(believed.var <= post.moments(rows)[1])
 
 
+def test_a_local_posterior_is_the_exact_one_on_few_points_and_never_surer_on_many():
+    """_gp.Believed.local (the screen for steps round a pick) conditions on the
+    LOCAL_POINTS model points and picks nearest its centre: with no more than that it is
+    the believed posterior exactly (picks at their believed values); with more, its
+    variance is never below the exact one (fewer points conditioned on)."""
+    from mpiopt.search import _gp
+
+    rng = np.random.default_rng(3)
+    for n, exact_expected in ((20, True), (300, False)):
+        X = rng.random((n, 3))
+        y = np.sin(4 * X[:, 0]) + X[:, 1] ** 2 - X[:, 2]
+        kernel = _gp.fit_kernel(_gp.default_kernel(3), X[:60], y[:60], restarts=0, seed=0)
+        post = _gp.Posterior(kernel, X, y)
+        believed = _gp.Believed(post, rng.random((40, 3)), picks=3)
+        for i in (5, 11, 23):
+            believed.add(i)
+        steps = np.clip(believed.rows[11] + 0.05 * rng.standard_normal((16, 3)), 0, 1)
+        mean, var = believed.local(steps, centre=11)
+        exact_mean, exact_var, _, _ = believed.candidates(steps)
+        if exact_expected:
+            assert np.allclose(mean, exact_mean, atol=1e-6)
+            assert np.allclose(var, exact_var, rtol=1e-5, atol=1e-9)
+        else:
+            assert np.all(var >= exact_var - 1e-9)
+            assert np.corrcoef(mean, exact_mean)[0, 1] > 0.9
+
+
+def test_the_leave_one_out_agreement_runs_on_one_blas_thread(monkeypatch):
+    """auto asks the model's leave-one-out agreement (an inverse of up to max_points rows)
+    at every suggestion's turn: like a fit, it must keep to one BLAS thread, or on a node
+    shared with training ranks the searcher's thread fights them for the cores."""
+    from threadpoolctl import threadpool_info
+
+    from mpiopt.search import _gp
+
+    searcher = BayesianSearcher(SQUARE, {"initial_points": 5}, seed=0)
+    drive(searcher, square_objective, 8, parallel=1)
+    threads = []
+    real = _gp.loo_agreement
+    monkeypatch.setattr(_gp, "loo_agreement", lambda *a: threads.extend(
+        i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas") or real(*a))
+    searcher._agreement = None
+    assert searcher.loo_agreement() is not None
+    assert threads and set(threads) == {1}
+
+
 def test_only_the_latest_pending_points_enter_the_model_but_all_keep_their_distance(monkeypatch):
     """With thousands of groups, thousands of points are pending: the model takes the
     `max_points` most recent (so a fit's cost stays bounded); the distance rule keeps new

@@ -23,9 +23,11 @@ import numpy as np
 
 from mpiopt.search import _gp
 
-# Steps round a pick at each of bayesian's local scales: a pick's posterior at them is the
-# largest cost of a pick (one triangular solve against every model point per step)
-_STEPS_PER_SCALE = 4
+# Steps round a pick at each of bayesian's local scales. Screened on a local posterior
+# (Batch._refined), they cost little each; with 4 a scale, a batch lost to one suggestion
+# at a time on the quality suite at 16 pending, with 16 it did not
+# (benchmarks/results/quality_suite.md)
+_STEPS_PER_SCALE = 16
 
 
 class Batch:
@@ -83,18 +85,25 @@ class Batch:
         return self._refined(picks[choice], name, scores[name][picks[choice]])
 
     def _refined(self, i: int, name: str, score: float) -> int:
-        """Gaussian steps round row i at bayesian's scales, scored given the picks so far:
-        the best allowed one where it beats row i (it joins the rows), else row i."""
+        """Gaussian steps round row i at bayesian's scales, screened on a local posterior
+        (_gp.Believed.local: its cost does not grow with the model points, where the exact
+        one's does, a triangular solve against all of them per pick; with thousands of
+        groups a pick must cost less than the results' spacing). The step the screen
+        ranks best above row i is conditioned exactly, given the picks so far, and joins
+        the rows where it beats row i there too; else row i."""
         s, b = self.s, self.believed
         steps = s._around(b.rows[i:i + 1], _STEPS_PER_SCALE)
-        found = b.candidates(steps)
-        mu, std = self._standard(found[0], found[1])
-        score_steps = s._acq(name, mu, std, self.y_opt)
+        mu, std = self._standard(*b.local(np.vstack([b.rows[i:i + 1], steps]), i))
+        screen = s._acq(name, mu, std, self.y_opt)
         banned = self.too_near(steps) | self._near_picks(steps, self.picked)
-        j = _best_allowed(score_steps, banned)
-        if j is None or score_steps[j] <= score:
+        j = _best_allowed(screen[1:], banned)
+        if j is None or screen[1 + j] <= screen[0]:
             return i
-        return b.append(found, steps, j)
+        found = b.candidates(steps[j:j + 1])
+        mu, std = self._standard(found[0], found[1])
+        if s._acq(name, mu, std, self.y_opt)[0] <= score:
+            return i
+        return b.append(found, steps[j:j + 1], 0)
 
     def _draw_rows(self) -> tuple[np.ndarray, np.ndarray]:
         """The allowed rows where a posterior draw's minimum can be (Posterior.sample's

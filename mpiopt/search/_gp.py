@@ -33,6 +33,10 @@ NOISE_MIN = 1e-8    # the white noise's lower bound: a noise-free objective may 
 # start from the previous kernel needs few steps
 _MAX_ITER = {True: 100, False: 40}
 _SAMPLE_ROWS = 400  # candidates in one joint posterior draw at most (see Posterior.sample)
+# Points a local posterior conditions on (Believed.local): laGP's default local design size
+# (Gramacy & Apley 2015, `end = 50`); beyond the nearest few dozen, points barely correlate
+# with a neighbourhood of a point
+LOCAL_POINTS = 50
 
 
 def default_kernel(n_cols: int, base=None):
@@ -220,7 +224,8 @@ class Posterior:
         K = kernel(X)
         K[np.diag_indices_from(K)] += _JITTER
         self.L = cholesky(K, lower=True, check_finite=False)
-        self.alpha = cho_solve((self.L, True), (y - self.mean) / self.scale, check_finite=False)
+        self.z = (y - self.mean) / self.scale       # the values, standardised
+        self.alpha = cho_solve((self.L, True), self.z, check_finite=False)
         self.prior_var = float(self.signal.diag(X[:1])[0])
         # the white noise (kernel.k2), standardised: what a believed point adds to its variance
         self.noise = float(getattr(kernel.k2, "noise_level", 0.0)) + _JITTER
@@ -281,6 +286,14 @@ def root(cov: np.ndarray) -> np.ndarray:
     return np.diag(np.sqrt(np.maximum(np.diag(cov), 0.0)))   # (independent draws still explore)
 
 
+def root_or_none(K: np.ndarray) -> np.ndarray | None:
+    """The lower Cholesky factor of K, or None where it is numerically singular."""
+    try:
+        return cholesky(K, lower=True, check_finite=False)
+    except np.linalg.LinAlgError:
+        return None
+
+
 class Believed:
     """The posterior at candidate rows as suggestions join it one at a time, each
     believed (its value the posterior mean there: the kriging believer).
@@ -302,10 +315,12 @@ class Believed:
         self._mean, self._var = np.zeros(room), np.zeros(room)
         self._vt = np.zeros((room, v.shape[0]))       # rows x model points: V^T
         self._g = np.zeros((room, picks))             # each pick's innovation column
+        # the picks' own rows of _rows, _vt and _g (lower triangular, their sd on the
+        # diagonal), kept in pick order as they join: every new row is conditioned on them
+        self._picked = _Picked(picks, rows.shape[1], v.shape[0])
         self._rows[:self.size], self._mean[:self.size], self._var[:self.size] = rows, mean, var
         self._vt[:self.size] = v.T
         self.picks: list[int] = []                    # the rows believed, in order
-        self.scale: list[float] = []                  # each pick's sd (with the noise)
 
     rows = property(lambda self: self._rows[:self.size])
     mean = property(lambda self: self._mean[:self.size])
@@ -317,14 +332,14 @@ class Believed:
         if n == self._g.shape[1]:             # more picks than sized for: double the columns
             self._g = np.hstack([self._g, np.zeros_like(self._g)])
         vt, g = self._vt[:size], self._g[:size]
+        sd = math.sqrt(max(float(self._var[i]), 0.0) + self.post.noise)
+        self._picked.add(self._rows[i], vt[i], g[i, :n], sd)
         cov = self.post.signal(self.rows, self.rows[i:i + 1])[:, 0] - vt @ vt[i]
         if n:
             cov -= g[:, :n] @ g[i, :n]
-        sd = math.sqrt(max(float(self._var[i]), 0.0) + self.post.noise)
         g[:, n] = cov / sd
         self._var[:size] = np.maximum(self._var[:size] - g[:, n] ** 2, 1e-12)
         self.picks.append(i)
-        self.scale.append(sd)
 
     def joint(self, keep: np.ndarray) -> np.ndarray:
         """The covariance of rows `keep`, conditioned on the picks so far."""
@@ -339,12 +354,38 @@ class Believed:
         n = len(self.picks)
         g = np.zeros((len(rows), self._g.shape[1]))
         if n:
-            cov = self.post.signal(rows, self._rows[self.picks]) - vt @ self._vt[self.picks].T
-            # the picks' innovations at each other: lower triangular, their sd on the diagonal
-            among = np.tril(self._g[self.picks, :n], -1) + np.diag(self.scale)
-            g[:, :n] = solve_triangular(among, cov.T, lower=True, check_finite=False).T
+            p = self._picked
+            cov = self.post.signal(rows, p.rows[:n]) - vt @ p.vt[:n].T
+            g[:, :n] = solve_triangular(p.among[:n, :n], cov.T, lower=True, check_finite=False).T
             var = np.maximum(var - np.einsum("ij,ij->i", g[:, :n], g[:, :n]), 1e-12)
         return mean, var, vt, g
+
+    def local(self, rows: np.ndarray, centre: int) -> tuple[np.ndarray, np.ndarray]:
+        """(mean, variance) at `rows` near row `centre` from a local posterior: the same
+        kernel conditioned on the LOCAL_POINTS model points and picks that correlate most
+        with the centre (a local approximate GP, Gramacy & Apley 2015), each pick at its
+        believed value. Its cost does not grow with the model points, where the exact
+        posterior at a new row costs a triangular solve against all of them; conditioning
+        on fewer points only raises the variance, and far points hardly move either
+        moment near the centre. For screening steps round a pick: the one that joins is
+        conditioned exactly (`candidates`)."""
+        post, picks = self.post, self._picked.rows[:len(self.picks)]
+        points = np.vstack([post.X, picks]) if len(picks) else post.X
+        values = np.concatenate([post.z, self._mean[self.picks]])
+        near = post.signal(self._rows[centre:centre + 1], points)[0]
+        if len(near) > LOCAL_POINTS:
+            near = np.argpartition(-near, LOCAL_POINTS - 1)[:LOCAL_POINTS]
+        else:
+            near = np.arange(len(near))
+        K = post.signal(points[near])
+        K[np.diag_indices_from(K)] += post.noise
+        L = root_or_none(K)
+        Ks = post.signal(rows, points[near])
+        if L is None:                          # (numerically singular: the prior's moments)
+            return np.zeros(len(rows)), np.full(len(rows), post.prior_var)
+        v = solve_triangular(L, Ks.T, lower=True, check_finite=False)
+        mean = v.T @ solve_triangular(L, values[near], lower=True, check_finite=False)
+        return mean, np.maximum(post.prior_var - np.einsum("ij,ij->j", v, v), 1e-12)
 
     def append(self, found: tuple, rows: np.ndarray, j: int) -> int:
         """Row j of a `candidates` answer (for `rows`) joins the rows; returns its index."""
@@ -361,6 +402,30 @@ class Believed:
         for name in ("_rows", "_mean", "_var", "_vt", "_g"):
             a = getattr(self, name)
             setattr(self, name, np.concatenate([a, np.zeros_like(a)]))
+
+
+class _Picked:
+    """Believed's picks in the order they joined: their rows, their V^T rows, and their
+    innovations at each other (lower triangular, each pick's sd on the diagonal), each
+    stored once as it joins, so that conditioning a new row on them reads contiguous
+    arrays instead of gathering them from every row at every pick."""
+
+    def __init__(self, room: int, cols: int, points: int):
+        self.rows, self.vt = np.zeros((room, cols)), np.zeros((room, points))
+        self.among = np.zeros((room, room))
+        self.n = 0
+
+    def add(self, row: np.ndarray, vt: np.ndarray, g: np.ndarray, sd: float) -> None:
+        n = self.n
+        if n == len(self.rows):                  # more picks than sized for: double the room
+            self.rows = np.concatenate([self.rows, np.zeros_like(self.rows)])
+            self.vt = np.concatenate([self.vt, np.zeros_like(self.vt)])
+            among = np.zeros((2 * n, 2 * n))
+            among[:n, :n] = self.among
+            self.among = among
+        self.rows[n], self.vt[n] = row, vt
+        self.among[n, :n], self.among[n, n] = g, sd
+        self.n += 1
 
 
 def loo_agreement(kernel, X: np.ndarray, y: np.ndarray) -> float:

@@ -225,7 +225,8 @@ class BayesianSearcher(Searcher):
         n, kernel = len(self._rows), self._kernel
         if self._agreement is None or self._agreement[0] != n or self._agreement[1] is not kernel:
             X, y = self._training_set()
-            self._agreement = (n, kernel, _gp.loo_agreement(kernel, X, y))
+            with _single_thread():      # (an inverse of up to max_points rows: BLAS work)
+                self._agreement = (n, kernel, _gp.loo_agreement(kernel, X, y))
         return self._agreement[2]
 
     def _explore_now(self, model) -> bool:
