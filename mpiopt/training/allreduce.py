@@ -52,6 +52,7 @@ import numpy as np
 
 from mpiopt.knobs import GROUP_WAIT
 from mpiopt.training._algorithm import Algorithm, Clock, EpochStats, wait
+from mpiopt.training.buckets import Buckets
 from mpiopt.training.data import batches, shard
 from mpiopt.training.stream import prefetched, rows
 
@@ -221,49 +222,6 @@ def buckets(sizes, n_grad: int, cap: int = BUCKET_BYTES,
             out.append((int(edges[k]), hi, tuple(tensors)))
             tensors, limit = [], cap
     return out
-
-
-class Buckets:
-    """One step's buckets, each started once its tensors and every bucket before it are
-    ready; a subclass says how a bucket's sum starts, and how the step waits for them."""
-
-    def __init__(self, layout: list):
-        self.layout = layout
-        self.owner = {k: i for i, (_, _, tensors) in enumerate(layout) for k in tensors}
-        self.missing: list = []
-        self.started = 0
-        self.requests: list = []
-
-    def begin(self) -> None:
-        """A new step: no tensor ready, no bucket started."""
-        self.missing = [len(tensors) for _, _, tensors in self.layout]
-        self.started = 0
-        self.requests = []
-
-    def ready(self, k: int) -> None:
-        """Tensor k's gradient is in the buffer: start every bucket now complete in order,
-        and let the sums in flight progress."""
-        self.missing[self.owner[k]] -= 1
-        while self.started < len(self.layout) and not self.missing[self.started]:
-            self._start()
-        self._progress()
-
-    def start_rest(self) -> None:
-        """Start every bucket not started yet (all of them for a one-call gradient)."""
-        while self.started < len(self.layout):
-            self._start()
-
-    def _start(self) -> None:
-        lo, hi, _ = self.layout[self.started]
-        self.requests.append(self.sum(lo, hi))
-        self.started += 1
-
-    def sum(self, lo: int, hi: int):
-        """Start the sum of buffer[lo:hi] over the group, in place; its request."""
-        raise NotImplementedError
-
-    def _progress(self) -> None:
-        """Let the library progress the sums in flight (where it needs calls for that)."""
 
 
 class Exchange(Buckets):

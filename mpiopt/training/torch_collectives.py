@@ -31,13 +31,13 @@ import time
 
 from mpiopt.backoff import Backoff
 from mpiopt.knobs import GROUP_WAIT, TORCH_COLLECTIVES
-from mpiopt.training.allreduce import Buckets
+from mpiopt.training.buckets import Buckets
 
-_open: tuple | None = None      # (the communicator, its TorchGroup) of the running trial
+_open: tuple | None = None      # (the communicator, its ProcessGroup) of the running trial
 
 
 def group_for(model, comm):
-    """The torch.distributed group to sum the model's buckets over comm (a TorchGroup), or
+    """The torch.distributed group to sum the model's buckets over comm (a ProcessGroup), or
     None for MPI. Called on every rank of comm (the choice is collective)."""
     if getattr(model, "framework", None) != "torch" or getattr(model, "own_step", False):
         return None
@@ -55,9 +55,9 @@ def _group(comm):
     if _open is not None and _open[0] is comm:
         return _open[1]
     close()
-    from mpiopt.objective.torch_group import TorchGroup
+    from mpiopt.training.frameworks.torch_process_group import ProcessGroup
 
-    _open = (comm, TorchGroup(comm, timeout=GROUP_WAIT.get()))
+    _open = (comm, ProcessGroup(comm, timeout=GROUP_WAIT.get()))
     return _open[1]
 
 
