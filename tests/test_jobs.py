@@ -80,14 +80,17 @@ def state(url: str):
         storage.close()
 
 
-def wait_for_finished(url: str, n: int, procs, timeout: float = END_S) -> list:
-    """Polls the database until `n` trials are finished (or a job ended early)."""
+def wait_for_finished(url: str, n: int, procs, timeout: float = END_S, jobs: int = 1) -> list:
+    """Polls the database until `n` trials are finished, by at least `jobs` jobs (or a
+    job ended early). A process started is not a job of the study yet: only a trial it
+    finished shows that it joined (its start-up under mpiexec can outlast many trials of
+    the jobs already there)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
             _, trials, _ = state(url)
             done = [t for t in trials if t.status.is_finished()]
-            if len(done) >= n:
+            if len(done) >= n and len({t.job for t in done}) >= jobs:
                 return trials
         except Exception:
             pass               # (the study may not exist yet)
@@ -144,11 +147,11 @@ def test_a_job_killed_without_a_word_costs_only_its_running_trials(tmp_path, pg_
 
 def test_a_job_joining_late_and_one_leaving_early(tmp_path, pg_server):
     url = pg_server.new_database()
-    spec = spec_file(tmp_path, trials=60)
+    spec = spec_file(tmp_path, trials=100)   # (the late one starts while trials are left)
     first = start_job(tmp_path, url, spec, 3, sleep=0.3)
     wait_for_finished(url, 8, [first])
     late = start_job(tmp_path, url, spec, 3, sleep=0.3)
-    wait_for_finished(url, 16, [first, late])
+    wait_for_finished(url, 16, [first, late], jobs=2)     # the late one joined and works
     os.killpg(first.pid, signal.SIGTERM)                  # leaves cleanly; the other goes on
     ((code_first, err_first),) = finish([first])
     # the study is the other job's still: neither INTERRUPTED nor told to resume
@@ -158,7 +161,7 @@ def test_a_job_joining_late_and_one_leaving_early(tmp_path, pg_server):
     assert code_first != 0 and "interrupted" in err_first, err_first[-2000:]
     assert code_late == 0, err_late[-3000:]
     assert late_ran_on and study_while.status == StudyStatus.RUNNING, study_while.status
-    trials, jobs = assert_exactly_the_budget(url, 60)
+    trials, jobs = assert_exactly_the_budget(url, 100)
     ends = sorted(j.end for j in jobs)
     assert ends == ["ended", "interrupted"]
 
