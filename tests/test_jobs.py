@@ -166,6 +166,32 @@ def test_a_job_joining_late_and_one_leaving_early(tmp_path, pg_server):
     assert ends == ["ended", "interrupted"]
 
 
+def test_a_job_that_joins_while_another_ends_keeps_the_study_running(tmp_path):
+    """The study's end is written where the count of live jobs is taken, in one
+    transaction (end_job): a job that joins while another winds down (after it looked for
+    live jobs, before it wrote the study's status) is left a RUNNING study, not one
+    recorded INTERRUPTED under it. The executor of a shared run writes no status."""
+    from mpiopt.parallel.scheduler import Executor
+    from mpiopt.parallel.scheduler import instructions as ins
+    from mpiopt.storage import open_storage
+
+    storage = open_storage(f"sqlite:///{tmp_path / 'results.db'}", create=True)
+    try:
+        sid = storage.create_study("shared", "minimize", "value", "{}", "ab" * 32, "{}")
+        first = storage.join_study(sid, "h", 1, 1.0, shared=True)
+        executor = Executor(storage, send=lambda i: None, shared=True)
+        assert [j.id for j in storage.list_jobs(sid) if j.id != first.id] == []
+        late = storage.join_study(sid, "h", 2, 1.0, shared=True)     # joins now
+        executor.do(ins.SetStudyStatus(sid, StudyStatus.INTERRUPTED))
+        assert storage.end_job(first.id, first.token, "interrupted",
+                               study_status=StudyStatus.INTERRUPTED) == 1
+        assert storage.get_study("shared").status is StudyStatus.RUNNING
+        assert storage.end_job(late.id, late.token, study_status=StudyStatus.COMPLETE) == 0
+        assert storage.get_study("shared").status is StudyStatus.COMPLETE
+    finally:
+        storage.close()
+
+
 def test_jobs_on_one_host_share_a_sqlite_file(tmp_path):
     url = f"sqlite:///{tmp_path / 'results.db'}"
     spec = spec_file(tmp_path, trials=30)
