@@ -80,14 +80,17 @@ def state(url: str):
         storage.close()
 
 
-def wait_for_finished(url: str, n: int, procs, timeout: float = END_S) -> list:
-    """Polls the database until `n` trials are finished (or a job ended early)."""
+def wait_for_finished(url: str, n: int, procs, timeout: float = END_S, jobs: int = 1) -> list:
+    """Polls the database until `n` trials are finished, by at least `jobs` jobs (or a
+    job ended early). A process started is not a job of the study yet: only a trial it
+    finished shows that it joined (its start-up under mpiexec can outlast many trials of
+    the jobs already there)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
             _, trials, _ = state(url)
             done = [t for t in trials if t.status.is_finished()]
-            if len(done) >= n:
+            if len(done) >= n and len({t.job for t in done}) >= jobs:
                 return trials
         except Exception:
             pass               # (the study may not exist yet)
@@ -144,11 +147,11 @@ def test_a_job_killed_without_a_word_costs_only_its_running_trials(tmp_path, pg_
 
 def test_a_job_joining_late_and_one_leaving_early(tmp_path, pg_server):
     url = pg_server.new_database()
-    spec = spec_file(tmp_path, trials=60)
+    spec = spec_file(tmp_path, trials=100)   # (the late one starts while trials are left)
     first = start_job(tmp_path, url, spec, 3, sleep=0.3)
     wait_for_finished(url, 8, [first])
     late = start_job(tmp_path, url, spec, 3, sleep=0.3)
-    wait_for_finished(url, 16, [first, late])
+    wait_for_finished(url, 16, [first, late], jobs=2)     # the late one joined and works
     os.killpg(first.pid, signal.SIGTERM)                  # leaves cleanly; the other goes on
     ((code_first, err_first),) = finish([first])
     # the study is the other job's still: neither INTERRUPTED nor told to resume
@@ -158,9 +161,35 @@ def test_a_job_joining_late_and_one_leaving_early(tmp_path, pg_server):
     assert code_first != 0 and "interrupted" in err_first, err_first[-2000:]
     assert code_late == 0, err_late[-3000:]
     assert late_ran_on and study_while.status == StudyStatus.RUNNING, study_while.status
-    trials, jobs = assert_exactly_the_budget(url, 60)
+    trials, jobs = assert_exactly_the_budget(url, 100)
     ends = sorted(j.end for j in jobs)
     assert ends == ["ended", "interrupted"]
+
+
+def test_a_job_that_joins_while_another_ends_keeps_the_study_running(tmp_path):
+    """The study's end is written where the count of live jobs is taken, in one
+    transaction (end_job): a job that joins while another winds down (after it looked for
+    live jobs, before it wrote the study's status) is left a RUNNING study, not one
+    recorded INTERRUPTED under it. The executor of a shared run writes no status."""
+    from mpiopt.parallel.scheduler import Executor
+    from mpiopt.parallel.scheduler import instructions as ins
+    from mpiopt.storage import open_storage
+
+    storage = open_storage(f"sqlite:///{tmp_path / 'results.db'}", create=True)
+    try:
+        sid = storage.create_study("shared", "minimize", "value", "{}", "ab" * 32, "{}")
+        first = storage.join_study(sid, "h", 1, 1.0, shared=True)
+        executor = Executor(storage, send=lambda i: None, shared=True)
+        assert [j.id for j in storage.list_jobs(sid) if j.id != first.id] == []
+        late = storage.join_study(sid, "h", 2, 1.0, shared=True)     # joins now
+        executor.do(ins.SetStudyStatus(sid, StudyStatus.INTERRUPTED))
+        assert storage.end_job(first.id, first.token, "interrupted",
+                               study_status=StudyStatus.INTERRUPTED) == 1
+        assert storage.get_study("shared").status is StudyStatus.RUNNING
+        assert storage.end_job(late.id, late.token, study_status=StudyStatus.COMPLETE) == 0
+        assert storage.get_study("shared").status is StudyStatus.COMPLETE
+    finally:
+        storage.close()
 
 
 def test_jobs_on_one_host_share_a_sqlite_file(tmp_path):

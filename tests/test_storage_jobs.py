@@ -409,3 +409,22 @@ def test_jobs_creating_one_study_at_once_get_one_study_and_the_others_a_duplicat
     for t in threads:
         t.join(timeout=60)
     assert sorted(a == "duplicate" for a in answers) == [False, True, True, True], answers
+
+
+def test_a_job_killed_without_a_word_keeps_no_study_running(storage):
+    """A job whose row is live but whose beat stopped (kill -9) three periods ago and more
+    does not count: the last live job to end records the study's end."""
+    from mpiopt.trial import StudyStatus
+
+    sid = new_study(storage)
+    a = storage.join_study(sid, "h", 1, 30.0, shared=True)
+    b = storage.join_study(sid, "h", 2, 30.0, shared=True)
+    age(storage, b, 2 * 30.0)                          # late, but within its lease
+    assert storage.end_job(a.id, a.token, "interrupted",
+                           study_status=StudyStatus.INTERRUPTED) == 1
+    assert storage.get_study("s").status is StudyStatus.RUNNING
+    c = storage.join_study(sid, "h", 3, 30.0, shared=True)
+    age(storage, b, 4 * 30.0)                          # gone
+    assert storage.end_job(c.id, c.token, "interrupted",
+                           study_status=StudyStatus.INTERRUPTED) == 0
+    assert storage.get_study("s").status is StudyStatus.INTERRUPTED

@@ -5,9 +5,9 @@ The scheduler, its executor and the coordinator are used here through a small su
 Scheduler(...) with the keywords _scheduler passes, settled_on_resume(existing), the
 events Stop, Interrupt and Finish (handed over by the executor's run), stop_reason,
 message, searcher (.choice), untried, finished, reruns, and what Progress reads;
-Executor(storage, send, progress, artifacts, machine=, searcher=, holding=) with do(),
-run(*events) and close_searcher(); Coordinator(world, topo, sched, storage, executor, stop_flag,
-on_tick=, watch=).run() -> Ending(cause, interrupted, orderly, stuck); and
+Executor(storage, send, progress, artifacts, machine=, searcher=, holding=, shared=) with
+do(), run(*events) and close_searcher(); Coordinator(world, topo, sched, storage, executor,
+stop_flag, on_tick=, watch=).run() -> Ending(cause, interrupted, orderly, stuck); and
 run_local(sched, executor, objective, comm, stopped=, give_up=, told=, keeper=) -> clean.
 A job that cannot end in order (a rank stuck in user code) is ended with MPI_Abort after
 its closing line.
@@ -70,7 +70,7 @@ def _set_up_run(world, started: Started, topo, comm, hosts, watch) -> RunContext
     executor = Executor(storage, lambda action: None, progress, artifacts, machine=sched,
                         searcher=sched.searcher,
                         holding=storage.holding,
-                        others_live=opened.others_live if opened.shared else None)
+                        shared=opened.shared)
     if artifacts is not None:        # what a job that died mid-way left behind
         executor.do(sched.settled_on_resume(opened.existing))
     # A job that is ending (a signal, a failed rank) does not wait out an outage: what

@@ -106,11 +106,6 @@ class StudyRun:
             return "deleted", None
         return ("renamed", now) if now != name else None
 
-    def others_live(self) -> bool:
-        """Whether another job of this shared study lives (it then records the study's
-        end, not this one); False for a job that runs its study alone."""
-        return self.shared and _others_live(self.storage, self.study_id, self.job)
-
     def shared_for(self, seconds: float | None) -> float | None:
         """A shared study's time limit, left for this job: it counts from the start of
         the oldest job still live (a job that finds none live starts it anew, as a

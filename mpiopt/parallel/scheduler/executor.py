@@ -33,14 +33,16 @@ class Executor:
     Withdraw). `holding(outcomes)`: a context manager of the outage wrapper (storage/
     resilient.py) that writes results ahead to the recovery file should a call made
     meanwhile meet an outage; `view`: what the progress line reads (the machine);
-    `others_live()`: whether other jobs run this (shared) study, which then goes on: its
-    status is theirs to record."""
+    `shared`: several jobs run this study (`--join`), so its status is written by the
+    job's end (storage.end_job, as the last live job), not here: whether another job
+    lives and the write must be one transaction, or a job joining between the two is
+    left running a study recorded as ended."""
 
     def __init__(self, storage, send, progress=None, artifacts=None, view=None,
-                 holding=None, others_live=None, machine=None, searcher=None):
+                 holding=None, shared=False, machine=None, searcher=None):
         self.storage, self.send = storage, send
         self.machine, self.searcher = machine, searcher
-        self.others_live = others_live
+        self.shared = shared
         self.progress, self.artifacts = progress, artifacts
         self.view = view if view is not None else machine
         self.holding = holding
@@ -156,7 +158,7 @@ class Executor:
         return ev.Written(i)
 
     def _set_status(self, i: ins.SetStudyStatus):
-        if self.others_live is None or not self.others_live():
+        if not self.shared:
             self.storage.set_study_status(i.study_id, i.status)
         return ev.Written(i)
 
