@@ -44,19 +44,24 @@ torch.distributed (gloo) against MPI, and DDP over the same process group.
 And a trial's fixed cost: its wall time beyond epochs x its median epoch (run_training,
 torch imported by a warm-up trial first, as a rank imports it once), on 1 and 2 ranks.
 
-Three networks: `mlp` (a dense classifier: small steps, dispatch-bound), `cnn` (the jets
-CNN of examples/jets/torch_model.py at 16 filters: compute-bound, few parameters), both one
-bucket of gradient, and `wide` (the mlp at 1024 wide and three hidden layers: 8.5 MB of
-gradient in two buckets, the first summed while backward goes on). An
+Four networks: `mlp` (a dense classifier: small steps, dispatch-bound), `cnn` (the jets
+CNN of examples/jets/torch_model.py at 16 filters on 16x16 images: few parameters, a step
+of milliseconds), `calo` (three convolutions of 16, 32 and 64 channels on 32x32
+calorimeter-like images: the compute-bound one, its step's FLOPs large against the gradient
+the group sums, a step of tens of ms on one thread), all one bucket of gradient, and `wide`
+(the mlp at 1024 wide and three hidden layers: 8.5 MB of gradient in two buckets, the first
+summed while backward goes on). The rounds' tables give each network's FLOPs a sample and
+gradient bytes a step (step_figures). An
 untimed warm-up epoch comes first; each configuration reports its best timed epoch, which
 filters out the other load of a shared machine.
 
 The targets (issue 60): trainer 1 at least 0.9x the plain loop; allreduce 2 at least 1.6x
-trainer 1 x 1 thread on the compute-bound network; allreduce 2 at least 0.9x torchrun
+trainer 1 x 1 thread on the compute-bound network (calo); allreduce 2 at least 0.9x torchrun
 DDP 2; a trial's fixed cost at most 0.5 s.
 
     python benchmarks/torch_training.py                       # CPU: a few minutes on 2 cores
     python benchmarks/torch_training.py --epochs 5 --threads 32
+    python benchmarks/torch_training.py --threads 1 --models calo --sections rounds
     python benchmarks/torch_training.py --device cuda         # a machine with 2 GPUs: torch
                                                               # and Keras on 1 and 2 GPUs
 """
@@ -79,7 +84,8 @@ sys.path.insert(0, str(HERE.parent))
 from _common import BIN, env, machine, table  # noqa: E402
 
 SIZES = {"mlp": dict(samples=8192, batch=128), "cnn": dict(samples=4096, batch=128),
-         "wide": dict(samples=2048, batch=128)}
+         "wide": dict(samples=2048, batch=128), "calo": dict(samples=2048, batch=128)}
+IMAGES = ("cnn", "calo")       # one logit a sample (BCEWithLogitsLoss); the rest: 10 classes
 
 
 # --------------------------------------------------------------------------- the networks
@@ -94,10 +100,43 @@ def network(kind: str):
     if kind == "wide":
         return nn.Sequential(nn.Linear(64, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(),
                              nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 10))
+    if kind == "calo":
+        return calo_cnn(16)
     sys.path.insert(0, str(HERE.parents[1] / "examples" / "jets"))
     from torch_model import JetCNN
 
     return JetCNN(16, 5, 32, 0.0)
+
+
+def calo_cnn(filters: int):
+    """A calorimeter-image classifier: three 3x3 convolutions of filters, 2 and 4 times
+    filters channels on a 32x32 image, pooled in between, one logit. Its compute grows
+    with the image's pixels and its gradient only with the channels: a step's FLOPs are
+    large against the bytes the group sums, the compute-bound case of 2 ranks against 1."""
+    from torch import nn
+
+    c = filters
+    return nn.Sequential(
+        nn.Unflatten(1, (1, 32, 32)),
+        nn.Conv2d(1, c, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(c, 2 * c, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(2 * c, 4 * c, 3, padding=1), nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4 * c, 1))
+
+
+def showers(rng, n: int):
+    """n 32x32 calorimeter-like images, flat: a Gaussian shower of a random centre and
+    energy on noise, narrow (label 1, electron-like) or wide (label 0, hadron-like)."""
+    label = rng.random(n) < 0.5
+    width = np.where(label, 1.5, 3.0) * rng.uniform(0.8, 1.2, n)
+    centre = rng.uniform(12, 20, (n, 2))
+    grid = np.arange(32, dtype=np.float32)
+    dy = (grid[None, :] - centre[:, :1]) ** 2 / (2 * width[:, None] ** 2)
+    dx = (grid[None, :] - centre[:, 1:]) ** 2 / (2 * width[:, None] ** 2)
+    energy = rng.uniform(0.5, 1.5, n)[:, None, None]
+    image = energy * np.exp(-dy[:, :, None] - dx[:, None, :]) / (2 * np.pi * width[:, None, None] ** 2)
+    image += rng.exponential(0.002, image.shape)
+    return image.reshape(n, 1024).astype(np.float32), label.astype(np.float32)
 
 
 def data(kind: str):
@@ -107,6 +146,8 @@ def data(kind: str):
     if kind in ("mlp", "wide"):
         x = rng.normal(size=(n, 64)).astype(np.float32)
         return x, (np.abs(x[:, :10]).argmax(1)).astype(np.int64)
+    if kind == "calo":
+        return showers(rng, n)
     x = rng.random((n, 256), dtype=np.float32) * 0.1
     return x, (x[:, 100:140].sum(1) > 2.0).astype(np.float32)
 
@@ -114,7 +155,7 @@ def data(kind: str):
 def loss_of(kind: str):
     from torch import nn
 
-    return nn.BCEWithLogitsLoss() if kind == "cnn" else nn.CrossEntropyLoss()
+    return nn.BCEWithLogitsLoss() if kind in IMAGES else nn.CrossEntropyLoss()
 
 
 def build_mlp(params):
@@ -127,6 +168,10 @@ def build_cnn(params):
 
 def build_wide(params):
     return network("wide")
+
+
+def build_calo(params):
+    return network("calo")
 
 
 def build_own_step(params):
@@ -147,12 +192,12 @@ def build_own_step(params):
         def training_step(self, batch, batch_idx):
             x, y = batch
             out = self(x)
-            return self.loss(out, y.reshape(out.shape) if kind == "cnn" else y)
+            return self.loss(out, y.reshape(out.shape) if kind in IMAGES else y)
 
         def validation_step(self, batch, batch_idx):
             x, y = batch
             out = self(x)
-            self.log("val_loss", self.loss(out, y.reshape(out.shape) if kind == "cnn" else y))
+            self.log("val_loss", self.loss(out, y.reshape(out.shape) if kind in IMAGES else y))
 
         def configure_optimizers(self):
             return torch.optim.Adam(self.parameters(), lr=1e-3)
@@ -170,11 +215,27 @@ def build_keras(params):
 
         return build_flat_model(dict(filters=16, kernel_size=5, dense_units=32,
                                      learning_rate=1e-3, dropout=0.0))
+    if params["kind"] == "calo":
+        return keras_calo(16)
     width, hidden = (1024, 3) if params["kind"] == "wide" else (256, 2)
     dense = [keras.layers.Dense(width, activation="relu") for _ in range(hidden)]
     model = keras.Sequential([keras.Input((64,)), *dense, keras.layers.Dense(10)])
     model.compile(keras.optimizers.Adam(1e-3),
                   keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    return model
+
+
+def keras_calo(filters: int):
+    """calo_cnn's twin in Keras."""
+    import keras
+
+    conv = [keras.layers.Conv2D(filters * 2**i, 3, padding="same", activation="relu")
+            for i in range(3)]
+    model = keras.Sequential([keras.Input((1024,)), keras.layers.Reshape((32, 32, 1)),
+                              conv[0], keras.layers.MaxPooling2D(2), conv[1],
+                              keras.layers.MaxPooling2D(2), conv[2],
+                              keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(1)])
+    model.compile(keras.optimizers.Adam(1e-3), keras.losses.BinaryCrossentropy(from_logits=True))
     return model
 
 
@@ -190,6 +251,10 @@ def load_wide():
     return data("wide")
 
 
+def load_calo():
+    return data("calo")
+
+
 BUILDERS = {"trainer": None, "own-step": "build_own_step", "keras": "build_keras"}
 
 
@@ -203,7 +268,7 @@ def spec_for(kind: str, what: str = "trainer", epochs: int = 3, folder: Path | N
     folder = Path(folder or tempfile.mkdtemp())
     training = {"epochs": epochs, "batch_size": SIZES[kind]["batch"]}
     if what == "trainer":
-        training.update(loss="BCEWithLogitsLoss" if kind == "cnn" else "CrossEntropyLoss",
+        training.update(loss="BCEWithLogitsLoss" if kind in IMAGES else "CrossEntropyLoss",
                         optimizer={"name": "Adam", "lr": 1e-3})
     spec = {"study": {"name": f"bench-{kind}"},
             "objective": {"model": f"{HERE}:{BUILDERS[what] or 'build_' + kind}",
@@ -213,6 +278,27 @@ def spec_for(kind: str, what: str = "trainer", epochs: int = 3, folder: Path | N
     path = folder / "spec.yaml"
     path.write_text(yaml.safe_dump(spec))
     return load_spec(path)
+
+
+def step_figures(kind: str) -> dict:
+    """What makes a model compute-bound for a group: a sample's FLOPs (forward and
+    backward, torch's FlopCounterMode) against the gradient's bytes, which every step
+    sums over the group whatever its batch. A step's FLOPs per gradient byte is how much
+    compute each summed byte is spread over."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    net, loss = network(kind), loss_of(kind)
+    x, y = data(kind)
+    batch = SIZES[kind]["batch"]
+    xb, yb = torch.from_numpy(x[:batch]), torch.from_numpy(y[:batch])
+    with FlopCounterMode(display=False) as counter:
+        out = net(xb)
+        loss(out, yb.reshape(out.shape) if kind in IMAGES else yb).backward()
+    grad = 4 * sum(p.numel() for p in net.parameters() if p.requires_grad)
+    flops = counter.get_total_flops()
+    return {"mflop_sample": flops / batch / 1e6, "grad_mb": grad / 1e6,
+            "flop_byte": flops / grad}
 
 
 # --------------------------------------------------------------------------- the measures
@@ -259,7 +345,7 @@ def plain_epoch(kind: str, device: str):
             yb = torch.from_numpy(y[idx]).to(device)
             optimizer.zero_grad(set_to_none=True)
             out = net(xb)
-            loss(out, yb.reshape(out.shape) if kind == "cnn" else yb).backward()
+            loss(out, yb.reshape(out.shape) if kind in IMAGES else yb).backward()
             optimizer.step()
         if device == "cuda":
             torch.cuda.synchronize()
@@ -448,7 +534,7 @@ def _ddp_epoch(kind, device, rank, size):
             yb = torch.from_numpy(y[idx]).to(device)
             optimizer.zero_grad(set_to_none=True)
             out = model(xb)
-            loss(out, yb.reshape(out.shape) if kind == "cnn" else yb).backward()
+            loss(out, yb.reshape(out.shape) if kind in IMAGES else yb).backward()
             optimizer.step()
         if device.type == "cuda":
             torch.cuda.synchronize()
@@ -564,7 +650,7 @@ def report_model(kind: str, args, folder: Path) -> str:
                   f"{both(rows, 'trainer 1, own step', 'plain loop 1')}",
                   f"allreduce 2 against trainer 1 x 1 thread: "
                   f"{ratio(rows, 'allreduce 2', 'trainer 1 x 1 thread')} "
-                  "(target at least 1.6x on the compute-bound cnn)",
+                  "(target at least 1.6x on the compute-bound calo)",
                   f"allreduce 2 against torchrun DDP 2: "
                   f"{both(rows, 'allreduce 2', 'torchrun DDP 2')} (target at least 0.9x)"]
     else:
@@ -607,8 +693,13 @@ def report_rounds(kind: str, args, folder: Path) -> str:
         return float(np.median([x[col] / y[col] for x, y in zip(got[a], got[b])]))
 
     e = each("allreduce 2", "trainer 1", 1)
+    size = step_figures(kind)
     lines = [f"### {kind}: rows interleaved in rounds ({len(got['trainer 1'])} rounds, an "
-             f"epoch of each in turn, {threads} thread(s) a rank)", "", table(shown), "",
+             f"epoch of each in turn, {threads} thread(s) a rank)", "",
+             f"{size['mflop_sample']:.2f} MFLOP a sample (forward and backward), "
+             f"{size['grad_mb']:.3f} MB of gradient summed a step: {size['flop_byte']:.0f} "
+             f"FLOP a gradient byte at a global batch of {SIZES[kind]['batch']}", "",
+             table(shown), "",
              f"trainer 1 against the plain loop per CPU second: "
              f"{each('trainer 1', 'plain loop 1', 1):.2f}x (wall: "
              f"{each('trainer 1', 'plain loop 1', 0):.2f}x; target at least 0.9x)",
@@ -642,6 +733,9 @@ def report_fixed(args, folder: Path) -> str:
             f"warm-up)\n\n{table(rows)}\n\ntarget: at most 0.5 s\n")
 
 
+SECTIONS = ("models", "rounds", "fixed")
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", nargs="+", default=list(SIZES), choices=list(SIZES))
@@ -653,6 +747,10 @@ def main(argv=None) -> None:
     ap.add_argument("--rounds", type=int, default=5,
                     help="rounds of the interleaved rows the per-CPU-second ratios are the "
                          "median of")
+    ap.add_argument("--sections", nargs="+", default=list(SECTIONS), choices=SECTIONS,
+                    help="what to run: the rows one after another (models), the rows "
+                         "interleaved in rounds (rounds, on CPUs), a trial's fixed cost "
+                         "(fixed, on CPUs)")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--what", help=argparse.SUPPRESS)
     ap.add_argument("--kind", default="mlp", help=argparse.SUPPRESS)
@@ -663,10 +761,12 @@ def main(argv=None) -> None:
         worker(args)
         return
     with tempfile.TemporaryDirectory() as tmp:
-        parts = [report_model(kind, args, Path(tmp)) for kind in args.models]
-        if args.device == "cpu":
+        parts = []
+        if "models" in args.sections:
+            parts += [report_model(kind, args, Path(tmp)) for kind in args.models]
+        if args.device == "cpu" and "rounds" in args.sections:
             parts += [report_rounds(kind, args, Path(tmp)) for kind in args.models]
-        if args.device == "cpu":
+        if args.device == "cpu" and "fixed" in args.sections:
             parts.append(report_fixed(args, Path(tmp)))
     print(f"\n{machine()}\n\n" + "\n".join(parts))
 

@@ -288,6 +288,30 @@ def three_ranks(tmp_path_factory):
     return json.loads(out.read_text()), folder
 
 
+def test_the_wait_for_a_steps_sums_never_sleeps_past_a_tenth_of_a_millisecond(monkeypatch):
+    """The peer a step waits for is due within a fraction of a step: the wait keeps
+    testing every 0.1 ms at most however long it lasts (a sum arrived during a long sleep
+    would hold up both ranks' next step)."""
+    from mpi4py import MPI
+
+    from mpiopt import backoff
+    from mpiopt.training.allreduce import Exchange
+
+    exchange = Exchange(MPI.COMM_SELF, np.zeros(2, np.float32), [(0, 2, ())])
+    inbox, sleeps = np.zeros(1), []
+    exchange.requests = [MPI.COMM_SELF.Irecv(inbox, source=0, tag=60)]
+
+    def sleep(seconds):
+        sleeps.append(seconds)
+        if len(sleeps) == 40:            # the peer's part arrives after 40 sleeps
+            MPI.COMM_SELF.Send(np.ones(1), dest=0, tag=60)
+
+    monkeypatch.setattr(backoff.time, "sleep", sleep)
+    exchange.wait()
+    assert len(sleeps) == 40 and inbox[0] == 1.0
+    assert max(sleeps) <= 1e-4, max(sleeps)
+
+
 def test_allreduce_on_three_ranks_follows_the_single_rank_trajectory(three_ranks):
     from mpi4py import MPI
 

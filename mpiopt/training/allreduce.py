@@ -22,7 +22,10 @@ started at the end of backward, the least a step can send.
 
 The wait for the sums sleeps between tests (_algorithm.wait's backoff): MPICH busy-polls
 inside a blocking Allreduce, and a rank that finished its part first would take the core
-that the rank it waits for needs. Each hand-over also tests the buckets in flight, since
+that the rank it waits for needs. Its sleeps stay short (STEP_WAIT_LIMIT_S): what it waits
+for is the rest of a peer's step, and the sum completes only once both ranks have tested
+after it arrived, so a longer sleep is added to the step of both; a test costs microseconds
+of a rank that has nothing else to do. Each hand-over also tests the buckets in flight, since
 MPICH progresses a collective only inside MPI calls. The wait has no limit of its own, as
 any collective of the group's: a peer that died ends the job (the launcher, or the
 heartbeats: parallel/liveness), one stuck ends at the trial's deadline or by the
@@ -60,6 +63,10 @@ from mpiopt.training.stream import prefetched, rows
 # bucket's cap): large enough that a message's latency is small beside its transfer
 BUCKET_BYTES = 25 * 2**20
 FIRST_BUCKET_BYTES = 2**20
+# the longest sleep between tests of a step's sums: the peer is due within a fraction of a
+# step, and a rank that sleeps past its arrival delays both ranks' next step (MPICH
+# progresses the sum only inside a test)
+STEP_WAIT_LIMIT_S = 1e-4
 
 
 class AllreduceSGD(Algorithm):
@@ -232,8 +239,9 @@ class Exchange(Buckets):
         self.comm, self.buffer = comm, buffer
 
     def wait(self) -> None:
-        """Until every bucket's sum is in the buffer, sleeping between tests."""
-        wait(self.requests)
+        """Until every bucket's sum is in the buffer, sleeping between tests at most
+        STEP_WAIT_LIMIT_S."""
+        wait(self.requests, limit=STEP_WAIT_LIMIT_S)
 
     def abandon(self, limit_s: float) -> None:
         """After this rank's gradient raised: start the rest and wait for the sums at most
