@@ -550,6 +550,32 @@ def test_the_stock_follows_results_per_ask():
     assert searcher._waiting_costs_too_much()
 
 
+def test_a_background_searcher_without_its_thread_is_stepped_by_its_caller():
+    """threaded=False (benchmarks/simulate_model.py drives it on a simulated clock): no
+    thread starts; the caller applies what was queued and asks, and the machine takes
+    the stock as it takes the thread's."""
+    import threading
+
+    from mpiopt.search.background import BackgroundSearcher
+
+    inner = CountingSearcher()
+    searcher = BackgroundSearcher(inner, max_stock=2, clock=lambda: 0.0, threaded=False)
+    sched = scheduler(storage=Records(), study_id=1, searcher=searcher, direction="minimize",
+                      budget=3, n_groups=1)
+    before = threading.active_count()
+    assert sched.start() == [] and threading.active_count() == before   # the group waits
+    assert searcher.ask_due() and searcher.queued == 0 and inner.calls == []
+    searcher.end_ask(searcher.begin_ask(0.0), 0.5)
+    first = sched.tick()
+    assert [a.trial.params for a in first] == [{"x": 0}]
+    sched.on_result(0, done(first[0].trial.trial_id, 2.0))
+    assert searcher.queued == 1 and inner.told == []       # queued, not yet applied
+    searcher.apply_queued()
+    assert inner.told == [(0, 2.0)] and searcher.queued == 0
+    sched.stop("interrupted", "test")
+    sched.finish()
+
+
 class BatchingSearcher(CountingSearcher):
     """CountingSearcher that makes its suggestions in batches (one fit, many points)."""
 
