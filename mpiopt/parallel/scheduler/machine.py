@@ -33,13 +33,13 @@ from mpiopt.parallel.scheduler.refit import Refit
 from mpiopt.parallel.scheduler.results import Recording
 from mpiopt.parallel.scheduler.shared import SharingJobs
 from mpiopt.parallel.scheduler.stepping import Stepping
-from mpiopt.parallel.scheduler.teaching import Teaching
+from mpiopt.parallel.scheduler.teaching import Teacher
 from mpiopt.search.background import BackgroundSearcher
 from mpiopt.search.untried import Untried
 from mpiopt.trial import Decision, FrozenTrial, Report, Result, StudyStatus, TrialStatus, Verdict
 
 
-class Scheduler(Stepping, Recording, Dispatching, SharingJobs, Teaching, Checks):
+class Scheduler(Stepping, Recording, Dispatching, SharingJobs, Checks):
     """Dispatch, record, tell, ask ahead. One instance per study run, on rank 0."""
 
     def __init__(self, *, study_id: int, searcher, direction: str, budget: int,
@@ -61,6 +61,7 @@ class Scheduler(Stepping, Recording, Dispatching, SharingJobs, Teaching, Checks)
         self.outcomes = Outcomes(direction, target, max_initial_failures, objective,
                                  max_failures_in_a_row)
         self.refit = Refit(wanted=refit_wanted)
+        self.teacher = Teacher(searcher, self.outcomes)     # tells the searcher (teaching.py)
         self.trial_timeout, self.stuck_grace = trial_timeout, stuck_grace
         self.checkpoints, self.send_first = checkpoints, send_first
         self.n_groups = n_groups
@@ -73,8 +74,6 @@ class Scheduler(Stepping, Recording, Dispatching, SharingJobs, Teaching, Checks)
         # does not wait for them), not a state (groups.py)
         self.given_up: set[int] = set()
         self.forecast = Forecast()              # when the loop should poll finely
-        self.warned_unread = False
-        self.searcher_failures_said: set[str] = set()
         self.next_number = 0
         self.reruns: list[FrozenTrial] = []
         self.finishing = 0            # results being written while their group already runs
@@ -176,7 +175,7 @@ class Scheduler(Stepping, Recording, Dispatching, SharingJobs, Teaching, Checks)
     def settled_on_resume(self, existing) -> ins.TrialsSettled:
         """What a job that died mid-way left in the artifact store, to tidy at the start."""
         return ins.TrialsSettled(tuple(t for t in existing if t.status.is_finished()),
-                                 keep=self._needed())
+                                 keep=self.teacher.needed())
 
     def _can_dispatch(self, extra: int = 0) -> bool:
         """Whether one more trial may start (`extra`: ones already promised this round)."""
@@ -297,7 +296,7 @@ class Scheduler(Stepping, Recording, Dispatching, SharingJobs, Teaching, Checks)
     def _interrupted(self) -> None:
         for run in [*self.groups.let_go(), *self.ahead.trials.values()]:
             if not run.refit:
-                self._forget(run.number, run.params)
+                self.teacher.forget(run.number, run.params)
         self.ahead.trials.clear()
         self._then((self._write, ins.SetStudyStatus(self.study_id, StudyStatus.INTERRUPTED)),
                    (self._stop_idle,))
@@ -345,6 +344,9 @@ class Scheduler(Stepping, Recording, Dispatching, SharingJobs, Teaching, Checks)
         """The job ends: busy groups' trials are cancelled (ahead.py), idle groups stopped."""
         self._emit(*self.ahead.at_wind_down(self.running))
         self._on_stop_all()
+
+    def _say_searcher_failures(self) -> None:
+        self._emit(*self.teacher.failures_to_say())
 
     def _write(self, instruction) -> None:
         """A write whose outcome changes nothing here: the steps after it wait for it."""

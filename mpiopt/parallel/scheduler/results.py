@@ -47,7 +47,7 @@ class Recording:
         Cancels, refits and words on settled trials end here."""
         if group not in self.running or self.running[group].trial_id != result.trial_id:
             return      # a second word on a trial already settled (parallel/together.py)
-        self._warn_unread(result.unread)
+        self._emit(*self.teacher.unread_warning(result.unread))
         run = self.groups.end(group)
         status = TrialStatus(result.status)
         if self.untried is not None and not run.refit:
@@ -70,7 +70,7 @@ class Recording:
         b.outcomes.append(record)
 
     def _cancelled(self, group: int, run: Running, result: Result) -> None:
-        self._forget(run.number, run.params)
+        self.teacher.forget(run.number, run.params)
         self.groups.free(group)
         steps = []
         if run.trial_id in self.ahead.withdrawn:     # never begun: on record as such
@@ -145,7 +145,7 @@ class Recording:
     def _settled(self, done) -> ins.TrialsSettled:
         """Written and told: their checkpoints go (but those pbt may start a round from)
         and their models are ranked."""
-        return ins.TrialsSettled(tuple(done), keep=self._needed())
+        return ins.TrialsSettled(tuple(done), keep=self.teacher.needed())
 
     def _account(self, done) -> None:
         """Written: the budget counts the results, the progress line shows each."""
@@ -172,7 +172,7 @@ class Recording:
         now run and the trials sent ahead next (half the commits of two writes). The queue
         is read first, with the results held: a kill during an outage there lost them."""
         for trial in b.done:
-            self._teach(trial)
+            self.teacher.teach(trial)
         self._hold(b)
         plan = Round()
         self._then((self._plan_ahead, plan), Step(self._release, (b,), ALWAYS),
@@ -223,7 +223,7 @@ class Recording:
 
     def _teach_all(self, trials, settle=()) -> None:
         for trial in trials:
-            self._teach(trial)
+            self.teacher.teach(trial)
         if settle:
             self._emit(self._settled(settle))
 
