@@ -71,7 +71,7 @@ class Dispatching:
         other job may have claimed it first (events.ClaimRefused). Then the next one."""
         if not (self.groups.any_idle and self.reruns and self._may_rerun()):
             return
-        old, group = self.reruns.pop(0), self.idle[0]
+        old, group = self.reruns.pop(0), self.groups.first_idle()
 
         def restarted(done):
             if isinstance(done, ev.TrialRestarted):
@@ -88,7 +88,7 @@ class Dispatching:
         parameters once more (a dispatch with no trial row)."""
         if not self._refit_due():
             return
-        group, best = self.idle[0], self.best
+        group, best = self.groups.first_idle(), self.best
         self.refit.started()
         self.groups.begin(group, Running(-1, best.number, dict(best.params), group, self.clock(),
                                          refit=True))
@@ -141,7 +141,7 @@ class Dispatching:
     def _ask_fresh(self, r: Round) -> None:
         """Suggestions for the idle groups left, one ask at a time, until one is not ready
         (a background searcher still fitting), then their trials created at once."""
-        if (len(r.fresh) < len(self.idle) and self._can_dispatch(extra=len(r.fresh))
+        if (len(r.fresh) < self.groups.n_idle() and self._can_dispatch(extra=len(r.fresh))
                 and self._space_left()):
             def got(params, took):
                 if params is None:
@@ -150,7 +150,7 @@ class Dispatching:
                     r.fresh.append((params, took))
                     self._then((self._ask_fresh, r))
             self._suggest(self.next_number + len(r.fresh), got,
-                          waiting=len(self.idle) - len(r.fresh))
+                          waiting=self.groups.n_idle() - len(r.fresh))
         else:
             self._start(r)
 
@@ -183,7 +183,7 @@ class Dispatching:
     def _ahead_wanted(self) -> bool:
         """Whether a busy group may want a trial sent ahead now (_plan_ahead's test, in its
         order: the room's check notices the time limit)."""
-        return (self.ahead.may_plan(self.reruns, self.idle) and self._ahead_room()
+        return (self.ahead.may_plan(self.reruns, self.groups.any_idle) and self._ahead_room()
                 and bool(self.ahead.wanting))
 
     def _fill_ahead(self, r: Round) -> None:
@@ -195,7 +195,7 @@ class Dispatching:
         """Queued sets taken for busy groups without a next trial (their Dispatches
         given), then in `p` the groups still without one and the suggestions asked for
         them (not yet created)."""
-        if not self.ahead.may_plan(self.reruns, self.idle) or not self._ahead_room():
+        if not self.ahead.may_plan(self.reruns, self.groups.any_idle) or not self._ahead_room():
             return
         groups = self.ahead.wanted(self.running)
         if groups:

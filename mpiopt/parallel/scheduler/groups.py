@@ -51,6 +51,13 @@ class Groups:
     def any_idle(self) -> bool:
         return bool(self._queue)
 
+    def n_idle(self) -> int:
+        return len(self._queue)
+
+    def first_idle(self) -> int:
+        """The group waiting longest (there must be one)."""
+        return next(iter(self._queue))
+
     @property
     def stopped(self) -> set[int]:
         return {g for g, s in enumerate(self.state) if s is GroupState.STOPPED}
