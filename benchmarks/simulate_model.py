@@ -10,9 +10,10 @@ trial from a seeded generator). Three servers share the simulated clock:
   TICK_S, as the MPI loop's longest sleep), costs the CPU time it really took (its
   SQLite writes included, their waits for the disk not: the other tables of simulate.py
   measure those in wall time); events wait while it is busy;
-- the searcher's thread: each time it applies what was queued and asks, it is busy for
-  the CPU time that really took (`cpu`, time.thread_time by default), and its suggestion
-  joins the stock only then. Groups that finish meanwhile get a stocked suggestion, or
+- the searcher's thread (the BackgroundSearcher built with threaded=False, its steps
+  taken here through its public methods): each time it applies what was queued and asks,
+  it is busy for the CPU time that really took (`cpu`, time.thread_time by default), and
+  its suggestion joins the stock only then. Groups that finish meanwhile get a stocked suggestion, or
   wait, or get a random filler, by BackgroundSearcher's own rule, on the simulated clock.
 
 CPU time, not wall time, because the development machine is shared: its wall time
@@ -35,38 +36,32 @@ from mpiopt.search.background import BackgroundSearcher
 TICK_S = 5e-3          # the MPI loop polls at least this often (parallel/coordinator.py)
 
 
-class SimulatedSearcher(BackgroundSearcher):
-    """The BackgroundSearcher with its thread replaced by `step`/`finish` on a simulated
-    clock: an ask begun at `at` ends at `at` + its CPU seconds (applying the queue
+class SimulatedThread:
+    """The BackgroundSearcher's thread on a simulated clock: the searcher runs without its
+    thread (threaded=False) and `step`/`finish` do the thread's work through its public
+    steps; an ask begun at `at` ends at `at` + its CPU seconds (applying the queue
     included)."""
 
-    def __init__(self, searcher, max_stock: int, clock, cpu=time.thread_time):
-        super().__init__(searcher, max_stock, clock=clock)
+    def __init__(self, searcher: BackgroundSearcher, cpu=time.thread_time):
+        self.searcher = searcher
         self.cpu = cpu
         self.cpu_s = 0.0
         self._in_flight: tuple[list, float] | None = None   # (suggestions, CPU seconds)
 
-    def start(self, next_number: int) -> None:
-        self._number = self._first_number = int(next_number)
-
-    def close(self) -> None:
-        self._closed = True
-
     def step(self, at: float) -> float | None:
         """What the thread does when free at `at`: apply the queue, ask if the stock is
         short. Returns when the ask ends (None: it waits for the coordinator)."""
-        if not self._inbox and len(self._ready) >= self.stock_target:
+        s = self.searcher
+        if not s.queued and not s.ask_due():
             return None
         begin = self.cpu()
-        inbox, self._inbox = list(self._inbox), type(self._inbox)()
-        self._apply(inbox)
+        s.apply_queued()
         applied = self.cpu() - begin
-        if len(self._ready) >= self.stock_target:
+        if not s.ask_due():
             self.cpu_s += applied
             return at + applied if applied > 0 else None
-        self._asking_since = at + applied
         begin = self.cpu()
-        batch = self._next_batch()
+        batch = s.begin_ask(at + applied)
         took = self.cpu() - begin
         self.cpu_s += applied + took
         self._in_flight = (batch, took)
@@ -77,7 +72,7 @@ class SimulatedSearcher(BackgroundSearcher):
         if self._in_flight is not None:
             batch, took = self._in_flight
             self._in_flight = None
-            self._publish(batch, took)
+            self.searcher.end_ask(batch, took)
 
 
 def run(url: str, space, objective, algorithm: str, groups: int, trials: int,
@@ -93,7 +88,9 @@ def run(url: str, space, objective, algorithm: str, groups: int, trials: int,
     now = {"t": 0.0}
     clock = lambda: now["t"]      # noqa: E731
     inner = make_searcher(algorithm, space, {}, seed, budget=trials, parallel=groups)
-    searcher = SimulatedSearcher(inner, groups, clock, cpu) if inner.slow else inner
+    searcher = (BackgroundSearcher(inner, groups, clock=clock, threaded=False) if inner.slow
+                else inner)
+    thread = SimulatedThread(searcher, cpu) if inner.slow else None
     wall, used = time.perf_counter(), time.process_time()
     with open_storage(url, create=True) as st:
         sid = st.create_study(f"{algorithm}-{groups}-{trials}", "minimize", "value", "sim",
@@ -103,13 +100,13 @@ def run(url: str, space, objective, algorithm: str, groups: int, trials: int,
                           ask_ahead=not inner.slow)
         sim = _Groups(sched, Executor(st, send=None, machine=sched, searcher=searcher),
                       objective, low, high, seed)
-        sim.loop(searcher if inner.slow else None, now, horizon)
-    background = isinstance(searcher, SimulatedSearcher)
+        sim.loop(thread, now, horizon)
+    background = thread is not None
     fillers = searcher.fillers if background else 0
     return {"trials": len(sim.spans), "fillers": fillers, "finished": sim.finished,
             "filler share": fillers / max(1, len(sim.spans)),
             "model asks": searcher.asks if background else len(sim.spans),
-            "searcher CPU s": searcher.cpu_s if background else None,
+            "searcher CPU s": thread.cpu_s if background else None,
             "busy": sim.busy(), "simulated s": sim.makespan,
             "mean wait s": statistics.fmean(sim.waits) if sim.waits else 0.0,
             "coordinator s": sim.coordinator_s, "wall s": time.perf_counter() - wall,
@@ -159,7 +156,7 @@ class _Groups:
         self.spans.append((at, at + d))
         heapq.heappush(self.ends, (at + d, group, a.trial.trial_id, a.trial.params))
 
-    def loop(self, searcher: SimulatedSearcher | None, now: dict, horizon=None) -> None:
+    def loop(self, searcher: SimulatedThread | None, now: dict, horizon=None) -> None:
         from mpiopt.parallel.protocol import Result
         from mpiopt.parallel.scheduler import events as ev
         from mpiopt.trial import TrialStatus

@@ -459,15 +459,36 @@ def test_building_a_scheduler_starts_no_thread_the_first_ask_starts_the_searcher
 
 
 def test_a_broken_invariant_fails_at_its_event_with_the_events_before_it():
-    """validate_state after every event (the tests' schedulers): a group both idle and
-    running fails at the event that finds it, and the message tells the last events."""
+    """validate_state after every event (the tests' schedulers): a group RUNNING with no
+    trial fails at the event that finds it, and the message tells the last events."""
     sched, _, _ = make(n_groups=2, budget=10)
     first = sched.start()
-    sched.idle.append(first[0].group)          # (a bug's doing: the group runs a trial)
-    with pytest.raises(AssertionError, match="groups idle and running") as failed:
+    sched.groups.running.pop(first[0].group)   # (a bug's doing: the group runs a trial)
+    with pytest.raises(AssertionError, match="but RUNNING groups") as failed:
         sched.tick()
     assert "last events:" in str(failed.value) and "Start: [" in str(failed.value)
     assert [type(e).__name__ for e, _ in sched.stimulus_log][:1] == ["Start"]
+
+
+def test_each_group_has_one_state_and_idle_groups_wait_in_the_order_they_were_freed():
+    """groups.py: RUNNING while a trial runs, IDLE once its result is written and no work
+    is left, STOPPED at the end in the order they became idle; LET_GO under a stop
+    signal."""
+    from mpiopt.parallel.scheduler.groups import GroupState as S
+
+    sched, _, _ = make(n_groups=3, budget=3)
+    first = sched.start()
+    assert sched.groups.state == [S.RUNNING] * 3
+    sched.on_result(2, done(first[2].trial.trial_id))
+    sched.on_result(0, done(first[0].trial.trial_id))
+    assert sched.groups.state == [S.IDLE, S.RUNNING, S.IDLE] and sched.idle == [2, 0]
+    assert sched.on_result(1, done(first[1].trial.trial_id)) == [StopGroup(2), StopGroup(0),
+                                                                 StopGroup(1)]
+    assert sched.groups.state == [S.STOPPED] * 3
+    sched, _, _ = make(n_groups=2, budget=10)
+    sched.start()
+    sched.interrupt()
+    assert sched.groups.state == [S.LET_GO] * 2 and not sched.running
 
 
 def test_a_failing_background_searcher_ends_the_study_with_its_error():
@@ -527,6 +548,32 @@ def test_the_stock_follows_results_per_ask():
     assert searcher._waiting_costs_too_much()
     searcher.min_fill_wait_s, searcher._ask_s = 1.0, 2.0  # a wait of seconds is too much
     assert searcher._waiting_costs_too_much()
+
+
+def test_a_background_searcher_without_its_thread_is_stepped_by_its_caller():
+    """threaded=False (benchmarks/simulate_model.py drives it on a simulated clock): no
+    thread starts; the caller applies what was queued and asks, and the machine takes
+    the stock as it takes the thread's."""
+    import threading
+
+    from mpiopt.search.background import BackgroundSearcher
+
+    inner = CountingSearcher()
+    searcher = BackgroundSearcher(inner, max_stock=2, clock=lambda: 0.0, threaded=False)
+    sched = scheduler(storage=Records(), study_id=1, searcher=searcher, direction="minimize",
+                      budget=3, n_groups=1)
+    before = threading.active_count()
+    assert sched.start() == [] and threading.active_count() == before   # the group waits
+    assert searcher.ask_due() and searcher.queued == 0 and inner.calls == []
+    searcher.end_ask(searcher.begin_ask(0.0), 0.5)
+    first = sched.tick()
+    assert [a.trial.params for a in first] == [{"x": 0}]
+    sched.on_result(0, done(first[0].trial.trial_id, 2.0))
+    assert searcher.queued == 1 and inner.told == []       # queued, not yet applied
+    searcher.apply_queued()
+    assert inner.told == [(0, 2.0)] and searcher.queued == 0
+    sched.stop("interrupted", "test")
+    sched.finish()
 
 
 class BatchingSearcher(CountingSearcher):
@@ -653,8 +700,8 @@ def test_an_empty_queue_is_read_on_dispatch_but_not_on_every_tick():
     sched.start()                        # read the (empty) queue, then asked the searcher
 
     def idle_again():                    # an idle group (waiting for a model fit, say)
-        sched.running.clear()
-        sched.idle.append(0)
+        sched.groups.end(0)
+        sched.groups.free(0)
     reads = lambda: sum(1 for entry in storage.log if entry[0] == "read queue")  # noqa: E731
     assert reads() == 1
     for _ in range(5):

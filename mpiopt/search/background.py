@@ -45,6 +45,11 @@ or a tell that fails is worked round by the searcher itself (mpiopt.search._base
 take_failures() hands the coordinator what failed; any other error in the thread is
 raised from the next take(), so the coordinator ends the job as for any of its own errors. The thread checks its stop flag between asks (close() waits at most
 CLOSE_WAIT_S for it) and is a daemon, so a job never waits on it.
+
+With `threaded=False` no thread starts: its caller does the thread's work, a step at a
+time (`queued`, `apply_queued`, `ask_due`, `begin_ask`, `end_ask`), on its own clock. A
+simulation (benchmarks/simulate_model.py) does, to charge each step the time it took on
+a simulated clock, with every rule above (the stock, the fillers) unchanged.
 """
 from __future__ import annotations
 
@@ -70,8 +75,9 @@ class BackgroundSearcher:
     """take() a ready suggestion (or None), tell()/forget() queued; see the module doc."""
 
     def __init__(self, searcher, max_stock: int, clock=time.monotonic,
-                 min_fill_wait_s: float = MIN_FILL_WAIT_S):
+                 min_fill_wait_s: float = MIN_FILL_WAIT_S, threaded: bool = True):
         self.inner = searcher
+        self.threaded = threaded     # False: the caller steps it (module docstring)
         self.min_fill_wait_s = min_fill_wait_s
         self.max_stock = max(1, int(max_stock))
         self.clock = clock
@@ -104,6 +110,8 @@ class BackgroundSearcher:
     def start(self, next_number: int) -> None:
         if self._thread is None:
             self._number = self._first_number = int(next_number)
+            if not self.threaded:
+                return
             self._previous_interval = sys.getswitchinterval()
             sys.setswitchinterval(min(self._previous_interval, SWITCH_INTERVAL_S))
             self._thread = threading.Thread(target=self._serve, name="mpiopt-searcher", daemon=True)
@@ -210,6 +218,33 @@ class BackgroundSearcher:
     def ready(self) -> int:
         return len(self._ready)
 
+    # ---- the thread's steps, for a caller that drives it (threaded=False) --------------
+    @property
+    def queued(self) -> int:
+        """Tells, forgets, holds and fillers not yet applied to the inner searcher."""
+        return len(self._inbox)
+
+    def apply_queued(self) -> None:
+        """Apply what was queued, in order, to the inner searcher (the thread's first step)."""
+        with self._wake:
+            inbox, self._inbox = list(self._inbox), collections.deque()
+        self._apply(inbox)
+
+    def ask_due(self) -> bool:
+        """Whether the stock is short of its target: the thread asks now."""
+        return len(self._ready) < self.stock_target
+
+    def begin_ask(self, at: float) -> list[dict]:
+        """The next suggestions, asked from `at` (the filler rule weighs the wait since).
+        They join the stock with `end_ask`, when the caller's clock says the ask ended."""
+        self._asking_since = at
+        return self._next_batch()
+
+    def end_ask(self, batch: list[dict], took: float) -> None:
+        """The ask `begin_ask` began ends: its suggestions, that took `took` seconds, join
+        the stock."""
+        self._publish(batch, took)
+
     # ---- the thread -------------------------------------------------------------------
     def _post(self, item: tuple) -> None:
         self._raise_error()
@@ -233,8 +268,7 @@ class BackgroundSearcher:
             self._error = exc
 
     def _apply(self, inbox: list[tuple]) -> None:
-        """What the coordinator queued, in order, to the inner searcher (the thread only;
-        benchmarks/simulate_model.py calls it on a simulated clock)."""
+        """What the coordinator queued, in order, to the inner searcher (the thread only)."""
         for kind, params, value in inbox:
             if kind == "tell":
                 self.inner.tell(params, value)
@@ -250,15 +284,13 @@ class BackgroundSearcher:
         self._publish(self._next_batch(), self.clock() - start)
 
     def _next_batch(self) -> list[dict]:
-        """The inner searcher's next suggestions, _wanted() of them (the thread only;
-        benchmarks/simulate_model.py calls it on a simulated clock)."""
+        """The inner searcher's next suggestions, _wanted() of them (the thread only)."""
         self._asking_for = self._wanted()
         return self.inner.ask_batch(range(self._number, self._number + self._asking_for))
 
     def _publish(self, batch: list[dict], took: float) -> None:
         """Suggestions that took `took` seconds join the stock, each with its share of
-        them (the thread only; benchmarks/simulate_model.py calls it when a simulated
-        ask ends)."""
+        them (the thread only)."""
         self._asking_since, self._asking_for = None, 0
         self._number += len(batch)
         self.asks += len(batch)

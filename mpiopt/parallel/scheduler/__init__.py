@@ -2,7 +2,8 @@
 (executor): events in (events), instructions out (instructions), one entry point
 (`Scheduler.handle`), in parts: the budget and stops (budget), what finished trials add up
 to (outcomes), the results' order (results), how idle groups get work (dispatch), asking
-ahead (ahead), training.refit (refit), a shared study (shared), the invariants (checks)."""
+ahead (ahead), training.refit (refit), a shared study (shared), each group's state
+(groups), the invariants (checks)."""
 from mpiopt.parallel.scheduler import events
 from mpiopt.parallel.scheduler.dispatch import trial_seed
 from mpiopt.parallel.scheduler.executor import Executor

@@ -33,9 +33,9 @@ class AskAhead:
         self.withdrawn: set[int] = set()     # trial ids of trials sent ahead, called back
         self.prefetched: tuple[dict, float] | None = None   # (params, seconds to ask)
 
-    def may_plan(self, reruns, idle) -> bool:
+    def may_plan(self, reruns, any_idle: bool) -> bool:
         """Trials go ahead only while no re-run waits and no group is idle."""
-        return self.enabled and not reruns and not idle and self.searcher_allows
+        return self.enabled and not reruns and not any_idle and self.searcher_allows
 
     def room(self, left: int, groups: int) -> bool:
         """Whether `left` trials left in the budget leave room for one more sent ahead

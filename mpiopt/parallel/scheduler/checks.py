@@ -21,24 +21,17 @@ class Checks:
         return "last events:\n  " + "\n  ".join(lines)
 
     def _violations(self) -> list[str]:
-        """A group is idle or busy, never both nor twice; a stopped group is idle; a trial
-        sent ahead goes to a busy group; no trial runs on two groups; an exclusive job
-        never has more trials started than its budget."""
-        out = []
-        idle, running, ahead = self.idle, self.running, self.ahead.trials
-        if len(set(idle)) != len(idle):
-            out.append(f"a group idle twice: {idle}")
-        if set(idle) & set(running):
-            out.append(f"groups idle and running: {sorted(set(idle) & set(running))}")
-        if not self.stopped <= set(idle):
-            out.append(f"stopped groups not idle: {sorted(self.stopped - set(idle))}")
+        """Each group's state agrees with what it holds (groups.py: the idle queue holds
+        the waiting groups, a Running the running ones); a trial sent ahead goes to a
+        running group; no trial runs on two groups; an exclusive job never has more trials
+        started than its budget."""
+        out = self.groups.violations()
+        running, ahead = self.running, self.ahead.trials
         if not set(ahead) <= set(running):
             out.append(f"trials sent ahead to groups that run none: {sorted(set(ahead) - set(running))}")
         ids = [r.trial_id for r in (*running.values(), *ahead.values()) if not r.refit]
         if len(set(ids)) != len(ids):
             out.append(f"a trial on two groups: {sorted(ids)}")
-        if not set(range(self.n_groups)) >= set(idle) | set(running):
-            out.append("a group out of range")
         started = self.finished + len(ids) + self.finishing
         if self.shared is None and started > self.budget:
             out.append(f"{started} trials started, budget {self.budget}")

@@ -63,19 +63,18 @@ class Dispatching:
             self._refit_if_due()
 
     def _fill_queued(self, r: Round) -> None:
-        if self.idle and self._can_dispatch():
+        if self.groups.any_idle and self._can_dispatch():
             self._take_queued(r)
 
     def _fill_reruns(self, r: Round) -> None:
         """The first unfinished trial runs again on the first idle group; a shared study's
         other job may have claimed it first (events.ClaimRefused). Then the next one."""
-        if not (self.idle and self.reruns and self._may_rerun()):
+        if not (self.groups.any_idle and self.reruns and self._may_rerun()):
             return
-        old, group = self.reruns.pop(0), self.idle[0]
+        old, group = self.reruns.pop(0), self.groups.first_idle()
 
         def restarted(done):
             if isinstance(done, ev.TrialRestarted):
-                self.idle.remove(group)
                 self._emit(self._running(group, done.record, old.params))
                 r.sent = True
             self._then((self._fill_reruns, r))
@@ -89,10 +88,10 @@ class Dispatching:
         parameters once more (a dispatch with no trial row)."""
         if not self._refit_due():
             return
-        group, best = self.idle.pop(0), self.best
+        group, best = self.groups.first_idle(), self.best
         self.refit.started()
-        self.running[group] = Running(-1, best.number, dict(best.params), group, self.clock(),
-                                      refit=True)
+        self.groups.begin(group, Running(-1, best.number, dict(best.params), group, self.clock(),
+                                         refit=True))
         self._emit(ins.Say(f"refit: training trial {best.number}'s parameters once more on all "
                            "the data (training.refit)"),
                    ins.Dispatch(group, Trial(-1, best.number, dict(best.params),
@@ -131,8 +130,6 @@ class Dispatching:
                 records = [rec for rec in records if rec is not None]
                 self.shared.made += len(records)
             for rec in records:
-                if ahead_of is None:
-                    self.idle.remove(rec.group)
                 self._emit(self._running(rec.group, rec, rec.params, ahead=ahead_of is not None))
             self.queued_taken += len(records)
             r.sent |= bool(records)
@@ -144,7 +141,7 @@ class Dispatching:
     def _ask_fresh(self, r: Round) -> None:
         """Suggestions for the idle groups left, one ask at a time, until one is not ready
         (a background searcher still fitting), then their trials created at once."""
-        if (len(r.fresh) < len(self.idle) and self._can_dispatch(extra=len(r.fresh))
+        if (len(r.fresh) < self.groups.n_idle() and self._can_dispatch(extra=len(r.fresh))
                 and self._space_left()):
             def got(params, took):
                 if params is None:
@@ -153,7 +150,7 @@ class Dispatching:
                     r.fresh.append((params, took))
                     self._then((self._ask_fresh, r))
             self._suggest(self.next_number + len(r.fresh), got,
-                          waiting=len(self.idle) - len(r.fresh))
+                          waiting=self.groups.n_idle() - len(r.fresh))
         else:
             self._start(r)
 
@@ -173,7 +170,7 @@ class Dispatching:
 
     def _refit_due(self) -> bool:
         """training.refit's run is due: wanted, nothing runs, a group idle, no trial left."""
-        return (bool(self.idle) and self.refit.wanted_now(self.stop_reason, self.best)
+        return (self.groups.any_idle and self.refit.wanted_now(self.stop_reason, self.best)
                 and not self.running and not self.finishing and not self._can_dispatch())
 
     # ---- trials sent ahead to busy groups (ahead.py) --------------------------------------
@@ -181,12 +178,12 @@ class Dispatching:
         """Whether one more trial may be sent ahead (ahead.py's rule, within the budget)."""
         return (self.ahead.enabled and self.outcomes.any_success and self._can_dispatch(extra)
                 and self.ahead.room(self.limits.left(self._started(extra)),
-                                    self.n_groups - len(self.stopped)))
+                                    self.n_groups - self.groups.n_stopped()))
 
     def _ahead_wanted(self) -> bool:
         """Whether a busy group may want a trial sent ahead now (_plan_ahead's test, in its
         order: the room's check notices the time limit)."""
-        return (self.ahead.may_plan(self.reruns, self.idle) and self._ahead_room()
+        return (self.ahead.may_plan(self.reruns, self.groups.any_idle) and self._ahead_room()
                 and bool(self.ahead.wanting))
 
     def _fill_ahead(self, r: Round) -> None:
@@ -198,7 +195,7 @@ class Dispatching:
         """Queued sets taken for busy groups without a next trial (their Dispatches
         given), then in `p` the groups still without one and the suggestions asked for
         them (not yet created)."""
-        if not self.ahead.may_plan(self.reruns, self.idle) or not self._ahead_room():
+        if not self.ahead.may_plan(self.reruns, self.groups.any_idle) or not self._ahead_room():
             return
         groups = self.ahead.wanted(self.running)
         if groups:
@@ -264,11 +261,7 @@ class Dispatching:
         r.sent = True
         groups = self.idle[:len(fresh)] if ahead_of is None else ahead_of
 
-        def created(done: ev.TrialsCreated):
-            if ahead_of is None:
-                for g, rec in zip(groups, done.records):
-                    if rec is not None:     # only once they run: a failed write leaves them idle
-                        self.idle.remove(g)
+        def created(done: ev.TrialsCreated):    # (a failed write leaves the groups idle)
             self._began(groups, done.records, fresh, ahead=ahead_of is not None)
         self._await(ins.CreateTrials(
             self.study_id, tuple(self._requests(fresh, groups, ahead=ahead_of is not None)),
@@ -313,7 +306,10 @@ class Dispatching:
         if self.untried is not None:
             self.untried.claim(params)       # (a re-run or a queued set: not suggested here)
         run = Running(rec.id, rec.number, params, group, self.clock())
-        (self.ahead.trials if ahead else self.running)[group] = run
+        if ahead:
+            self.ahead.trials[group] = run
+        else:
+            self.groups.begin(group, run)
         # its curve so far: what a trial continued from its checkpoint reported before
         # (a fold's best so far, the folds it finished); none for a new attempt
         self.outcomes.curve(rec)

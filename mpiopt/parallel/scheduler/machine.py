@@ -12,9 +12,9 @@ RUNNING before its Dispatch; a result is written before it counts (results.py).
 The parts: the budget and stops (budget.py), what finished trials add up to
 (outcomes.py), the results' order (results.py), work for idle groups (dispatch.py),
 asking ahead (ahead.py), training.refit (refit.py), telling the searcher (teaching.py), a
-study several jobs share (shared.py), the invariants and the log (checks.py,
-stepping.py). A slow searcher is asked beside the loop by the executor
-(mpiopt.search.background.BackgroundSearcher), so no event waits for a model fit.
+study several jobs share (shared.py), each group's state (groups.py), the invariants and
+the log (checks.py, stepping.py). A slow searcher is asked beside the loop by the
+executor (mpiopt.search.background.BackgroundSearcher), so no event waits for a model fit.
 """
 from __future__ import annotations
 
@@ -27,18 +27,19 @@ from mpiopt.parallel.scheduler.ahead import AskAhead
 from mpiopt.parallel.scheduler.budget import Budget
 from mpiopt.parallel.scheduler.checks import Checks
 from mpiopt.parallel.scheduler.dispatch import Dispatching, Running
+from mpiopt.parallel.scheduler.groups import Groups
 from mpiopt.parallel.scheduler.outcomes import Outcomes, is_number, usable
 from mpiopt.parallel.scheduler.refit import Refit
 from mpiopt.parallel.scheduler.results import Recording
 from mpiopt.parallel.scheduler.shared import SharingJobs
 from mpiopt.parallel.scheduler.stepping import Stepping
-from mpiopt.parallel.scheduler.teaching import Teaching
+from mpiopt.parallel.scheduler.teaching import Teacher
 from mpiopt.search.background import BackgroundSearcher
 from mpiopt.search.untried import Untried
 from mpiopt.trial import Decision, FrozenTrial, Report, Result, StudyStatus, TrialStatus, Verdict
 
 
-class Scheduler(Stepping, Recording, Dispatching, SharingJobs, Teaching, Checks):
+class Scheduler(Stepping, Recording, Dispatching, SharingJobs, Checks):
     """Dispatch, record, tell, ask ahead. One instance per study run, on rank 0."""
 
     def __init__(self, *, study_id: int, searcher, direction: str, budget: int,
@@ -60,20 +61,19 @@ class Scheduler(Stepping, Recording, Dispatching, SharingJobs, Teaching, Checks)
         self.outcomes = Outcomes(direction, target, max_initial_failures, objective,
                                  max_failures_in_a_row)
         self.refit = Refit(wanted=refit_wanted)
+        self.teacher = Teacher(searcher, self.outcomes)     # tells the searcher (teaching.py)
         self.trial_timeout, self.stuck_grace = trial_timeout, stuck_grace
         self.checkpoints, self.send_first = checkpoints, send_first
         self.n_groups = n_groups
         self.hosts = hosts or [None] * n_groups
         self.ranks = ranks or [None] * n_groups
-        self.idle: list[int] = list(range(n_groups))
-        self.stopped: set[int] = set()
-        self.running: dict[int, Running] = {}
+        self.groups = Groups(n_groups)          # each group's state (groups.py)
         self.lost_ids: set[int] = set()         # trials whose group died under them (lose)
         self.blamed: set[int] = set()           # trials whose messages ended the run (blame)
-        self.given_up: set[int] = set()         # groups stuck in a trial past its timeout
+        # groups stuck in a trial past its timeout: a fact about their ranks (the wind-down
+        # does not wait for them), not a state (groups.py)
+        self.given_up: set[int] = set()
         self.forecast = Forecast()              # when the loop should poll finely
-        self.warned_unread = False
-        self.searcher_failures_said: set[str] = set()
         self.next_number = 0
         self.reruns: list[FrozenTrial] = []
         self.finishing = 0            # results being written while their group already runs
@@ -110,6 +110,9 @@ class Scheduler(Stepping, Recording, Dispatching, SharingJobs, Teaching, Checks)
     message = property(lambda self: self.limits.message)
     hard_deadline = property(lambda self: self.limits.hard_deadline)
     budget = property(lambda self: self.limits.trials)
+    running = property(lambda self: self.groups.running)    # group -> its Running
+    idle = property(lambda self: self.groups.idle)          # waiting groups, in queue order
+    stopped = property(lambda self: self.groups.stopped)
 
     @property
     def done(self) -> bool:
@@ -172,7 +175,7 @@ class Scheduler(Stepping, Recording, Dispatching, SharingJobs, Teaching, Checks)
     def settled_on_resume(self, existing) -> ins.TrialsSettled:
         """What a job that died mid-way left in the artifact store, to tidy at the start."""
         return ins.TrialsSettled(tuple(t for t in existing if t.status.is_finished()),
-                                 keep=self._needed())
+                                 keep=self.teacher.needed())
 
     def _can_dispatch(self, extra: int = 0) -> bool:
         """Whether one more trial may start (`extra`: ones already promised this round)."""
@@ -222,7 +225,7 @@ class Scheduler(Stepping, Recording, Dispatching, SharingJobs, Teaching, Checks)
         background searcher made meanwhile; a shared study's other jobs are read. With
         every group busy and none wanting a trial sent ahead (the loop's usual tick, as
         often as it polls), there is nothing to fill."""
-        if self.shared is None and not self.idle and not self._ahead_wanted():
+        if self.shared is None and not self.groups.any_idle and not self._ahead_wanted():
             self._say_searcher_failures()
             self._stop_idle()
             return
@@ -291,10 +294,9 @@ class Scheduler(Stepping, Recording, Dispatching, SharingJobs, Teaching, Checks)
                     lambda done: self._interrupted())
 
     def _interrupted(self) -> None:
-        for run in [*self.running.values(), *self.ahead.trials.values()]:
+        for run in [*self.groups.let_go(), *self.ahead.trials.values()]:
             if not run.refit:
-                self._forget(run.number, run.params)
-        self.running.clear()
+                self.teacher.forget(run.number, run.params)
         self.ahead.trials.clear()
         self._then((self._write, ins.SetStudyStatus(self.study_id, StudyStatus.INTERRUPTED)),
                    (self._stop_idle,))
@@ -303,7 +305,7 @@ class Scheduler(Stepping, Recording, Dispatching, SharingJobs, Teaching, Checks)
         """Whether a Prefetch would ask a suggestion now: every group busy, none waiting
         for a re-run, a suggestion not yet asked, budget left (ahead.py)."""
         a = self.ahead
-        if self.background or a.prefetched is not None or self.reruns or self.idle:
+        if self.background or a.prefetched is not None or self.reruns or self.groups.any_idle:
             return False
         if not a.searcher_allows or not self.running or not self.limits.left(self._started()):
             return False
@@ -333,9 +335,7 @@ class Scheduler(Stepping, Recording, Dispatching, SharingJobs, Teaching, Checks)
 
     def _on_stop_all(self, e=None) -> None:
         """STOP for every group not yet stopped (the end of the study)."""
-        fresh = [g for g in self.idle if g not in self.stopped]
-        self.stopped.update(fresh)
-        self._emit(*(ins.StopGroup(g) for g in fresh))
+        self._emit(*(ins.StopGroup(g) for g in self.groups.stop_idle()))
 
     def _on_withdraw_ahead(self, e: ev.WithdrawAhead) -> None:
         self._emit(*self.ahead.withdraw(self.stop_reason))
@@ -344,6 +344,9 @@ class Scheduler(Stepping, Recording, Dispatching, SharingJobs, Teaching, Checks)
         """The job ends: busy groups' trials are cancelled (ahead.py), idle groups stopped."""
         self._emit(*self.ahead.at_wind_down(self.running))
         self._on_stop_all()
+
+    def _say_searcher_failures(self) -> None:
+        self._emit(*self.teacher.failures_to_say())
 
     def _write(self, instruction) -> None:
         """A write whose outcome changes nothing here: the steps after it wait for it."""

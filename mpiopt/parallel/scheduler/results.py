@@ -19,18 +19,18 @@ from dataclasses import dataclass, field
 from mpiopt.parallel.scheduler import events as ev
 from mpiopt.parallel.scheduler import instructions as ins
 from mpiopt.parallel.scheduler.dispatch import Round, Running
+from mpiopt.parallel.scheduler.groups import GroupState
 from mpiopt.parallel.scheduler.stepping import ALWAYS, ON_FAILURE, Step
 from mpiopt.trial import FrozenTrial, Result, TrialStatus
 
 
 @dataclass
 class Batch:
-    """A batch of results on its way: the finished trials, their records, the trials sent
-    ahead that their groups now run, and which groups are idle now."""
+    """A batch of results on its way: the finished trials, their records, and the trials
+    sent ahead that their groups now run."""
     done: list = field(default_factory=list)
     outcomes: list = field(default_factory=list)
     begun: list = field(default_factory=list)
-    freed: dict = field(default_factory=dict)
     first: bool = False
 
 
@@ -47,20 +47,19 @@ class Recording:
         Cancels, refits and words on settled trials end here."""
         if group not in self.running or self.running[group].trial_id != result.trial_id:
             return      # a second word on a trial already settled (parallel/together.py)
-        self._warn_unread(result.unread)
-        run = self.running.pop(group)
+        self._emit(*self.teacher.unread_warning(result.unread))
+        run = self.groups.end(group)
         status = TrialStatus(result.status)
         if self.untried is not None and not run.refit:
             self.untried.settle(run.params)
-        b.freed[group] = self._promote(group, b.begun if status is not TrialStatus.INTERRUPTED
-                                       else None)
+        self._promote(group, b.begun if status is not TrialStatus.INTERRUPTED else None)
         if run.refit:
             self.refit.finished()
-            self._free(group, b.freed)
+            self.groups.free(group)
             self._emit(ins.RefitEnded(status, result.error))
             return
         if status is TrialStatus.INTERRUPTED:      # cancelled: stays unfinished, runs again
-            self._cancelled(group, run, result, b.freed)
+            self._cancelled(group, run, result)
             return
         self.forecast.ended(self.clock() - run.started)
         record = _record(run, result)
@@ -70,9 +69,9 @@ class Recording:
             error=record["error"], metrics=dict(result.metrics), spans=list(result.spans)))
         b.outcomes.append(record)
 
-    def _cancelled(self, group: int, run: Running, result: Result, freed: dict) -> None:
-        self._forget(run.number, run.params)
-        self._free(group, freed)
+    def _cancelled(self, group: int, run: Running, result: Result) -> None:
+        self.teacher.forget(run.number, run.params)
+        self.groups.free(group)
         steps = []
         if run.trial_id in self.ahead.withdrawn:     # never begun: on record as such
             steps.append((self._write, ins.WriteResults(
@@ -114,7 +113,7 @@ class Recording:
         written; an outage past its limit here still leaves the results kept (written
         quietly on the way out, or in the recovery file)."""
         for t in b.done:
-            self._free(t.group, b.freed)
+            self.groups.free(t.group)
         self._hold(b)
         self._then((self._teach_and_fill, b.done), Step(self._release, (b,), ALWAYS),
                    Step(self._write, (ins.WriteResults(tuple(b.outcomes), quiet=True),), ON_FAILURE))
@@ -132,12 +131,12 @@ class Recording:
         def undo():
             if not b.first:      # so the wind-down stops them (the results are in the
                 for t in b.done:    # recovery file)
-                    self._free(t.group, b.freed)
+                    self.groups.free(t.group)
         self._await(ins.WriteResults(tuple(b.outcomes), started=tuple(b.begun)), undo=undo)
 
     def _free_and_teach(self, b: Batch) -> None:
         for t in b.done:
-            self._free(t.group, b.freed)
+            self.groups.free(t.group)
         self._teach_and_fill(b.done, settle=b.done)
 
     def _emit_settled(self, done) -> None:
@@ -146,7 +145,7 @@ class Recording:
     def _settled(self, done) -> ins.TrialsSettled:
         """Written and told: their checkpoints go (but those pbt may start a round from)
         and their models are ranked."""
-        return ins.TrialsSettled(tuple(done), keep=self._needed())
+        return ins.TrialsSettled(tuple(done), keep=self.teacher.needed())
 
     def _account(self, done) -> None:
         """Written: the budget counts the results, the progress line shows each."""
@@ -164,7 +163,8 @@ class Recording:
     def _all_busy(self, b: Batch) -> bool:
         """Whether every group of the batch already runs the trial sent ahead to it (results
         and new trials can then be written in one commit)."""
-        return self.ahead.enabled and not any(b.freed.get(t.group, False) for t in b.done)
+        return self.ahead.enabled and not any(self.groups.state[t.group] is GroupState.FINISHING
+                                              for t in b.done)
 
     def _write_with_next(self, b: Batch) -> None:
         """No group waits, so nothing has to leave before the write: the searcher is told
@@ -172,7 +172,7 @@ class Recording:
         now run and the trials sent ahead next (half the commits of two writes). The queue
         is read first, with the results held: a kill during an outage there lost them."""
         for trial in b.done:
-            self._teach(trial)
+            self.teacher.teach(trial)
         self._hold(b)
         plan = Round()
         self._then((self._plan_ahead, plan), Step(self._release, (b,), ALWAYS),
@@ -196,24 +196,19 @@ class Recording:
             tuple(b.outcomes), self.study_id, tuple(self._requests(fresh, groups, ahead=True)),
             started=tuple(b.begun), **self._capped()), written, undo)
 
-    def _promote(self, group: int, begun: list | None) -> bool:
+    def _promote(self, group: int, begun: list | None) -> None:
         """The group's trial sent ahead becomes its running one (the leader starts it as
-        soon as it sends its result). Returns whether the group is idle. begun: where to
-        note its start (None: the result was a cancel, so it will not start either)."""
+        soon as it sends its result); without one the group stays FINISHING (groups.py)
+        until its result is written. begun: where to note its start (None: the result was
+        a cancel, so it will not start either)."""
         nxt = self.ahead.promote(group)
         if nxt is None:
-            return True
+            return
         nxt.started = self.clock()
-        self.running[group] = nxt
+        self.groups.promote(group, nxt)
         self.forecast.began(group, nxt.trial_id, nxt.started)
         if begun is not None and nxt.trial_id not in self.ahead.withdrawn:
             begun.append(nxt.trial_id)
-        return False
-
-    def _free(self, group: int, freed: dict[int, bool]) -> None:
-        """The group joins the idle ones, once, unless its next trial was already there."""
-        if freed.pop(group, False):
-            self.idle.append(group)
 
     def _teach_and_fill(self, trials: list[FrozenTrial], settle=()) -> None:
         """Tell the searcher and give idle groups work: work that is ready first, else the
@@ -228,7 +223,7 @@ class Recording:
 
     def _teach_all(self, trials, settle=()) -> None:
         for trial in trials:
-            self._teach(trial)
+            self.teacher.teach(trial)
         if settle:
             self._emit(self._settled(settle))
 
