@@ -14,6 +14,8 @@ trial from a seeded generator). Three servers share the simulated clock:
   the CPU time that really took (`cpu`, time.thread_time by default), and its suggestion
   joins the stock only then. Groups that finish meanwhile get a stocked suggestion, or
   wait, or get a random filler, by BackgroundSearcher's own rule, on the simulated clock.
+  Its warm-up (the searcher's one-time costs) runs before second 0, where a real run's
+  overlaps the groups' start-up (SimulatedSearcher._warm_up).
 
 CPU time, not wall time, because the development machine is shared: its wall time
 counts other people's work. The real thread and the loop share one interpreter (the GIL); here they run side by side,
@@ -43,8 +45,18 @@ class SimulatedSearcher(BackgroundSearcher):
     def __init__(self, searcher, max_stock: int, clock, cpu=time.thread_time):
         super().__init__(searcher, max_stock, clock=clock)
         self.cpu = cpu
+        self.warm_up_cpu_s = self._warm_up()
         self.cpu_s = 0.0
         self._in_flight: tuple[list, float] | None = None   # (suggestions, CPU seconds)
+
+    def _warm_up(self) -> float:
+        """The searcher's warm-up, whole, before simulated second 0 (its CPU seconds,
+        counted in no ask's): a real run's overlaps the groups' start-up (interpreters,
+        imports, data: seconds; mpiopt.run.startup), and the simulated groups start
+        ready."""
+        begin = self.cpu()
+        self.inner.warm_up()
+        return self.cpu() - begin
 
     def start(self, next_number: int) -> None:
         self._number = self._first_number = int(next_number)

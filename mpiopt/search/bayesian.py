@@ -143,6 +143,29 @@ class BayesianSearcher(Searcher):
         while True:
             yield self.space.sample(self.rng)   # (a small discrete space: the design is used up)
 
+    def warm_up(self) -> None:
+        """The first design's and the first fit's one-time costs (see Searcher.warm_up):
+        scipy's Sobol direction numbers, the thread pools' controller, the modules and
+        first calls of a fit, a posterior and a batch's picks (on a few random rows, with
+        a generator of its own). Paid on the first batches instead, every group would
+        wait for them: for the first design batch, and again for the first model batch
+        after the design's results."""
+        from scipy.stats import qmc
+
+        qmc.Sobol(len(self.space.dimensions), scramble=True, seed=0).random(2)
+        _controller()
+        if self.options["estimator"] == "GP":
+            from scipy.spatial import cKDTree
+
+            from mpiopt.search import _batch  # noqa: F401
+
+            rng = np.random.default_rng(0)
+            X, y = self.encoder.sample(8, rng), rng.random(8)
+            with _single_thread():
+                kernel = _gp.fit_kernel(self._initial_kernel(), X, y, 1, 0)
+                _gp.Posterior(kernel, X, y).predict(X)
+            cKDTree(X).query(X, k=1)
+
     # ---- batches (one fit, many suggestions: see the module docstring) ------------------
     def _suggest_batch(self, numbers: list[int]):
         if not self._batchable():
@@ -154,8 +177,6 @@ class BayesianSearcher(Searcher):
             yield next(design)
         if numbers:
             yield from self._believed_batch(numbers)
-        else:
-            _controller()   # (made now, while the design runs: see _controller)
 
     def _batchable(self) -> bool:
         """One fit serves a batch where a believed point changes no mean: a GP with the
@@ -460,8 +481,7 @@ def _single_thread():
 
 def _controller() -> ThreadpoolController:
     """The thread pools' controller, made once. Making it inspects every loaded library
-    (tens of milliseconds), so a batch of design points makes it: the first model batch
-    comes when the design's results do, with every group waiting for it."""
+    (tens of milliseconds), so warm_up makes it before any group waits for a fit."""
     global _THREADS
     if _THREADS is None:
         _THREADS = ThreadpoolController()
