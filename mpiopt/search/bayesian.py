@@ -393,15 +393,12 @@ class BayesianSearcher(Searcher):
     def _schedule(self, n: int) -> int | None:
         """Restarts for a refit now, or None to keep the kernel.
 
-        The first fit starts from the default kernel alone: under MPI every group waits
-        for it (the design's results come together), and the random restarts come with
-        the next fit, made while the groups train. Then random restarts (costly)
-        whenever the data doubled while the study is small (n <= _RESTART_UNTIL);
-        otherwise a warm start from the kept kernel every `refit_every` tells (auto:
-        every tell up to 20 points, then every ~10%).
+        Random restarts (costly) the first time and whenever the data doubled while the
+        study is small (n <= _RESTART_UNTIL); otherwise a warm start from the kept kernel
+        every `refit_every` tells (auto: every tell up to 20 points, then every ~10%).
         """
-        if self._kernel is None:
-            return 0
+        if self._kernel is None:  # (after a resume with many points: one start only)
+            return _RESTARTS if n <= _RESTART_UNTIL else 0
         if n <= _RESTART_UNTIL and n >= 2 * self._restart_n:
             return _RESTARTS
         every = self.options["refit_every"] or max(1, self._kernel_n // 10)
