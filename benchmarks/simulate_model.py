@@ -99,7 +99,7 @@ def run(url: str, space, objective, algorithm: str, groups: int, trials: int,
     horizon: stop at this simulated second instead (the measures cover [0, horizon]):
     where the searcher is the bottleneck, each simulated second costs a second of CPU."""
     from mpiopt.parallel.scheduler import Executor, Scheduler
-    from mpiopt.run.coordinating import freeze_start_up_heap
+    from mpiopt.run.coordinating import freeze_start_up_heap, thaw_heap
     from mpiopt.search import make_searcher
     from mpiopt.storage import open_storage
 
@@ -116,8 +116,11 @@ def run(url: str, space, objective, algorithm: str, groups: int, trials: int,
                           ask_ahead=not inner.slow)
         sim = _Groups(sched, Executor(st, send=None, machine=sched, searcher=searcher),
                       objective, low, high, seed)
-        freeze_start_up_heap()          # (as the real run does before its loop)
-        sim.loop(searcher if inner.slow else None, now, horizon)
+        freeze_start_up_heap()          # (as the real run does round its loop)
+        try:
+            sim.loop(searcher if inner.slow else None, now, horizon)
+        finally:
+            thaw_heap()
     background = isinstance(searcher, SimulatedSearcher)
     fillers = searcher.fillers if background else 0
     return {"trials": len(sim.spans), "fillers": fillers, "finished": sim.finished,

@@ -40,6 +40,7 @@ def coordinate(world, started: Started) -> int:
             return _run_single(run)
         return _run_coordinator(run)
     finally:
+        thaw_heap()
         if watch:
             watch.stop()
 
@@ -54,6 +55,14 @@ def freeze_start_up_heap() -> None:
     import gc
 
     gc.freeze()
+
+
+def thaw_heap() -> None:
+    """The frozen objects back under collection when the run ends: the process may go on
+    (a caller of the CLI's main, a test), and its garbage among them is then collected."""
+    import gc
+
+    gc.unfreeze()
 
 
 def _watch(world, alive_comm, topo, limit: float | None):
