@@ -366,6 +366,42 @@ def test_a_batchs_thompson_turns_share_one_factorisation(monkeypatch):
         assert min(SQUARE.distance(params, other) for other in batch[:i] + batch[i + 1:]) >= 0.01
 
 
+def test_the_first_fit_starts_once_and_the_next_restarts(monkeypatch):
+    """Under MPI every group waits for the first model batch (the design's results come
+    together): its kernel fit starts from the default kernel alone, and the random
+    restarts come with the next fit, made while the groups train."""
+    from mpiopt.search import _gp
+
+    starts = []
+    monkeypatch.setattr(_gp, "fit_kernel", lambda kernel, X, y, restarts, seed, _fit=_gp.fit_kernel:
+                        starts.append(restarts) or _fit(kernel, X, y, restarts, seed))
+    searcher = BayesianSearcher(SQUARE, {"initial_points": 4}, seed=0)
+    drive_batches(searcher, square_objective, 10, parallel=4, batch=4)
+    assert starts[:2] == [0, 2]
+
+
+def test_the_gp_never_suggests_a_failed_point_again():
+    """A failed suggestion is not told (the model never learns of it), so only the
+    distance rule keeps the model from suggesting it again: one at a time, in a batch and
+    after a resume that replays the failure."""
+    corner = {"x": 2.0, "y": -1.0}                  # where the told values lead
+
+    def toward(params: dict) -> float:
+        return (params["x"] - 2.0) ** 2 + (params["y"] + 1.0) ** 2
+
+    for batch in (False, True):
+        searcher = BayesianSearcher(SQUARE, {"initial_points": 4}, seed=1)
+        for params in searcher.ask_batch(range(8)):
+            searcher.tell(params, toward(params))
+        searcher.pending[searcher.key(corner)] = corner
+        searcher.forget(corner)
+        resumed = BayesianSearcher(SQUARE, {"initial_points": 4}, seed=1)
+        resumed.replay([*searcher.told, (corner, None)])
+        for s in (searcher, resumed):
+            asked = s.ask_batch(range(10, 18)) if batch else [s.ask(10 + i) for i in range(8)]
+            assert corner not in asked
+
+
 def test_a_warm_up_pays_the_first_costs_and_changes_no_suggestion():
     """Every group waits for the first design batch, and again for the first model batch:
     the one-time costs (the thread-pool controller: tens of milliseconds to make) are
