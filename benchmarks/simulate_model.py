@@ -15,6 +15,8 @@ trial from a seeded generator). Three servers share the simulated clock:
   it is busy for the CPU time that really took (`cpu`, time.thread_time by default), and
   its suggestion joins the stock only then. Groups that finish meanwhile get a stocked suggestion, or
   wait, or get a random filler, by BackgroundSearcher's own rule, on the simulated clock.
+  Its warm-up (the searcher's one-time costs) runs before second 0, where a real run's
+  overlaps the groups' start-up (SimulatedThread._warm_up).
 
 CPU time, not wall time, because the development machine is shared: its wall time
 counts other people's work. The real thread and the loop share one interpreter (the GIL); here they run side by side,
@@ -45,8 +47,18 @@ class SimulatedThread:
     def __init__(self, searcher: BackgroundSearcher, cpu=time.thread_time):
         self.searcher = searcher
         self.cpu = cpu
+        self.warm_up_cpu_s = self._warm_up()
         self.cpu_s = 0.0
         self._in_flight: tuple[list, float] | None = None   # (suggestions, CPU seconds)
+
+    def _warm_up(self) -> float:
+        """The searcher's warm-up, whole, before simulated second 0 (its CPU seconds,
+        counted in no ask's): a real run's overlaps the groups' start-up (interpreters,
+        imports, data: seconds; mpiopt.run.startup), and the simulated groups start
+        ready."""
+        begin = self.cpu()
+        self.searcher.inner.warm_up()
+        return self.cpu() - begin
 
     def step(self, at: float) -> float | None:
         """What the thread does when free at `at`: apply the queue, ask if the stock is
@@ -82,6 +94,7 @@ def run(url: str, space, objective, algorithm: str, groups: int, trials: int,
     horizon: stop at this simulated second instead (the measures cover [0, horizon]):
     where the searcher is the bottleneck, each simulated second costs a second of CPU."""
     from mpiopt.parallel.scheduler import Executor, Scheduler
+    from mpiopt.run.coordinating import freeze_start_up_heap, thaw_heap
     from mpiopt.search import make_searcher
     from mpiopt.storage import open_storage
 
@@ -100,7 +113,11 @@ def run(url: str, space, objective, algorithm: str, groups: int, trials: int,
                           ask_ahead=not inner.slow)
         sim = _Groups(sched, Executor(st, send=None, machine=sched, searcher=searcher),
                       objective, low, high, seed)
-        sim.loop(thread, now, horizon)
+        freeze_start_up_heap()          # (as the real run does round its loop)
+        try:
+            sim.loop(thread, now, horizon)
+        finally:
+            thaw_heap()
     background = thread is not None
     fillers = searcher.fillers if background else 0
     return {"trials": len(sim.spans), "fillers": fillers, "finished": sim.finished,

@@ -53,6 +53,17 @@ def search(tmp_path, spec, np=None, *extra, timeout=240):
                   timeout=timeout)
 
 
+def test_the_run_leaves_its_start_up_heap_out_of_garbage_collections(tmp_path):
+    """Rank 0 freezes what its start-up built (mpiopt.run.coordinating.freeze_start_up_heap),
+    so no full collection at the first results scans it while the groups wait. Run in one
+    process, where the trials run in rank 0's."""
+    spec = write_spec(tmp_path, function="heap_frozen", trials=2)
+    proc = search(tmp_path, spec)
+    assert proc.returncode == 0, proc.stderr
+    _, trials = trials_of(tmp_path)
+    assert [t.value for t in trials] == [1.0, 1.0]
+
+
 @pytest.mark.parametrize("np,group_size,algorithm", [
     (1, 1, "bayesian"), (3, 1, "evolutionary"), (5, 1, "bayesian"), (5, 2, "random"),
     (3, 2, "evolutionary"),

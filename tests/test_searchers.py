@@ -366,16 +366,68 @@ def test_a_batchs_thompson_turns_share_one_factorisation(monkeypatch):
         assert min(SQUARE.distance(params, other) for other in batch[:i] + batch[i + 1:]) >= 0.01
 
 
-def test_a_batch_of_design_points_readies_the_thread_controls():
-    """The first model batch comes when the design's results do, every group waiting for
-    it: the thread-pool controller (tens of milliseconds to make) is made by the design's
-    batch instead."""
+def test_the_first_fit_starts_once_and_the_next_restarts(monkeypatch):
+    """Under MPI every group waits for the first model batch (the design's results come
+    together): its kernel fit starts from the default kernel alone, and the random
+    restarts come with the next fit, made while the groups train."""
+    from mpiopt.search import _gp
+
+    starts = []
+    monkeypatch.setattr(_gp, "fit_kernel", lambda kernel, X, y, restarts, seed, _fit=_gp.fit_kernel:
+                        starts.append(restarts) or _fit(kernel, X, y, restarts, seed))
+    searcher = BayesianSearcher(SQUARE, {"initial_points": 4}, seed=0)
+    drive_batches(searcher, square_objective, 10, parallel=4, batch=4)
+    assert starts[:2] == [0, 2]
+
+
+def test_the_gp_never_suggests_a_failed_point_again():
+    """A failed suggestion is not told (the model never learns of it), so only the
+    distance rule keeps the model from suggesting it again: one at a time, in a batch and
+    after a resume that replays the failure."""
+    corner = {"x": 2.0, "y": -1.0}                  # where the told values lead
+
+    def toward(params: dict) -> float:
+        return (params["x"] - 2.0) ** 2 + (params["y"] + 1.0) ** 2
+
+    for batch in (False, True):
+        searcher = BayesianSearcher(SQUARE, {"initial_points": 4}, seed=1)
+        for params in searcher.ask_batch(range(8)):
+            searcher.tell(params, toward(params))
+        searcher.pending[searcher.key(corner)] = corner
+        searcher.forget(corner)
+        resumed = BayesianSearcher(SQUARE, {"initial_points": 4}, seed=1)
+        resumed.replay([*searcher.told, (corner, None)])
+        for s in (searcher, resumed):
+            asked = s.ask_batch(range(10, 18)) if batch else [s.ask(10 + i) for i in range(8)]
+            assert corner not in asked
+
+
+def test_a_warm_up_pays_the_first_costs_and_changes_no_suggestion():
+    """Every group waits for the first design batch, and again for the first model batch:
+    the one-time costs (the thread-pool controller: tens of milliseconds to make) are
+    paid by warm_up instead, and a warmed-up searcher suggests what a cold one does."""
     from mpiopt.search import bayesian
 
     bayesian._THREADS = None
-    searcher = BayesianSearcher(SQUARE, {"initial_points": 4}, seed=0)
-    searcher.ask_batch(range(4))
+    warm = BayesianSearcher(SQUARE, {"initial_points": 4}, seed=0)
+    warm.warm_up()
     assert bayesian._THREADS is not None
+    cold = BayesianSearcher(SQUARE, {"initial_points": 4}, seed=0)
+    assert drive_batches(warm, square_objective, 10) == drive_batches(cold, square_objective, 10)
+
+
+@pytest.mark.parametrize("algorithm", ["bayesian", "portfolio", "auto"])
+def test_preload_warms_up_the_studys_searcher(algorithm):
+    """Rank 0 preloads while the groups start up (mpiopt.run.startup): the searcher the
+    study builds next finds its one-time costs paid. A spec error is left to the study's
+    own build of the searcher."""
+    from mpiopt.search import bayesian, preload
+
+    space = Space([Real(f"x{i}", 0.0, 1.0) for i in range(6)])
+    bayesian._THREADS = None
+    preload(algorithm, space, 40, 4, False, {})
+    assert bayesian._THREADS is not None
+    preload("bayesian", space, 40, 4, False, {"no_such_option": 1})
 
 
 def test_a_portfolio_batch_asks_each_member_once_the_partner_first():

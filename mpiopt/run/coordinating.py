@@ -34,13 +34,35 @@ def coordinate(world, started: Started) -> int:
     watch = None if topo.single_process else _watch(world, world.Dup(), topo, started.liveness)
     try:
         run = _set_up_run(world, started, topo, comm, hosts, watch)
+        freeze_start_up_heap()
         run.progress.start()
         if topo.single_process:
             return _run_single(run)
         return _run_coordinator(run)
     finally:
+        thaw_heap()
         if watch:
             watch.stop()
+
+
+def freeze_start_up_heap() -> None:
+    """Leave what the start-up built (the modules of numpy, scipy, scikit-learn,
+    SQLAlchemy and ours: hundreds of thousands of objects) out of every later garbage
+    collection (gc.freeze): it lives as long as the run. Otherwise the first full
+    collection comes at the first results, when the heap has just grown by them, and
+    scans it all (about a tenth of a second: benchmarks/results/simulate.md) while every
+    group that finished waits for the coordinator and the searcher."""
+    import gc
+
+    gc.freeze()
+
+
+def thaw_heap() -> None:
+    """The frozen objects back under collection when the run ends: the process may go on
+    (a caller of the CLI's main, a test), and its garbage among them is then collected."""
+    import gc
+
+    gc.unfreeze()
 
 
 def _watch(world, alive_comm, topo, limit: float | None):

@@ -170,7 +170,8 @@ RUN_MODULES = ("mpiopt.run.study_run", "mpiopt.storage.resilient", "mpiopt.repor
 
 def _preload(world, spec):
     """A thread importing the searcher's modules (scikit-learn and scikit-optimize take
-    seconds) and the run's while rank 0 waits for the other ranks to set up: the first
+    seconds), paying its one-time costs (mpiopt.search.preload), and importing the run's
+    modules while rank 0 waits for the other ranks to set up: the first
     trial then waits for the slower of the two, not for both in turn (figures:
     benchmarks/startup.py). Rank 0 joins it right after that wait, before it imports
     anything else (two threads importing packages that import each other can fail), and
@@ -186,7 +187,7 @@ def _preload(world, spec):
     groups = check_layout(world.Get_size(), spec.resources.group_size).n_groups  # (checked)
 
     def imports() -> None:
-        preload(s.algorithm, spec.space, s.trials, groups, spec.objective.vector)
+        preload(s.algorithm, spec.space, s.trials, groups, spec.objective.vector, s.options)
         for module in RUN_MODULES:
             try:
                 importlib.import_module(module)

@@ -69,12 +69,15 @@ def make_searcher(algorithm: str, space, options: dict | None = None, seed: int 
 
 
 def preload(algorithm: str, space, budget: int | None = None, parallel: int = 1,
-            vector: bool = False) -> None:
+            vector: bool = False, options: dict | None = None) -> None:
     """Import now the strategy modules that make_searcher will need for this study (auto
-    resolved). Rank 0 does this while the other ranks set up their objective, so the
-    seconds that scikit-learn and scikit-optimize take to import overlap theirs instead
-    of delaying the first trial. An error is left for make_searcher to raise, where a
-    study's start-up errors are reported."""
+    resolved), and pay the searcher's one-time costs on a throwaway one built as the
+    study's will be (Searcher.warm_up: tables, library probes, first calls). Rank 0 does
+    this while the other ranks set up their objective, so the seconds that scikit-learn
+    and scikit-optimize take to import, and the milliseconds of a first design and a
+    first fit, overlap theirs instead of every group waiting for them at the first
+    trials. An error is left for make_searcher to raise, where a study's start-up errors
+    are reported."""
     names = [algorithm]
     try:
         if algorithm == "auto":
@@ -85,6 +88,7 @@ def preload(algorithm: str, space, budget: int | None = None, parallel: int = 1,
         for name in names:
             if name in ALGORITHMS and REGISTRY[name].module:
                 importlib.import_module(REGISTRY[name].module)
+        make_searcher(algorithm, space, options, 0, budget, parallel, vector).warm_up()
     except Exception:       # (make_searcher imports the same modules and raises it there)
         pass
 

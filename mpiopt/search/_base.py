@@ -137,6 +137,14 @@ class Searcher(abc.ABC):
         self.next_number = max(self.next_number, self.number + 1)
         return params
 
+    def warm_up(self) -> None:
+        """Pay the process's one-time costs of a first ask and a first fit (imports,
+        tables, library probes) while nothing waits for a suggestion: under MPI, rank 0
+        has a throwaway searcher pay them while the groups start up
+        (mpiopt.search.preload), so the run's own searcher finds them paid. It changes no
+        state of the searcher (its suggestions are the same after it). Most searchers
+        have nothing to pay."""
+
     def ask_batch(self, numbers: Iterable[int]) -> list[dict]:
         """Suggestions for the trials `numbers`, in order, from one view of what is told
         (a model fitted once, its suggestions spread apart by _suggest_batch); each stays

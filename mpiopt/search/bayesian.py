@@ -86,6 +86,7 @@ class BayesianSearcher(Searcher):
         self.options = _validate(check_options(self.algorithm, options, DEFAULTS))
         self.encoder = _skopt.Encoder(space)
         self._rows: list[np.ndarray] = []
+        self._spent_rows: list[np.ndarray] = []   # suggestions that came back without a value
         self._stacked = np.zeros((0, self.encoder.n_cols))   # _rows as one array (_told_rows)
         self._kernel = None
         self._kernel_n = 0
@@ -101,6 +102,17 @@ class BayesianSearcher(Searcher):
     # ---- bookkeeping ----------------------------------------------------------------
     def _on_tell(self, params, value, was_pending) -> None:
         self._rows.append(self.encoder.encode([params])[0])
+
+    def _on_forget(self, params) -> None:
+        self._spent_rows.append(self.encoder.encode([params])[0])
+
+    def replay(self, trials, pending=(), next_number=None) -> None:
+        """As Searcher.replay; the failed trials' points are kept away from, as in the run."""
+        trials = list(trials)
+        super().replay(trials, pending, next_number)
+        failed = [p for p, _ in trials if self.key(p) in self.spent]
+        if failed:
+            self._spent_rows += list(self.encoder.encode(failed))
 
     # ---- suggestion -------------------------------------------------------------------
     def designing(self) -> bool:
@@ -143,6 +155,29 @@ class BayesianSearcher(Searcher):
         while True:
             yield self.space.sample(self.rng)   # (a small discrete space: the design is used up)
 
+    def warm_up(self) -> None:
+        """The first design's and the first fit's one-time costs (see Searcher.warm_up):
+        scipy's Sobol direction numbers, the thread pools' controller, the modules and
+        first calls of a fit, a posterior and a batch's picks (on a few random rows, with
+        a generator of its own). Paid on the first batches instead, every group would
+        wait for them: for the first design batch, and again for the first model batch
+        after the design's results."""
+        from scipy.stats import qmc
+
+        qmc.Sobol(len(self.space.dimensions), scramble=True, seed=0).random(2)
+        _controller()
+        if self.options["estimator"] == "GP":
+            from scipy.spatial import cKDTree
+
+            from mpiopt.search import _batch  # noqa: F401
+
+            rng = np.random.default_rng(0)
+            X, y = self.encoder.sample(8, rng), rng.random(8)
+            with _single_thread():
+                kernel = _gp.fit_kernel(self._initial_kernel(), X, y, 1, 0)
+                _gp.Posterior(kernel, X, y).predict(X)
+            cKDTree(X).query(X, k=1)
+
     # ---- batches (one fit, many suggestions: see the module docstring) ------------------
     def _suggest_batch(self, numbers: list[int]):
         if not self._batchable():
@@ -154,8 +189,6 @@ class BayesianSearcher(Searcher):
             yield next(design)
         if numbers:
             yield from self._believed_batch(numbers)
-        else:
-            _controller()   # (made now, while the design runs: see _controller)
 
     def _batchable(self) -> bool:
         """One fit serves a batch where a believed point changes no mean: a GP with the
@@ -203,7 +236,7 @@ class BayesianSearcher(Searcher):
         from scipy.spatial import cKDTree
 
         trees = [(cKDTree(known), limit) for known, limit in
-                 ((self._told_rows(), _TOLD_MIN_DISTANCE),
+                 ((self._never_rows(), _TOLD_MIN_DISTANCE),
                   (self._pending_rows(), self.options["min_distance"]))
                  if len(known) and limit > 0]
 
@@ -254,8 +287,18 @@ class BayesianSearcher(Searcher):
                           self._around(best_rows, 16)])
 
     def _known_rows(self) -> np.ndarray:
-        rows = list(self._told_rows()) + [r for r in self._pending_rows()]
+        """The told and spent points' rows (_first_allowed's first n_never), then the
+        pending ones'."""
+        rows = list(self._never_rows()) + [r for r in self._pending_rows()]
         return np.array(rows) if rows else np.zeros((0, self.encoder.n_cols))
+
+    def _never_rows(self) -> np.ndarray:
+        """Rows a suggestion may never repeat exactly: the told points', and those of
+        suggestions that came back without a value (failed, interrupted), which a model
+        that never learnt of them could otherwise suggest again (see Searcher.spent)."""
+        if not self._spent_rows:
+            return self._told_rows()
+        return np.vstack([self._told_rows(), np.array(self._spent_rows)])
 
     def _told_rows(self) -> np.ndarray:
         """The told points encoded, one array, grown by the rows told since the last call
@@ -372,12 +415,15 @@ class BayesianSearcher(Searcher):
     def _schedule(self, n: int) -> int | None:
         """Restarts for a refit now, or None to keep the kernel.
 
-        Random restarts (costly) the first time and whenever the data doubled while the
-        study is small (n <= _RESTART_UNTIL); otherwise a warm start from the kept kernel
-        every `refit_every` tells (auto: every tell up to 20 points, then every ~10%).
+        The first fit starts from the default kernel alone: under MPI every group waits
+        for it (the design's results come together), and the random restarts come with
+        the next fit, made while the groups train. Then random restarts (costly)
+        whenever the data doubled while the study is small (n <= _RESTART_UNTIL);
+        otherwise a warm start from the kept kernel every `refit_every` tells (auto:
+        every tell up to 20 points, then every ~10%).
         """
-        if self._kernel is None:  # (after a resume with many points: one start only)
-            return _RESTARTS if n <= _RESTART_UNTIL else 0
+        if self._kernel is None:
+            return 0
         if n <= _RESTART_UNTIL and n >= 2 * self._restart_n:
             return _RESTARTS
         every = self.options["refit_every"] or max(1, self._kernel_n // 10)
@@ -438,10 +484,11 @@ class BayesianSearcher(Searcher):
         return int(self.rng.choice(k, p=p / p.sum()))
 
     def _first_allowed(self, cand: np.ndarray, score: np.ndarray, avoid: np.ndarray) -> np.ndarray:
-        """Highest-scoring candidate far enough from pending (1%) and told (no repeat) rows."""
-        n_told = len(self._rows)
-        limits = np.concatenate([np.full(n_told, _TOLD_MIN_DISTANCE),
-                                 np.full(len(avoid) - n_told, self.options["min_distance"])])
+        """Highest-scoring candidate far enough from pending (1%) and told or spent (no
+        repeat) rows."""
+        n_never = len(self._rows) + len(self._spent_rows)
+        limits = np.concatenate([np.full(n_never, _TOLD_MIN_DISTANCE),
+                                 np.full(len(avoid) - n_never, self.options["min_distance"])])
         order = np.argsort(-score, kind="stable")
         for i in order:
             if len(avoid) == 0 or np.all(np.abs(avoid - cand[i]).max(axis=1) >= limits):
@@ -460,8 +507,7 @@ def _single_thread():
 
 def _controller() -> ThreadpoolController:
     """The thread pools' controller, made once. Making it inspects every loaded library
-    (tens of milliseconds), so a batch of design points makes it: the first model batch
-    comes when the design's results do, with every group waiting for it."""
+    (tens of milliseconds), so warm_up makes it before any group waits for a fit."""
     global _THREADS
     if _THREADS is None:
         _THREADS = ThreadpoolController()

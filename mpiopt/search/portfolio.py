@@ -66,6 +66,10 @@ class PortfolioSearcher(Searcher):
         self._given(member, params)
         return params
 
+    def warm_up(self) -> None:
+        for member in self.members:
+            member.warm_up()
+
     def _suggest_batch(self, numbers: list[int]):
         """Each trial's member drawn as for one ask (from that trial's own stream), then
         each member's trials asked together: the partner's first, so that the model's

@@ -410,3 +410,10 @@ def uses_processes(params):
         with concurrent.futures.ProcessPoolExecutor(2) as pool:
             total = sum(pool.map(abs, range(-4, 4)))
     return branin(params) + 0 * total
+
+
+def heap_frozen(params):
+    """1.0 where the process that runs the trial froze its start-up heap (gc.freeze), else 0.0."""
+    import gc
+
+    return 1.0 if gc.get_freeze_count() > 0 else 0.0
