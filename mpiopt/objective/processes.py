@@ -62,9 +62,15 @@ def _parent(pid: int) -> int | None:
 
 
 def end_started_since(before: set[int]) -> int:
-    """SIGKILL this process's descendants that are not in `before`; how many there were."""
+    """SIGKILL this process's descendants that are not in `before`; how many there were.
+    All are stopped (SIGSTOP) before any is killed, so none sees another end first: a
+    parent cannot restart its killed child, nor exit on its own as its child dies."""
+    pids = descendants() - before
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGSTOP)
     ended = 0
-    for pid in descendants() - before:
+    for pid in pids:
         try:
             os.kill(pid, signal.SIGKILL)
             ended += 1
