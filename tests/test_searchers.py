@@ -406,12 +406,12 @@ def test_a_warm_up_pays_the_first_costs_and_changes_no_suggestion():
     """Every group waits for the first design batch, and again for the first model batch:
     the one-time costs (the thread-pool controller: tens of milliseconds to make) are
     paid by warm_up instead, and a warmed-up searcher suggests what a cold one does."""
-    from mpiopt.search import bayesian
+    from mpiopt.search import _blas
 
-    bayesian._THREADS = None
+    _blas._THREADS = None
     warm = BayesianSearcher(SQUARE, {"initial_points": 4}, seed=0)
     warm.warm_up()
-    assert bayesian._THREADS is not None
+    assert _blas._THREADS is not None
     cold = BayesianSearcher(SQUARE, {"initial_points": 4}, seed=0)
     assert drive_batches(warm, square_objective, 10) == drive_batches(cold, square_objective, 10)
 
@@ -421,12 +421,12 @@ def test_preload_warms_up_the_studys_searcher(algorithm):
     """Rank 0 preloads while the groups start up (mpiopt.run.startup): the searcher the
     study builds next finds its one-time costs paid. A spec error is left to the study's
     own build of the searcher."""
-    from mpiopt.search import bayesian, preload
+    from mpiopt.search import _blas, preload
 
     space = Space([Real(f"x{i}", 0.0, 1.0) for i in range(6)])
-    bayesian._THREADS = None
+    _blas._THREADS = None
     preload(algorithm, space, 40, 4, False, {})
-    assert bayesian._THREADS is not None
+    assert _blas._THREADS is not None
     preload("bayesian", space, 40, 4, False, {"no_such_option": 1})
 
 

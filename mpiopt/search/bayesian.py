@@ -21,7 +21,7 @@ suggestions refits everything. Here:
   and the most recent half).
 * The acquisition is maximised over a few thousand random candidates plus Gaussian
   perturbations of the best told points and of the best candidates, at shrinking scales:
-  no L-BFGS restarts. BLAS runs single-threaded meanwhile (see _single_thread).
+  no L-BFGS restarts. BLAS runs single-threaded meanwhile (see _blas.single_thread).
 * `gp_hedge` mixes EI, LCB and PI like skopt (softmax over gains, gains lowered by the
   model's mean at each function's previous choice), in standardised units; `xi` is in the
   objective's units as in skopt.
@@ -44,18 +44,16 @@ Figures for these choices, and the variants that lost: benchmarks/results/qualit
 from __future__ import annotations
 
 import numpy as np
-from threadpoolctl import ThreadpoolController
 
-from mpiopt.errors import SpecError
 from mpiopt.search.scaling import in_range
 from mpiopt.search import _gp, _skopt, pareto
 from mpiopt.search._base import Searcher, check_options
+from mpiopt.search._bayes_options import validate
+from mpiopt.search._blas import controller, single_thread
 from mpiopt.search._warping import warp
 from mpiopt.search.options import defaults as declared
 
 DEFAULTS = declared("bayesian")   # declared in mpiopt.search.options
-_ESTIMATORS = ("GP", "RF", "ET", "GBRT")
-_ACQUISITIONS = ("gp_hedge", "EI", "LCB", "PI")
 _HEDGED = ("EI", "LCB", "PI")
 _LOCAL_SCALES = (0.1, 0.03, 0.01, 0.003)   # perturbations round the best, coarse to fine
 _TOLD_MIN_DISTANCE = 1e-9  # only exact repeats of a told point are refused
@@ -83,7 +81,7 @@ class BayesianSearcher(Searcher):
 
     def __init__(self, space, options: dict | None = None, seed: int = 0):
         super().__init__(space, options, seed)
-        self.options = _validate(check_options(self.algorithm, options, DEFAULTS))
+        self.options = validate(check_options(self.algorithm, options, DEFAULTS))
         self.encoder = _skopt.Encoder(space)
         self._rows: list[np.ndarray] = []
         self._spent_rows: list[np.ndarray] = []   # suggestions that came back without a value
@@ -123,7 +121,7 @@ class BayesianSearcher(Searcher):
     def _suggest(self) -> dict:
         if self.designing():
             return self._initial_point()  # see _INITIAL note
-        with _single_thread():
+        with single_thread():
             X, y = self._training_set()
             model = self._surrogate(X, y)
             if self._explore_now(model):
@@ -165,7 +163,7 @@ class BayesianSearcher(Searcher):
         from scipy.stats import qmc
 
         qmc.Sobol(len(self.space.dimensions), scramble=True, seed=0).random(2)
-        _controller()
+        controller()
         if self.options["estimator"] == "GP":
             from scipy.spatial import cKDTree
 
@@ -173,7 +171,7 @@ class BayesianSearcher(Searcher):
 
             rng = np.random.default_rng(0)
             X, y = self.encoder.sample(8, rng), rng.random(8)
-            with _single_thread():
+            with single_thread():
                 kernel = _gp.fit_kernel(self._initial_kernel(), X, y, 1, 0)
                 _gp.Posterior(kernel, X, y).predict(X)
             cKDTree(X).query(X, k=1)
@@ -203,7 +201,7 @@ class BayesianSearcher(Searcher):
         mpiopt.search._batch)."""
         from mpiopt.search._batch import Batch
 
-        with _single_thread():
+        with single_thread():
             X, y = self._training_set()
             model = self._surrogate(X, y)
             names = self._names()
@@ -258,7 +256,7 @@ class BayesianSearcher(Searcher):
         n, kernel = len(self._rows), self._kernel
         if self._agreement is None or self._agreement[0] != n or self._agreement[1] is not kernel:
             X, y = self._training_set()
-            with _single_thread():      # (an inverse of up to max_points rows: BLAS work)
+            with single_thread():      # (an inverse of up to max_points rows: BLAS work)
                 self._agreement = (n, kernel, _gp.loo_agreement(kernel, X, y))
         return self._agreement[2]
 
@@ -494,43 +492,3 @@ class BayesianSearcher(Searcher):
             if len(avoid) == 0 or np.all(np.abs(avoid - cand[i]).max(axis=1) >= limits):
                 return cand[i]
         return self.encoder.sample(1, self.rng)[0]
-
-
-_THREADS = None
-
-
-def _single_thread():
-    """One BLAS thread while we fit and predict: on a node shared with training ranks,
-    OpenBLAS's threads fight them for the cores and a kernel fit gets many times slower."""
-    return _controller().limit(limits=1, user_api="blas")
-
-
-def _controller() -> ThreadpoolController:
-    """The thread pools' controller, made once. Making it inspects every loaded library
-    (tens of milliseconds), so warm_up makes it before any group waits for a fit."""
-    global _THREADS
-    if _THREADS is None:
-        _THREADS = ThreadpoolController()
-    return _THREADS
-
-
-def _validate(opts: dict) -> dict:
-    est = str(opts["estimator"]).upper()
-    if est not in _ESTIMATORS:
-        raise SpecError(f"search.bayesian.estimator: expected one of {', '.join(_ESTIMATORS)}, "
-                        f"got {opts['estimator']!r}")
-    acq = str(opts["acquisition"])
-    acq = acq if acq == "gp_hedge" else acq.upper()
-    if acq not in _ACQUISITIONS:
-        raise SpecError(f"search.bayesian.acquisition: expected one of "
-                        f"{', '.join(_ACQUISITIONS)}, got {opts['acquisition']!r}")
-    if opts["liar"] not in ("believer", "mean", "min", "max"):
-        raise SpecError(f"search.bayesian.liar: expected believer, mean, min or max, "
-                        f"got {opts['liar']!r}")
-    if opts["initial_design"] not in ("sobol", "random"):
-        raise SpecError(f"search.bayesian.initial_design: expected sobol or random, "
-                        f"got {opts['initial_design']!r}")
-    for key in ("initial_points", "max_points", "hyper_points", "candidates"):
-        if int(opts[key]) < 1:
-            raise SpecError(f"search.bayesian.{key}: expected an integer >= 1, got {opts[key]!r}")
-    return {**opts, "estimator": est, "acquisition": acq}

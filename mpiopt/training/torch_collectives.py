@@ -5,9 +5,8 @@ On GPUs the buffer stays in the device's memory and each bucket is summed by NCC
 from the same backward hooks as MPI's (allreduce.py): MPI would take every step's
 gradient to the host and back (no CUDA-aware MPI is assumed, torch_device), and NCCL is
 what DistributedDataParallel sums with. On CPUs MPI stays: between nodes it runs over
-the cluster's fabric where gloo takes TCP sockets, and on one node, measured side by side
-(benchmarks/results/torch_training.md), gloo's sums took as much CPU per sample or more
-(its own threads) while their wall time went either way. `torch` forces torch.distributed
+the cluster's fabric where gloo takes TCP sockets, and on one node gloo's own threads
+cost as much CPU per sample or more (benchmarks/results/torch_training.md). `torch` forces torch.distributed
 (gloo on CPUs: how this path is tested without a GPU), `mpi` forces MPI. The ranks of a
 group agree on one path (an allgather of each rank's wish), so a group whose ranks differ
 (a rank without a GPU) sums through MPI rather than hang.
