@@ -1,6 +1,9 @@
-"""The coordinator's view of heartbeats (mpiopt.parallel.liveness.Liveness): pure, no MPI.
+"""The coordinator's view of heartbeats (mpiopt.parallel.liveness.Liveness) and a leader's
+view of the coordinator's silence (CoordinatorSilence): pure, no MPI.
 tests/test_chaos.py stops real ranks and a real coordinator."""
-from mpiopt.parallel.liveness import Liveness, period_for
+import pytest
+
+from mpiopt.parallel.liveness import STOPPED_LIMITS, CoordinatorSilence, Liveness, period_for
 
 
 class Clock:
@@ -55,3 +58,36 @@ def test_a_silence_that_was_rank_0s_own_gives_every_rank_a_fresh_limit():
 
 def test_many_beats_fit_in_the_limit():
     assert period_for(60.0) == 5.0 and period_for(3.0) == 0.25
+
+
+def test_a_coordinator_seen_stopped_then_running_gets_a_fresh_limit_for_its_first_beat():
+    """SIGSTOP of rank 0 past the limit, then SIGCONT: the leader that looks between the
+    SIGCONT and rank 0's first beat (its thread just woke) found it silent and no longer
+    stopped, and ended a healthy job (test_faults, CI). Continued, it gets a fresh limit."""
+    clock, state = Clock(), {"stopped": False}
+    silence = CoordinatorSilence(3.0, lambda: state["stopped"], clock=clock)
+    clock.now += 1.0
+    assert silence.over() is None
+    state["stopped"] = True
+    clock.now += 3.5
+    assert silence.over() is None               # stopped on this host: SIGCONT may follow
+    state["stopped"] = False                    # continued; its beat not here yet
+    clock.now += 3.0
+    assert silence.over() is None
+    clock.now += 2.9
+    assert silence.over() is None
+    clock.now += 0.2                            # a limit since it ran again, and no beat
+    assert silence.over() == pytest.approx(3.1)
+
+
+def test_a_coordinator_silent_while_running_or_stopped_too_long_ends_the_job():
+    clock, state = Clock(), {"stopped": False}
+    silence = CoordinatorSilence(3.0, lambda: state["stopped"], clock=clock)
+    clock.now += 3.1
+    assert silence.over() == pytest.approx(3.1)  # never seen stopped: dead or stuck
+    silence.heard()
+    state["stopped"] = True
+    clock.now += 3.0 * STOPPED_LIMITS
+    assert silence.over() is None
+    clock.now += 0.1
+    assert silence.over() == pytest.approx(3.0 * STOPPED_LIMITS + 0.1)

@@ -27,6 +27,8 @@ limit. And a leader that finds the coordinator silent, but stopped on its own ho
 (state T in /proc: a Ctrl-Z, a scheduler's suspend, someone's decision that a SIGCONT
 will likely follow), waits for it up to STOPPED_LIMITS times the limit before it ends the
 job; a coordinator that died, or is stuck while running, still ends it after the limit.
+One seen stopped and then running again was continued: its first beat after the SIGCONT
+may still be on the way, so it gets a fresh limit from the moment it was seen running.
 """
 from __future__ import annotations
 
@@ -105,6 +107,34 @@ class Liveness:
             return sorted(r for r, t in self.last.items() if now - t > self.limit)
 
 
+class CoordinatorSilence:
+    """A leader's judgement of rank 0's silence (pure: `stopped()` says whether rank 0's
+    process is stopped now, `clock` gives seconds). `over()` is the silence in seconds
+    once it should end the job, else None."""
+
+    def __init__(self, limit: float, stopped, clock=time.monotonic):
+        self.limit, self.stopped, self.clock = limit, stopped, clock
+        self.last = clock()
+        self.seen_stopped = False
+
+    def heard(self) -> None:
+        """A beat from rank 0, or this rank's own freeze: the silence starts again."""
+        self.last = self.clock()
+        self.seen_stopped = False
+
+    def over(self) -> float | None:
+        silent = self.clock() - self.last
+        if silent <= self.limit:
+            return None
+        if self.stopped():
+            self.seen_stopped = True
+            return None if silent <= STOPPED_LIMITS * self.limit else silent
+        if self.seen_stopped:                    # continued since: its beat may be on the way
+            self.heard()
+            return None
+        return silent
+
+
 class Heartbeat:
     """A daemon thread on `comm` (a duplicate of the world, so beats never meet the
     protocol's messages): every `period` it sends ALIVE to each of `targets()` and hands
@@ -124,7 +154,7 @@ class Heartbeat:
         self.coordinator = coordinator    # rank 0's (host, pid): from the start-up, or its beats
         self.lock = lock or threading.Lock()
         self.limit, self.on_silent = limit, on_silent
-        self.last_from_0 = time.monotonic()
+        self.silence = CoordinatorSilence(limit or 0.0, lambda: _stopped_here(self.coordinator))
         self._inflight: dict[int, object] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="mpiopt-alive", daemon=True)
@@ -145,17 +175,14 @@ class Heartbeat:
             self.look()
             now = time.monotonic()
             if now - looked > FROZEN_PERIODS * self.period:
-                self.last_from_0 = now               # the silence was this rank's own
+                self.silence.heard()                 # the silence was this rank's own
             looked = now
             with self.lock:
                 if self._stop.is_set():
                     return
                 self._beat()
             self._listen()
-            silent = time.monotonic() - self.last_from_0
-            if self.on_silent is not None and silent > self.limit:
-                if silent <= STOPPED_LIMITS * self.limit and _stopped_here(self.coordinator):
-                    continue                         # someone stopped it: SIGCONT may follow
+            if self.on_silent is not None and (silent := self.silence.over()) is not None:
                 self.on_silent(silent)
                 return
 
@@ -175,7 +202,7 @@ class Heartbeat:
             sender = message.recv()
             source = status.Get_source()
             if source == 0:
-                self.last_from_0 = time.monotonic()
+                self.silence.heard()
                 self.coordinator = sender
             self.heard(source)
 
