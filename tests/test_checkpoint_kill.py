@@ -23,41 +23,11 @@ from test_training import write_case  # noqa: E402
 
 EPOCHS = 30
 
-# The tiny model with a pause in each training step (a sleep, no CPU) in the job that is
-# killed (PACED set), so its 30 epochs last seconds, not the tenth of a second each they
-# take at full speed: the kill lands mid-trial however slowly the loaded machine schedules
-# the test that watches for it. The pause changes no value: the runs without it compare.
-PACED_SOURCE = '''
-import os
-import time
-
-import keras
-import tensorflow as tf
-
-from tiny import build as build_tiny
-
-
-class Pause(keras.layers.Layer):
-    def call(self, x, training=False):
-        if training and os.environ.get("PACED"):
-            tf.py_function(lambda: time.sleep(0.01), [], [])
-        return x
-
-
-def build(params):
-    tiny = build_tiny(params)
-    model = keras.Sequential([keras.Input((6,)), Pause(), *tiny.layers])
-    model.compile(tiny.optimizer, tiny.loss, metrics=["accuracy"])
-    return model
-'''
-
-
 def _case(tmp_path):
     path = write_case(tmp_path, training={"epochs": EPOCHS, "batch_size": 8, "kfold": 2,
                                           "refit": True})
-    (tmp_path / "paced.py").write_text(PACED_SOURCE)
     spec = yaml.safe_load(path.read_text())
-    spec["objective"]["model"] = "paced.py:build"
+    spec["objective"]["model"] = "tiny.py:build_paced"    # paced in the job that is killed
     spec["search"] = {"algorithm": "random", "trials": 1, "seed": 3}
     spec["resources"] = {"group_size": 2}
     path.write_text(yaml.safe_dump(spec))
@@ -92,7 +62,8 @@ def test_kill_9_mid_trial_then_resume_gives_the_uninterrupted_value(tmp_path):
     url = f"sqlite:///{tmp_path / 'killed.db'}"
     store = tmp_path / "killed-artifacts" / "tiny"
     job = subprocess.Popen([str(BIN / "mpiexec"), "-n", "3", str(BIN / "mpiopt"), "search",
-                            str(spec), "--storage", url], cwd=tmp_path, env=dict(subprocess_env(), PACED="1"),
+                            str(spec), "--storage", url], cwd=tmp_path,
+                           env=dict(subprocess_env(), PACED="1"),
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     end, seen = time.monotonic() + 120, []
     while min(_epoch(store, 0), _epoch(store, 1)) < 3:

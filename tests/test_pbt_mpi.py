@@ -26,6 +26,7 @@ TRIALS = 10
 def _case(tmp_path, trials=TRIALS, interval=2):
     path = write_case(tmp_path, training={"batch_size": 16})
     spec = yaml.safe_load(path.read_text())
+    spec["objective"]["model"] = "tiny.py:build_paced"   # paced where a job is killed
     spec["search"] = {"algorithm": "pbt", "trials": trials, "seed": 5,
                       "pbt": {"population": 3, "interval": interval, "explore": ["lr"],
                               "quantile": 0.34}}
@@ -90,7 +91,8 @@ def test_a_killed_pbt_study_resumes_without_rerunning_finished_rounds(tmp_path):
     spec = _case(tmp_path, trials=12, interval=3)
     url = f"sqlite:///{tmp_path / 'k.db'}"
     job = subprocess.Popen([str(BIN / "mpiexec"), "-n", "3", str(BIN / "mpiopt"), "search",
-                            str(spec), "--storage", url], cwd=tmp_path, env=subprocess_env(),
+                            str(spec), "--storage", url], cwd=tmp_path,
+                           env=dict(subprocess_env(), PACED="1"),
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     end = time.monotonic() + 180
     while _finished(url) < 4:

@@ -60,6 +60,64 @@ def _job(tmp_path: Path, spec: Path, np: int, **knobs) -> subprocess.Popen:
                             text=True, start_new_session=True)
 
 
+_STOP_AFTER_SUMMARY = """import os
+import signal
+import sys
+
+
+class _Stop:
+    \"\"\"Wraps mpiopt's Progress.summary, once its module is loaded, to stop the process
+    (SIGSTOP) once the summary is printed.\"\"\"
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "mpiopt.reporting.progress":
+            return None
+        for finder in sys.meta_path:
+            spec = None if finder is self or not hasattr(finder, "find_spec") \\
+                else finder.find_spec(name, path, target)
+            if spec is not None and spec.loader is not None:
+                break
+        else:
+            return None
+        run = spec.loader.exec_module
+
+        def wrapped(module):
+            run(module)
+            summary = module.Progress.summary
+
+            def summary_then_stop(self, *args, **kwargs):
+                summary(self, *args, **kwargs)
+                sys.stdout.flush()
+                os.kill(os.getpid(), signal.SIGSTOP)
+
+            module.Progress.summary = summary_then_stop
+
+        spec.loader.exec_module = wrapped
+        return spec
+
+
+sys.meta_path.insert(0, _Stop())
+"""
+
+
+def _stopping_after_the_summary(tmp_path: Path) -> dict:
+    """An environment whose processes stop themselves right after the study's summary."""
+    folder = tmp_path / "stop-after-summary"
+    folder.mkdir()
+    (folder / "sitecustomize.py").write_text(_STOP_AFTER_SUMMARY)
+    env = subprocess_env()
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(folder), env.get("PYTHONPATH")) if p)
+    return env
+
+
+def _state(pid: int) -> str:
+    """The process's state letter in /proc ('' once it is gone)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return ""
+
+
 def _ended_complete(tmp_path: Path, job: subprocess.Popen, out: str, err: str) -> None:
     assert job.returncode == 0, (out[-2000:], err[-3000:])
     assert "study complete: 3 trials (3 complete)" in out, out[-2000:]
@@ -104,8 +162,12 @@ def test_a_group_part_that_outlasts_the_group_wait_ends_the_study_complete(tmp_p
 def test_a_job_end_that_outlasts_the_exit_grace_ends_the_study_complete(tmp_path):
     """Rank 0's closing (its summary written, the study's end and the lease still to be
     recorded) held up past the other ranks' exit grace, as a database that answers slowly
-    at the end holds it: the others wait for it before their exit's bound starts."""
-    job = _job(tmp_path, _spec(tmp_path, 1), np=3, MPIOPT_EXIT_GRACE=EXIT_GRACE_LEAST_S)
+    at the end holds it: the others wait for it before their exit's bound starts. Rank 0
+    stops itself right after its summary (a sitecustomize wraps it), so the hold is there
+    however late this test reads the summary's line."""
+    env = _stopping_after_the_summary(tmp_path)
+    job = _job(tmp_path, _spec(tmp_path, 1), np=3, MPIOPT_EXIT_GRACE=EXIT_GRACE_LEAST_S,
+               PYTHONPATH=env["PYTHONPATH"])
     try:
         out = ""
         deadline = time.monotonic() + 90
@@ -116,7 +178,9 @@ def test_a_job_end_that_outlasts_the_exit_grace_ends_the_study_complete(tmp_path
             out += line
         assert "study complete" in out, out
         rank0 = rank0_pid(job)
-        os.kill(rank0, signal.SIGSTOP)
+        while _state(rank0) not in ("T", "") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _state(rank0) == "T", "rank 0 did not stop after its summary"
         time.sleep(EXIT_OUTLASTED_S)
         with contextlib.suppress(ProcessLookupError):   # (the launcher ended the job)
             os.kill(rank0, signal.SIGCONT)

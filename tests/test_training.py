@@ -43,6 +43,28 @@ def build_own_step(params):
     return model
 
 
+def build_paced(params):
+    """build's model behind a layer that sleeps 20 ms in each training step where PACED is
+    set (no CPU, no change of any value): a test that acts mid-trial sets it in the job it
+    acts on, so the trial lasts seconds however loaded the machine that watches it."""
+    import os
+    import time
+
+    import keras
+    import tensorflow as tf
+
+    class Pause(keras.layers.Layer):
+        def call(self, x, training=False):
+            if training and os.environ.get("PACED"):
+                tf.py_function(lambda: time.sleep(0.02), [], [])
+            return x
+
+    tiny = build(params)
+    model = keras.Sequential([keras.Input((6,)), Pause(), *tiny.layers])
+    model.compile(tiny.optimizer, tiny.loss, metrics=["accuracy"])
+    return model
+
+
 def load(n=300):
     rng = np.random.default_rng(0)
     x = rng.normal(size=(n, 6)).astype("float32")
