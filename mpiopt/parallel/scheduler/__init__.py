@@ -3,7 +3,8 @@
 (`Scheduler.handle`), built of parts that share one State (state) and call no other
 part: the event loop (stepping), the budget and stops (budget), what finished trials add
 up to (outcomes), the results (results), how idle groups get work (dispatch), asking
-ahead (ahead), training.refit (refit), telling the searcher (teaching), a shared study
+ahead (ahead), training.refit (refit), telling the searcher (teaching), judging
+per-epoch values (judging), a shared study
 (shared), each group's state (groups), the invariants (checks)."""
 from mpiopt.parallel.scheduler import events
 from mpiopt.parallel.scheduler.dispatch import trial_seed

@@ -14,7 +14,8 @@ plain `State` (state.py: the groups, the outcomes, the limits, the trials sent a
 re-runs, the numbering), handed to each at construction, and each keeps its own state
 beside it. The parts: the budget and stops (budget.py), what finished trials add up to
 (outcomes.py), each group's state (groups.py), asking ahead (ahead.py), training.refit
-(refit.py), telling the searcher (teaching.py), work for idle groups (dispatch.py:
+(refit.py), telling the searcher (teaching.py), judging per-epoch values (judging.py:
+`Judge`), work for idle groups (dispatch.py:
 `Dispatcher`), the results (results.py: `Recorder`), the other jobs of a shared study
 (shared.py: `Sharing`), the invariants (checks.py: `Checks`), and the event loop, its
 steps and its log (stepping.py: `Loop`). No part calls another: a part decides from the
@@ -34,7 +35,8 @@ from mpiopt.parallel.scheduler.budget import Budget
 from mpiopt.parallel.scheduler.checks import Checks
 from mpiopt.parallel.scheduler.dispatch import Dispatcher, Round
 from mpiopt.parallel.scheduler.groups import Groups
-from mpiopt.parallel.scheduler.outcomes import Outcomes, is_number
+from mpiopt.parallel.scheduler.judging import Judge
+from mpiopt.parallel.scheduler.outcomes import Outcomes
 from mpiopt.parallel.scheduler.refit import Refit
 from mpiopt.parallel.scheduler.results import FIRST, ONE_COMMIT, Batch, Recorder
 from mpiopt.parallel.scheduler.shared import Sharing
@@ -43,7 +45,7 @@ from mpiopt.parallel.scheduler.stepping import ALWAYS, ON_FAILURE, Loop, Step
 from mpiopt.parallel.scheduler.teaching import Teacher
 from mpiopt.search.background import BackgroundSearcher
 from mpiopt.search.untried import Untried
-from mpiopt.trial import Decision, FrozenTrial, Report, Result, StudyStatus, TrialStatus, Verdict
+from mpiopt.trial import FrozenTrial, Result, StudyStatus, TrialStatus
 
 
 def _shared_state(*, study_id, searcher, direction, budget, n_groups, seed, target,
@@ -88,14 +90,14 @@ class Scheduler:
             ranks=ranks, trial_timeout=trial_timeout, grace=grace, objective=objective,
             refit_wanted=refit_wanted, checkpoints=checkpoints, ask_ahead=ask_ahead,
             shared=shared)
-        self.loop = Loop(self._handlers())
+        self.loop = Loop({})
         self.checks = Checks(st, self.loop)
         if validate:
             self.loop.check = self.checks.validate_state
         self.dispatcher = Dispatcher(st, self.loop)
         self.recorder = Recorder(st, self.loop, send_first)
         self.sharing = Sharing(st, self.loop)
-        self.pruner, self.folds = pruner, folds   # folds: whether a prune's reason names them
+        self.judge = Judge(st, self.loop, pruner, folds)
         self.stuck_grace = stuck_grace
         self.send_first = send_first
         self.background = isinstance(searcher, BackgroundSearcher)
@@ -110,10 +112,11 @@ class Scheduler:
             existing = [t for t in existing if t.status is not TrialStatus.RUNNING]
             shared.seen.update(t.id for t in existing if t.status.is_finished())
         st.restore(existing, warm)
+        self.loop.handlers = self._handlers()
 
     def _handlers(self) -> dict:
         return {
-            ev.Start: self._on_start, ev.Results: self._on_results, ev.Reported: self._on_report,
+            ev.Start: self._on_start, ev.Results: self._on_results, ev.Reported: self.judge.reported,
             ev.Tick: self._on_tick, ev.Prefetch: self._on_prefetch, ev.Overdue: self._on_overdue,
             ev.WithdrawAhead: self._on_withdraw_ahead, ev.Stop: self._on_stop,
             ev.Lose: self._on_lose, ev.Blame: self._on_blame, ev.Interrupt: self._on_interrupt,
@@ -162,6 +165,9 @@ class Scheduler:
     running = property(lambda self: self.st.groups.running)    # group -> its Running
     idle = property(lambda self: self.st.groups.idle)          # waiting groups, in queue order
     stopped = property(lambda self: self.st.groups.stopped)
+    pruner = property(lambda self: self.judge.pruner)
+    folds = property(lambda self: self.judge.folds)
+    validate = property(lambda self: self.loop.check is not None)
     stimulus_log = property(lambda self: self.loop.stimulus_log)
     waiting_for = property(lambda self: self.loop.waiting_for)
 
@@ -326,34 +332,6 @@ class Scheduler:
         """Dispatch to every idle group at once; stop the groups the budget leaves idle."""
         self.loop.then((self.sharing.read_others, True), (self.dispatcher.fill_idle,),
                        (self._say_searcher_failures,), (self._stop_idle,))
-
-    def _on_report(self, e: ev.Reported) -> None:
-        group, report = e.group, e.report
-        run = self.st.groups.running.get(group)
-        if run is None or run.trial_id != report.trial_id:
-            return
-        if run.refit:
-            verdict = Verdict.CANCEL if self.stop_reason == "interrupted" else Verdict.CONTINUE
-            self.loop.emit(ins.Answer(group, Decision(report.trial_id, verdict)))
-            return
-        self.loop.awaits(ins.AddIntermediate(run.trial_id, report.epoch, report.value,
-                                             run.number, report.fold),
-                         lambda done: self._judged(group, run, report))
-
-    def _judged(self, group: int, run: Running, report: Report) -> None:
-        """The value is stored: the pruner judges it against the others at its step."""
-        value = self.sign * report.value
-        prune = False
-        if self.pruner is not None and is_number(value):
-            judgement = self.pruner.judge(run.number, report.step, value, self.history)
-            prune = judgement.prune
-            if prune:
-                run.pruned = judgement.text(self.sign, self.folds)
-        self.history.setdefault(run.number, {})[report.step] = value
-        verdict = Verdict.PRUNE if prune else Verdict.CONTINUE
-        if self.st.limits.stop_reason == "interrupted":
-            verdict = Verdict.CANCEL
-        self.loop.emit(ins.Answer(group, Decision(report.trial_id, verdict)))
 
     def _on_tick(self, e: ev.Tick) -> None:
         """While waiting: notices the time limit; idle groups take suggestions the

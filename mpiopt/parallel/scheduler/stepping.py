@@ -3,8 +3,8 @@
 A handler changes state and gives instructions. Where what comes next depends on an
 instruction's outcome (the records a create made, the queue it read, a suggestion), the
 handler gives that instruction last (`Loop.awaits`) and leaves what follows as steps:
-plain (method, *arguments) tuples (`Loop.then`), state the log and `validate_state` can see. The
-outcome comes back as the next event (events.Completion): its callback makes the state
+plain (method, *arguments) tuples (`Loop.then`), state the log and `validate_state` can
+see. The outcome comes back as the next event (events.Completion): its callback makes the state
 change, and the steps left run on, until the next instruction to wait for or none. So
 the order of the effects is the order of the steps, and one run of the executor carries
 out one event's effects, its completions included, before the next event.
