@@ -99,7 +99,6 @@ class Scheduler:
         self.sharing = Sharing(st, self.loop)
         self.judge = Judge(st, self.loop, pruner, folds)
         self.stuck_grace = stuck_grace
-        self.send_first = send_first
         self.background = isinstance(searcher, BackgroundSearcher)
         self.lost_ids: set[int] = set()         # trials whose group died under them (lose)
         self.blamed: set[int] = set()           # trials whose messages ended the run (blame)
@@ -165,6 +164,7 @@ class Scheduler:
     running = property(lambda self: self.st.groups.running)    # group -> its Running
     idle = property(lambda self: self.st.groups.idle)          # waiting groups, in queue order
     stopped = property(lambda self: self.st.groups.stopped)
+    send_first = property(lambda self: self.recorder.send_first)
     pruner = property(lambda self: self.judge.pruner)
     folds = property(lambda self: self.judge.folds)
     validate = property(lambda self: self.loop.check is not None)
