@@ -889,8 +889,9 @@ def test_the_machine_is_built_of_parts_that_share_one_state_and_hold_no_other_pa
     held = vars(sched.sched).values()
     parts = [v for v in held if not isinstance(v, (State, Loop)) and hasattr(v, "loop")]
     [state] = [v for v in held if isinstance(v, State)]
+    [loop] = [v for v in held if isinstance(v, Loop)]
     assert len(parts) >= 4
     for part in parts:
-        assert part.st is state and part.loop is sched.sched.loop
+        assert part.st is state and part.loop is loop
         others = [v for v in vars(part).values() if any(v is p for p in parts)]
         assert others == [], f"{type(part).__name__} holds another part"

@@ -82,7 +82,7 @@ class Scheduler:
                  warm: list[tuple[dict, float]] = (), refit_wanted: bool = False,
                  checkpoints: bool = False, send_first: bool = False,
                  ask_ahead: bool = False, shared=None, folds: int = 1, validate: bool = False):
-        self.st = st = _shared_state(
+        self._st = st = _shared_state(
             study_id=study_id, searcher=searcher, direction=direction, budget=budget,
             n_groups=n_groups, seed=seed, target=target, time_limit=time_limit,
             max_initial_failures=max_initial_failures,
@@ -90,14 +90,14 @@ class Scheduler:
             ranks=ranks, trial_timeout=trial_timeout, grace=grace, objective=objective,
             refit_wanted=refit_wanted, checkpoints=checkpoints, ask_ahead=ask_ahead,
             shared=shared)
-        self.loop = Loop({})
-        self.checks = Checks(st, self.loop)
+        self._loop = Loop({})
+        self._checks = Checks(st, self._loop)
         if validate:
-            self.loop.check = self.checks.validate_state
-        self.dispatcher = Dispatcher(st, self.loop)
-        self.recorder = Recorder(st, self.loop, send_first)
-        self.sharing = Sharing(st, self.loop)
-        self.judge = Judge(st, self.loop, pruner, folds)
+            self._loop.check = self._checks.validate_state
+        self._dispatcher = Dispatcher(st, self._loop)
+        self._recorder = Recorder(st, self._loop, send_first)
+        self._sharing = Sharing(st, self._loop)
+        self._judge = Judge(st, self._loop, pruner, folds)
         self.stuck_grace = stuck_grace
         self.background = isinstance(searcher, BackgroundSearcher)
         self.lost_ids: set[int] = set()         # trials whose group died under them (lose)
@@ -111,11 +111,12 @@ class Scheduler:
             existing = [t for t in existing if t.status is not TrialStatus.RUNNING]
             shared.seen.update(t.id for t in existing if t.status.is_finished())
         st.restore(existing, warm)
-        self.loop.handlers = self._handlers()
+        self._loop.handlers = self._handlers()
 
     def _handlers(self) -> dict:
         return {
-            ev.Start: self._on_start, ev.Results: self._on_results, ev.Reported: self.judge.reported,
+            ev.Start: self._on_start, ev.Results: self._on_results,
+            ev.Reported: self._judge.reported,
             ev.Tick: self._on_tick, ev.Prefetch: self._on_prefetch, ev.Overdue: self._on_overdue,
             ev.WithdrawAhead: self._on_withdraw_ahead, ev.Stop: self._on_stop,
             ev.Lose: self._on_lose, ev.Blame: self._on_blame, ev.Interrupt: self._on_interrupt,
@@ -125,89 +126,89 @@ class Scheduler:
     def handle(self, *events) -> list:
         """The one entry point: these events in order in, the instructions to carry out
         out (stepping.py's Loop)."""
-        return self.loop.handle(*events)
+        return self._loop.handle(*events)
 
     # ---- what the shells, the progress line and the tests read -------------------------
-    searcher = property(lambda self: self.st.searcher)
-    study_id = property(lambda self: self.st.study_id)
-    seed = property(lambda self: self.st.seed)
-    clock = property(lambda self: self.st.clock)
-    hosts = property(lambda self: self.st.hosts)
-    ranks = property(lambda self: self.st.ranks)
-    trial_timeout = property(lambda self: self.st.trial_timeout)
-    checkpoints = property(lambda self: self.st.checkpoints)
-    n_groups = property(lambda self: self.st.n_groups)
-    numbered = property(lambda self: self.st.numbered)
-    untried = property(lambda self: self.st.untried)
-    shared = property(lambda self: self.st.shared)
-    limits = property(lambda self: self.st.limits)
-    outcomes = property(lambda self: self.st.outcomes)
-    groups = property(lambda self: self.st.groups)
-    ahead = property(lambda self: self.st.ahead)
-    refit = property(lambda self: self.st.refit)
-    teacher = property(lambda self: self.st.teacher)
-    forecast = property(lambda self: self.st.forecast)
-    reruns = property(lambda self: self.st.reruns)
-    next_number = property(lambda self: self.st.next_number)
-    finishing = property(lambda self: self.st.finishing)
-    queued_taken = property(lambda self: self.st.queued_taken)
-    sign = property(lambda self: self.st.outcomes.sign)
-    counts = property(lambda self: self.st.outcomes.counts)
-    finished = property(lambda self: self.st.outcomes.finished)
-    best = property(lambda self: self.st.outcomes.best)
-    front = property(lambda self: self.st.outcomes.front)
-    history = property(lambda self: self.st.outcomes.history)
-    stop_reason = property(lambda self: self.st.limits.stop_reason)
-    message = property(lambda self: self.st.limits.message)
-    hard_deadline = property(lambda self: self.st.limits.hard_deadline)
-    budget = property(lambda self: self.st.limits.trials)
-    running = property(lambda self: self.st.groups.running)    # group -> its Running
-    idle = property(lambda self: self.st.groups.idle)          # waiting groups, in queue order
-    stopped = property(lambda self: self.st.groups.stopped)
-    send_first = property(lambda self: self.recorder.send_first)
-    pruner = property(lambda self: self.judge.pruner)
-    folds = property(lambda self: self.judge.folds)
-    validate = property(lambda self: self.loop.check is not None)
-    stimulus_log = property(lambda self: self.loop.stimulus_log)
-    waiting_for = property(lambda self: self.loop.waiting_for)
+    searcher = property(lambda self: self._st.searcher)
+    study_id = property(lambda self: self._st.study_id)
+    seed = property(lambda self: self._st.seed)
+    clock = property(lambda self: self._st.clock)
+    hosts = property(lambda self: self._st.hosts)
+    ranks = property(lambda self: self._st.ranks)
+    trial_timeout = property(lambda self: self._st.trial_timeout)
+    checkpoints = property(lambda self: self._st.checkpoints)
+    n_groups = property(lambda self: self._st.n_groups)
+    numbered = property(lambda self: self._st.numbered)
+    untried = property(lambda self: self._st.untried)
+    shared = property(lambda self: self._st.shared)
+    limits = property(lambda self: self._st.limits)
+    outcomes = property(lambda self: self._st.outcomes)
+    groups = property(lambda self: self._st.groups)
+    ahead = property(lambda self: self._st.ahead)
+    refit = property(lambda self: self._st.refit)
+    teacher = property(lambda self: self._st.teacher)
+    forecast = property(lambda self: self._st.forecast)
+    reruns = property(lambda self: self._st.reruns)
+    next_number = property(lambda self: self._st.next_number)
+    finishing = property(lambda self: self._st.finishing)
+    queued_taken = property(lambda self: self._st.queued_taken)
+    sign = property(lambda self: self._st.outcomes.sign)
+    counts = property(lambda self: self._st.outcomes.counts)
+    finished = property(lambda self: self._st.outcomes.finished)
+    best = property(lambda self: self._st.outcomes.best)
+    front = property(lambda self: self._st.outcomes.front)
+    history = property(lambda self: self._st.outcomes.history)
+    stop_reason = property(lambda self: self._st.limits.stop_reason)
+    message = property(lambda self: self._st.limits.message)
+    hard_deadline = property(lambda self: self._st.limits.hard_deadline)
+    budget = property(lambda self: self._st.limits.trials)
+    running = property(lambda self: self._st.groups.running)    # group -> its Running
+    idle = property(lambda self: self._st.groups.idle)          # waiting groups, in queue order
+    stopped = property(lambda self: self._st.groups.stopped)
+    send_first = property(lambda self: self._recorder.send_first)
+    pruner = property(lambda self: self._judge.pruner)
+    folds = property(lambda self: self._judge.folds)
+    validate = property(lambda self: self._loop.check is not None)
+    stimulus_log = property(lambda self: self._loop.stimulus_log)
+    waiting_for = property(lambda self: self._loop.waiting_for)
 
     def validate_state(self) -> None:
         """Raise AssertionError where an invariant does not hold (checks.py)."""
-        self.checks.validate_state()
+        self._checks.validate_state()
 
     def story(self, last: int | None = None) -> str:
         """The newest events handled, each with the instructions it gave (checks.py)."""
-        return self.checks.story() if last is None else self.checks.story(last)
+        return self._checks.story() if last is None else self._checks.story(last)
 
     def outcomes_due(self, batch: list[tuple[int, Result]]) -> list[dict]:
         """The records these results will write, without acting on them (results.py)."""
-        return self.recorder.outcomes_due(batch)
+        return self._recorder.outcomes_due(batch)
 
     @property
     def done(self) -> bool:
-        st, d = self.st, self.dispatcher
+        st, d = self._st, self._dispatcher
         return (not st.groups.running and not st.ahead.trials and not st.can_dispatch()
                 and not d.refit_due() and not st.lingers())
 
     @property
     def busy(self) -> bool:
         """Whether any group runs a trial or holds one sent ahead."""
-        return bool(self.st.groups.running or self.st.ahead.trials)
+        return bool(self._st.groups.running or self._st.ahead.trials)
 
     @property
     def waits_for_other_jobs(self) -> bool:
         """Nothing to run here now, but the job may not end yet (State.lingers)."""
-        return self.st.shared is not None and not self.done
+        return self._st.shared is not None and not self.done
 
     @property
     def poll_s(self) -> float | None:
         """How often a job of a shared study reads the others (None: not shared)."""
-        return None if self.st.shared is None else self.st.shared.poll_s
+        return None if self._st.shared is None else self._st.shared.poll_s
 
     def sleep_s(self, delay: float) -> float:
         """How long the loop may sleep now, at most `delay` (parallel/forecast.py: finely
         where a result that waits for a dispatch is due)."""
-        return self.st.forecast.sleep_s(self.st.clock(), self.waits_for_dispatch, delay)
+        return self._st.forecast.sleep_s(self._st.clock(), self.waits_for_dispatch, delay)
 
     def last_report(self, number: int) -> float | None:
         """The latest per-epoch value trial `number` reported, as the user reads it."""
@@ -217,85 +218,85 @@ class Scheduler:
     def waits_for_dispatch(self, group: int, trial_id: int) -> bool:
         """Whether the group runs this trial and, when it ends, waits for rank 0 (nothing
         was sent ahead to it)."""
-        run = self.st.groups.running.get(group)
-        return run is not None and run.trial_id == trial_id and group not in self.st.ahead.trials
+        run = self._st.groups.running.get(group)
+        return run is not None and run.trial_id == trial_id and group not in self._st.ahead.trials
 
     def settled_on_resume(self, existing) -> ins.TrialsSettled:
         """What a job that died mid-way left in the artifact store, to tidy at the start."""
         return ins.TrialsSettled(tuple(t for t in existing if t.status.is_finished()),
-                                 keep=self.st.teacher.needed())
+                                 keep=self._st.teacher.needed())
 
     # ---- results: the Recorder's steps among the other parts' ---------------------------
     def _on_results(self, e: ev.Results) -> None:
         """Results that arrived together: written in one transaction, and their groups'
         next trials created in one (results.py: the order)."""
-        b, rec = Batch(), self.recorder
-        self.loop.then((self.sharing.read_others,),
+        b, rec = Batch(), self._recorder
+        self._loop.then((self._sharing.read_others,),
                        *((rec.settle, b, g, r) for g, r in e.batch), (self._after_settle, b))
 
     def _after_settle(self, b: Batch) -> None:
-        rec, d = self.recorder, self.dispatcher
+        rec, d = self._recorder, self._dispatcher
         tail = [(self._say_searcher_failures,), (d.refit_if_due,), (self._stop_idle,)]
         if not b.done:
-            self.loop.then(*tail[1:])
+            self._loop.then(*tail[1:])
             return
         order = rec.order(b)
         if order == ONE_COMMIT:
-            self.loop.then((self._write_with_next, b), *tail)
+            self._loop.then((self._write_with_next, b), *tail)
         elif order == FIRST:               # the groups' next trials leave before the write
-            self.loop.then((self._fill_before_write, b), (rec.write_results, b),
+            self._loop.then((self._fill_before_write, b), (rec.write_results, b),
                            (rec.account, b.done), (rec.emit_settled, b.done), *tail)
         else:                              # told once written; what pbt keeps follows the tell
-            self.loop.then((rec.write_results, b), (rec.account, b.done),
+            self._loop.then((rec.write_results, b), (rec.account, b.done),
                            (self._free_and_teach, b), *tail)
 
     def _fill_before_write(self, b: Batch) -> None:
         """The groups' next trials are made and sent while their results wait to be
         written; an outage past its limit here still leaves the results kept (written
         quietly on the way out, or in the recovery file)."""
-        rec = self.recorder
+        rec = self._recorder
         rec.free(b)
         rec.hold(b)
-        self.loop.then((self._teach_and_fill, b.done), Step(rec.release, (b,), ALWAYS),
+        self._loop.then((self._teach_and_fill, b.done), Step(rec.release, (b,), ALWAYS),
                        Step(rec.write_quietly, (b,), ON_FAILURE))
 
     def _free_and_teach(self, b: Batch) -> None:
-        self.recorder.free(b)
+        self._recorder.free(b)
         self._teach_and_fill(b.done, settle=b.done)
 
     def _teach_and_fill(self, trials: list[FrozenTrial], settle=()) -> None:
         """Tell the searcher and give idle groups work: work that is ready first, else the
         tells first (the next ask must know these results). `settle`: written results
         whose artifacts are tended once told."""
-        st = self.st
+        st = self._st
         ready = self.background or st.ahead.prefetched is not None or st.reruns
         told = [(self._teach_all, trials, settle)]
         if ready:
-            self.loop.then((self.dispatcher.fill_idle,), *told)
+            self._loop.then((self._dispatcher.fill_idle,), *told)
         else:
-            self.loop.then(*told, (self.dispatcher.fill_idle,))
+            self._loop.then(*told, (self._dispatcher.fill_idle,))
 
     def _teach_all(self, trials, settle=()) -> None:
         for trial in trials:
-            self.st.teacher.teach(trial)
+            self._st.teacher.teach(trial)
         if settle:
-            self.loop.emit(self.recorder.settled(settle))
+            self._loop.emit(self._recorder.settled(settle))
 
     def _write_with_next(self, b: Batch) -> None:
         """No group waits, so nothing has to leave before the write: the searcher is told
         first, and one commit records the results, the starts of the trials their groups
         now run and the trials sent ahead next (half the commits of two writes). The queue
         is read first, with the results held: a kill during an outage there lost them."""
-        rec = self.recorder
+        rec = self._recorder
         for trial in b.done:
-            self.st.teacher.teach(trial)
+            self._st.teacher.teach(trial)
         rec.hold(b)
         plan = Round()
-        self.loop.then((self.dispatcher.plan_ahead, plan), Step(rec.release, (b,), ALWAYS),
+        self._loop.then((self._dispatcher.plan_ahead, plan), Step(rec.release, (b,), ALWAYS),
                        (self._write_and_create, b, plan))
 
     def _write_and_create(self, b: Batch, plan: Round) -> None:
-        st, rec, d = self.st, self.recorder, self.dispatcher
+        st, rec, d = self._st, self._recorder, self._dispatcher
         fresh, groups = plan.fresh, plan.groups
 
         def undo():
@@ -307,9 +308,9 @@ class Scheduler:
                 undo()                 # by a try that lost its answer: no ids for these
             else:
                 d.began(groups, done.records, fresh, ahead=True)
-            self.loop.emit(rec.settled(b.done))
+            self._loop.emit(rec.settled(b.done))
             rec.account(b.done)
-        self.loop.awaits(ins.WriteResultsAndCreate(
+        self._loop.awaits(ins.WriteResultsAndCreate(
             tuple(b.outcomes), st.study_id, tuple(d.requests(fresh, groups, ahead=True)),
             started=tuple(b.begun), **st.capped()), written, undo)
 
@@ -319,18 +320,18 @@ class Scheduler:
         that leaves earlier waits in MPI_Finalize for the ranks still training, and its
         exit's bound (MPIOPT_EXIT_GRACE) is for an exit, not for the longest trial left
         (a study's last long trial ended every such job, the idle rank killed by it)."""
-        st = self.st
+        st = self._st
         if st.groups.running or st.ahead.trials or st.can_dispatch() or st.lingers():
             return
         self._on_stop_all()
 
     def _say_searcher_failures(self) -> None:
-        self.loop.emit(*self.st.teacher.failures_to_say())
+        self._loop.emit(*self._st.teacher.failures_to_say())
 
     # ---- events -------------------------------------------------------------------
     def _on_start(self, e: ev.Start) -> None:
         """Dispatch to every idle group at once; stop the groups the budget leaves idle."""
-        self.loop.then((self.sharing.read_others, True), (self.dispatcher.fill_idle,),
+        self._loop.then((self._sharing.read_others, True), (self._dispatcher.fill_idle,),
                        (self._say_searcher_failures,), (self._stop_idle,))
 
     def _on_tick(self, e: ev.Tick) -> None:
@@ -338,21 +339,21 @@ class Scheduler:
         background searcher made meanwhile; a shared study's other jobs are read. With
         every group busy and none wanting a trial sent ahead (the loop's usual tick, as
         often as it polls), there is nothing to fill."""
-        if self.shared is None and not self.groups.any_idle and not self.dispatcher.ahead_wanted():
+        if self.shared is None and not self.groups.any_idle and not self._dispatcher.ahead_wanted():
             self._say_searcher_failures()
             self._stop_idle()
             return
-        self.loop.then((self.sharing.read_others,), (self.dispatcher.fill_idle, True),
+        self._loop.then((self._sharing.read_others,), (self._dispatcher.fill_idle, True),
                        (self._say_searcher_failures,), (self._stop_idle,))
 
     def _on_stop(self, e: ev.Stop) -> None:
-        self.st.limits.stop(e.reason, e.message)
+        self._st.limits.stop(e.reason, e.message)
 
     def _on_overdue(self, e: ev.Overdue) -> None:
         """Why the job must end now (`must_end`), or None: the time limit's hard edge with
         trials still running, or a trial that did not stop at its timeout (its group is
         given up; the trial is recorded FAILED, so it is not run again on resume)."""
-        st = self.st
+        st = self._st
         self.must_end = None
         if st.groups.running and st.limits.past_hard_edge():
             st.limits.stop("interrupted", "time limit + grace reached: running trials are "
@@ -370,7 +371,7 @@ class Scheduler:
     def _give_up_on(self, group: int, run: Running) -> None:
         from mpiopt.durations import format_duration
 
-        st = self.st
+        st = self._st
         limit = format_duration(st.trial_timeout)
         error = (f"timed out after {limit}; it did not stop within {format_duration(self.stuck_grace)}, "
                  f"so the job ended (group {group}, host {st.hosts[group]})")
@@ -378,20 +379,20 @@ class Scheduler:
         steps = []
         if nxt is not None:
             st.searcher.forget(nxt.params)
-            steps.append((self.loop.awaits, ins.WriteResults(
+            steps.append((self._loop.awaits, ins.WriteResults(
                 ({"trial_id": nxt.trial_id, "status": TrialStatus.INTERRUPTED,
                   "error": "not started: its group was stuck in the trial before"},), quiet=True)))
         self.given_up.add(group)
         st.limits.stop("error", f"trial {run.number} {error}")     # first: nothing new starts
         result = Result(run.trial_id, TrialStatus.FAILED, error=error,
                         duration=st.clock() - run.started)
-        self.loop.then(*steps, (self._on_results, ev.Results(((group, result),))),
+        self._loop.then(*steps, (self._on_results, ev.Results(((group, result),))),
                        (setattr, self, "must_end", self.message))
 
     def _on_lose(self, e: ev.Lose) -> None:
         """These groups' ranks went silent (dead): their running trials stay RUNNING when
         the rest is interrupted, so the resume counts each a lost attempt."""
-        running = self.st.groups.running
+        running = self._st.groups.running
         self.lost_ids.update(running[g].trial_id for g in e.groups
                              if g in running and not running[g].refit)
 
@@ -405,41 +406,41 @@ class Scheduler:
 
     def _on_interrupt(self, e: ev.Interrupt) -> None:
         """SIGINT/SIGTERM: running trials become INTERRUPTED; they run again on resume."""
-        self.st.limits.stop("interrupted", "interrupted: running trials are marked INTERRUPTED")
-        self.loop.awaits(ins.InterruptRunning(self.st.study_id, frozenset(self.lost_ids)),
+        self._st.limits.stop("interrupted", "interrupted: running trials are marked INTERRUPTED")
+        self._loop.awaits(ins.InterruptRunning(self._st.study_id, frozenset(self.lost_ids)),
                          lambda done: self._interrupted())
 
     def _interrupted(self) -> None:
-        st = self.st
+        st = self._st
         for run in [*st.groups.let_go(), *st.ahead.trials.values()]:
             if not run.refit:
                 st.teacher.forget(run.number, run.params)
         st.ahead.trials.clear()
-        self.loop.then((self.loop.awaits, ins.SetStudyStatus(st.study_id, StudyStatus.INTERRUPTED)),
-                       (self._stop_idle,))
+        status = ins.SetStudyStatus(st.study_id, StudyStatus.INTERRUPTED)
+        self._loop.then((self._loop.awaits, status), (self._stop_idle,))
 
     def prefetch_due(self) -> bool:
         """Whether a Prefetch would ask a suggestion now: every group busy, none waiting
         for a re-run, a suggestion not yet asked, budget left (ahead.py)."""
-        st, a = self.st, self.st.ahead
+        st, a = self._st, self._st.ahead
         if self.background or a.prefetched is not None or st.reruns or st.groups.any_idle:
             return False
         if not a.searcher_allows or not st.groups.running or not st.limits.left(st.started()):
             return False
-        return st.limits.stop_reason is None and self.dispatcher.space_left()
+        return st.limits.stop_reason is None and self._dispatcher.space_left()
 
     def _on_prefetch(self, e: ev.Prefetch) -> None:
         """Ask ahead while groups are busy, so a finishing group need not wait for a fit."""
         if self.prefetch_due():
-            self.loop.awaits(ins.Ask(self.st.next_number), self.st.ahead.prefetched_now)
+            self._loop.awaits(ins.Ask(self._st.next_number), self._st.ahead.prefetched_now)
 
     def _on_finish(self, e: ev.Finish) -> None:
         """Close the study record once done; its status is `final_status`."""
-        st = self.st
+        st = self._st
         dropped = st.ahead.drop_prefetched()
         if dropped is not None:
             st.searcher.forget(dropped)
-        self.loop.emit(ins.CloseSearcher())
+        self._loop.emit(ins.CloseSearcher())
         if st.limits.stop_reason is None:
             # a budget smaller than search.max_initial_failures, all of it failed: the same
             # ending as the early stop
@@ -448,17 +449,17 @@ class Scheduler:
                 st.limits.stop("failures", message)
         status = {"interrupted": StudyStatus.INTERRUPTED, "error": StudyStatus.INTERRUPTED,
                   "failures": StudyStatus.FAILED}.get(st.limits.stop_reason, StudyStatus.COMPLETE)
-        self.loop.awaits(ins.SetStudyStatus(st.study_id, status),
+        self._loop.awaits(ins.SetStudyStatus(st.study_id, status),
                          lambda done: setattr(self, "final_status", status))
 
     def _on_stop_all(self, e=None) -> None:
         """STOP for every group not yet stopped (the end of the study)."""
-        self.loop.emit(*(ins.StopGroup(g) for g in self.st.groups.stop_idle()))
+        self._loop.emit(*(ins.StopGroup(g) for g in self._st.groups.stop_idle()))
 
     def _on_withdraw_ahead(self, e: ev.WithdrawAhead) -> None:
-        self.loop.emit(*self.st.ahead.withdraw(self.st.limits.stop_reason))
+        self._loop.emit(*self._st.ahead.withdraw(self._st.limits.stop_reason))
 
     def _on_wind_down(self, e: ev.WindDown) -> None:
         """The job ends: busy groups' trials are cancelled (ahead.py), idle groups stopped."""
-        self.loop.emit(*self.st.ahead.at_wind_down(self.st.groups.running))
+        self._loop.emit(*self._st.ahead.at_wind_down(self._st.groups.running))
         self._on_stop_all()
