@@ -873,3 +873,25 @@ def test_a_handler_is_its_instructions_in_order_and_does_no_io_itself():
     kinds = [type(i).__name__ for i in rest]
     assert kinds[:2] == ["TrialDone", "TrialsSettled"] and searcher.told == [(0, 2.5)]
     assert kinds[-4:] == ["ReadQueue", "Ask", "CreateTrials", "Dispatch"] and sched.finished == 1
+
+
+def test_the_machine_is_built_of_parts_that_share_one_state_and_hold_no_other_part():
+    """Composition, not mixins: the Scheduler inherits from no part; each part it holds
+    keeps the one shared State and the Loop, never another part (so no part can reach
+    another's privates: where one's work follows another's, the machine plans both)."""
+    from mpiopt.parallel.scheduler import Scheduler
+
+    assert Scheduler.__bases__ == (object,)
+    from mpiopt.parallel.scheduler.state import State
+    from mpiopt.parallel.scheduler.stepping import Loop
+
+    sched, _, _ = make()
+    held = vars(sched.sched).values()
+    parts = [v for v in held if not isinstance(v, (State, Loop)) and hasattr(v, "loop")]
+    [state] = [v for v in held if isinstance(v, State)]
+    [loop] = [v for v in held if isinstance(v, Loop)]
+    assert len(parts) >= 4
+    for part in parts:
+        assert part.st is state and part.loop is loop
+        others = [v for v in vars(part).values() if any(v is p for p in parts)]
+        assert others == [], f"{type(part).__name__} holds another part"

@@ -8,7 +8,7 @@ import itertools
 from mpiopt.parallel.protocol import Result
 from mpiopt.parallel.scheduler import Dispatch, StopGroup
 from mpiopt.parallel.scheduler import instructions as ins
-from mpiopt.parallel.scheduler.shared import Shared
+from mpiopt.parallel.scheduler.shared import Shared, set_key
 from mpiopt.trial import TrialStatus
 from scheduling import Records, scheduler
 from test_scheduler import CountingSearcher
@@ -152,4 +152,4 @@ def test_every_create_names_its_set_so_two_jobs_never_run_one():
     assert seen and all(i.distinct and i.limit == 6 for i in seen)
     keys = [r["key"] for i in seen for r in i.requests]
     assert len(set(keys)) == len(keys) == 2
-    assert sched.sched._key({"x": 0.1 + 0.2}) == sched.sched._key({"x": 0.3})
+    assert set_key({"x": 0.1 + 0.2}) == set_key({"x": 0.3})

@@ -15,7 +15,7 @@ Prefetching is the other half: while every group is busy and nothing is sent ahe
 next suggestion is asked now, so a group that finishes need not wait for a model fit.
 
 This part holds what is ahead and answers from its own state and the arguments it is
-given; the Scheduler weighs it with the budget and gives the instructions (dispatch.py).
+given; the Dispatcher weighs it with the budget and gives the instructions (dispatch.py).
 """
 from __future__ import annotations
 

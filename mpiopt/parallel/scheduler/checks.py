@@ -8,31 +8,38 @@ LOG_SHOWN = 12          # events printed with a violation (the newest)
 
 
 class Checks:
+    """The invariants over the shared State (state.py), with the Loop's log to tell how
+    the machine got there."""
+
+    def __init__(self, state, loop):
+        self.st, self.loop = state, loop
+
     def validate_state(self) -> None:
-        """Raise AssertionError where an invariant does not hold (see `_violations`)."""
-        broken = self._violations()
+        """Raise AssertionError where an invariant does not hold (see `violations`)."""
+        broken = self.violations()
         if broken:
             raise AssertionError("scheduler state: " + "; ".join(broken) + "\n" + self.story())
 
     def story(self, last: int = LOG_SHOWN) -> str:
         """The newest events handled, each with the instructions it gave."""
         lines = [f"{type(e).__name__}: {[type(i).__name__ for i in out]}"
-                 for e, out in list(self.stimulus_log)[-last:]]
+                 for e, out in list(self.loop.stimulus_log)[-last:]]
         return "last events:\n  " + "\n  ".join(lines)
 
-    def _violations(self) -> list[str]:
+    def violations(self) -> list[str]:
         """Each group's state agrees with what it holds (groups.py: the idle queue holds
         the waiting groups, a Running the running ones); a trial sent ahead goes to a
         running group; no trial runs on two groups; an exclusive job never has more trials
         started than its budget."""
-        out = self.groups.violations()
-        running, ahead = self.running, self.ahead.trials
+        st = self.st
+        out = st.groups.violations()
+        running, ahead = st.groups.running, st.ahead.trials
         if not set(ahead) <= set(running):
             out.append(f"trials sent ahead to groups that run none: {sorted(set(ahead) - set(running))}")
         ids = [r.trial_id for r in (*running.values(), *ahead.values()) if not r.refit]
         if len(set(ids)) != len(ids):
             out.append(f"a trial on two groups: {sorted(ids)}")
-        started = self.finished + len(ids) + self.finishing
-        if self.shared is None and started > self.budget:
-            out.append(f"{started} trials started, budget {self.budget}")
+        started = st.outcomes.finished + len(ids) + st.finishing
+        if st.shared is None and started > st.limits.trials:
+            out.append(f"{started} trials started, budget {st.limits.trials}")
         return out

@@ -2,20 +2,21 @@
 sets, then the searcher's suggestions (distinct ones, in a finite space), each trial's
 row created in the database before its Dispatch; and training.refit's last run.
 
-A part of the Scheduler (parallel/scheduler/machine.py): a pass is a `Round` of steps
-(stepping.py), each database write and each ask the last instruction of its step, the
-state change it waits for made where its outcome comes back.
+A part the Scheduler holds (parallel/scheduler/machine.py), over the shared State
+(state.py): a pass is a `Round` of steps (stepping.py's Loop), each database write and
+each ask the last instruction of its step, the state change it waits for made where its
+outcome comes back. Its own state is when it last found the queue empty.
 """
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
 from mpiopt.parallel.scheduler import events as ev
 from mpiopt.parallel.scheduler import instructions as ins
+from mpiopt.parallel.scheduler.shared import set_key
+from mpiopt.parallel.scheduler.state import Running
 from mpiopt.trial import FrozenTrial, Trial
 
 QUEUE_POLL_S = 0.2      # how often an idle tick reads an empty queue again
@@ -24,18 +25,6 @@ QUEUE_POLL_S = 0.2      # how often an idle tick reads an empty queue again
 def trial_seed(study_seed: int, number: int) -> int:
     """A trial's seed derives from the study seed and its number only (replayable)."""
     return int(np.random.SeedSequence([study_seed, number]).generate_state(1)[0] % (2**31 - 1))
-
-
-@dataclass
-class Running:
-    """A trial a group runs (or holds, sent ahead)."""
-    trial_id: int
-    number: int
-    params: dict[str, Any]
-    group: int
-    started: float
-    refit: bool = False          # training.refit's run: no trial row, no searcher
-    pruned: str | None = None    # the pruner's reason, once it said stop
 
 
 @dataclass
@@ -49,63 +38,75 @@ class Round:
     before: int = 0
 
 
-class Dispatching:
-    def _fill_idle(self, tick: bool = False) -> None:
+class Dispatcher:
+    """Work for idle groups and trials sent ahead (module docstring); `fill_idle` is a
+    pass, `plan_ahead`, `requests` and `began` the parts of one that the machine
+    sequences with a write of results (results.py's one commit)."""
+
+    def __init__(self, state, loop):
+        self.st, self.loop = state, loop
+        self._queue_read_at: float | None = None   # None: read it at the next dispatch
+
+    def fill_idle(self, tick: bool = False) -> None:
         """Work for every idle group the budget allows: re-runs first, then queued sets,
         then new trials, created in one transaction; then trials sent ahead to busy ones;
         training.refit's run where nothing else was sent."""
         r = Round(tick)
-        self._then((self._fill_reruns, r), (self._fill_queued, r), (self._ask_fresh, r),
-                   (self._fill_ahead, r), (self._fill_end, r))
+        self.loop.then((self._fill_reruns, r), (self._fill_queued, r), (self._ask_fresh, r),
+                       (self._fill_ahead, r), (self._fill_end, r))
 
     def _fill_end(self, r: Round) -> None:
         if not r.sent:
-            self._refit_if_due()
+            self.refit_if_due()
 
     def _fill_queued(self, r: Round) -> None:
-        if self.groups.any_idle and self._can_dispatch():
+        st = self.st
+        if st.groups.any_idle and st.can_dispatch():
             self._take_queued(r)
 
     def _fill_reruns(self, r: Round) -> None:
         """The first unfinished trial runs again on the first idle group; a shared study's
         other job may have claimed it first (events.ClaimRefused). Then the next one."""
-        if not (self.groups.any_idle and self.reruns and self._may_rerun()):
+        st = self.st
+        if not (st.groups.any_idle and st.reruns and st.may_rerun()):
             return
-        old, group = self.reruns.pop(0), self.groups.first_idle()
+        old, group = st.reruns.pop(0), st.groups.first_idle()
 
         def restarted(done):
             if isinstance(done, ev.TrialRestarted):
-                self._emit(self._running(group, done.record, old.params))
+                self.loop.emit(self._running(group, done.record, old.params))
                 r.sent = True
-            self._then((self._fill_reruns, r))
-        self._await(ins.RestartTrial(old.id, group, self.hosts[group], self.ranks[group],
-                                     keep_intermediate=self.checkpoints,
-                                     contested=self.shared is not None),
-                    restarted, undo=lambda: self.reruns.insert(0, old))
+            self.loop.then((self._fill_reruns, r))
+        self.loop.awaits(ins.RestartTrial(old.id, group, st.hosts[group], st.ranks[group],
+                                          keep_intermediate=st.checkpoints,
+                                          contested=st.shared is not None),
+                         restarted, undo=lambda: st.reruns.insert(0, old))
 
-    def _refit_if_due(self) -> None:
+    def refit_if_due(self) -> None:
         """training.refit: after a search that ended well, one group trains the best
         parameters once more (a dispatch with no trial row)."""
-        if not self._refit_due():
+        st = self.st
+        if not self.refit_due():
             return
-        group, best = self.groups.first_idle(), self.best
-        self.refit.started()
-        self.groups.begin(group, Running(-1, best.number, dict(best.params), group, self.clock(),
-                                         refit=True))
-        self._emit(ins.Say(f"refit: training trial {best.number}'s parameters once more on all "
-                           "the data (training.refit)"),
-                   ins.Dispatch(group, Trial(-1, best.number, dict(best.params),
-                                             trial_seed(self.seed, best.number), refit=True)))
+        group, best = st.groups.first_idle(), st.outcomes.best
+        st.refit.started()
+        st.groups.begin(group, Running(-1, best.number, dict(best.params), group, st.clock(),
+                                       refit=True))
+        self.loop.emit(ins.Say(f"refit: training trial {best.number}'s parameters once more on all "
+                               "the data (training.refit)"),
+                       ins.Dispatch(group, Trial(-1, best.number, dict(best.params),
+                                                 trial_seed(st.seed, best.number), refit=True)))
 
     def _take_queued(self, r: Round, ahead_of: list[int] | None = None) -> None:
         """Queued parameter sets for idle groups (or sent ahead to these busy ones), taken
         (PENDING -> RUNNING) in one transaction. A tick reads an empty queue again only
         after QUEUE_POLL_S."""
-        now = self.clock()
+        st = self.st
+        now = st.clock()
         if r.tick and self._queue_read_at is not None and now - self._queue_read_at < QUEUE_POLL_S:
             return
-        slots = list(self.idle if ahead_of is None else ahead_of)
-        fits = self._can_dispatch if ahead_of is None else self._ahead_room
+        slots = list(st.groups.idle if ahead_of is None else ahead_of)
+        fits = st.can_dispatch if ahead_of is None else self._ahead_room
         room = 0
         while room < len(slots) and fits(extra=room):
             room += 1
@@ -117,40 +118,42 @@ class Dispatching:
             self._queue_read_at = None if len(done.trials) == room else now
             if done.trials:
                 self._take_from_queue(r, done.trials, slots[:len(done.trials)], ahead_of)
-        self._await(ins.ReadQueue(self.study_id, room), read)
+        self.loop.awaits(ins.ReadQueue(st.study_id, room), read)
 
     def _take_from_queue(self, r: Round, queued, groups: list[int], ahead_of) -> None:
+        st = self.st
         later = {} if ahead_of is None else {"started": False}
 
         def taken(done: ev.QueueTaken):
             records = list(done.records)
-            if self.shared is not None:
+            if st.shared is not None:
                 if len([rec for rec in records if rec is not None]) < len(queued):
-                    self._refused()
+                    st.shared.refused(st.limits.trials)
                 records = [rec for rec in records if rec is not None]
-                self.shared.made += len(records)
+                st.shared.made += len(records)
             for rec in records:
-                self._emit(self._running(rec.group, rec, rec.params, ahead=ahead_of is not None))
-            self.queued_taken += len(records)
+                self.loop.emit(self._running(rec.group, rec, rec.params, ahead=ahead_of is not None))
+            st.queued_taken += len(records)
             r.sent |= bool(records)
-        self._await(ins.TakeQueued(tuple(
-            dict(trial_id=t.id, seed=trial_seed(self.seed, t.number), group=g,
-                 host=self.hosts[g], rank=self.ranks[g], **later)
-            for t, g in zip(queued, groups)), **self._capped_queue()), taken)
+        self.loop.awaits(ins.TakeQueued(tuple(
+            dict(trial_id=t.id, seed=trial_seed(st.seed, t.number), group=g,
+                 host=st.hosts[g], rank=st.ranks[g], **later)
+            for t, g in zip(queued, groups)), **st.capped_queue()), taken)
 
     def _ask_fresh(self, r: Round) -> None:
         """Suggestions for the idle groups left, one ask at a time, until one is not ready
         (a background searcher still fitting), then their trials created at once."""
-        if (len(r.fresh) < self.groups.n_idle() and self._can_dispatch(extra=len(r.fresh))
-                and self._space_left()):
+        st = self.st
+        if (len(r.fresh) < st.groups.n_idle() and st.can_dispatch(extra=len(r.fresh))
+                and self.space_left()):
             def got(params, took):
                 if params is None:
                     self._start(r)
                 else:
                     r.fresh.append((params, took))
-                    self._then((self._ask_fresh, r))
-            self._suggest(self.next_number + len(r.fresh), got,
-                          waiting=self.groups.n_idle() - len(r.fresh))
+                    self.loop.then((self._ask_fresh, r))
+            self._suggest(st.next_number + len(r.fresh), got,
+                          waiting=st.groups.n_idle() - len(r.fresh))
         else:
             self._start(r)
 
@@ -159,62 +162,70 @@ class Dispatching:
         the seconds the searcher took to make it (recorded with the trial), to `got`;
         `waiting`: the groups without work now (a background searcher's filler rule
         weighs their wait)."""
-        prefetched = self.ahead.take_prefetched()
+        st = self.st
+        prefetched = st.ahead.take_prefetched()
         if prefetched is not None:
             params, took = prefetched
             got(self._distinct(params, number), took)
             return
-        self._await(ins.Ask(number, waiting, len(self.running)),
-                    lambda done: got(None if done.params is None
-                                     else self._distinct(done.params, number), done.took))
+        self.loop.awaits(ins.Ask(number, waiting, len(st.groups.running)),
+                         lambda done: got(None if done.params is None
+                                          else self._distinct(done.params, number), done.took))
 
-    def _refit_due(self) -> bool:
+    def refit_due(self) -> bool:
         """training.refit's run is due: wanted, nothing runs, a group idle, no trial left."""
-        return (self.groups.any_idle and self.refit.wanted_now(self.stop_reason, self.best)
-                and not self.running and not self.finishing and not self._can_dispatch())
+        st = self.st
+        return (st.groups.any_idle and st.refit.wanted_now(st.limits.stop_reason, st.outcomes.best)
+                and not st.groups.running and not st.finishing and not st.can_dispatch())
 
     # ---- trials sent ahead to busy groups (ahead.py) --------------------------------------
     def _ahead_room(self, extra: int = 0) -> bool:
         """Whether one more trial may be sent ahead (ahead.py's rule, within the budget)."""
-        return (self.ahead.enabled and self.outcomes.any_success and self._can_dispatch(extra)
-                and self.ahead.room(self.limits.left(self._started(extra)),
-                                    self.n_groups - self.groups.n_stopped()))
+        st = self.st
+        return (st.ahead.enabled and st.outcomes.any_success and st.can_dispatch(extra)
+                and st.ahead.room(st.limits.left(st.started(extra)),
+                                  st.n_groups - st.groups.n_stopped()))
 
-    def _ahead_wanted(self) -> bool:
-        """Whether a busy group may want a trial sent ahead now (_plan_ahead's test, in its
+    def ahead_wanted(self) -> bool:
+        """Whether a busy group may want a trial sent ahead now (plan_ahead's test, in its
         order: the room's check notices the time limit)."""
-        return (self.ahead.may_plan(self.reruns, self.groups.any_idle) and self._ahead_room()
-                and bool(self.ahead.wanting))
+        st = self.st
+        return (st.ahead.may_plan(st.reruns, st.groups.any_idle) and self._ahead_room()
+                and bool(st.ahead.wanting))
 
     def _fill_ahead(self, r: Round) -> None:
         """A next trial for each busy group that has none; `r.sent` notes it."""
-        p = Round(r.tick, before=len(self.ahead.trials))
-        self._then((self._plan_ahead, p), (self._start_planned, p), (self._note_sent, p, r))
+        st = self.st
+        p = Round(r.tick, before=len(st.ahead.trials))
+        self.loop.then((self.plan_ahead, p), (self._start_planned, p), (self._note_sent, p, r))
 
-    def _plan_ahead(self, p: Round) -> None:
+    def plan_ahead(self, p: Round) -> None:
         """Queued sets taken for busy groups without a next trial (their Dispatches
         given), then in `p` the groups still without one and the suggestions asked for
         them (not yet created)."""
-        if not self.ahead.may_plan(self.reruns, self.groups.any_idle) or not self._ahead_room():
+        st = self.st
+        if not st.ahead.may_plan(st.reruns, st.groups.any_idle) or not self._ahead_room():
             return
-        groups = self.ahead.wanted(self.running)
+        groups = st.ahead.wanted(st.groups.running)
         if groups:
-            self._then((self._take_queued, p, groups), (self._plan_fresh, p, groups))
+            self.loop.then((self._take_queued, p, groups), (self._plan_fresh, p, groups))
 
     def _plan_fresh(self, p: Round, groups: list[int]) -> None:
-        p.groups = [g for g in groups if g not in self.ahead.trials]
+        st = self.st
+        p.groups = [g for g in groups if g not in st.ahead.trials]
         self._ask_ahead(p)
 
     def _ask_ahead(self, p: Round) -> None:
+        st = self.st
         if (len(p.fresh) < len(p.groups) and self._ahead_room(extra=len(p.fresh))
-                and self._space_left()):
+                and self.space_left()):
             def got(params, took):
                 if params is not None:
                     p.fresh.append((params, took))
-                    self._then((self._ask_ahead, p))
+                    self.loop.then((self._ask_ahead, p))
                 else:
                     p.groups = p.groups[:len(p.fresh)]
-            self._suggest(self.next_number + len(p.fresh), got)
+            self._suggest(st.next_number + len(p.fresh), got)
         else:
             p.groups = p.groups[:len(p.fresh)]
 
@@ -223,31 +234,34 @@ class Dispatching:
             self._start(p, p.groups)
 
     def _note_sent(self, p: Round, r: Round) -> None:
-        r.sent |= len(self.ahead.trials) > p.before
+        st = self.st
+        r.sent |= len(st.ahead.trials) > p.before
 
-    def _space_left(self) -> bool:
+    def space_left(self) -> bool:
         """Whether a finite space has an untried parameter set left; once it has none,
         no new trial starts (the running ones finish) and the study ends COMPLETE."""
-        u = self.untried
+        st = self.st
+        u = st.untried
         if u is None or u.left() > 0:
             return True
-        self.limits.stop("exhausted", f"all {u.size} parameter sets of the search space have "
-                                      f"been tried: no new trials (search.trials is {self.budget})")
+        st.limits.stop("exhausted", f"all {u.size} parameter sets of the search space have "
+                                    f"been tried: no new trials (search.trials is {st.limits.trials})")
         return False
 
     def _distinct(self, params: dict, number: int) -> dict:
         """The suggestion, or an untried set in its place where it repeats one the study
         tried, runs or queued (mpiopt.search.untried). The searcher forgets the repeat
         (unless it is a running trial's, pending there already) and holds the set."""
-        u = self.untried
+        st = self.st
+        u = st.untried
         if u is None:
             return params
         if u.repeats(params):
             other = u.instead(number)
             if other is not None:
                 if not u.is_live(params):
-                    self.searcher.forget(params)
-                self.searcher.hold(other)
+                    st.searcher.forget(params)
+                st.searcher.hold(other)
                 u.replaced += 1
                 params = other
         u.claim(params)
@@ -255,77 +269,65 @@ class Dispatching:
 
     def _start(self, r: Round, ahead_of: list[int] | None = None) -> None:
         """New trials for idle groups, or (ahead_of) sent ahead to these busy ones."""
+        st = self.st
         fresh = r.fresh
         if not fresh:
             return
         r.sent = True
-        groups = self.idle[:len(fresh)] if ahead_of is None else ahead_of
+        groups = st.groups.idle[:len(fresh)] if ahead_of is None else ahead_of
 
         def created(done: ev.TrialsCreated):    # (a failed write leaves the groups idle)
-            self._began(groups, done.records, fresh, ahead=ahead_of is not None)
-        self._await(ins.CreateTrials(
-            self.study_id, tuple(self._requests(fresh, groups, ahead=ahead_of is not None)),
-            **self._capped()), created)
+            self.began(groups, done.records, fresh, ahead=ahead_of is not None)
+        self.loop.awaits(ins.CreateTrials(
+            st.study_id, tuple(self.requests(fresh, groups, ahead=ahead_of is not None)),
+            **st.capped()), created)
 
-    def _requests(self, fresh, groups: list[int], ahead: bool) -> list[dict]:
+    def requests(self, fresh, groups: list[int], ahead: bool) -> list[dict]:
         """create_trials requests for these suggestions on these groups."""
+        st = self.st
         later = {"started": False} if ahead else {}
-        return [dict(params=params, seed=trial_seed(self.seed, self.next_number + i),
-                     group=g, host=self.hosts[g], rank=self.ranks[g], suggest_seconds=took,
+        return [dict(params=params, seed=trial_seed(st.seed, st.next_number + i),
+                     group=g, host=st.hosts[g], rank=st.ranks[g], suggest_seconds=took,
                      **later, **self._key(params),
                      # pbt: each trial's member, round and parent
-                     **(self.searcher.lineage(self.next_number + i) if self.numbered else {}))
+                     **(st.searcher.lineage(st.next_number + i) if st.numbered else {}))
                 for i, (g, (params, took)) in enumerate(zip(groups, fresh))]
 
     def _key(self, params: dict) -> dict:
-        """A parameter set, named for the database (`distinct` creates in a shared study:
-        mpiopt.parallel.scheduler.shared); floats at 12 significant digits, as searchers
-        compare them (mpiopt.search._base.params_key)."""
-        if self.shared is None:
-            return {}
-        canon = sorted((name, float(f"{value:.12g}") if isinstance(value, float) else value)
-                       for name, value in params.items())
-        return {"key": hashlib.sha1(repr(canon).encode()).hexdigest()}
+        """A parameter set, named for the database where jobs share the study (shared.py)."""
+        return {} if self.st.shared is None else {"key": set_key(params)}
 
-    def _began(self, groups, records, fresh, ahead: bool) -> None:
-        if self.numbered:        # the storage may have numbered them otherwise (a queued set)
-            self.searcher.renumber({self.next_number + i: rec.number
-                                    for i, rec in enumerate(records) if rec is not None})
+    def began(self, groups, records, fresh, ahead: bool) -> None:
+        st = self.st
+        if st.numbered:        # the storage may have numbered them otherwise (a queued set)
+            st.searcher.renumber({st.next_number + i: rec.number
+                                  for i, rec in enumerate(records) if rec is not None})
         for g, rec, (params, _) in zip(groups, records, fresh):
             if rec is None:      # a shared study's database refused it (shared.py)
-                self.searcher.forget(params)
+                st.searcher.forget(params)
                 continue
-            if self.shared is not None:
-                self.shared.made += 1
-            self._emit(self._running(g, rec, params, ahead=ahead))
-        if self.shared is not None and any(rec is None for rec in records):
-            self._refused()
+            if st.shared is not None:
+                st.shared.made += 1
+            self.loop.emit(self._running(g, rec, params, ahead=ahead))
+        if st.shared is not None and any(rec is None for rec in records):
+            st.shared.refused(st.limits.trials)
 
     def _running(self, group: int, rec: FrozenTrial, params: dict, ahead: bool = False) -> ins.Dispatch:
-        self.next_number = max(self.next_number, rec.number + 1)
-        if self.untried is not None:
-            self.untried.claim(params)       # (a re-run or a queued set: not suggested here)
-        run = Running(rec.id, rec.number, params, group, self.clock())
+        st = self.st
+        st.next_number = max(st.next_number, rec.number + 1)
+        if st.untried is not None:
+            st.untried.claim(params)       # (a re-run or a queued set: not suggested here)
+        run = Running(rec.id, rec.number, params, group, st.clock())
         if ahead:
-            self.ahead.trials[group] = run
+            st.ahead.trials[group] = run
         else:
-            self.groups.begin(group, run)
+            st.groups.begin(group, run)
         # its curve so far: what a trial continued from its checkpoint reported before
         # (a fold's best so far, the folds it finished); none for a new attempt
-        self.outcomes.curve(rec)
+        st.outcomes.curve(rec)
         if not ahead:
-            self.ahead.wanting[group] = None
-            self.forecast.began(group, run.trial_id, run.started)
-        seed = rec.seed if rec.seed is not None else trial_seed(self.seed, rec.number)
+            st.ahead.wanting[group] = None
+            st.forecast.began(group, run.trial_id, run.started)
+        seed = rec.seed if rec.seed is not None else trial_seed(st.seed, rec.number)
         return ins.Dispatch(group, Trial(rec.id, rec.number, params, seed, rec.attempt,
-                                         self.trial_timeout, round=rec.round, parent=rec.parent))
-
-    def _stop_idle(self) -> None:
-        """Idle groups are stopped only at the study's end, once no trial runs: a rank
-        that leaves earlier waits in MPI_Finalize for the ranks still training, and its
-        exit's bound (MPIOPT_EXIT_GRACE) is for an exit, not for the longest trial left
-        (a study's last long trial ended every such job, the idle rank killed by it)."""
-        if self.running or self.ahead.trials or self._can_dispatch() or self._lingers():
-            return
-        self._on_stop_all()
-
+                                         st.trial_timeout, round=rec.round, parent=rec.parent))

@@ -9,37 +9,66 @@ and hands back what became of each database write and each ask of the searcher a
 next event (stepping.py). That order makes a crash harmless: a trial's row is created
 RUNNING before its Dispatch; a result is written before it counts (results.py).
 
-The parts: the budget and stops (budget.py), what finished trials add up to
-(outcomes.py), the results' order (results.py), work for idle groups (dispatch.py),
-asking ahead (ahead.py), training.refit (refit.py), telling the searcher (teaching.py), a
-study several jobs share (shared.py), each group's state (groups.py), the invariants and
-the log (checks.py, stepping.py). A slow searcher is asked beside the loop by the
-executor (mpiopt.search.background.BackgroundSearcher), so no event waits for a model fit.
+The machine is built of parts that stand alone, by composition: what they share is one
+plain `State` (state.py: the groups, the outcomes, the limits, the trials sent ahead, the
+re-runs, the numbering), handed to each at construction, and each keeps its own state
+beside it. The parts: the budget and stops (budget.py), what finished trials add up to
+(outcomes.py), each group's state (groups.py), asking ahead (ahead.py), training.refit
+(refit.py), telling the searcher (teaching.py), judging per-epoch values (judging.py:
+`Judge`), work for idle groups (dispatch.py:
+`Dispatcher`), the results (results.py: `Recorder`), the other jobs of a shared study
+(shared.py: `Sharing`), the invariants (checks.py: `Checks`), and the event loop, its
+steps and its log (stepping.py: `Loop`). No part calls another: a part decides from the
+State and gives its instructions and steps; where one part's work follows another's
+(a batch of results, then the groups' next trials; a tell, then an ask), the machine
+plans the steps in order, here. A slow searcher is asked beside the loop by the executor
+(mpiopt.search.background.BackgroundSearcher), so no event waits for a model fit.
 """
 from __future__ import annotations
 
 import time
 
-from mpiopt.parallel.forecast import Forecast
 from mpiopt.parallel.scheduler import events as ev
 from mpiopt.parallel.scheduler import instructions as ins
 from mpiopt.parallel.scheduler.ahead import AskAhead
 from mpiopt.parallel.scheduler.budget import Budget
 from mpiopt.parallel.scheduler.checks import Checks
-from mpiopt.parallel.scheduler.dispatch import Dispatching, Running
+from mpiopt.parallel.scheduler.dispatch import Dispatcher, Round
 from mpiopt.parallel.scheduler.groups import Groups
-from mpiopt.parallel.scheduler.outcomes import Outcomes, is_number, usable
+from mpiopt.parallel.scheduler.judging import Judge
+from mpiopt.parallel.scheduler.outcomes import Outcomes
 from mpiopt.parallel.scheduler.refit import Refit
-from mpiopt.parallel.scheduler.results import Recording
-from mpiopt.parallel.scheduler.shared import SharingJobs
-from mpiopt.parallel.scheduler.stepping import Stepping
+from mpiopt.parallel.scheduler.results import FIRST, ONE_COMMIT, Batch, Recorder
+from mpiopt.parallel.scheduler.shared import Sharing
+from mpiopt.parallel.scheduler.state import Running, State
+from mpiopt.parallel.scheduler.stepping import ALWAYS, ON_FAILURE, Loop, Step
 from mpiopt.parallel.scheduler.teaching import Teacher
 from mpiopt.search.background import BackgroundSearcher
 from mpiopt.search.untried import Untried
-from mpiopt.trial import Decision, FrozenTrial, Report, Result, StudyStatus, TrialStatus, Verdict
+from mpiopt.trial import FrozenTrial, Result, StudyStatus, TrialStatus
 
 
-class Scheduler(Stepping, Recording, Dispatching, SharingJobs, Checks):
+def _shared_state(*, study_id, searcher, direction, budget, n_groups, seed, target,
+                  time_limit, max_initial_failures, max_failures_in_a_row, clock, hosts,
+                  ranks, trial_timeout, grace, objective, refit_wanted, checkpoints,
+                  ask_ahead, shared) -> State:
+    """The State the parts share, from the Scheduler's arguments."""
+    outcomes = Outcomes(direction, target, max_initial_failures, objective,
+                        max_failures_in_a_row)
+    return State(
+        study_id=study_id, searcher=searcher, seed=seed, clock=clock,
+        limits=Budget(budget, clock, time_limit, grace), outcomes=outcomes,
+        groups=Groups(n_groups),
+        ahead=AskAhead(enabled=ask_ahead, searcher_allows=searcher.asks_ahead),
+        teacher=Teacher(searcher, outcomes), refit=Refit(wanted=refit_wanted),
+        hosts=hosts or [None] * n_groups, ranks=ranks or [None] * n_groups,
+        trial_timeout=trial_timeout, checkpoints=checkpoints,
+        # a finite space: each parameter set once, then the end (mpiopt.search.untried)
+        untried=None if searcher.numbered else Untried.of(searcher.space, seed),
+        shared=shared)
+
+
+class Scheduler:
     """Dispatch, record, tell, ask ahead. One instance per study run, on rank 0."""
 
     def __init__(self, *, study_id: int, searcher, direction: str, budget: int,
@@ -53,86 +82,133 @@ class Scheduler(Stepping, Recording, Dispatching, SharingJobs, Checks):
                  warm: list[tuple[dict, float]] = (), refit_wanted: bool = False,
                  checkpoints: bool = False, send_first: bool = False,
                  ask_ahead: bool = False, shared=None, folds: int = 1, validate: bool = False):
-        self._init_stepping(validate)
-        self.study_id, self.searcher, self.seed, self.pruner = study_id, searcher, seed, pruner
-        self.folds = folds           # a trial's folds: whether a prune's reason names them
-        self.clock = clock
-        self.limits = Budget(budget, clock, time_limit, grace)
-        self.outcomes = Outcomes(direction, target, max_initial_failures, objective,
-                                 max_failures_in_a_row)
-        self.refit = Refit(wanted=refit_wanted)
-        self.teacher = Teacher(searcher, self.outcomes)     # tells the searcher (teaching.py)
-        self.trial_timeout, self.stuck_grace = trial_timeout, stuck_grace
-        self.checkpoints, self.send_first = checkpoints, send_first
-        self.n_groups = n_groups
-        self.hosts = hosts or [None] * n_groups
-        self.ranks = ranks or [None] * n_groups
-        self.groups = Groups(n_groups)          # each group's state (groups.py)
+        self._st = st = _shared_state(
+            study_id=study_id, searcher=searcher, direction=direction, budget=budget,
+            n_groups=n_groups, seed=seed, target=target, time_limit=time_limit,
+            max_initial_failures=max_initial_failures,
+            max_failures_in_a_row=max_failures_in_a_row, clock=clock, hosts=hosts,
+            ranks=ranks, trial_timeout=trial_timeout, grace=grace, objective=objective,
+            refit_wanted=refit_wanted, checkpoints=checkpoints, ask_ahead=ask_ahead,
+            shared=shared)
+        self._loop = Loop({})
+        self._checks = Checks(st, self._loop)
+        if validate:
+            self._loop.check = self._checks.validate_state
+        self._dispatcher = Dispatcher(st, self._loop)
+        self._recorder = Recorder(st, self._loop, send_first)
+        self._sharing = Sharing(st, self._loop)
+        self._judge = Judge(st, self._loop, pruner, folds)
+        self.stuck_grace = stuck_grace
+        self.background = isinstance(searcher, BackgroundSearcher)
         self.lost_ids: set[int] = set()         # trials whose group died under them (lose)
         self.blamed: set[int] = set()           # trials whose messages ended the run (blame)
         # groups stuck in a trial past its timeout: a fact about their ranks (the wind-down
         # does not wait for them), not a state (groups.py)
         self.given_up: set[int] = set()
-        self.forecast = Forecast()              # when the loop should poll finely
-        self.next_number = 0
-        self.reruns: list[FrozenTrial] = []
-        self.finishing = 0            # results being written while their group already runs
-        self.background = isinstance(searcher, BackgroundSearcher)
-        self.numbered = searcher.numbered
-        self.ahead = AskAhead(enabled=ask_ahead, searcher_allows=searcher.asks_ahead)
-        # a finite space: each parameter set once, then the end (mpiopt.search.untried)
-        self.untried = None if self.numbered else Untried.of(searcher.space, seed)
-        self.queued_taken = 0          # queued parameter sets started by this run
-        self.shared = shared           # a Shared: other jobs run the study too (shared.py)
+        self.must_end: str | None = None      # why the job must end now (Overdue)
+        self.final_status: StudyStatus | None = None     # the study's, once Finish ran
         if shared is not None:         # (their running trials are theirs, not reruns)
             existing = [t for t in existing if t.status is not TrialStatus.RUNNING]
             shared.seen.update(t.id for t in existing if t.status.is_finished())
-        self._queue_read_at: float | None = None   # None: read it at the next dispatch
-        self.must_end: str | None = None      # why the job must end now (Overdue)
-        self.final_status: StudyStatus | None = None     # the study's, once Finish ran
-        self._restore(existing, warm)
-        self._handlers = {
-            ev.Start: self._on_start, ev.Results: self._on_results, ev.Reported: self._on_report,
+        st.restore(existing, warm)
+        self._loop.handlers = self._handlers()
+
+    def _handlers(self) -> dict:
+        return {
+            ev.Start: self._on_start, ev.Results: self._on_results,
+            ev.Reported: self._judge.reported,
             ev.Tick: self._on_tick, ev.Prefetch: self._on_prefetch, ev.Overdue: self._on_overdue,
             ev.WithdrawAhead: self._on_withdraw_ahead, ev.Stop: self._on_stop,
             ev.Lose: self._on_lose, ev.Blame: self._on_blame, ev.Interrupt: self._on_interrupt,
             ev.StopAll: self._on_stop_all, ev.Finish: self._on_finish,
             ev.WindDown: self._on_wind_down}
 
-    # ---- what the shells and the progress line read ------------------------------------
-    sign = property(lambda self: self.outcomes.sign)
-    counts = property(lambda self: self.outcomes.counts)
-    finished = property(lambda self: self.outcomes.finished)
-    best = property(lambda self: self.outcomes.best)
-    front = property(lambda self: self.outcomes.front)
-    history = property(lambda self: self.outcomes.history)
-    stop_reason = property(lambda self: self.limits.stop_reason)
-    message = property(lambda self: self.limits.message)
-    hard_deadline = property(lambda self: self.limits.hard_deadline)
-    budget = property(lambda self: self.limits.trials)
-    running = property(lambda self: self.groups.running)    # group -> its Running
-    idle = property(lambda self: self.groups.idle)          # waiting groups, in queue order
-    stopped = property(lambda self: self.groups.stopped)
+    def handle(self, *events) -> list:
+        """The one entry point: these events in order in, the instructions to carry out
+        out (stepping.py's Loop)."""
+        return self._loop.handle(*events)
+
+    # ---- what the shells, the progress line and the tests read -------------------------
+    searcher = property(lambda self: self._st.searcher)
+    study_id = property(lambda self: self._st.study_id)
+    seed = property(lambda self: self._st.seed)
+    clock = property(lambda self: self._st.clock)
+    hosts = property(lambda self: self._st.hosts)
+    ranks = property(lambda self: self._st.ranks)
+    trial_timeout = property(lambda self: self._st.trial_timeout)
+    checkpoints = property(lambda self: self._st.checkpoints)
+    n_groups = property(lambda self: self._st.n_groups)
+    numbered = property(lambda self: self._st.numbered)
+    untried = property(lambda self: self._st.untried)
+    shared = property(lambda self: self._st.shared)
+    limits = property(lambda self: self._st.limits)
+    outcomes = property(lambda self: self._st.outcomes)
+    groups = property(lambda self: self._st.groups)
+    ahead = property(lambda self: self._st.ahead)
+    refit = property(lambda self: self._st.refit)
+    teacher = property(lambda self: self._st.teacher)
+    forecast = property(lambda self: self._st.forecast)
+    reruns = property(lambda self: self._st.reruns)
+    next_number = property(lambda self: self._st.next_number)
+    finishing = property(lambda self: self._st.finishing)
+    queued_taken = property(lambda self: self._st.queued_taken)
+    sign = property(lambda self: self._st.outcomes.sign)
+    counts = property(lambda self: self._st.outcomes.counts)
+    finished = property(lambda self: self._st.outcomes.finished)
+    best = property(lambda self: self._st.outcomes.best)
+    front = property(lambda self: self._st.outcomes.front)
+    history = property(lambda self: self._st.outcomes.history)
+    stop_reason = property(lambda self: self._st.limits.stop_reason)
+    message = property(lambda self: self._st.limits.message)
+    hard_deadline = property(lambda self: self._st.limits.hard_deadline)
+    budget = property(lambda self: self._st.limits.trials)
+    running = property(lambda self: self._st.groups.running)    # group -> its Running
+    idle = property(lambda self: self._st.groups.idle)          # waiting groups, in queue order
+    stopped = property(lambda self: self._st.groups.stopped)
+    send_first = property(lambda self: self._recorder.send_first)
+    pruner = property(lambda self: self._judge.pruner)
+    folds = property(lambda self: self._judge.folds)
+    validate = property(lambda self: self._loop.check is not None)
+    stimulus_log = property(lambda self: self._loop.stimulus_log)
+    waiting_for = property(lambda self: self._loop.waiting_for)
+
+    def validate_state(self) -> None:
+        """Raise AssertionError where an invariant does not hold (checks.py)."""
+        self._checks.validate_state()
+
+    def story(self, last: int | None = None) -> str:
+        """The newest events handled, each with the instructions it gave (checks.py)."""
+        return self._checks.story() if last is None else self._checks.story(last)
+
+    def outcomes_due(self, batch: list[tuple[int, Result]]) -> list[dict]:
+        """The records these results will write, without acting on them (results.py)."""
+        return self._recorder.outcomes_due(batch)
 
     @property
     def done(self) -> bool:
-        return (not self.running and not self.ahead.trials and not self._can_dispatch()
-                and not self._refit_due() and not self._lingers())
+        st, d = self._st, self._dispatcher
+        return (not st.groups.running and not st.ahead.trials and not st.can_dispatch()
+                and not d.refit_due() and not st.lingers())
 
     @property
     def busy(self) -> bool:
         """Whether any group runs a trial or holds one sent ahead."""
-        return bool(self.running or self.ahead.trials)
+        return bool(self._st.groups.running or self._st.ahead.trials)
+
+    @property
+    def waits_for_other_jobs(self) -> bool:
+        """Nothing to run here now, but the job may not end yet (State.lingers)."""
+        return self._st.shared is not None and not self.done
 
     @property
     def poll_s(self) -> float | None:
         """How often a job of a shared study reads the others (None: not shared)."""
-        return None if self.shared is None else self.shared.poll_s
+        return None if self._st.shared is None else self._st.shared.poll_s
 
     def sleep_s(self, delay: float) -> float:
         """How long the loop may sleep now, at most `delay` (parallel/forecast.py: finely
         where a result that waits for a dispatch is due)."""
-        return self.forecast.sleep_s(self.clock(), self.waits_for_dispatch, delay)
+        return self._st.forecast.sleep_s(self._st.clock(), self.waits_for_dispatch, delay)
 
     def last_report(self, number: int) -> float | None:
         """The latest per-epoch value trial `number` reported, as the user reads it."""
@@ -142,142 +218,183 @@ class Scheduler(Stepping, Recording, Dispatching, SharingJobs, Checks):
     def waits_for_dispatch(self, group: int, trial_id: int) -> bool:
         """Whether the group runs this trial and, when it ends, waits for rank 0 (nothing
         was sent ahead to it)."""
-        run = self.running.get(group)
-        return run is not None and run.trial_id == trial_id and group not in self.ahead.trials
-
-    def _restore(self, existing, warm=()) -> None:
-        """Replay finished trials into the searcher (after `warm`: another study's results,
-        search.warm_start); queue unfinished ones to run again. RETRIED trials are only
-        on record; PENDING ones wait in the database's queue."""
-        finished = [(params, self.sign * value) for params, value in warm]
-        for t in sorted(existing, key=lambda t: t.number):
-            self.next_number = max(self.next_number, t.number + 1)
-            if self.untried is not None and t.status is not TrialStatus.RETRIED:
-                self.untried.note(t.params)
-            if t.status in (TrialStatus.RETRIED, TrialStatus.PENDING):
-                continue
-            if t.status.is_finished():
-                finished.append((t.params, self.outcomes.restored(t)))
-            else:
-                self.reruns.append(t)
-        if self.numbered:
-            self.searcher.replay_numbered(
-                [(t.number, t.params, self.outcomes.told_value(t) if usable(t) else None,
-                  {"member": t.member, "round": t.round, "parent": t.parent},
-                  t.status.is_finished())
-                 for t in sorted(existing, key=lambda t: t.number)
-                 if t.status not in (TrialStatus.RETRIED, TrialStatus.PENDING)],
-                self.next_number)
-        elif finished or self.reruns:
-            self.searcher.replay(finished, [t.params for t in self.reruns], self.next_number)
-        self.outcomes.after_restore()
+        run = self._st.groups.running.get(group)
+        return run is not None and run.trial_id == trial_id and group not in self._st.ahead.trials
 
     def settled_on_resume(self, existing) -> ins.TrialsSettled:
         """What a job that died mid-way left in the artifact store, to tidy at the start."""
         return ins.TrialsSettled(tuple(t for t in existing if t.status.is_finished()),
-                                 keep=self.teacher.needed())
+                                 keep=self._st.teacher.needed())
 
-    def _can_dispatch(self, extra: int = 0) -> bool:
-        """Whether one more trial may start (`extra`: ones already promised this round)."""
-        return self.limits.allows(self._started(extra))
+    # ---- results: the Recorder's steps among the other parts' ---------------------------
+    def _on_results(self, e: ev.Results) -> None:
+        """Results that arrived together: written in one transaction, and their groups'
+        next trials created in one (results.py: the order)."""
+        b, rec = Batch(), self._recorder
+        self._loop.then((self._sharing.read_others,),
+                       *((rec.settle, b, g, r) for g, r in e.batch), (self._after_settle, b))
 
-    def _started(self, extra: int = 0) -> int:
-        if self.shared is not None:
-            return self._shared_started(extra)
-        return (self.finished + len(self.running) + len(self.ahead.trials) + self.finishing
-                + extra)
+    def _after_settle(self, b: Batch) -> None:
+        rec, d = self._recorder, self._dispatcher
+        tail = [(self._say_searcher_failures,), (d.refit_if_due,), (self._stop_idle,)]
+        if not b.done:
+            self._loop.then(*tail[1:])
+            return
+        order = rec.order(b)
+        if order == ONE_COMMIT:
+            self._loop.then((self._write_with_next, b), *tail)
+        elif order == FIRST:               # the groups' next trials leave before the write
+            self._loop.then((self._fill_before_write, b), (rec.write_results, b),
+                           (rec.account, b.done), (rec.emit_settled, b.done), *tail)
+        else:                              # told once written; what pbt keeps follows the tell
+            self._loop.then((rec.write_results, b), (rec.account, b.done),
+                           (self._free_and_teach, b), *tail)
+
+    def _fill_before_write(self, b: Batch) -> None:
+        """The groups' next trials are made and sent while their results wait to be
+        written; an outage past its limit here still leaves the results kept (written
+        quietly on the way out, or in the recovery file)."""
+        rec = self._recorder
+        rec.free(b)
+        rec.hold(b)
+        self._loop.then((self._teach_and_fill, b.done), Step(rec.release, (b,), ALWAYS),
+                       Step(rec.write_quietly, (b,), ON_FAILURE))
+
+    def _free_and_teach(self, b: Batch) -> None:
+        self._recorder.free(b)
+        self._teach_and_fill(b.done, settle=b.done)
+
+    def _teach_and_fill(self, trials: list[FrozenTrial], settle=()) -> None:
+        """Tell the searcher and give idle groups work: work that is ready first, else the
+        tells first (the next ask must know these results). `settle`: written results
+        whose artifacts are tended once told."""
+        st = self._st
+        ready = self.background or st.ahead.prefetched is not None or st.reruns
+        told = [(self._teach_all, trials, settle)]
+        if ready:
+            self._loop.then((self._dispatcher.fill_idle,), *told)
+        else:
+            self._loop.then(*told, (self._dispatcher.fill_idle,))
+
+    def _teach_all(self, trials, settle=()) -> None:
+        for trial in trials:
+            self._st.teacher.teach(trial)
+        if settle:
+            self._loop.emit(self._recorder.settled(settle))
+
+    def _write_with_next(self, b: Batch) -> None:
+        """No group waits, so nothing has to leave before the write: the searcher is told
+        first, and one commit records the results, the starts of the trials their groups
+        now run and the trials sent ahead next (half the commits of two writes). The queue
+        is read first, with the results held: a kill during an outage there lost them."""
+        rec = self._recorder
+        for trial in b.done:
+            self._st.teacher.teach(trial)
+        rec.hold(b)
+        plan = Round()
+        self._loop.then((self._dispatcher.plan_ahead, plan), Step(rec.release, (b,), ALWAYS),
+                       (self._write_and_create, b, plan))
+
+    def _write_and_create(self, b: Batch, plan: Round) -> None:
+        st, rec, d = self._st, self._recorder, self._dispatcher
+        fresh, groups = plan.fresh, plan.groups
+
+        def undo():
+            for params, _ in fresh:
+                st.searcher.forget(params)
+
+        def written(done: ev.WrittenAndCreated):
+            if done.records is None:   # the outage wrapper found the results already written
+                undo()                 # by a try that lost its answer: no ids for these
+            else:
+                d.began(groups, done.records, fresh, ahead=True)
+            self._loop.emit(rec.settled(b.done))
+            rec.account(b.done)
+        self._loop.awaits(ins.WriteResultsAndCreate(
+            tuple(b.outcomes), st.study_id, tuple(d.requests(fresh, groups, ahead=True)),
+            started=tuple(b.begun), **st.capped()), written, undo)
+
+    # ---- what ends the study ------------------------------------------------------------
+    def _stop_idle(self) -> None:
+        """Idle groups are stopped only at the study's end, once no trial runs: a rank
+        that leaves earlier waits in MPI_Finalize for the ranks still training, and its
+        exit's bound (MPIOPT_EXIT_GRACE) is for an exit, not for the longest trial left
+        (a study's last long trial ended every such job, the idle rank killed by it)."""
+        st = self._st
+        if st.groups.running or st.ahead.trials or st.can_dispatch() or st.lingers():
+            return
+        self._on_stop_all()
+
+    def _say_searcher_failures(self) -> None:
+        self._loop.emit(*self._st.teacher.failures_to_say())
 
     # ---- events -------------------------------------------------------------------
     def _on_start(self, e: ev.Start) -> None:
         """Dispatch to every idle group at once; stop the groups the budget leaves idle."""
-        self._then((self._read_others, True), (self._fill_idle,), (self._say_searcher_failures,),
-                   (self._stop_idle,))
-
-    def _on_report(self, e: ev.Reported) -> None:
-        group, report = e.group, e.report
-        run = self.running.get(group)
-        if run is None or run.trial_id != report.trial_id:
-            return
-        if run.refit:
-            verdict = Verdict.CANCEL if self.stop_reason == "interrupted" else Verdict.CONTINUE
-            self._emit(ins.Answer(group, Decision(report.trial_id, verdict)))
-            return
-        self._await(ins.AddIntermediate(run.trial_id, report.epoch, report.value, run.number,
-                                        report.fold), lambda done: self._judged(group, run, report))
-
-    def _judged(self, group: int, run: Running, report: Report) -> None:
-        """The value is stored: the pruner judges it against the others at its step."""
-        value = self.sign * report.value
-        prune = False
-        if self.pruner is not None and is_number(value):
-            judgement = self.pruner.judge(run.number, report.step, value, self.history)
-            prune = judgement.prune
-            if prune:
-                run.pruned = judgement.text(self.sign, self.folds)
-        self.history.setdefault(run.number, {})[report.step] = value
-        verdict = Verdict.PRUNE if prune else Verdict.CONTINUE
-        if self.stop_reason == "interrupted":
-            verdict = Verdict.CANCEL
-        self._emit(ins.Answer(group, Decision(report.trial_id, verdict)))
+        self._loop.then((self._sharing.read_others, True), (self._dispatcher.fill_idle,),
+                       (self._say_searcher_failures,), (self._stop_idle,))
 
     def _on_tick(self, e: ev.Tick) -> None:
         """While waiting: notices the time limit; idle groups take suggestions the
         background searcher made meanwhile; a shared study's other jobs are read. With
         every group busy and none wanting a trial sent ahead (the loop's usual tick, as
         often as it polls), there is nothing to fill."""
-        if self.shared is None and not self.groups.any_idle and not self._ahead_wanted():
+        if self.shared is None and not self.groups.any_idle and not self._dispatcher.ahead_wanted():
             self._say_searcher_failures()
             self._stop_idle()
             return
-        self._then((self._read_others,), (self._fill_idle, True), (self._say_searcher_failures,),
-                   (self._stop_idle,))
+        self._loop.then((self._sharing.read_others,), (self._dispatcher.fill_idle, True),
+                       (self._say_searcher_failures,), (self._stop_idle,))
 
     def _on_stop(self, e: ev.Stop) -> None:
-        self.limits.stop(e.reason, e.message)
+        self._st.limits.stop(e.reason, e.message)
 
     def _on_overdue(self, e: ev.Overdue) -> None:
         """Why the job must end now (`must_end`), or None: the time limit's hard edge with
         trials still running, or a trial that did not stop at its timeout (its group is
         given up; the trial is recorded FAILED, so it is not run again on resume)."""
+        st = self._st
         self.must_end = None
-        if self.running and self.limits.past_hard_edge():
-            self.limits.stop("interrupted", "time limit + grace reached: running trials are "
-                                            "recorded INTERRUPTED and run again on resume")
+        if st.groups.running and st.limits.past_hard_edge():
+            st.limits.stop("interrupted", "time limit + grace reached: running trials are "
+                                          "recorded INTERRUPTED and run again on resume")
             self.must_end = self.message
             return
-        if self.trial_timeout is None:
+        if st.trial_timeout is None:
             return
-        now = self.clock()
-        for group, run in list(self.running.items()):
-            if now - run.started >= self.trial_timeout + self.stuck_grace:
+        now = st.clock()
+        for group, run in list(st.groups.running.items()):
+            if now - run.started >= st.trial_timeout + self.stuck_grace:
                 self._give_up_on(group, run)
                 return
 
     def _give_up_on(self, group: int, run: Running) -> None:
         from mpiopt.durations import format_duration
 
-        limit = format_duration(self.trial_timeout)
+        st = self._st
+        limit = format_duration(st.trial_timeout)
         error = (f"timed out after {limit}; it did not stop within {format_duration(self.stuck_grace)}, "
-                 f"so the job ended (group {group}, host {self.hosts[group]})")
-        nxt = self.ahead.trials.pop(group, None)     # sent ahead to the stuck leader: never begun
+                 f"so the job ended (group {group}, host {st.hosts[group]})")
+        nxt = st.ahead.trials.pop(group, None)     # sent ahead to the stuck leader: never begun
         steps = []
         if nxt is not None:
-            self.searcher.forget(nxt.params)
-            steps.append((self._write, ins.WriteResults(
+            st.searcher.forget(nxt.params)
+            steps.append((self._loop.awaits, ins.WriteResults(
                 ({"trial_id": nxt.trial_id, "status": TrialStatus.INTERRUPTED,
                   "error": "not started: its group was stuck in the trial before"},), quiet=True)))
         self.given_up.add(group)
-        self.limits.stop("error", f"trial {run.number} {error}")     # first: nothing new starts
+        st.limits.stop("error", f"trial {run.number} {error}")     # first: nothing new starts
         result = Result(run.trial_id, TrialStatus.FAILED, error=error,
-                        duration=self.clock() - run.started)
-        self._then(*steps, (self._on_results, ev.Results(((group, result),))),
-                   (setattr, self, "must_end", self.message))
+                        duration=st.clock() - run.started)
+        self._loop.then(*steps, (self._on_results, ev.Results(((group, result),))),
+                       (setattr, self, "must_end", self.message))
 
     def _on_lose(self, e: ev.Lose) -> None:
         """These groups' ranks went silent (dead): their running trials stay RUNNING when
         the rest is interrupted, so the resume counts each a lost attempt."""
-        self.lost_ids.update(self.running[g].trial_id for g in e.groups
-                             if g in self.running and not self.running[g].refit)
+        running = self._st.groups.running
+        self.lost_ids.update(running[g].trial_id for g in e.groups
+                             if g in running and not running[g].refit)
 
     def _on_blame(self, e: ev.Blame) -> None:
         """The coordinator failed on what these trials sent (a report, a result): like a
@@ -289,65 +406,60 @@ class Scheduler(Stepping, Recording, Dispatching, SharingJobs, Checks):
 
     def _on_interrupt(self, e: ev.Interrupt) -> None:
         """SIGINT/SIGTERM: running trials become INTERRUPTED; they run again on resume."""
-        self.limits.stop("interrupted", "interrupted: running trials are marked INTERRUPTED")
-        self._await(ins.InterruptRunning(self.study_id, frozenset(self.lost_ids)),
-                    lambda done: self._interrupted())
+        self._st.limits.stop("interrupted", "interrupted: running trials are marked INTERRUPTED")
+        self._loop.awaits(ins.InterruptRunning(self._st.study_id, frozenset(self.lost_ids)),
+                         lambda done: self._interrupted())
 
     def _interrupted(self) -> None:
-        for run in [*self.groups.let_go(), *self.ahead.trials.values()]:
+        st = self._st
+        for run in [*st.groups.let_go(), *st.ahead.trials.values()]:
             if not run.refit:
-                self.teacher.forget(run.number, run.params)
-        self.ahead.trials.clear()
-        self._then((self._write, ins.SetStudyStatus(self.study_id, StudyStatus.INTERRUPTED)),
-                   (self._stop_idle,))
+                st.teacher.forget(run.number, run.params)
+        st.ahead.trials.clear()
+        status = ins.SetStudyStatus(st.study_id, StudyStatus.INTERRUPTED)
+        self._loop.then((self._loop.awaits, status), (self._stop_idle,))
 
     def prefetch_due(self) -> bool:
         """Whether a Prefetch would ask a suggestion now: every group busy, none waiting
         for a re-run, a suggestion not yet asked, budget left (ahead.py)."""
-        a = self.ahead
-        if self.background or a.prefetched is not None or self.reruns or self.groups.any_idle:
+        st, a = self._st, self._st.ahead
+        if self.background or a.prefetched is not None or st.reruns or st.groups.any_idle:
             return False
-        if not a.searcher_allows or not self.running or not self.limits.left(self._started()):
+        if not a.searcher_allows or not st.groups.running or not st.limits.left(st.started()):
             return False
-        return self.stop_reason is None and self._space_left()
+        return st.limits.stop_reason is None and self._dispatcher.space_left()
 
     def _on_prefetch(self, e: ev.Prefetch) -> None:
         """Ask ahead while groups are busy, so a finishing group need not wait for a fit."""
         if self.prefetch_due():
-            self._await(ins.Ask(self.next_number), self.ahead.prefetched_now)
+            self._loop.awaits(ins.Ask(self._st.next_number), self._st.ahead.prefetched_now)
 
     def _on_finish(self, e: ev.Finish) -> None:
         """Close the study record once done; its status is `final_status`."""
-        dropped = self.ahead.drop_prefetched()
+        st = self._st
+        dropped = st.ahead.drop_prefetched()
         if dropped is not None:
-            self.searcher.forget(dropped)
-        self._emit(ins.CloseSearcher())
-        if self.stop_reason is None:
+            st.searcher.forget(dropped)
+        self._loop.emit(ins.CloseSearcher())
+        if st.limits.stop_reason is None:
             # a budget smaller than search.max_initial_failures, all of it failed: the same
             # ending as the early stop
-            message = self.outcomes.all_failed()
+            message = st.outcomes.all_failed()
             if message:
-                self.limits.stop("failures", message)
+                st.limits.stop("failures", message)
         status = {"interrupted": StudyStatus.INTERRUPTED, "error": StudyStatus.INTERRUPTED,
-                  "failures": StudyStatus.FAILED}.get(self.stop_reason, StudyStatus.COMPLETE)
-        self._await(ins.SetStudyStatus(self.study_id, status),
-                    lambda done: setattr(self, "final_status", status))
+                  "failures": StudyStatus.FAILED}.get(st.limits.stop_reason, StudyStatus.COMPLETE)
+        self._loop.awaits(ins.SetStudyStatus(st.study_id, status),
+                         lambda done: setattr(self, "final_status", status))
 
     def _on_stop_all(self, e=None) -> None:
         """STOP for every group not yet stopped (the end of the study)."""
-        self._emit(*(ins.StopGroup(g) for g in self.groups.stop_idle()))
+        self._loop.emit(*(ins.StopGroup(g) for g in self._st.groups.stop_idle()))
 
     def _on_withdraw_ahead(self, e: ev.WithdrawAhead) -> None:
-        self._emit(*self.ahead.withdraw(self.stop_reason))
+        self._loop.emit(*self._st.ahead.withdraw(self._st.limits.stop_reason))
 
     def _on_wind_down(self, e: ev.WindDown) -> None:
         """The job ends: busy groups' trials are cancelled (ahead.py), idle groups stopped."""
-        self._emit(*self.ahead.at_wind_down(self.running))
+        self._loop.emit(*self._st.ahead.at_wind_down(self._st.groups.running))
         self._on_stop_all()
-
-    def _say_searcher_failures(self) -> None:
-        self._emit(*self.teacher.failures_to_say())
-
-    def _write(self, instruction) -> None:
-        """A write whose outcome changes nothing here: the steps after it wait for it."""
-        self._await(instruction)

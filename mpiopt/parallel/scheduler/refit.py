@@ -11,7 +11,7 @@ class Refit:
 
     def wanted_now(self, stop_reason: str | None, best) -> bool:
         """Not yet run, and the search ended well (or may yet: no stop) with a best trial;
-        the Scheduler adds that nothing runs and a group is idle (machine.py)."""
+        the Dispatcher adds that nothing runs and a group is idle (dispatch.py)."""
         return (self.state is None and stop_reason in (None, "target", "exhausted")
                 and best is not None)
 

@@ -28,6 +28,7 @@ The database is where jobs meet; no job talks to another. So:
 """
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from datetime import timedelta
 
@@ -55,54 +56,54 @@ class Shared:
     others: dict = field(default_factory=dict)      # id -> FrozenTrial other jobs run now
 
     def started(self, extra: int) -> int:
+        """The study's trials as the database counts them, with this job's creates since
+        the read and `extra` promised this round."""
         return self.counted + self.made + extra
 
+    def refused(self, budget: int) -> None:
+        """The database created fewer than asked: the budget is spent (or the set was
+        another job's); until the next read says otherwise, nothing more is asked."""
+        self.counted = budget
+        self.read_at = None          # the next tick reads again
 
-class SharingJobs:
-    """The Scheduler's part for a shared study (self.shared is a Shared, else None)."""
 
-    @property
-    def waits_for_other_jobs(self) -> bool:
-        """Nothing to run here now, but the job may not end yet (see _lingers)."""
-        return self.shared is not None and not self.done
+def set_key(params: dict) -> str:
+    """A parameter set's name for the database (`distinct` creates: two jobs never run one
+    set); floats at 12 significant digits, as searchers compare them
+    (mpiopt.search._base.params_key)."""
+    canon = sorted((name, float(f"{value:.12g}") if isinstance(value, float) else value)
+                   for name, value in params.items())
+    return hashlib.sha1(repr(canon).encode()).hexdigest()
 
-    def _shared_started(self, extra: int) -> int:
-        """The study's trials as the database counts them (results being written were
-        counted when their trials were made)."""
-        return self.shared.started(extra)
 
-    def _lingers(self) -> bool:
-        """Idle groups wait (not stopped): trials of other jobs still run, or wait to be
-        claimed, and the study has not been stopped."""
-        s = self.shared
-        return (s is not None and self.stop_reason is None
-                and bool(s.others or self.reruns))
+class Sharing:
+    """The Scheduler's part that reads the other jobs of a shared study (state.shared is
+    a Shared, else None): a step, `read_others`, whose outcome is taken in here."""
 
-    def _may_rerun(self) -> bool:
-        """Reruns take no budget (their rows are counted already); only a stop ends them."""
-        if self.shared is None:
-            return self._can_dispatch()
-        return self.stop_reason is None
+    def __init__(self, state, loop):
+        self.st, self.loop = state, loop
 
-    def _read_others(self, force: bool = False) -> None:
+    def read_others(self, force: bool = False) -> None:
         """A step: every poll_s (or now), take in what the other jobs did."""
-        s = self.shared
+        st = self.st
+        s = st.shared
         if s is None:
             return
-        now = self.clock()
+        now = st.clock()
         if not force and s.read_at is not None and now - s.read_at < s.poll_s:
             return
         s.read_at = now
-        self._await(ins.ReadChanges(self.study_id, s.since), self._changes_read)
+        self.loop.awaits(ins.ReadChanges(st.study_id, s.since), self._changes_read)
 
     def _changes_read(self, done) -> None:
-        s, changes = self.shared, done.changes
+        s, changes = self.st.shared, done.changes
         s.since = changes.at - MARGIN
         s.counted, s.made = changes.counted, 0
         self._take_in(changes)
 
     def _take_in(self, changes) -> None:
-        s, own = self.shared, self._own_ids()
+        st = self.st
+        s, own = st.shared, self._own_ids()
         for t in changes.finished:
             if t.id in s.seen or t.id in own:
                 continue
@@ -116,50 +117,39 @@ class SharingJobs:
             if t.id not in s.others:
                 self._hold_other(t)
         s.others = running
-        waiting = {t.id for t in self.reruns}
+        waiting = {t.id for t in st.reruns}
         for t in sorted(changes.interrupted, key=lambda t: t.number):
             if t.id not in waiting and t.id not in own:
-                self.reruns.append(t)
+                st.reruns.append(t)
                 if t.id not in s.others:
                     self._hold_other(t)
 
     def _own_ids(self) -> set:
-        return {r.trial_id for r in (*self.running.values(), *self.ahead.trials.values())}
+        st = self.st
+        return {r.trial_id for r in (*st.groups.running.values(), *st.ahead.trials.values())}
 
     def _hold_other(self, t) -> None:
-        if self.untried is not None:
-            self.untried.note(t.params)
-        if not self.numbered:
-            self.searcher.hold(t.params)
+        st = self.st
+        if st.untried is not None:
+            st.untried.note(t.params)
+        if not st.numbered:
+            st.searcher.hold(t.params)
 
     def _learn_finished(self, t) -> None:
         """Another job's result, as this job's own would be told and counted."""
-        if self.untried is not None:
-            self.untried.note(t.params)
-        value = self.outcomes.restored(t)
-        if not self.numbered:
+        st = self.st
+        if st.untried is not None:
+            st.untried.note(t.params)
+        outcomes = st.outcomes
+        value = outcomes.restored(t)
+        if not st.numbered:
             if value is None:
-                self.searcher.forget(t.params)
+                st.searcher.forget(t.params)
             else:
-                self.searcher.tell(t.params, value)
-        target = self.outcomes.target
+                st.searcher.tell(t.params, value)
+        target = outcomes.target
         if (value is not None and target is not None and t.status is TrialStatus.COMPLETE
-                and self.sign * t.value <= self.sign * target
-                and (self.front is None or self.front.feasible(t))):
-            self.limits.stop("target", f"target {target} reached by trial {t.number} (another job)")
-        self._emit(ins.TrialDone(t, other=True))
-
-    def _capped(self) -> dict:
-        """What a create names so the database keeps the budget (see the module docstring)."""
-        if self.shared is None:
-            return {}
-        return {"limit": self.budget, "distinct": True}
-
-    def _refused(self) -> None:
-        """The database created fewer than asked: the budget is spent (or the set was
-        another job's); until the next read says otherwise, nothing more is asked."""
-        self.shared.counted = self.budget
-        self.shared.read_at = None          # the next tick reads again
-
-    def _capped_queue(self) -> dict:
-        return {} if self.shared is None else {"limit": self.budget}
+                and outcomes.sign * t.value <= outcomes.sign * target
+                and (outcomes.front is None or outcomes.front.feasible(t))):
+            st.limits.stop("target", f"target {target} reached by trial {t.number} (another job)")
+        self.loop.emit(ins.TrialDone(t, other=True))

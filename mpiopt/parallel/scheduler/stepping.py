@@ -2,9 +2,9 @@
 
 A handler changes state and gives instructions. Where what comes next depends on an
 instruction's outcome (the records a create made, the queue it read, a suggestion), the
-handler gives that instruction last (`_await`) and leaves what follows as steps: plain
-(method, *arguments) tuples in `_steps`, state the log and `validate_state` can see. The
-outcome comes back as the next event (events.Completion): its callback makes the state
+handler gives that instruction last (`Loop.awaits`) and leaves what follows as steps:
+plain (method, *arguments) tuples (`Loop.then`), state the log and `validate_state` can
+see. The outcome comes back as the next event (events.Completion): its callback makes the state
 change, and the steps left run on, until the next instruction to wait for or none. So
 the order of the effects is the order of the steps, and one run of the executor carries
 out one event's effects, its completions included, before the next event.
@@ -47,17 +47,20 @@ class Awaited:
     undo: Callable | None
 
 
-class Stepping:
-    """The event loop's half of the Scheduler: `handle`, steps, the log (module doc)."""
+class Loop:
+    """How the machine takes events (module doc): the inbox, the steps, the instruction
+    awaited, the log. The Scheduler builds one and gives it to every part; a part plans
+    with `then`, gives with `emit` and `awaits`, and holds no other part."""
 
-    def _init_stepping(self, validate: bool) -> None:
+    def __init__(self, handlers: dict, check=None):
+        self.handlers = handlers      # event type -> the machine's handler
+        self.check = check            # called after each event (validate_state), or None
         self._inbox: deque = deque()
         self._steps: deque[Step] = deque()
         self._awaiting: Awaited | None = None
         self._failed = False          # an instruction failed: only cleanup steps run
         self._out: list = []
         self.stimulus_log: deque = deque(maxlen=LOG_SIZE)
-        self.validate = validate
 
     def handle(self, *events) -> list:
         """Take these events in order; returns the instructions to carry out, in order.
@@ -79,15 +82,15 @@ class Stepping:
                 self._inbox.clear()
                 raise
             self.stimulus_log.append((event, tuple(out[start:])))
-            if self.validate:
-                self.validate_state()
+            if self.check is not None:
+                self.check()
         return out
 
     def _take(self, event) -> None:
         if isinstance(event, ev.Completion):
             self._completed(event)
         else:
-            self._handlers[type(event)](event)
+            self.handlers[type(event)](event)
 
     def _completed(self, event) -> None:
         awaited, self._awaiting = self._awaiting, None
@@ -115,18 +118,19 @@ class Stepping:
         if not steps and self._awaiting is None:
             self._failed = False
 
-    # ---- what handlers use ------------------------------------------------------------
-    def _then(self, *steps) -> None:
+    # ---- what the parts use -------------------------------------------------------------
+    def then(self, *steps) -> None:
         """Run these next, in order, before the steps already planned: each a Step, or a
         plain one as the tuple (fn, *args)."""
         self._steps.extendleft(reversed(steps))
 
-    def _emit(self, *instructions) -> None:
+    def emit(self, *instructions) -> None:
         self._out.extend(instructions)
 
-    def _await(self, instruction, on_done=None, undo=None) -> None:
+    def awaits(self, instruction, on_done=None, undo=None) -> None:
         """Give `instruction` and stop: `on_done(completion)` runs when its outcome comes
-        back, `undo()` if it (or one before it) failed."""
+        back, `undo()` if it (or one before it) failed. Given alone, a write whose outcome
+        changes nothing: the steps after it wait for it."""
         self._out.append(instruction)
         self._awaiting = Awaited(instruction, on_done, undo)
 

@@ -1,5 +1,5 @@
-"""Telling the searcher what became of its suggestions: a part the Scheduler holds
-(parallel/scheduler/machine.py: `self.teacher`), with its own state (what was said once),
+"""Telling the searcher what became of its suggestions: a part the parts share
+(parallel/scheduler/state.py: `State.teacher`), with its own state (what was said once),
 which hands back the lines to say as instructions instead of giving them itself."""
 from __future__ import annotations
 
