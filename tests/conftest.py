@@ -27,18 +27,21 @@ def subprocess_env() -> dict:
     return env
 
 
-WATCHED_IMPORTS = ("tensorflow", "keras", "torch")
-_IMPORT_WATCH = f"""import os
+_EXEC_HOOK = """import os
 import sys
 
 
-class _Watch:
-    \"\"\"Appends 'PID NAME' to $MPIOPT_TEST_IMPORTS when the process imports one of
-    {WATCHED_IMPORTS}: when the module's code runs, not when a library only asks
-    whether it is installed (importlib.util.find_spec, as torch._dynamo does).\"\"\"
+def _on_exec(name, module, run):
+{body}
+
+
+class _Hook:
+    \"\"\"Hands the module's code (run) of each of {names!r} to _on_exec when it runs, not
+    when a library only asks whether it is installed (importlib.util.find_spec, as
+    torch._dynamo does).\"\"\"
 
     def find_spec(self, name, path=None, target=None):
-        if name not in {WATCHED_IMPORTS!r}:
+        if name not in {names!r}:
             return None
         for finder in sys.meta_path:
             spec = None if finder is self or not hasattr(finder, "find_spec") \\
@@ -48,29 +51,37 @@ class _Watch:
         else:
             return None
         run = spec.loader.exec_module
-
-        def recorded(module):
-            with open(os.environ["MPIOPT_TEST_IMPORTS"], "a") as f:
-                f.write(f"{{os.getpid()}} {{name}}\\n")
-            run(module)
-
-        spec.loader.exec_module = recorded
+        spec.loader.exec_module = lambda module: _on_exec(name, module, run)
         return spec
 
 
-sys.meta_path.insert(0, _Watch())
+sys.meta_path.insert(0, _Hook())
 """
+
+
+def on_import(folder: Path, names: tuple[str, ...], body: str) -> dict:
+    """An environment whose Python processes (each rank of an mpiexec job) run `body`,
+    the body of `_on_exec(name, module, run)` indented by four spaces, in place of the
+    code of each module in `names` (`run(module)` runs it): a sitecustomize module first
+    on PYTHONPATH, written into `folder`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "sitecustomize.py").write_text(_EXEC_HOOK.format(names=names, body=body))
+    env = subprocess_env()
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(folder), env.get("PYTHONPATH")) if p)
+    return env
+
+
+WATCHED_IMPORTS = ("tensorflow", "keras", "torch")
 
 
 def watching_imports(folder: Path) -> tuple[dict, Path]:
     """(an environment, a file): every Python process started with the environment (each
     rank of an mpiexec job) writes a line 'PID NAME' to the file when it imports
-    tensorflow, keras or torch (a sitecustomize module first on PYTHONPATH)."""
-    watch = folder / "import-watch"
-    watch.mkdir(parents=True, exist_ok=True)
-    (watch / "sitecustomize.py").write_text(_IMPORT_WATCH)
-    env = subprocess_env()
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(watch), env.get("PYTHONPATH")) if p)
+    tensorflow, keras or torch."""
+    env = on_import(folder / "import-watch", WATCHED_IMPORTS, """\
+    with open(os.environ["MPIOPT_TEST_IMPORTS"], "a") as f:
+        f.write(f"{os.getpid()} {name}\\n")
+    run(module)""")
     env["MPIOPT_TEST_IMPORTS"] = str(folder / "imports.txt")
     return env, folder / "imports.txt"
 

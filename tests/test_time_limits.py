@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import BIN, rank0_pid, study_state, subprocess_env
+from conftest import BIN, on_import, rank0_pid, study_state, subprocess_env
 from mpiopt.knobs import EXIT_BACKSTOP_S, EXIT_GRACE_LEAST_S
 
 # The exit's last resort fires at grace + 2 backstops: a part that outlasts it.
@@ -60,54 +60,20 @@ def _job(tmp_path: Path, spec: Path, np: int, **knobs) -> subprocess.Popen:
                             text=True, start_new_session=True)
 
 
-_STOP_AFTER_SUMMARY = """import os
-import signal
-import sys
-
-
-class _Stop:
-    \"\"\"Wraps mpiopt's Progress.summary, once its module is loaded, to stop the process
-    (SIGSTOP) once the summary is printed.\"\"\"
-
-    def find_spec(self, name, path=None, target=None):
-        if name != "mpiopt.reporting.progress":
-            return None
-        for finder in sys.meta_path:
-            spec = None if finder is self or not hasattr(finder, "find_spec") \\
-                else finder.find_spec(name, path, target)
-            if spec is not None and spec.loader is not None:
-                break
-        else:
-            return None
-        run = spec.loader.exec_module
-
-        def wrapped(module):
-            run(module)
-            summary = module.Progress.summary
-
-            def summary_then_stop(self, *args, **kwargs):
-                summary(self, *args, **kwargs)
-                sys.stdout.flush()
-                os.kill(os.getpid(), signal.SIGSTOP)
-
-            module.Progress.summary = summary_then_stop
-
-        spec.loader.exec_module = wrapped
-        return spec
-
-
-sys.meta_path.insert(0, _Stop())
-"""
-
-
 def _stopping_after_the_summary(tmp_path: Path) -> dict:
-    """An environment whose processes stop themselves right after the study's summary."""
-    folder = tmp_path / "stop-after-summary"
-    folder.mkdir()
-    (folder / "sitecustomize.py").write_text(_STOP_AFTER_SUMMARY)
-    env = subprocess_env()
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(folder), env.get("PYTHONPATH")) if p)
-    return env
+    """An environment whose processes stop themselves (SIGSTOP) right after the study's
+    summary is printed (mpiopt's Progress.summary wrapped once its module is loaded)."""
+    return on_import(tmp_path / "stop-after-summary", ("mpiopt.reporting.progress",), """\
+    run(module)
+    import signal
+    summary = module.Progress.summary
+
+    def summary_then_stop(self, *args, **kwargs):
+        summary(self, *args, **kwargs)
+        sys.stdout.flush()
+        os.kill(os.getpid(), signal.SIGSTOP)
+
+    module.Progress.summary = summary_then_stop""")
 
 
 def _state(pid: int) -> str:
