@@ -1110,7 +1110,10 @@ def _ended(job, timeout_s: float, hang: str) -> tuple[str, str]:
 @pytest.mark.parametrize("db_url, algorithm", [("sqlite", "bayesian"), ("postgresql", "bayesian"),
                                                ("sqlite", "evolutionary")], indirect=["db_url"])
 def test_kill_campaigns_lose_nothing_and_repeat_nothing(tmp_path, url, algorithm, monkeypatch):
-    monkeypatch.setenv("MPIOPT_TEST_SLEEP", "0.15")
+    # Trials of 0.3 s: a round (a job's start, one more trial seen, up to 0.6 s, the kill)
+    # takes a handful of the budget's 60 on two groups, so six rounds fit however late a
+    # loaded machine lets this test see the progress.
+    monkeypatch.setenv("MPIOPT_TEST_SLEEP", "0.3")
     budget = 60
     spec = spec_file(tmp_path, "steady", trials=budget, algorithm=algorithm)
     rng = random.Random(algorithm)
