@@ -91,3 +91,17 @@ def test_a_coordinator_silent_while_running_or_stopped_too_long_ends_the_job():
     assert silence.over() is None
     clock.now += 0.1
     assert silence.over() == pytest.approx(3.0 * STOPPED_LIMITS + 0.1)
+
+
+def test_a_coordinator_stopped_for_less_than_the_limit_is_known_as_continued_too():
+    """Stopped for most of the limit, then continued, its first beat late: the silence
+    passes the limit after the SIGCONT, and the stop was seen before it did."""
+    clock, state = Clock(), {"stopped": True}
+    silence = CoordinatorSilence(3.0, lambda: state["stopped"], clock=clock)
+    clock.now += 2.5
+    assert silence.over() is None
+    state["stopped"] = False
+    clock.now += 1.0                            # 3.5 s silent, running, no beat yet
+    assert silence.over() is None
+    clock.now += 3.1
+    assert silence.over() == pytest.approx(3.1)

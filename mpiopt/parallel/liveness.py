@@ -123,12 +123,14 @@ class CoordinatorSilence:
         self.seen_stopped = False
 
     def over(self) -> float | None:
+        """Looked at every beat: a stop is noted as soon as it is seen, so a coordinator
+        stopped for less than the limit and continued is known as continued too."""
         silent = self.clock() - self.last
-        if silent <= self.limit:
-            return None
         if self.stopped():
             self.seen_stopped = True
-            return None if silent <= STOPPED_LIMITS * self.limit else silent
+            return silent if silent > STOPPED_LIMITS * self.limit else None
+        if silent <= self.limit:
+            return None
         if self.seen_stopped:                    # continued since: its beat may be on the way
             self.heard()
             return None
