@@ -145,13 +145,8 @@ class Scheduler:
     outcomes = property(lambda self: self._st.outcomes)
     groups = property(lambda self: self._st.groups)
     ahead = property(lambda self: self._st.ahead)
-    refit = property(lambda self: self._st.refit)
-    teacher = property(lambda self: self._st.teacher)
-    forecast = property(lambda self: self._st.forecast)
     reruns = property(lambda self: self._st.reruns)
     next_number = property(lambda self: self._st.next_number)
-    finishing = property(lambda self: self._st.finishing)
-    queued_taken = property(lambda self: self._st.queued_taken)
     sign = property(lambda self: self._st.outcomes.sign)
     counts = property(lambda self: self._st.outcomes.counts)
     finished = property(lambda self: self._st.outcomes.finished)
@@ -165,10 +160,6 @@ class Scheduler:
     running = property(lambda self: self._st.groups.running)    # group -> its Running
     idle = property(lambda self: self._st.groups.idle)          # waiting groups, in queue order
     stopped = property(lambda self: self._st.groups.stopped)
-    send_first = property(lambda self: self._recorder.send_first)
-    pruner = property(lambda self: self._judge.pruner)
-    folds = property(lambda self: self._judge.folds)
-    validate = property(lambda self: self._loop.check is not None)
     stimulus_log = property(lambda self: self._loop.stimulus_log)
     waiting_for = property(lambda self: self._loop.waiting_for)
 
